@@ -1,0 +1,25 @@
+//! shareplane's protocol core: how Regions share one rate limit through named grants.
+//!
+//! This crate is pure and sans-IO. It reads no clock, opens no socket, draws no random number and
+//! knows nothing of AWS or tokio. Time, the records that became visible, the measured demand and
+//! the health verdicts come in as arguments; the record to write and the rules to push come out
+//! as data. The daemon (`shareplane run`) and the simulator (`shareplane sim`) are thin drivers
+//! that carry those decisions out, so both run this very code.
+//!
+//! The entry point is [`Coordinator`]; its documentation gives the calling protocol.
+
+mod audit;
+mod config;
+mod coordinator;
+mod record;
+mod region;
+mod room;
+
+pub use audit::{conservation, Conservation};
+pub use config::{ConfigError, Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
+pub use coordinator::{
+    Alarms, Coordinator, Decision, Health, Inputs, LimitOutcome, PeerState, PeerView, Rule,
+};
+pub use record::{LimitRecord, ReclaimMark, RecordError, RegionRecord};
+pub use region::{regions, PerRegion, RegionId, MAX_REGIONS};
+pub use room::{even_part, split, Room, RoomError, MAX_RATE_RPS, MILLI_PER_RPS};

@@ -1,0 +1,227 @@
+//! The record each Region writes at every rebalance (SPEC §3), and its validation.
+//!
+//! A Region writes only its own record. One [`RegionRecord`] holds that Region's entries for every
+//! limit (`limits[i]` belongs to `Deployment::limits[i]`), so the `version` that rises on every
+//! write makes silence detectable for all limits at once.
+
+use crate::config::Deployment;
+use crate::region::{PerRegion, RegionId, MAX_REGIONS};
+use crate::room::Room;
+use std::fmt;
+
+/// Which record of a peer a reclaim was keyed to. Reclaim is idempotent per `(region, epoch)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReclaimMark {
+    pub epoch: u64,
+    pub version: u64,
+}
+
+/// One Region's state for all limits, as written to the global table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RegionRecord {
+    pub region: RegionId,
+    /// Incarnation: a Region that may have been reclaimed comes back in a higher epoch.
+    pub epoch: u64,
+    /// Goes up on every write, across epochs too, even when nothing else changed.
+    pub version: u64,
+    /// Informational only: no decision compares clocks of two Regions.
+    pub written_at_ms: u64,
+    /// The epoch of each peer that this record's grants to it and takes from it refer to.
+    pub peer_epochs: PerRegion<u64>,
+    /// The latest reclaim of each peer's estate made by this Region.
+    pub reclaims: PerRegion<Option<ReclaimMark>>,
+    pub limits: Vec<LimitRecord>,
+}
+
+/// One Region's state for one limit. All amounts are rates in milli-requests per second;
+/// `granted`, `taken` are cumulative within the pair of epochs named in the header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimitRecord {
+    /// 0 until the Region has adopted the limit.
+    pub limit_version: u64,
+    /// The limit's rate at `limit_version`.
+    pub rate: Room,
+    pub demand: Room,
+    pub share: Room,
+    pub pool: Room,
+    pub target: Room,
+    /// `max(0, target − share)` after this rebalance's raise.
+    pub unmet: Room,
+    /// Room this Region still owes after a downgrade took more than it held.
+    pub debt: Room,
+    /// Cumulative room granted to each peer (to the peer's epoch in `peer_epochs`).
+    pub granted: PerRegion<Room>,
+    /// Cumulative room taken from each peer's grants to this Region.
+    pub taken: PerRegion<Room>,
+    /// What the latest reclaim of each peer (see `RegionRecord::reclaims`) brought in.
+    pub reclaimed: PerRegion<Room>,
+}
+
+impl LimitRecord {
+    /// Room this Region holds for the limit: share + pool − debt (may be negative only in debt).
+    pub fn held(&self) -> i128 {
+        self.share.0 as i128 + self.pool.0 as i128 - self.debt.0 as i128
+    }
+}
+
+/// Why a peer's record was rejected. The Region is then treated as not fresh; nothing is adopted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordError {
+    UnknownRegion(usize),
+    OwnRegion,
+    ZeroEpoch,
+    /// A field breaks a rule that holds for every honest record.
+    Contradiction { limit: Option<usize>, what: &'static str },
+    /// A cumulative counter went down within the same epochs: the record is not a successor of
+    /// the one seen before.
+    CounterWentDown { limit: usize },
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecordError::UnknownRegion(i) => write!(f, "names Region index {i}, which is not configured"),
+            RecordError::OwnRegion => write!(f, "claims to be this Region's own record"),
+            RecordError::ZeroEpoch => write!(f, "has epoch 0"),
+            RecordError::Contradiction { limit: Some(l), what } => write!(f, "limit {l}: {what}"),
+            RecordError::Contradiction { limit: None, what } => write!(f, "{what}"),
+            RecordError::CounterWentDown { limit } => {
+                write!(f, "limit {limit}: a cumulative grant counter went down")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+impl RecordError {
+    /// A short stable name for metrics and "logged once per cause".
+    pub fn cause(&self) -> &'static str {
+        match self {
+            RecordError::UnknownRegion(_) => "unknown_region",
+            RecordError::OwnRegion => "own_region",
+            RecordError::ZeroEpoch => "zero_epoch",
+            RecordError::Contradiction { .. } => "contradiction",
+            RecordError::CounterWentDown { .. } => "counter_went_down",
+        }
+    }
+}
+
+impl RegionRecord {
+    /// The record every Region is assumed to have before it first writes: epoch 1, version 0,
+    /// each capacity limit's static part as its share.
+    pub fn genesis(d: &Deployment, region: RegionId) -> RegionRecord {
+        let n = d.n();
+        let mut peer_epochs = PerRegion::default();
+        for e in peer_epochs.0.iter_mut().take(n) {
+            *e = 1;
+        }
+        let limits = d
+            .limits
+            .iter()
+            .map(|spec| {
+                let share = match spec.kind {
+                    crate::LimitKind::Capacity => {
+                        crate::LimitSpec::static_part(spec.rate, n, region)
+                    }
+                    crate::LimitKind::Security { .. } => spec.security_share(n, region),
+                };
+                LimitRecord {
+                    limit_version: spec.version,
+                    rate: spec.rate,
+                    share,
+                    target: share,
+                    ..LimitRecord::default()
+                }
+            })
+            .collect();
+        RegionRecord {
+            region,
+            epoch: 1,
+            version: 0,
+            written_at_ms: 0,
+            peer_epochs,
+            reclaims: PerRegion([None; MAX_REGIONS]),
+            limits,
+        }
+    }
+
+    /// Checks what can be checked of one record alone against this Region's configuration.
+    /// `me` is the checking Region (a foreign record may not claim to be its own).
+    pub fn validate(&self, d: &Deployment, me: RegionId) -> Result<(), RecordError> {
+        let n = d.n();
+        if self.region.index() >= n {
+            return Err(RecordError::UnknownRegion(self.region.index()));
+        }
+        if self.region == me {
+            return Err(RecordError::OwnRegion);
+        }
+        if self.epoch == 0 {
+            return Err(RecordError::ZeroEpoch);
+        }
+        let contradiction = |limit, what| Err(RecordError::Contradiction { limit, what });
+        for i in n..MAX_REGIONS {
+            if self.peer_epochs.0[i] != 0 || self.reclaims.0[i].is_some() {
+                return contradiction(None, "names a Region that is not configured");
+            }
+        }
+        for (i, l) in self.limits.iter().enumerate() {
+            let at = Some(i);
+            let spec = d.limits.get(i);
+            if l.limit_version == 0 {
+                if *l != LimitRecord::default() {
+                    return contradiction(at, "an unadopted limit carries amounts");
+                }
+                continue;
+            }
+            if let Some(spec) = spec {
+                if spec.version == l.limit_version && spec.rate != l.rate {
+                    return contradiction(at, "the rate differs from the configured one at the same version");
+                }
+            }
+            if l.share > l.rate || l.target > l.rate || l.unmet > l.rate || l.debt > l.rate {
+                return contradiction(at, "an amount exceeds the limit's rate");
+            }
+            if l.share.checked_add(l.pool).map_or(true, |h| h > l.rate) {
+                return contradiction(at, "share + pool exceeds the limit's rate");
+            }
+            if l.demand.0 > crate::room::Room::from_rps(crate::room::MAX_RATE_RPS).map_or(0, |r| r.0) {
+                return contradiction(at, "demand is out of range");
+            }
+            let own = self.region;
+            if !l.granted[own].is_zero() || !l.taken[own].is_zero() || !l.reclaimed[own].is_zero() {
+                return contradiction(at, "grants to or takes from itself");
+            }
+            for r in n..MAX_REGIONS {
+                if !l.granted.0[r].is_zero() || !l.taken.0[r].is_zero() || !l.reclaimed.0[r].is_zero() {
+                    return contradiction(at, "names a Region that is not configured");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that `self` can follow `prev`, a record of the same Region seen before: within the
+    /// same epochs the cumulative counters never go down.
+    pub fn validate_successor(&self, prev: &RegionRecord) -> Result<(), RecordError> {
+        if self.epoch != prev.epoch {
+            return Ok(());
+        }
+        for (i, (new, old)) in self.limits.iter().zip(prev.limits.iter()).enumerate() {
+            for r in 0..MAX_REGIONS {
+                if self.peer_epochs.0[r] != prev.peer_epochs.0[r] {
+                    continue;
+                }
+                if new.granted.0[r] < old.granted.0[r] || new.taken.0[r] < old.taken.0[r] {
+                    // A counter is reset when the peer's estate is reclaimed: allowed only if this
+                    // record marks that reclaim.
+                    if self.reclaims.0[r] != prev.reclaims.0[r] {
+                        continue;
+                    }
+                    return Err(RecordError::CounterWentDown { limit: i });
+                }
+            }
+        }
+        Ok(())
+    }
+}

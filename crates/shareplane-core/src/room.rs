@@ -1,0 +1,215 @@
+//! Exact amounts of room.
+//!
+//! Room is counted in milli-requests per second as an unsigned integer, so that conservation
+//! (`Σ shares + Σ pools + Σ grants in flight = L`) holds to the last unit rather than to within a
+//! floating-point epsilon. Proportional splits use largest-remainder rounding ([`split`]), which
+//! always hands out exactly the amount it was given.
+
+use std::fmt;
+use std::ops::{Add, AddAssign};
+
+/// Units of room per request per second.
+pub const MILLI_PER_RPS: u64 = 1_000;
+
+/// The largest rate a limit may have: 10^12 requests per second keeps every sum of eight Regions'
+/// cumulative counters far from `u64::MAX`.
+pub const MAX_RATE_RPS: f64 = 1e12;
+
+/// An amount of rate (or room) in milli-requests per second.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Room(pub u64);
+
+/// Why a number from outside could not become [`Room`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum RoomError {
+    NotFinite,
+    Negative,
+    TooLarge,
+}
+
+impl fmt::Display for RoomError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RoomError::NotFinite => write!(f, "is not a finite number"),
+            RoomError::Negative => write!(f, "is negative"),
+            RoomError::TooLarge => write!(f, "is larger than {MAX_RATE_RPS} requests per second"),
+        }
+    }
+}
+
+impl std::error::Error for RoomError {}
+
+impl Room {
+    pub const ZERO: Room = Room(0);
+
+    /// Parses a rate given in requests per second, rounding to the nearest milli-request.
+    pub fn from_rps(rps: f64) -> Result<Room, RoomError> {
+        if !rps.is_finite() {
+            return Err(RoomError::NotFinite);
+        }
+        if rps < 0.0 {
+            return Err(RoomError::Negative);
+        }
+        if rps > MAX_RATE_RPS {
+            return Err(RoomError::TooLarge);
+        }
+        Ok(Room((rps * MILLI_PER_RPS as f64).round() as u64))
+    }
+
+    /// A whole number of requests per second (for constants and tests).
+    pub const fn rps(rps: u64) -> Room {
+        Room(rps * MILLI_PER_RPS)
+    }
+
+    pub fn as_rps(self) -> f64 {
+        self.0 as f64 / MILLI_PER_RPS as f64
+    }
+
+    pub fn milli(self) -> u64 {
+        self.0
+    }
+
+    pub fn is_zero(self) -> bool {
+        self.0 == 0
+    }
+
+    /// `self − other`, or zero when `other` is larger.
+    pub fn saturating_sub(self, other: Room) -> Room {
+        Room(self.0.saturating_sub(other.0))
+    }
+
+    pub fn checked_sub(self, other: Room) -> Option<Room> {
+        self.0.checked_sub(other.0).map(Room)
+    }
+
+    pub fn checked_add(self, other: Room) -> Option<Room> {
+        self.0.checked_add(other.0).map(Room)
+    }
+
+    /// `self × num / den` rounded down, computed without overflow.
+    pub fn mul_div(self, num: u64, den: u64) -> Room {
+        if den == 0 {
+            return Room::ZERO;
+        }
+        Room((self.0 as u128 * num as u128 / den as u128) as u64)
+    }
+}
+
+impl Add for Room {
+    type Output = Room;
+    fn add(self, other: Room) -> Room {
+        Room(self.0.saturating_add(other.0))
+    }
+}
+
+impl AddAssign for Room {
+    fn add_assign(&mut self, other: Room) {
+        self.0 = self.0.saturating_add(other.0);
+    }
+}
+
+impl std::iter::Sum for Room {
+    fn sum<I: Iterator<Item = Room>>(iter: I) -> Room {
+        iter.fold(Room::ZERO, |a, b| a + b)
+    }
+}
+
+impl fmt::Debug for Room {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Room {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let whole = self.0 / MILLI_PER_RPS;
+        let frac = self.0 % MILLI_PER_RPS;
+        if frac == 0 {
+            write!(f, "{whole}")
+        } else {
+            write!(f, "{whole}.{frac:03}")
+        }
+    }
+}
+
+/// Splits `total` in proportion to `weights` with largest-remainder rounding.
+///
+/// The parts add up to exactly `total`. Ties in the remainders go to the lower index, so every
+/// Region that computes the same split from the same inputs gets the same parts. When every weight
+/// is zero the total is split evenly (the first `total mod n` parts get one unit more).
+/// `out` receives one part per weight.
+pub fn split(total: Room, weights: &[u64], out: &mut [Room]) {
+    let n = weights.len();
+    debug_assert_eq!(out.len(), n);
+    if n == 0 {
+        return;
+    }
+    let sum: u128 = weights.iter().map(|&w| w as u128).sum();
+    if sum == 0 {
+        let each = total.0 / n as u64;
+        let extra = (total.0 % n as u64) as usize;
+        for (i, part) in out.iter_mut().enumerate() {
+            *part = Room(each + u64::from(i < extra));
+        }
+        return;
+    }
+    let mut given: u64 = 0;
+    let mut rems = [0u128; 64];
+    let tracked = n.min(rems.len());
+    for i in 0..n {
+        let exact = total.0 as u128 * weights[i] as u128;
+        let part = (exact / sum) as u64;
+        out[i] = Room(part);
+        given += part;
+        if i < tracked {
+            rems[i] = exact % sum;
+        }
+    }
+    let mut left = total.0 - given;
+    // At most n − 1 units are left; hand them to the largest remainders, lower index first on ties.
+    while left > 0 {
+        let mut best = 0;
+        for i in 1..tracked {
+            if rems[i] > rems[best] {
+                best = i;
+            }
+        }
+        out[best].0 += 1;
+        rems[best] = 0;
+        left -= 1;
+    }
+}
+
+/// One Region's part of `total` when it is split evenly over `n` Regions by index.
+pub fn even_part(total: Room, n: usize, index: usize) -> Room {
+    if n == 0 {
+        return Room::ZERO;
+    }
+    let each = total.0 / n as u64;
+    let extra = (total.0 % n as u64) as usize;
+    Room(each + u64::from(index < extra))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_hands_out_exactly_the_total() {
+        let mut out = [Room::ZERO; 3];
+        split(Room(10), &[1, 1, 1], &mut out);
+        assert_eq!(out, [Room(4), Room(3), Room(3)]);
+        split(Room(8_500_000), &[7200, 3600, 1200], &mut out);
+        assert_eq!(out, [Room(5_100_000), Room(2_550_000), Room(850_000)]);
+        split(Room(7), &[0, 0, 0], &mut out);
+        assert_eq!(out, [Room(3), Room(2), Room(2)]);
+    }
+
+    #[test]
+    fn from_rps_rejects_nonsense() {
+        assert_eq!(Room::from_rps(f64::NAN), Err(RoomError::NotFinite));
+        assert_eq!(Room::from_rps(-1.0), Err(RoomError::Negative));
+        assert_eq!(Room::from_rps(1e13), Err(RoomError::TooLarge));
+        assert_eq!(Room::from_rps(3248.1234), Ok(Room(3_248_123)));
+    }
+}
