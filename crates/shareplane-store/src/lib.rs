@@ -1,0 +1,108 @@
+//! Where Regions keep their records: the interface the daemon writes through, and an in-memory
+//! implementation for `shareplane demo`, tests and conformance checks.
+//!
+//! The DynamoDB implementation lives in `shareplane-aws`. Both must pass the same conformance
+//! suite, so that the in-memory store stays an honest stand-in.
+
+use shareplane_core::{RecordError, RegionId, RegionRecord};
+use std::future::Future;
+use std::sync::Arc;
+
+pub mod memory;
+
+/// A writer's fencing token: the lease generation under which a daemon writes its Region's record.
+/// A write carrying a lower token than the one stored is refused, so a deposed leader can never
+/// overwrite its successor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WriterToken(pub u64);
+
+/// A lease on a Region's writer role (HA: one writer per Region).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub holder: String,
+    pub token: WriterToken,
+    /// On the store's clock as the daemon passed it in; leases compare times of one Region only.
+    pub expires_at_ms: u64,
+}
+
+/// One item read from the table: a valid record, or why it was rejected.
+#[derive(Clone, Debug)]
+pub enum Fetched {
+    Record(Arc<RegionRecord>),
+    Rejected { region: Option<String>, reason: Rejection },
+}
+
+/// Why an item could not be turned into a record. Each has a stable cause for metrics.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Rejection {
+    #[error("item is malformed: {0}")]
+    Malformed(String),
+    #[error("item is larger than {0} bytes")]
+    Oversized(usize),
+    #[error("item has schema version {0}, newer than this daemon understands")]
+    FutureSchema(u32),
+    #[error("record fails validation: {0}")]
+    Invalid(#[from] RecordError),
+}
+
+impl Rejection {
+    pub fn cause(&self) -> &'static str {
+        match self {
+            Rejection::Malformed(_) => "malformed",
+            Rejection::Oversized(_) => "oversized",
+            Rejection::FutureSchema(_) => "future_schema",
+            Rejection::Invalid(e) => e.cause(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum StoreError {
+    /// The stored record has the same or a higher version, or a higher writer token.
+    #[error("conditional write refused: {0}")]
+    Conflict(String),
+    /// The store did not answer, or answered with an error that may pass.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store answered with an error that retrying will not fix.
+    #[error("store error: {0}")]
+    Fatal(String),
+}
+
+impl StoreError {
+    /// The one place that decides whether a failed call is worth retrying.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// The global table as one Region's daemon sees it (its local replica).
+pub trait RecordStore: Send + Sync + 'static {
+    /// Writes this Region's own record, only if its version is higher than the stored one and
+    /// `token` is not lower than the stored writer token.
+    fn put(
+        &self,
+        record: &RegionRecord,
+        token: WriterToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Reads every Region's record (the own one included) from the local replica.
+    fn read_all(&self) -> impl Future<Output = Result<Vec<Fetched>, StoreError>> + Send;
+
+    /// Reads one Region's record (a restarting daemon reads its own), `None` if never written.
+    fn read_one(
+        &self,
+        region: RegionId,
+    ) -> impl Future<Output = Result<Option<Fetched>, StoreError>> + Send;
+
+    /// Takes or renews the writer lease of `region` for `holder` until `now_ms + ttl_ms`.
+    /// Succeeds when the lease is free, expired at `now_ms`, or already held by `holder`; a new
+    /// holder gets a higher token. Refused with [`StoreError::Conflict`] otherwise.
+    fn acquire_lease(
+        &self,
+        region: RegionId,
+        holder: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+}
