@@ -501,7 +501,9 @@ impl LimitCtx<'_> {
                     e.share += raise;
                     e.pool = e.pool.saturating_sub(raise);
                 }
-                e.unmet = target.saturating_sub(e.share);
+                // A Region in debt after a downgrade asks for its debt too; otherwise a Region
+                // whose target is zero could never repay it.
+                e.unmet = target.saturating_sub(e.share) + e.debt;
                 self.grant(li, rec, &mut e, &mut out);
             }
         }

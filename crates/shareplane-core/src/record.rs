@@ -179,14 +179,15 @@ impl RegionRecord {
                     return contradiction(at, "the rate differs from the configured one at the same version");
                 }
             }
-            if l.share > l.rate || l.target > l.rate || l.unmet > l.rate || l.debt > l.rate {
-                return contradiction(at, "an amount exceeds the limit's rate");
+            // Share, target and unmet never exceed the Region's own rate. Pool and debt may while
+            // a limit change is under way (room granted by Regions at a higher rate), but never
+            // beyond the largest rate a limit may have.
+            if l.share > l.rate || l.target > l.rate || l.unmet > l.rate + l.debt {
+                return contradiction(at, "share, target or unmet exceeds the limit's rate");
             }
-            if l.share.checked_add(l.pool).map_or(true, |h| h > l.rate) {
-                return contradiction(at, "share + pool exceeds the limit's rate");
-            }
-            if l.demand.0 > crate::room::Room::from_rps(crate::room::MAX_RATE_RPS).map_or(0, |r| r.0) {
-                return contradiction(at, "demand is out of range");
+            let max = crate::room::Room::rps(crate::room::MAX_RATE_RPS as u64);
+            if l.rate > max || l.pool > max || l.debt > max || l.demand > max {
+                return contradiction(at, "an amount is out of range");
             }
             let own = self.region;
             if !l.granted[own].is_zero() || !l.taken[own].is_zero() || !l.reclaimed[own].is_zero() {
