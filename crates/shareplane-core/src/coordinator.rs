@@ -104,7 +104,11 @@ pub struct PeerView {
     pub written_at_ms: u64,
 }
 
+#[derive(Clone, Hash)]
 struct Peer {
+    /// False until a record of the peer was observed; `latest` is then its genesis record, which
+    /// is never reclaimed (the peer may have written records this Region has not seen).
+    seen: bool,
     latest: Arc<RegionRecord>,
     /// `(epoch, version)` of `latest` at the previous own rebalance.
     prev: Option<(u64, u64)>,
@@ -139,6 +143,7 @@ enum Closure {
 ///    lost or duplicated (reclaims are keyed to the peer's epoch and version and retried).
 ///
 /// The coordinator reads no clock and draws no random number: equal inputs give equal decisions.
+#[derive(Clone)]
 pub struct Coordinator {
     d: Arc<Deployment>,
     me: RegionId,
@@ -152,6 +157,7 @@ impl Coordinator {
     pub fn new(d: Arc<Deployment>, me: RegionId, own: RegionRecord) -> Coordinator {
         let peers = crate::region::regions(d.n())
             .map(|r| Peer {
+                seen: false,
                 latest: Arc::new(RegionRecord::genesis(&d, r)),
                 prev: None,
                 unchanged: 0,
@@ -230,17 +236,27 @@ impl Coordinator {
         let Some(peer) = self.peers.get_mut(j.index()) else {
             return Err(RecordError::UnknownRegion(j.index()));
         };
-        if (record.epoch, record.version) <= (peer.latest.epoch, peer.latest.version) {
+        let needs_basis = |p: &Peer, r: &RegionRecord| {
+            r.epoch == acct_epoch
+                && !marked
+                && p.pending_old.as_ref().is_none_or(|o| (o.epoch, o.version) < (r.epoch, r.version))
+        };
+        if peer.seen && (record.epoch, record.version) <= (peer.latest.epoch, peer.latest.version) {
+            // The store keeps a Region's last record of its previous epoch until the survivors
+            // have reclaimed it, so a restarted daemon can still reclaim an epoch it never saw end.
+            if record.epoch < peer.latest.epoch && needs_basis(peer, &record) {
+                peer.pending_old = Some(record);
+                return Ok(true);
+            }
             return Ok(false);
         }
-        record.validate_successor(&peer.latest)?;
-        if record.epoch > peer.latest.epoch
-            && peer.latest.epoch == acct_epoch
-            && !marked
-            && peer.pending_old.is_none()
-        {
-            peer.pending_old = Some(peer.latest.clone());
+        if peer.seen {
+            record.validate_successor(&peer.latest)?;
+            if record.epoch > peer.latest.epoch && needs_basis(peer, &peer.latest.clone()) {
+                peer.pending_old = Some(peer.latest.clone());
+            }
         }
+        peer.seen = true;
         peer.latest = record;
         Ok(true)
     }
@@ -354,13 +370,13 @@ impl Coordinator {
     fn was_reclaimed(&self) -> bool {
         let me = self.me;
         self.peers.iter().enumerate().any(|(i, p)| {
-            i != me.index() && p.latest.reclaims[me].is_some_and(|m| m.epoch >= self.own.epoch)
+            i != me.index() && p.seen && p.latest.reclaims[me].is_some_and(|m| m.epoch >= self.own.epoch)
         })
     }
 
     fn count_silence(&mut self) {
         for (i, p) in self.peers.iter_mut().enumerate() {
-            if i == self.me.index() {
+            if i == self.me.index() || !p.seen {
                 continue;
             }
             let cur = (p.latest.epoch, p.latest.version);
@@ -386,9 +402,18 @@ impl Coordinator {
             let acct_epoch = rec.peer_epochs[j];
             let marked = rec.reclaims[j].map(|m| m.epoch) == Some(acct_epoch);
             let silent = p.unchanged >= d.silent_after;
-            let (state, closure) = if p.latest.epoch > acct_epoch {
-                let basis = if marked { None } else { p.pending_old.clone() };
-                (PeerState::Live, Closure::Switch(basis))
+            let (state, closure) = if !p.seen {
+                // Never heard of: kept in targets at its genesis demand, never a grantee, never
+                // reclaimed.
+                (PeerState::Silent, Closure::None)
+            } else if p.latest.epoch > acct_epoch {
+                match (&p.pending_old, marked) {
+                    (_, true) => (PeerState::Live, Closure::Switch(None)),
+                    (Some(old), false) => (PeerState::Live, Closure::Switch(Some(old.clone()))),
+                    // The peer came back but the last record of its old epoch is not known
+                    // here: keep the old estate untouched (frozen) until that record is read.
+                    (None, false) => (PeerState::Silent, Closure::None),
+                }
             } else if marked {
                 (PeerState::Reclaimed, Closure::None)
             } else if silent && reclaimable(d.policy, health[j]) {
@@ -728,4 +753,13 @@ fn pay_debt(e: &mut LimitRecord) {
 fn _assert_send_sync() {
     fn is<T: Send + Sync>() {}
     is::<Coordinator>();
+}
+
+impl std::hash::Hash for Coordinator {
+    /// Hashes the protocol state (not the deployment): the model checker's state identity.
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.me.hash(h);
+        self.own.hash(h);
+        self.peers.hash(h);
+    }
 }

@@ -10,14 +10,14 @@ use crate::room::Room;
 use std::fmt;
 
 /// Which record of a peer a reclaim was keyed to. Reclaim is idempotent per `(region, epoch)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReclaimMark {
     pub epoch: u64,
     pub version: u64,
 }
 
 /// One Region's state for all limits, as written to the global table.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RegionRecord {
     pub region: RegionId,
     /// Incarnation: a Region that may have been reclaimed comes back in a higher epoch.
@@ -35,7 +35,7 @@ pub struct RegionRecord {
 
 /// One Region's state for one limit. All amounts are rates in milli-requests per second;
 /// `granted`, `taken` are cumulative within the pair of epochs named in the header.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LimitRecord {
     /// 0 until the Region has adopted the limit.
     pub limit_version: u64,
