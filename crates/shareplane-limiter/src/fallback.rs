@@ -1,0 +1,229 @@
+//! What a gateway admits while Redis does not answer (the local fallback policy).
+//!
+//! - **capacity** limits admit against an in-process token bucket per limit holding this gateway's
+//!   part of the Region's share: rate = share / gateways-per-Region, burst = 2 s of that. The buckets
+//!   are emptied each time the gateway enters fallback, so the Region's gateways together admit at
+//!   most the share's rate while Redis is away and no burst on top of what Redis already let through
+//!   (too little rather than too much). The bound holds only if the configured number of gateways per
+//!   Region is not below the real one.
+//! - **security** limits fail closed: refused, without a Retry-After.
+//! - **shadow** limits are not evaluated and never refuse.
+//!
+//! Several limits on one call are all or nothing here too.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// A token bucket on a caller-given clock (seconds), the same arithmetic as the Redis script:
+/// elapsed clamped at zero, tokens clamped to a lower burst, never reset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalBucket {
+    tokens: f64,
+    at_s: f64,
+}
+
+impl LocalBucket {
+    /// An empty bucket at time `now_s`.
+    pub fn empty(now_s: f64) -> Self {
+        Self {
+            tokens: 0.0,
+            at_s: now_s,
+        }
+    }
+
+    /// Refills up to `now_s` with the given numbers and returns the tokens held.
+    pub fn refill(&mut self, now_s: f64, rate: f64, burst: f64) -> f64 {
+        let elapsed = (now_s - self.at_s).max(0.0);
+        self.tokens = (self.tokens + elapsed * rate).min(burst);
+        self.at_s = self.at_s.max(now_s);
+        self.tokens
+    }
+
+    pub fn spend(&mut self, cost: f64) {
+        self.tokens -= cost;
+    }
+}
+
+/// One limit of a fallback check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FallbackLimit<'a> {
+    pub id: &'a str,
+    /// The Region's share for the limit (rate and burst), before dividing by the gateways.
+    pub rate: f64,
+    pub burst: f64,
+    pub security: bool,
+    pub shadow: bool,
+}
+
+/// A limit's verdict under fallback.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FallbackVerdict {
+    /// The local bucket had the tokens (tokens left).
+    Admit(f64),
+    /// Not enough local tokens (tokens held, seconds until the refill covers the cost).
+    Short(f64, Option<u64>),
+    /// A security limit: fails closed.
+    FailClosed,
+    /// A shadow limit: not evaluated.
+    NotChecked,
+}
+
+/// The local buckets of one gateway.
+#[derive(Debug)]
+pub struct Fallback {
+    gateways: f64,
+    origin: Instant,
+    buckets: BTreeMap<String, LocalBucket>,
+}
+
+impl Fallback {
+    /// `gateways_per_region` must be at least 1 (the caller validates it).
+    pub fn new(gateways_per_region: u32) -> Self {
+        Self {
+            gateways: f64::from(gateways_per_region.max(1)),
+            origin: Instant::now(),
+            buckets: BTreeMap::new(),
+        }
+    }
+
+    /// Called when the gateway enters fallback: every local bucket starts empty.
+    pub fn enter(&mut self) {
+        self.buckets.clear();
+    }
+
+    /// Checks `limits` at cost `cost`, spending the local buckets only if every enforced limit admits.
+    pub fn check(
+        &mut self,
+        limits: &[FallbackLimit<'_>],
+        cost: f64,
+    ) -> (bool, Vec<FallbackVerdict>) {
+        let now_s = self.origin.elapsed().as_secs_f64();
+        self.check_at(now_s, limits, cost)
+    }
+
+    /// [`Fallback::check`] at an explicit time (seconds since this fallback was made).
+    pub fn check_at(
+        &mut self,
+        now_s: f64,
+        limits: &[FallbackLimit<'_>],
+        cost: f64,
+    ) -> (bool, Vec<FallbackVerdict>) {
+        let mut verdicts = Vec::with_capacity(limits.len());
+        let mut allowed = true;
+        for l in limits {
+            let v = if l.shadow {
+                FallbackVerdict::NotChecked
+            } else if l.security {
+                FallbackVerdict::FailClosed
+            } else {
+                let (rate, burst) = (l.rate / self.gateways, l.burst / self.gateways);
+                let bucket = self
+                    .buckets
+                    .entry(l.id.to_owned())
+                    .or_insert(LocalBucket::empty(now_s));
+                let tokens = bucket.refill(now_s, rate, burst);
+                if tokens >= cost {
+                    FallbackVerdict::Admit(tokens)
+                } else {
+                    let wait =
+                        (cost <= burst && rate > 0.0).then(|| ((cost - tokens) / rate).ceil());
+                    FallbackVerdict::Short(tokens, wait.map(|w| w.max(1.0) as u64))
+                }
+            };
+            allowed &= matches!(v, FallbackVerdict::Admit(_) | FallbackVerdict::NotChecked);
+            verdicts.push(v);
+        }
+        if allowed {
+            for (l, v) in limits.iter().zip(verdicts.iter_mut()) {
+                if let (FallbackVerdict::Admit(t), Some(b)) = (v, self.buckets.get_mut(l.id)) {
+                    b.spend(cost);
+                    *t -= cost;
+                }
+            }
+        }
+        (allowed, verdicts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cap<'a>(id: &'a str, rate: f64) -> FallbackLimit<'a> {
+        FallbackLimit {
+            id,
+            rate,
+            burst: 2.0 * rate,
+            security: false,
+            shadow: false,
+        }
+    }
+
+    #[test]
+    fn capacity_admits_at_the_gateways_part_of_the_share_from_empty() {
+        let mut f = Fallback::new(4);
+        // 400/s for the Region, 4 gateways: 100/s and a burst of 200 here, starting empty.
+        let (ok, _) = f.check_at(0.0, &[cap("a", 400.0)], 1.0);
+        assert!(!ok);
+        let mut admitted = 0;
+        // Steps of 1/8 s keep the arithmetic exact.
+        for step in 0..=8 {
+            while f.check_at(f64::from(step) / 8.0, &[cap("a", 400.0)], 1.0).0 {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 100);
+    }
+
+    #[test]
+    fn security_fails_closed_and_shadow_never_refuses() {
+        let mut f = Fallback::new(1);
+        let sec = FallbackLimit {
+            id: "s",
+            rate: 100.0,
+            burst: 100.0,
+            security: true,
+            shadow: false,
+        };
+        let (ok, v) = f.check_at(10.0, &[sec.clone()], 1.0);
+        assert!(!ok);
+        assert_eq!(v, [FallbackVerdict::FailClosed]);
+        let shadow = FallbackLimit {
+            shadow: true,
+            ..sec
+        };
+        assert!(f.check_at(10.0, &[shadow], 1.0).0);
+    }
+
+    #[test]
+    fn several_limits_are_all_or_nothing_and_retry_after_follows_the_refill() {
+        let mut f = Fallback::new(1);
+        f.check_at(0.0, &[cap("a", 10.0), cap("b", 1.0)], 1.0);
+        // At 2 s: a holds 20, b holds 2.
+        assert!(f.check_at(2.0, &[cap("a", 10.0), cap("b", 1.0)], 2.0).0);
+        let (ok, v) = f.check_at(2.0, &[cap("a", 10.0), cap("b", 1.0)], 2.0);
+        assert!(!ok);
+        assert_eq!(
+            v,
+            [
+                FallbackVerdict::Admit(18.0),
+                FallbackVerdict::Short(0.0, Some(2))
+            ]
+        );
+        // a was not spent by the refused call.
+        assert_eq!(f.check_at(2.0, &[cap("a", 10.0)], 18.0).0, true);
+    }
+
+    #[test]
+    fn a_lower_burst_clamps_and_does_not_refill() {
+        let mut b = LocalBucket::empty(0.0);
+        assert_eq!(b.refill(10.0, 1.0, 8.0), 8.0);
+        b.spend(5.0);
+        assert_eq!(b.refill(10.0, 0.5, 2.0), 2.0);
+        assert_eq!(b.refill(9.0, 0.5, 2.0), 2.0);
+        b.spend(2.0);
+        // The clock went back to 9 s: no refill until it passes 10 s again.
+        assert_eq!(b.refill(9.5, 0.5, 2.0), 0.0);
+        assert_eq!(b.refill(12.0, 0.5, 2.0), 1.0);
+    }
+}

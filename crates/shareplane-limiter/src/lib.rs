@@ -1,0 +1,45 @@
+//! What a gateway embeds to enforce its Region's shares (SPEC.md §7).
+//!
+//! - [`store`]: the token-bucket script for Redis/Valkey (`bucket.lua`) and [`RedisBuckets`], which
+//!   loads it once, calls it by hash and loads it again on `NOSCRIPT`, within a time bound.
+//! - [`rules`]: rule sets as the daemon publishes them, validated when loaded.
+//! - [`Limiter`]: runs the newest rule set, answers [`Limiter::check`] (several limits, all or
+//!   nothing; shadow limits evaluated but never refusing), counts demand, and falls back to the
+//!   local policy of [`fallback`] when Redis does not answer.
+//! - [`RuleWatcher`]: long-polls `GET /v1/rules` and installs only newer versions.
+//! - [`DemandReporter`]: posts running demand totals to `POST /v1/demand`.
+//!
+//! Typical wiring in a gateway:
+//!
+//! ```no_run
+//! # async fn wire() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use shareplane_limiter::{http, DemandReporter, Limiter, LimiterConfig, RuleWatcher};
+//! let limiter = Arc::new(Limiter::new(LimiterConfig::new("redis://127.0.0.1:6379/"))?);
+//! let client = http::client()?;
+//! let watcher = RuleWatcher::new(client.clone(), "http://127.0.0.1:8080", 25_000);
+//! tokio::spawn(watcher.run(limiter.clone(), std::future::pending()));
+//! let incarnation = shareplane_limiter::demand::incarnation_from_clock();
+//! let reporter = DemandReporter::new(client, "http://127.0.0.1:8080", "token", "gw-1", incarnation)?;
+//! let every = std::time::Duration::from_secs(1);
+//! tokio::spawn(reporter.run(limiter.clone(), every, std::future::pending()));
+//! let decision = limiter.check(&["k-big"], 1).await?;
+//! # let _ = decision; Ok(()) }
+//! ```
+
+pub mod demand;
+pub mod fallback;
+pub mod http;
+pub mod limiter;
+pub mod rules;
+pub mod store;
+pub mod watcher;
+
+pub use demand::{DemandReport, DemandReporter};
+pub use limiter::{
+    CheckError, Decision, DecisionPath, Install, LimitDecision, Limiter, LimiterConfig,
+    LimiterStats, Verdict,
+};
+pub use rules::{LimitKind, LimitWire, RuleSet, RulesWire};
+pub use store::{KeyScheme, RedisBuckets};
+pub use watcher::RuleWatcher;

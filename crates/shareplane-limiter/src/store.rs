@@ -1,0 +1,293 @@
+//! The token-bucket script in Redis/Valkey: bucket keys, the call, and its reply.
+//!
+//! [`RedisBuckets`] loads the script once per connection (`SCRIPT LOAD`), calls it by hash
+//! (`EVALSHA`) and loads it again when the server answers `NOSCRIPT` (after a restart, a failover or a
+//! `SCRIPT FLUSH`), then retries once. Every call, connection set-up included, is bounded by one
+//! timeout; a connection that failed or timed out is dropped and made again on the next call.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+
+/// The script's source (see `bucket.lua` for its arguments and reply).
+pub const SCRIPT: &str = include_str!("bucket.lua");
+
+/// The most buckets one call may check.
+pub const MAX_BUCKETS_PER_CALL: usize = 32;
+
+/// The most TTL the client asks for (one day); the script still raises it to burst / rate.
+pub const MAX_TTL_MS: u64 = 86_400_000;
+/// The least TTL the client asks for.
+pub const MIN_TTL_MS: u64 = 60_000;
+
+/// How bucket keys are named. The key names the limit, never its version, so old and new numbers
+/// spend the same tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum KeyScheme {
+    /// `rl:{<limit id>}:global`: each limit in its own hash slot. Multi-limit calls work on a
+    /// standalone server or a cluster-mode-disabled replication group (ElastiCache's default); on a
+    /// cluster-mode-enabled cluster they fail with `CROSSSLOT`, so use [`KeyScheme::SharedTag`].
+    #[default]
+    PerLimit,
+    /// `rl:{<tag>}:<limit id>`: every limit under one hash tag, so any set of limits can be checked
+    /// in one call on a cluster too, at the cost of putting all of this gateway's buckets in one slot.
+    SharedTag(String),
+}
+
+impl KeyScheme {
+    pub fn key(&self, limit_id: &str) -> String {
+        match self {
+            Self::PerLimit => format!("rl:{{{limit_id}}}:global"),
+            Self::SharedTag(tag) => format!("rl:{{{tag}}}:{limit_id}"),
+        }
+    }
+}
+
+/// One bucket of a call, with the rule numbers that apply now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketCall {
+    pub key: String,
+    pub rate: f64,
+    pub burst: f64,
+    pub cost: f64,
+    /// `false` for a shadow limit: evaluated and reported, never refuses.
+    pub enforce: bool,
+}
+
+impl BucketCall {
+    /// The TTL the client asks for: twice the time a full refill takes, within
+    /// [[`MIN_TTL_MS`], [`MAX_TTL_MS`]] (the script raises it to at least burst / rate regardless).
+    /// The margin keeps a bucket alive across a cut in the rate: a bucket that expired would come
+    /// back full.
+    pub fn ttl_ms(&self) -> u64 {
+        if self.rate <= 0.0 {
+            return MAX_TTL_MS;
+        }
+        let refill_ms = (self.burst / self.rate * 2000.0).ceil();
+        if refill_ms.is_finite() && refill_ms < MAX_TTL_MS as f64 {
+            (refill_ms as u64).max(MIN_TTL_MS)
+        } else {
+            MAX_TTL_MS
+        }
+    }
+}
+
+/// A bucket's verdict in one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketVerdict {
+    /// The bucket had the tokens.
+    Admit,
+    /// Not enough tokens now; the refill will cover it.
+    Short,
+    /// The cost exceeds the burst: no wait helps.
+    CostAboveBurst,
+}
+
+/// The script's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScriptReply {
+    pub allowed: bool,
+    /// Whole seconds until the refill covers every refusing bucket; `None` when admitted or when no
+    /// wait helps.
+    pub retry_after_s: Option<u64>,
+    /// Per bucket, in call order: the verdict and the tokens left after the call.
+    pub buckets: Vec<(BucketVerdict, f64)>,
+}
+
+/// Why a call did not produce a reply.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("Redis did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("script reply does not have the expected shape: {0}")]
+    Reply(String),
+    #[error("a call checks 1 to {MAX_BUCKETS_PER_CALL} buckets, not {0}")]
+    BucketCount(usize),
+}
+
+/// The script in one Redis/Valkey server (or replication group endpoint).
+pub struct RedisBuckets {
+    client: redis::Client,
+    sha: String,
+    timeout: Duration,
+    conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    loads: AtomicU64,
+}
+
+impl RedisBuckets {
+    /// Prepares a client for `url` (`redis://host:port/`). Nothing is sent until the first call, so
+    /// a gateway can start while Redis is down.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url)?;
+        let sha = redis::Script::new(SCRIPT).get_hash().to_owned();
+        Ok(Self {
+            client,
+            sha,
+            timeout,
+            conn: tokio::sync::Mutex::new(None),
+            loads: AtomicU64::new(0),
+        })
+    }
+
+    /// How many times the script was loaded (once per connection, plus once per `NOSCRIPT`).
+    pub fn script_loads(&self) -> u64 {
+        self.loads.load(Ordering::Relaxed)
+    }
+
+    /// Runs the script on `calls`, all or nothing, within the timeout.
+    pub async fn run(&self, calls: &[BucketCall]) -> Result<ScriptReply, StoreError> {
+        if calls.is_empty() || calls.len() > MAX_BUCKETS_PER_CALL {
+            return Err(StoreError::BucketCount(calls.len()));
+        }
+        let result = tokio::time::timeout(self.timeout, self.run_unbounded(calls)).await;
+        let result = result.unwrap_or(Err(StoreError::Timeout(self.timeout)));
+        if let Err(StoreError::Timeout(_) | StoreError::Redis(_)) = &result {
+            // A half-dead connection would fail every call after it: make a new one next time.
+            *self.conn.lock().await = None;
+        }
+        let reply = result?;
+        parse_reply(&reply, calls.len())
+    }
+
+    async fn run_unbounded(&self, calls: &[BucketCall]) -> Result<redis::Value, StoreError> {
+        let mut conn = self.connection().await?;
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.sha).arg(calls.len());
+        for c in calls {
+            cmd.arg(&c.key);
+        }
+        for c in calls {
+            cmd.arg(c.rate)
+                .arg(c.burst)
+                .arg(c.cost)
+                .arg(c.ttl_ms())
+                .arg(u8::from(c.enforce));
+        }
+        match cmd.query_async(&mut conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+                tracing::info!("bucket script missing on the server (NOSCRIPT); loading it again");
+                self.load(&mut conn).await?;
+                Ok(cmd.query_async(&mut conn).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+
+    async fn connection(&self) -> Result<MultiplexedConnection, StoreError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let mut c = self.client.get_multiplexed_async_connection().await?;
+        self.load(&mut c).await?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn load(&self, conn: &mut MultiplexedConnection) -> Result<(), StoreError> {
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(SCRIPT)
+            .query_async(conn)
+            .await?;
+        self.loads.fetch_add(1, Ordering::Relaxed);
+        if sha != self.sha {
+            return Err(StoreError::Reply(format!(
+                "server hashed the script to {sha}, expected {}",
+                self.sha
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn parse_reply(v: &redis::Value, n: usize) -> Result<ScriptReply, StoreError> {
+    let redis::Value::Array(items) = v else {
+        return Err(StoreError::Reply(format!("expected an array, got {v:?}")));
+    };
+    if items.len() != 2 + 2 * n {
+        return Err(StoreError::Reply(format!(
+            "expected {} items, got {}",
+            2 + 2 * n,
+            items.len()
+        )));
+    }
+    let allowed = int(&items[0])? == 1;
+    let retry = int(&items[1])?;
+    let retry_after_s = u64::try_from(retry).ok();
+    let mut buckets = Vec::with_capacity(n);
+    for pair in items[2..].chunks_exact(2) {
+        let verdict = match int(&pair[0])? {
+            0 => BucketVerdict::Admit,
+            1 => BucketVerdict::Short,
+            2 => BucketVerdict::CostAboveBurst,
+            x => return Err(StoreError::Reply(format!("unknown verdict {x}"))),
+        };
+        let tokens = match &pair[1] {
+            redis::Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()),
+            _ => None,
+        };
+        let tokens =
+            tokens.ok_or_else(|| StoreError::Reply(format!("bad tokens {:?}", pair[1])))?;
+        buckets.push((verdict, tokens));
+    }
+    Ok(ScriptReply {
+        allowed,
+        retry_after_s,
+        buckets,
+    })
+}
+
+fn int(v: &redis::Value) -> Result<i64, StoreError> {
+    match v {
+        redis::Value::Int(i) => Ok(*i),
+        other => Err(StoreError::Reply(format!(
+            "expected an integer, got {other:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_the_limit_never_its_version() {
+        assert_eq!(KeyScheme::PerLimit.key("k-big"), "rl:{k-big}:global");
+        assert_eq!(
+            KeyScheme::SharedTag("gw".into()).key("k-big"),
+            "rl:{gw}:k-big"
+        );
+    }
+
+    #[test]
+    fn ttl_covers_a_full_refill() {
+        let call = |rate, burst| BucketCall {
+            key: String::new(),
+            rate,
+            burst,
+            cost: 1.0,
+            enforce: true,
+        };
+        assert_eq!(call(0.01, 20.0).ttl_ms(), 4_000_000);
+        assert_eq!(call(10_000.0, 20_000.0).ttl_ms(), MIN_TTL_MS);
+        assert_eq!(call(0.0, 0.0).ttl_ms(), MAX_TTL_MS);
+        assert_eq!(call(1e-9, 1e12).ttl_ms(), MAX_TTL_MS);
+    }
+
+    #[test]
+    fn replies_of_the_wrong_shape_are_errors() {
+        use redis::Value::{Array, BulkString, Int};
+        let ok = Array(vec![Int(0), Int(3), Int(1), BulkString(b"0.5".to_vec())]);
+        let reply = parse_reply(&ok, 1).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(reply.retry_after_s, Some(3));
+        assert_eq!(reply.buckets, [(BucketVerdict::Short, 0.5)]);
+        assert!(parse_reply(&ok, 2).is_err());
+        assert!(parse_reply(&Int(1), 1).is_err());
+        let bad = Array(vec![Int(1), Int(-1), Int(7), BulkString(b"1".to_vec())]);
+        assert!(parse_reply(&bad, 1).is_err());
+    }
+}
