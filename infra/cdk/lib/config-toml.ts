@@ -1,0 +1,74 @@
+/**
+ * The daemon's config file (crates/shareplane/src/config.rs), rendered from the settings. The
+ * infrastructure owns the keys that say where and when the daemon runs (`region`, `table`,
+ * `metrics_namespace`, `listen`, `period_ms`, `phase_ms`, `[[regions]]` with each Region's
+ * Route 53 health check id); the rest is the operator's, passed through from `daemon` and
+ * `limits` in the settings. The API token is not here: it comes from Secrets Manager as
+ * SHAREPLANE_API_TOKEN.
+ *
+ * The same text is rendered by the Terraform module (terraform/modules/region/config.toml.tftpl);
+ * keep the two in step.
+ */
+import { LimitSettings, TomlValue } from './settings';
+
+export interface ConfigInput {
+  readonly region: string;
+  readonly tableName: string;
+  /** The address the daemon listens on inside its task. */
+  readonly listen: string;
+  readonly periodMs: number;
+  /** When in each period this Region rebalances (Regions are staggered). */
+  readonly phaseMs: number;
+  readonly metricNamespace: string;
+  /** Every Region in deployment order with its health check id (a CDK token is fine). */
+  readonly regions: readonly { readonly name: string; readonly healthCheckId: string }[];
+  readonly limits: readonly LimitSettings[];
+  readonly daemon: Readonly<Record<string, TomlValue>>;
+}
+
+/** SSM standard parameters hold at most 4 KiB; the advanced tier holds 8 KiB. */
+export const STANDARD_PARAMETER_LIMIT_BYTES = 4096;
+
+/** Region i of n rebalances at i/n of the period, so that no two Regions decide at the same instant. */
+export function phaseMs(index: number, regionCount: number, periodMs: number): number {
+  return Math.floor((index * periodMs) / regionCount);
+}
+
+export function renderConfigToml(c: ConfigInput): string {
+  const lines = [
+    '# Written by the shareplane infrastructure (infra/). Edit the deployment settings, not this text.',
+    `region = ${tomlValue(c.region)}`,
+    `table = ${tomlValue(c.tableName)}`,
+    `metrics_namespace = ${tomlValue(c.metricNamespace)}`,
+    `listen = ${tomlValue(c.listen)}`,
+    `period_ms = ${tomlValue(c.periodMs)}`,
+    `phase_ms = ${tomlValue(c.phaseMs)}`,
+  ];
+  for (const [k, v] of Object.entries(c.daemon)) lines.push(`${k} = ${tomlValue(v)}`);
+  for (const r of c.regions) {
+    lines.push('', '[[regions]]', `name = ${tomlValue(r.name)}`, `health_check_id = ${tomlValue(r.healthCheckId)}`);
+  }
+  for (const l of c.limits) {
+    lines.push('', '[[limits]]', `id = ${tomlValue(l.id)}`, `rate = ${tomlValue(l.rate)}`);
+    for (const [k, v] of Object.entries(l.extra)) lines.push(`${k} = ${tomlValue(v)}`);
+  }
+  return lines.join('\n') + '\n';
+}
+
+/** A TOML literal: basic strings with every control character escaped, numbers, booleans. */
+export function tomlValue(v: TomlValue): string {
+  if (typeof v === 'boolean') return v ? 'true' : 'false';
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v)) throw new Error(`TOML cannot hold ${v}`);
+    return Number.isInteger(v) && Math.abs(v) < 2 ** 53 ? v.toFixed(0) : String(v);
+  }
+  let out = '"';
+  for (const ch of v) {
+    const code = ch.codePointAt(0) ?? 0;
+    if (ch === '"' || ch === '\\') out += '\\' + ch;
+    else if (code < 0x20 || code === 0x7f) out += '\\u' + code.toString(16).padStart(4, '0');
+    else if (code >= 0xd800 && code <= 0xdfff) throw new Error('TOML strings cannot hold a lone surrogate');
+    else out += ch;
+  }
+  return out + '"';
+}

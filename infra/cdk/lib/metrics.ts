@@ -1,0 +1,24 @@
+/**
+ * The metrics the daemon publishes, defined once for the alarms and the dashboard. The daemon's
+ * own definitions must match these names and dimensions (see infra/README.md, "Metrics").
+ */
+export const METRICS = {
+  /** This Region's share of a limit (requests/s). Dimensions: Region, Limit. */
+  share: { name: 'Share', dimensions: ['Region', 'Limit'] },
+  /** Sum of every Region's share of a limit as this Region sees it. Dimensions: Region, Limit. */
+  seenSumOfShares: { name: 'SeenSumOfShares', dimensions: ['Region', 'Limit'] },
+  /** Age of the newest record seen from a peer (seconds). Dimensions: Region, Peer. */
+  peerRecordAgeSeconds: { name: 'PeerRecordAgeSeconds', dimensions: ['Region', 'Peer'] },
+  /** Peer records rejected by validation (count). Dimensions: Region. */
+  rejectedRecords: { name: 'RejectedRecords', dimensions: ['Region'] },
+  /** Rebalances decided while some peer was not fresh (count). Dimensions: Region. */
+  rebalancesWithoutFreshData: { name: 'RebalancesWithoutFreshData', dimensions: ['Region'] },
+  /** 1 when the daemon is ready (it has read the global records), else 0. Dimensions: Region. */
+  ready: { name: 'Ready', dimensions: ['Region'] },
+} as const;
+
+/** CloudWatch's smallest period for standard-resolution metrics. */
+export const ALARM_PERIOD_SECONDS = 60;
+
+/** A peer record is stale when older than this many rebalance periods (SPEC §6: 3 own rebalances). */
+export const STALE_AFTER_PERIODS = 3;

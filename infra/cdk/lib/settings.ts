@@ -1,0 +1,284 @@
+/**
+ * The deployment settings an operator chooses (cdk.json context key `shareplane`), parsed and
+ * checked before any construct is built. {@link parseSettings} reports every problem at once,
+ * naming the field, so that a typo does not cost one `cdk synth` per mistake.
+ */
+
+/** At most this many Regions: the daemon's RegionId is an index below 8. */
+export const MAX_REGIONS = 8;
+
+/** One limit as the daemon's config describes it. `id` and `rate` are also read by the alarms. */
+export interface LimitSettings {
+  /** The limit's name, e.g. "k-big": a metric dimension and part of alarm names. */
+  readonly id: string;
+  /** The global limit in requests per second; the "sum of shares" alarm fires above it. */
+  readonly rate: number;
+  /** Every other key (floor, step cap, kind, ...) is passed to the daemon's `[[limits]]` table as is. */
+  readonly extra: Readonly<Record<string, TomlValue>>;
+}
+
+export type TomlValue = string | number | boolean;
+
+export type BillingSettings =
+  | { readonly mode: 'on-demand' }
+  | {
+      readonly mode: 'provisioned';
+      readonly readMin: number;
+      readonly readMax: number;
+      readonly writeMin: number;
+      readonly writeMax: number;
+      /** Target utilisation of the autoscaling policy, in percent. */
+      readonly targetUtilizationPercent: number;
+    };
+
+export interface Settings {
+  /** The AWS account every stack deploys to. */
+  readonly account: string;
+  /** Region names; the first is the home Region, which holds the global stack. */
+  readonly regions: readonly string[];
+  readonly tableName: string;
+  readonly billing: BillingSettings;
+  /** CloudWatch namespace the daemon publishes to; the task role may put metrics only here. */
+  readonly metricNamespace: string;
+  /** The public hosted zone that holds every Region's endpoint name. */
+  readonly hostedZoneId: string;
+  readonly hostedZoneName: string;
+  /** Endpoint of Region r: `<r>.<endpointSubdomain>.<hostedZoneName>`. */
+  readonly endpointSubdomain: string;
+  /** A container image URI (same tag in every Region); empty: build infra/Dockerfile as a CDK asset. */
+  readonly imageUri: string;
+  readonly desiredCount: number;
+  readonly cpu: number;
+  readonly memoryMiB: number;
+  readonly natGateways: number;
+  readonly logRetentionDays: number;
+  /**
+   * The daemon's rebalance period (`period_ms` in its config); Region i of n rebalances at phase
+   * i/n of it. A peer record older than 3 periods raises the stale alarm.
+   */
+  readonly periodSeconds: number;
+  /** Optional address subscribed to every Region's alarm topic. */
+  readonly alarmEmail: string;
+  readonly limits: readonly LimitSettings[];
+  /** Extra top-level keys of the daemon's config (policy, fence), passed as is. */
+  readonly daemon: Readonly<Record<string, TomlValue>>;
+}
+
+/** Every problem found in the settings, one line each, naming the field. */
+export class SettingsError extends Error {
+  constructor(readonly problems: readonly string[]) {
+    super(`invalid shareplane settings:\n  - ${problems.join('\n  - ')}`);
+    this.name = 'SettingsError';
+  }
+}
+
+const REGION_RE = /^[a-z]{2}(-gov)?-[a-z]+-\d$/;
+const ACCOUNT_RE = /^\d{12}$/;
+const TABLE_RE = /^[A-Za-z0-9_.-]{3,255}$/;
+const NAMESPACE_RE = /^[A-Za-z0-9 ._/#:-]{1,255}$/;
+const ID_RE = /^[A-Za-z0-9_-]{1,64}$/;
+const TOML_KEY_RE = /^[A-Za-z0-9_-]{1,64}$/;
+const DNS_LABELS_RE = /^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+const ZONE_ID_RE = /^Z[A-Z0-9]{1,31}$/;
+const EMAIL_RE = /^[^@\s]+@[^@\s]+\.[^@\s]+$/;
+/**
+ * Keys the infrastructure writes itself (see config-toml.ts), keys that must not sit in a plain
+ * parameter (`api_token` comes from Secrets Manager) and keys that make no sense on AWS.
+ */
+const RESERVED_KEYS = [
+  'region', 'table', 'metrics_namespace', 'listen', 'period_ms', 'phase_ms', 'regions', 'limits',
+  'api_token', 'store', 'aws_endpoint', 'replica_id',
+];
+/** Fargate's valid (cpu, memory) pairs for the sizes a daemon can sensibly use. */
+const FARGATE_MEMORY: Readonly<Record<number, readonly number[]>> = {
+  256: [512, 1024, 2048],
+  512: [1024, 2048, 3072, 4096],
+  1024: [2048, 3072, 4096, 5120, 6144, 7168, 8192],
+};
+/** CloudWatch Logs' allowed retention values, in days. */
+const RETENTION_DAYS = [1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653];
+
+/**
+ * Parses the raw context value (an object from cdk.json, or a JSON string from `--context`).
+ * Throws {@link SettingsError} listing every problem.
+ */
+export function parseSettings(raw: unknown): Settings {
+  const p = new Problems();
+  let value = raw;
+  if (typeof value === 'string') {
+    try {
+      value = JSON.parse(value);
+    } catch (e) {
+      throw new SettingsError([`shareplane: not valid JSON: ${(e as Error).message}`]);
+    }
+  }
+  if (!isRecord(value)) {
+    throw new SettingsError(['shareplane: missing; set the context key "shareplane" in cdk.json']);
+  }
+  const known = [
+    'account', 'regions', 'tableName', 'billing', 'metricNamespace', 'hostedZoneId', 'hostedZoneName',
+    'endpointSubdomain', 'imageUri', 'desiredCount', 'cpu', 'memoryMiB', 'natGateways', 'logRetentionDays',
+    'periodSeconds', 'alarmEmail', 'limits', 'daemon',
+  ];
+  p.unknownKeys('shareplane', value, known);
+  const s = {
+    account: p.str(value, 'account', undefined, ACCOUNT_RE, 'twelve digits'),
+    regions: parseRegions(p, value.regions),
+    tableName: p.str(value, 'tableName', 'shareplane-records', TABLE_RE, '3-255 of A-Z a-z 0-9 _ . -'),
+    billing: parseBilling(p, value.billing),
+    metricNamespace: p.str(value, 'metricNamespace', 'Shareplane', NAMESPACE_RE, 'a CloudWatch namespace'),
+    hostedZoneId: p.str(value, 'hostedZoneId', undefined, ZONE_ID_RE, 'a Route 53 hosted zone id'),
+    hostedZoneName: p.str(value, 'hostedZoneName', undefined, DNS_LABELS_RE, 'a lower-case DNS name without trailing dot'),
+    endpointSubdomain: p.str(value, 'endpointSubdomain', 'shareplane', DNS_LABELS_RE, 'lower-case DNS labels'),
+    imageUri: p.str(value, 'imageUri', '', /^(|[a-z0-9.:/_@-]{1,512})$/, 'an image URI or empty'),
+    desiredCount: p.int(value, 'desiredCount', 2, 1, 10),
+    cpu: p.int(value, 'cpu', 256, 256, 1024),
+    memoryMiB: p.int(value, 'memoryMiB', 512, 512, 8192),
+    natGateways: p.int(value, 'natGateways', 1, 1, 2),
+    logRetentionDays: p.int(value, 'logRetentionDays', 365, 1, 3653),
+    periodSeconds: p.int(value, 'periodSeconds', 5, 1, 300),
+    alarmEmail: p.str(value, 'alarmEmail', '', /^(|[^@\s]+@[^@\s]+\.[^@\s]+)$/, 'an e-mail address or empty'),
+    limits: parseLimits(p, value.limits),
+    daemon: parseDaemon(p, value.daemon),
+  };
+  if (!(FARGATE_MEMORY[s.cpu] ?? []).includes(s.memoryMiB)) {
+    p.add(`cpu/memoryMiB: ${s.cpu}/${s.memoryMiB} is not a Fargate size (cpu 256, 512 or 1024 with matching memory)`);
+  }
+  if (!RETENTION_DAYS.includes(s.logRetentionDays)) {
+    p.add(`logRetentionDays: ${s.logRetentionDays} is not one of CloudWatch Logs' values (${RETENTION_DAYS.join(', ')})`);
+  }
+  if (s.alarmEmail !== '' && !EMAIL_RE.test(s.alarmEmail)) p.add('alarmEmail: not an e-mail address');
+  p.throwIfAny();
+  return s;
+}
+
+function parseRegions(p: Problems, raw: unknown): string[] {
+  if (!Array.isArray(raw) || raw.length < 2 || raw.length > MAX_REGIONS) {
+    p.add(`regions: expected a list of 2 to ${MAX_REGIONS} Region names`);
+    return [];
+  }
+  const seen = new Set<string>();
+  raw.forEach((r, i) => {
+    if (typeof r !== 'string' || !REGION_RE.test(r)) p.add(`regions[${i}]: ${JSON.stringify(r)} is not a Region name`);
+    else if (seen.has(r)) p.add(`regions[${i}]: ${r} is listed twice`);
+    else seen.add(r);
+  });
+  return raw.filter((r): r is string => typeof r === 'string');
+}
+
+function parseBilling(p: Problems, raw: unknown): BillingSettings {
+  if (raw === undefined) return { mode: 'on-demand' };
+  if (!isRecord(raw)) {
+    p.add('billing: expected an object with "mode"');
+    return { mode: 'on-demand' };
+  }
+  if (raw.mode === 'on-demand') {
+    p.unknownKeys('billing', raw, ['mode']);
+    return { mode: 'on-demand' };
+  }
+  if (raw.mode !== 'provisioned') {
+    p.add('billing.mode: expected "on-demand" or "provisioned"');
+    return { mode: 'on-demand' };
+  }
+  p.unknownKeys('billing', raw, ['mode', 'readMin', 'readMax', 'writeMin', 'writeMax', 'targetUtilizationPercent']);
+  const b = {
+    mode: 'provisioned' as const,
+    readMin: p.int(raw, 'readMin', 5, 1, 40000, 'billing.'),
+    readMax: p.int(raw, 'readMax', 50, 1, 40000, 'billing.'),
+    writeMin: p.int(raw, 'writeMin', 5, 1, 40000, 'billing.'),
+    writeMax: p.int(raw, 'writeMax', 50, 1, 40000, 'billing.'),
+    targetUtilizationPercent: p.int(raw, 'targetUtilizationPercent', 70, 20, 90, 'billing.'),
+  };
+  if (b.readMin > b.readMax) p.add('billing: readMin is above readMax');
+  if (b.writeMin > b.writeMax) p.add('billing: writeMin is above writeMax');
+  return b;
+}
+
+function parseLimits(p: Problems, raw: unknown): LimitSettings[] {
+  if (!Array.isArray(raw) || raw.length < 1 || raw.length > 64) {
+    p.add('limits: expected a list of 1 to 64 limits, each with at least "id" and "rate"');
+    return [];
+  }
+  const ids = new Set<string>();
+  return raw.flatMap((l, i) => {
+    const at = `limits[${i}]`;
+    if (!isRecord(l)) {
+      p.add(`${at}: expected an object`);
+      return [];
+    }
+    const id = p.str(l, 'id', undefined, ID_RE, '1-64 of A-Z a-z 0-9 _ -', `${at}.`);
+    if (ids.has(id)) p.add(`${at}.id: ${id} is used twice`);
+    ids.add(id);
+    const rate = l.rate;
+    if (typeof rate !== 'number' || !Number.isFinite(rate) || rate <= 0 || rate > 1e9) {
+      p.add(`${at}.rate: expected a number of requests per second in (0, 1e9]`);
+    }
+    const extra: Record<string, TomlValue> = {};
+    for (const [k, v] of Object.entries(l)) {
+      if (k === 'id' || k === 'rate') continue;
+      if (!TOML_KEY_RE.test(k)) p.add(`${at}.${k}: keys must be 1-64 of A-Z a-z 0-9 _ -`);
+      else if (isTomlValue(v)) extra[k] = v;
+      else p.add(`${at}.${k}: expected a string, a finite number or a boolean`);
+    }
+    return [{ id, rate: typeof rate === 'number' ? rate : 0, extra }];
+  });
+}
+
+function parseDaemon(p: Problems, raw: unknown): Record<string, TomlValue> {
+  if (raw === undefined) return {};
+  if (!isRecord(raw)) {
+    p.add('daemon: expected an object of extra top-level config keys');
+    return {};
+  }
+  const out: Record<string, TomlValue> = {};
+  for (const [k, v] of Object.entries(raw)) {
+    if (RESERVED_KEYS.includes(k)) p.add(`daemon.${k}: set by the infrastructure; remove it`);
+    else if (!TOML_KEY_RE.test(k)) p.add(`daemon.${k}: keys must be 1-64 of A-Z a-z 0-9 _ -`);
+    else if (isTomlValue(v)) out[k] = v;
+    else p.add(`daemon.${k}: expected a string, a finite number or a boolean`);
+  }
+  return out;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function isTomlValue(v: unknown): v is TomlValue {
+  return typeof v === 'string' || typeof v === 'boolean' || (typeof v === 'number' && Number.isFinite(v));
+}
+
+/** Collects problems; the typed getters return a placeholder after recording one. */
+class Problems {
+  private readonly list: string[] = [];
+
+  add(problem: string): void {
+    this.list.push(problem);
+  }
+
+  throwIfAny(): void {
+    if (this.list.length > 0) throw new SettingsError(this.list);
+  }
+
+  unknownKeys(at: string, obj: Record<string, unknown>, known: readonly string[]): void {
+    for (const k of Object.keys(obj)) if (!known.includes(k)) this.add(`${at}.${k}: unknown setting`);
+  }
+
+  str(obj: Record<string, unknown>, key: string, dflt: string | undefined, re: RegExp, what: string, at = ''): string {
+    const v = obj[key] ?? dflt;
+    if (typeof v !== 'string' || !re.test(v)) {
+      this.add(`${at}${key}: expected ${what}, got ${JSON.stringify(v)}`);
+      return '';
+    }
+    return v;
+  }
+
+  int(obj: Record<string, unknown>, key: string, dflt: number, min: number, max: number, at = ''): number {
+    const v = obj[key] ?? dflt;
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+      this.add(`${at}${key}: expected an integer in [${min}, ${max}], got ${JSON.stringify(v)}`);
+      return min;
+    }
+    return v;
+  }
+}

@@ -1,0 +1,251 @@
+import { test } from 'node:test';
+import * as assert from 'node:assert/strict';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import { build, only } from './fixture';
+
+const built = build();
+const REGION = 'eu-west-1';
+const t = built.regions.get(REGION) as Template;
+
+/** The task role's logical id and its single inline policy's statements. */
+function taskRole(tpl: Template): { id: string; statements: any[]; props: any } {
+  const task = only(tpl, 'AWS::ECS::TaskDefinition').props;
+  const id = task.TaskRoleArn['Fn::GetAtt'][0] as string;
+  const props = tpl.toJSON().Resources[id].Properties;
+  assert.equal(props.Policies.length, 1, 'one inline policy');
+  return { id, statements: props.Policies[0].PolicyDocument.Statement, props };
+}
+
+test('one stack per Region, each in its Region and deployed after the global stack', () => {
+  assert.deepEqual([...built.deployment.regions.keys()], built.settings.regions);
+  for (const [region, stack] of built.deployment.regions) {
+    assert.equal(stack.region, region);
+    assert.ok(stack.dependencies.includes(built.deployment.global), `${region} depends on the global stack`);
+  }
+});
+
+test('the task role: read the table, write own-Region items only, read metrics, put only in the namespace', () => {
+  for (const [region, tpl] of built.regions) {
+    const { statements } = taskRole(tpl);
+    const arn = {
+      'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, `:dynamodb:${region}:123456789012:table/shareplane-records`]],
+    };
+    assert.deepEqual(statements, [
+      {
+        Sid: 'ReadAllRegionsRecords',
+        Effect: 'Allow',
+        Action: ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:BatchGetItem', 'dynamodb:Scan'],
+        Resource: arn,
+      },
+      {
+        Sid: 'WriteOwnRegionItemsOnly',
+        Effect: 'Allow',
+        Action: ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+        Resource: arn,
+        Condition: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': [region] } },
+      },
+      {
+        Sid: 'ReadHealthCheckMetrics',
+        Effect: 'Allow',
+        Action: ['cloudwatch:GetMetricData', 'cloudwatch:GetMetricStatistics'],
+        Resource: '*',
+      },
+      {
+        Sid: 'PutMetricsInOwnNamespaceOnly',
+        Effect: 'Allow',
+        Action: 'cloudwatch:PutMetricData',
+        Resource: '*',
+        Condition: { StringEquals: { 'cloudwatch:namespace': 'Shareplane' } },
+      },
+    ], `task role of ${region}`);
+  }
+});
+
+test('nothing else grants the task role anything', () => {
+  const { id, props } = taskRole(t);
+  assert.equal(props.ManagedPolicyArns, undefined);
+  for (const [pid, p] of Object.entries(t.findResources('AWS::IAM::Policy')) as [string, any][]) {
+    assert.ok(!JSON.stringify(p.Properties.Roles).includes(id), `${pid} is attached to the task role`);
+  }
+  const keyPolicy = JSON.stringify(only(t, 'AWS::KMS::Key').props.KeyPolicy);
+  assert.ok(!keyPolicy.includes(id), 'the key policy does not name the task role');
+});
+
+test('the namespace in the PutMetricData condition follows the settings', () => {
+  const other = build((raw) => (raw.metricNamespace = 'Acme/Shareplane'));
+  const { statements } = taskRole(other.regions.get(REGION) as Template);
+  const put = statements.find((s) => s.Sid === 'PutMetricsInOwnNamespaceOnly');
+  assert.deepEqual(put.Condition, { StringEquals: { 'cloudwatch:namespace': 'Acme/Shareplane' } });
+});
+
+test('the daemon runs as a Fargate service of two tasks in private subnets behind the load balancer', () => {
+  const svc = only(t, 'AWS::ECS::Service').props;
+  assert.equal(svc.LaunchType, 'FARGATE');
+  assert.equal(svc.DesiredCount, 2);
+  assert.equal(svc.NetworkConfiguration.AwsvpcConfiguration.AssignPublicIp, 'DISABLED');
+  assert.deepEqual(svc.DeploymentConfiguration.DeploymentCircuitBreaker, { Enable: true, Rollback: true });
+  assert.equal(svc.DeploymentConfiguration.MinimumHealthyPercent, 100);
+  assert.deepEqual(svc.LoadBalancers.map((l: any) => [l.ContainerName, l.ContainerPort]), [['shareplane', 8080]]);
+  t.hasResourceProperties('AWS::ECS::Cluster', {
+    ClusterSettings: [{ Name: 'containerInsights', Value: 'enabled' }],
+  });
+});
+
+test('the container: config from the SSM parameter, API token from Secrets Manager, logs to CloudWatch', () => {
+  const task = only(t, 'AWS::ECS::TaskDefinition').props;
+  assert.deepEqual(task.RequiresCompatibilities, ['FARGATE']);
+  assert.equal(task.ContainerDefinitions.length, 1);
+  const c = task.ContainerDefinitions[0];
+  assert.deepEqual(c.Command, ['run']);
+  assert.equal(c.ReadonlyRootFilesystem, true);
+  assert.deepEqual(c.PortMappings, [{ ContainerPort: 8080, Protocol: 'tcp' }]);
+  assert.deepEqual(c.Secrets.map((s: any) => s.Name), ['SHAREPLANE_CONFIG_TOML', 'SHAREPLANE_API_TOKEN']);
+  const param = only(t, 'AWS::SSM::Parameter');
+  assert.ok(JSON.stringify(c.Secrets[0].ValueFrom).includes(param.id));
+  assert.deepEqual(c.Secrets[1].ValueFrom, { Ref: only(t, 'AWS::SecretsManager::Secret').id });
+  assert.equal(c.LogConfiguration.LogDriver, 'awslogs');
+  const logs = Object.entries(t.findResources('AWS::Logs::LogGroup')).find(([id]) => id === c.LogConfiguration.Options['awslogs-group'].Ref);
+  assert.ok(logs, 'the log driver writes to the stack log group');
+  assert.equal((logs[1] as any).Properties.RetentionInDays, 365);
+  assert.ok((logs[1] as any).Properties.KmsKeyId, 'logs are encrypted with the stack key');
+  assert.match(c.Environment.find((e: any) => e.Name === 'SHAREPLANE_CONFIG_DIGEST').Value, /^[0-9a-f]{64}$/);
+});
+
+test('the config parameter holds this Region, every Region health check id and the limits', () => {
+  const value = only(t, 'AWS::SSM::Parameter').props.Value;
+  const parts: any[] = value['Fn::Join'][1];
+  const text = parts.map((p) => (typeof p === 'string' ? p : '<id>')).join('');
+  assert.match(text, /^region = "eu-west-1"$/m);
+  assert.match(text, /^table = "shareplane-records"$/m);
+  assert.match(text, /^metrics_namespace = "Shareplane"$/m);
+  assert.match(text, /^listen = "0\.0\.0\.0:8080"$/m);
+  assert.match(text, /^phase_ms = 1666$/m);
+  for (const r of built.settings.regions) {
+    assert.ok(text.includes(`[[regions]]\nname = "${r}"\nhealth_check_id = "<id>"`), `health check of ${r}`);
+  }
+  const reads = parts.filter((p) => typeof p !== 'string');
+  assert.equal(reads.length, 3);
+  for (const p of reads) assert.equal(p['Fn::GetAtt'][0].startsWith('ExportsReader'), true, 'read from the cross-Region exports');
+  assert.ok(text.includes('[[limits]]\nid = "k-big"\nrate = 10000\n'));
+  assert.ok(!/api_token/.test(text), 'no secret in the parameter');
+});
+
+test('the home Region imports the health check ids as plain CloudFormation exports', () => {
+  const home = built.regions.get('us-east-1') as Template;
+  const parts: any[] = only(home, 'AWS::SSM::Parameter').props.Value['Fn::Join'][1];
+  const reads = parts.filter((p) => typeof p !== 'string');
+  assert.equal(reads.length, 3);
+  for (const p of reads) assert.ok(p['Fn::ImportValue'], JSON.stringify(p));
+});
+
+test('the public endpoint: HTTPS only, health paths only, alias record, DNS-validated certificate', () => {
+  const lb = only(t, 'AWS::ElasticLoadBalancingV2::LoadBalancer').props;
+  assert.equal(lb.Scheme, 'internet-facing');
+  const listener = only(t, 'AWS::ElasticLoadBalancingV2::Listener').props;
+  assert.equal(listener.Protocol, 'HTTPS');
+  assert.equal(listener.Port, 443);
+  assert.equal(listener.DefaultActions[0].Type, 'fixed-response');
+  const rule = only(t, 'AWS::ElasticLoadBalancingV2::ListenerRule').props;
+  assert.deepEqual(rule.Conditions, [{ Field: 'path-pattern', PathPatternConfig: { Values: ['/readyz', '/healthz'] } }]);
+  t.hasResourceProperties('AWS::ElasticLoadBalancingV2::TargetGroup', {
+    Port: 8080, Protocol: 'HTTP', TargetType: 'ip', HealthCheckPath: '/readyz',
+  });
+  t.hasResourceProperties('AWS::CertificateManager::Certificate', {
+    DomainName: 'eu-west-1.shareplane.example.com',
+    ValidationMethod: 'DNS',
+    DomainValidationOptions: [{ DomainName: 'eu-west-1.shareplane.example.com', HostedZoneId: 'Z0123456789EXAMPLE' }],
+  });
+  t.hasResourceProperties('AWS::Route53::RecordSet', {
+    Name: 'eu-west-1.shareplane.example.com.', Type: 'A', HostedZoneId: 'Z0123456789EXAMPLE',
+    AliasTarget: Match.objectLike({ DNSName: Match.anyValue() }),
+  });
+});
+
+test('security groups: the load balancer takes HTTPS; the tasks take only the load balancer', () => {
+  const groups = t.findResources('AWS::EC2::SecurityGroup');
+  const ingress = Object.values(groups).flatMap((g: any) => g.Properties.SecurityGroupIngress ?? []);
+  assert.deepEqual(ingress.map((i: any) => [i.CidrIp, i.FromPort, i.ToPort]), [['0.0.0.0/0', 443, 443]]);
+  const taskIngress = Object.values(t.findResources('AWS::EC2::SecurityGroupIngress')).map((r: any) => r.Properties);
+  assert.equal(taskIngress.length, 1);
+  assert.equal(taskIngress[0].FromPort, 8080);
+  assert.ok(taskIngress[0].SourceSecurityGroupId, 'from the load balancer group only');
+});
+
+/** Alarm name (without the `shareplane-<region>-` prefix) → properties. */
+function alarms(tpl: Template, region: string): Map<string, any> {
+  const prefix = `shareplane-${region}-`;
+  const out = new Map<string, any>();
+  for (const a of Object.values(tpl.findResources('AWS::CloudWatch::Alarm')) as any[]) {
+    assert.ok(a.Properties.AlarmName.startsWith(prefix));
+    out.set(a.Properties.AlarmName.slice(prefix.length), a.Properties);
+  }
+  return out;
+}
+
+test('alarms: stale peer records, sum of shares above the limit, rejected records, no fresh data, not ready', () => {
+  const a = alarms(t, REGION);
+  assert.deepEqual([...a.keys()].sort(), [
+    'NotReady', 'RebalancesWithoutFreshData', 'RecordStale-ap-southeast-2', 'RecordStale-us-east-1',
+    'RejectedRecords', 'SumOfSharesAboveLimit-k-big',
+  ]);
+  const expect = (name: string, metric: string, dims: Record<string, string>, stat: string, op: string, threshold: number, missing: string) => {
+    const p = a.get(name);
+    assert.equal(p.Namespace, 'Shareplane', name);
+    assert.equal(p.MetricName, metric, name);
+    const got = Object.fromEntries(p.Dimensions.map((d: any) => [d.Name, d.Value]));
+    assert.deepEqual(got, { Region: REGION, ...dims }, name);
+    assert.equal(p.Statistic, stat, name);
+    assert.equal(p.ComparisonOperator, op, name);
+    assert.equal(p.Threshold, threshold, name);
+    assert.equal(p.TreatMissingData, missing, name);
+    assert.equal(p.Period, 60, name);
+    assert.deepEqual(p.AlarmActions, [{ Ref: only(t, 'AWS::SNS::Topic').id }], name);
+  };
+  expect('RecordStale-us-east-1', 'PeerRecordAgeSeconds', { Peer: 'us-east-1' }, 'Maximum', 'GreaterThanThreshold', 15, 'notBreaching');
+  expect('RecordStale-ap-southeast-2', 'PeerRecordAgeSeconds', { Peer: 'ap-southeast-2' }, 'Maximum', 'GreaterThanThreshold', 15, 'notBreaching');
+  expect('SumOfSharesAboveLimit-k-big', 'SeenSumOfShares', { Limit: 'k-big' }, 'Maximum', 'GreaterThanThreshold', 10000, 'notBreaching');
+  expect('RejectedRecords', 'RejectedRecords', {}, 'Sum', 'GreaterThanThreshold', 0, 'notBreaching');
+  expect('RebalancesWithoutFreshData', 'RebalancesWithoutFreshData', {}, 'Sum', 'GreaterThanThreshold', 0, 'notBreaching');
+  expect('NotReady', 'Ready', {}, 'Minimum', 'LessThanThreshold', 1, 'breaching');
+});
+
+test('the stale threshold is three rebalance periods', () => {
+  const slow = build((raw) => (raw.periodSeconds = 10));
+  assert.equal(alarms(slow.regions.get(REGION) as Template, REGION).get('RecordStale-us-east-1').Threshold, 30);
+});
+
+test('the alarm topic is encrypted and an e-mail address, when given, is subscribed', () => {
+  assert.ok(only(t, 'AWS::SNS::Topic').props.KmsMasterKeyId);
+  t.resourceCountIs('AWS::SNS::Subscription', 0);
+  const mailed = build((raw) => (raw.alarmEmail = 'oncall@example.com'));
+  (mailed.regions.get(REGION) as Template).hasResourceProperties('AWS::SNS::Subscription', {
+    Protocol: 'email', Endpoint: 'oncall@example.com',
+  });
+});
+
+test('an image URI replaces the Docker asset', () => {
+  const uri = '123456789012.dkr.ecr.eu-west-1.amazonaws.com/shareplane:1.0.0';
+  const pinned = build((raw) => (raw.imageUri = uri));
+  const c = only(pinned.regions.get(REGION) as Template, 'AWS::ECS::TaskDefinition').props.ContainerDefinitions[0];
+  assert.equal(c.Image, uri);
+  const asset = only(t, 'AWS::ECS::TaskDefinition').props.ContainerDefinitions[0].Image;
+  assert.match(JSON.stringify(asset), /container-assets/);
+});
+
+test('the only Lambda functions are CDK deploy-time providers, each with its checkov skips justified', () => {
+  for (const tpl of [built.global, ...built.regions.values()]) {
+    for (const [id, fn] of Object.entries(tpl.findResources('AWS::Lambda::Function')) as [string, any][]) {
+      assert.match(id, /^CustomCrossRegionExport(Reader|Writer)CustomResourceProvider/);
+      const skips = fn.Metadata.checkov.skip;
+      assert.deepEqual(skips.map((s: any) => s.id), ['CKV_AWS_115', 'CKV_AWS_116', 'CKV_AWS_117', 'CKV_AWS_173']);
+      for (const s of skips) assert.ok(s.comment.length > 20, 'each skip says why');
+    }
+  }
+});
+
+test('VPC flow logs go to an encrypted log group', () => {
+  t.hasResourceProperties('AWS::EC2::FlowLog', { ResourceType: 'VPC', TrafficType: 'ALL', LogDestinationType: 'cloud-watch-logs' });
+  const groups = Object.values(t.findResources('AWS::Logs::LogGroup')).map((g: any) => g.Properties);
+  assert.equal(groups.length, 2);
+  for (const g of groups) assert.ok(g.KmsKeyId && g.RetentionInDays === 365, g.LogGroupName);
+});

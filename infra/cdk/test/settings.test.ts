@@ -1,0 +1,90 @@
+import { test } from 'node:test';
+import * as assert from 'node:assert/strict';
+import { parseSettings, SettingsError } from '../lib/settings';
+import { phaseMs, renderConfigToml, tomlValue } from '../lib/config-toml';
+import { rawSettings } from './fixture';
+
+function problems(change: (raw: Record<string, any>) => void): string[] {
+  const raw = rawSettings();
+  change(raw);
+  try {
+    parseSettings(raw);
+  } catch (e) {
+    assert.ok(e instanceof SettingsError, `unexpected ${e}`);
+    return [...e.problems];
+  }
+  return [];
+}
+
+test('the example settings in cdk.json parse, with defaults filled in', () => {
+  const s = parseSettings(rawSettings());
+  assert.deepEqual(s.regions, ['us-east-1', 'eu-west-1', 'ap-southeast-2']);
+  assert.equal(s.metricNamespace, 'Shareplane');
+  assert.equal(s.desiredCount, 2);
+  assert.deepEqual(s.billing, { mode: 'on-demand' });
+  assert.deepEqual(s.limits[0].extra, { floor: 500, step_cap: 1000, burst_s: 2, kind: 'capacity' });
+});
+
+test('a JSON string (as given with --context) parses like the object', () => {
+  assert.deepEqual(parseSettings(JSON.stringify(rawSettings())), parseSettings(rawSettings()));
+});
+
+test('every problem is reported at once, naming its field', () => {
+  const found = problems((r) => {
+    r.account = '12';
+    r.regions = ['us-east-1', 'us-east-1', 'mars-1'];
+    r.cpu = 512;
+    r.memoryMiB = 512;
+    r.limits = [{ id: 'a', rate: -1 }, { id: 'a', rate: 1, nested: { no: 1 } }];
+    r.daemon = { api_token: 'x', table: 't', policy: 'freeze' };
+    r.colour = 'blue';
+    r.billing = { mode: 'provisioned', readMin: 10, readMax: 5 };
+  });
+  const expected = [
+    /^account:/, /^regions\[1\]: us-east-1 is listed twice/, /^regions\[2\]:/, /^cpu\/memoryMiB:/,
+    /^limits\[0\]\.rate:/, /^limits\[1\]\.id: a is used twice/, /^limits\[1\]\.nested:/,
+    /^daemon\.api_token: set by the infrastructure/, /^daemon\.table:/, /^shareplane\.colour: unknown/,
+    /^billing: readMin is above readMax/,
+  ];
+  for (const re of expected) assert.ok(found.some((p) => re.test(p)), `no problem matching ${re} in:\n${found.join('\n')}`);
+  assert.equal(found.length, expected.length, found.join('\n'));
+});
+
+test('one Region is not a multi-Region deployment; more than 8 do not fit the daemon', () => {
+  assert.match(problems((r) => (r.regions = ['us-east-1'])).join(), /regions: expected a list of 2 to 8/);
+  const nine = ['us-east-1', 'us-east-2', 'us-west-1', 'us-west-2', 'eu-west-1', 'eu-west-2', 'eu-west-3', 'eu-north-1', 'ap-south-1'];
+  assert.match(problems((r) => (r.regions = nine)).join(), /regions: expected a list of 2 to 8/);
+});
+
+test('TOML values are quoted and escaped', () => {
+  assert.equal(tomlValue('a"b\\c\n\u0001'), '"a\\"b\\\\c\\u000a\\u0001"');
+  assert.equal(tomlValue(10000), '10000');
+  assert.equal(tomlValue(0.25), '0.25');
+  assert.equal(tomlValue(true), 'true');
+  assert.throws(() => tomlValue(Number.NaN));
+  assert.throws(() => tomlValue('\ud800'));
+});
+
+test('Regions rebalance at staggered phases', () => {
+  assert.deepEqual([0, 1, 2].map((i) => phaseMs(i, 3, 5000)), [0, 1666, 3333]);
+});
+
+test('the rendered config names every Region with its health check, then the limits', () => {
+  const s = parseSettings(rawSettings());
+  const text = renderConfigToml({
+    region: 'eu-west-1', tableName: 't', metricNamespace: 'Shareplane', listen: '0.0.0.0:8080',
+    periodMs: 5000, phaseMs: 1666,
+    regions: s.regions.map((name, i) => ({ name, healthCheckId: `hc-${i}` })),
+    limits: s.limits, daemon: { policy: 'two-signals' },
+  });
+  assert.equal(text, [
+    '# Written by the shareplane infrastructure (infra/). Edit the deployment settings, not this text.',
+    'region = "eu-west-1"', 'table = "t"', 'metrics_namespace = "Shareplane"', 'listen = "0.0.0.0:8080"',
+    'period_ms = 5000', 'phase_ms = 1666', 'policy = "two-signals"', '',
+    '[[regions]]', 'name = "us-east-1"', 'health_check_id = "hc-0"', '',
+    '[[regions]]', 'name = "eu-west-1"', 'health_check_id = "hc-1"', '',
+    '[[regions]]', 'name = "ap-southeast-2"', 'health_check_id = "hc-2"', '',
+    '[[limits]]', 'id = "k-big"', 'rate = 10000', 'floor = 500', 'step_cap = 1000', 'burst_s = 2', 'kind = "capacity"',
+    '',
+  ].join('\n'));
+});
