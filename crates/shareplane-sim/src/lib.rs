@@ -1,12 +1,53 @@
-//! The partition-test simulator (placeholder until it lands).
+//! The deterministic partition-test simulator (`shareplane sim`).
+//!
+//! It drives the very same protocol core the daemon runs ([`shareplane_core::Coordinator`], one per
+//! Region) over virtual time, with a simulated global table (visibility delay per writer, cuts), a
+//! simulated outside health check, demand traces and a fluid model of each Region's token bucket.
+//! The scenario format, trace and summary are fixed by SIMULATOR.md. Same input, same bytes out:
+//! time is counted in whole ticks and room in exact integer units; nothing reads a clock or draws
+//! an unseeded random number.
+//!
+//! - [`scenario`]: the TOML format and its validation,
+//! - [`engine`]: the run itself and the conservation audit,
+//! - [`summary`], [`trace`], [`plot`]: what a run reports,
+//! - [`sweep`]: a scenario over every assignment of phases,
+//! - [`fuzz`]: random fault schedules from a seed, checked at every tick,
+//! - [`cli`]: `shareplane sim …`.
 
-pub mod cli {
-    use std::ffi::OsString;
-    use std::process::ExitCode;
+pub mod cli;
+pub mod engine;
+pub mod fuzz;
+pub mod plot;
+pub mod scenario;
+pub mod summary;
+pub mod sweep;
+mod table;
+pub mod trace;
 
-    /// `shareplane sim …`: parses its own arguments.
-    pub fn main(_args: Vec<OsString>) -> ExitCode {
-        eprintln!("shareplane sim: not built yet");
-        ExitCode::from(1)
-    }
+use engine::{EventLog, Row, SimError};
+use scenario::Scenario;
+use summary::{Stats, Summary};
+
+/// Runs a scenario and returns its summary, handing every tick's row to `sink` as well.
+pub fn simulate(sc: &Scenario, sink: &mut dyn FnMut(&Row<'_>)) -> Result<Summary, SimError> {
+    let mut stats = Stats::new(sc);
+    let outcome = engine::run(sc, &mut |row| {
+        stats.tick(row);
+        sink(row);
+    })?;
+    Ok(stats.finish(sc, &outcome))
+}
+
+/// Runs a scenario and returns its summary and the events it marked (for plots).
+pub fn simulate_with_events(
+    sc: &Scenario,
+    sink: &mut dyn FnMut(&Row<'_>),
+) -> Result<(Summary, Vec<EventLog>), SimError> {
+    let mut stats = Stats::new(sc);
+    let outcome = engine::run(sc, &mut |row| {
+        stats.tick(row);
+        sink(row);
+    })?;
+    let events = outcome.events.clone();
+    Ok((stats.finish(sc, &outcome), events))
 }

@@ -1,0 +1,240 @@
+//! `shareplane sim …`: run a scenario, sweep its phases, or fuzz fault schedules.
+//!
+//! Exit codes: 0 when the run completed (whatever it measured), 2 for an invalid scenario file or
+//! command line, 1 for an internal failure (including a fuzz seed that failed its checks).
+
+use crate::plot::PlotData;
+use crate::scenario::{Scenario, MAX_FILE_BYTES};
+use crate::trace::TraceWriter;
+use clap::Parser;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "shareplane sim",
+    about = "Run a partition-test scenario (see simulations/README.md)"
+)]
+#[command(
+    after_help = "Also: `shareplane sim sweep SCENARIO.toml --offsets 0,1.7,3.3` and \
+                        `shareplane sim fuzz --seeds N [--start S]`."
+)]
+struct RunArgs {
+    /// The scenario file (TOML, format in SIMULATOR.md).
+    scenario: PathBuf,
+    /// Print exactly one JSON document (the summary) on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Write one CSV row per tick to this file.
+    #[arg(long, value_name = "FILE.csv")]
+    trace: Option<PathBuf>,
+    /// Draw the run as SVG to this file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "shareplane sim sweep",
+    about = "Rerun a scenario over every assignment of phases to its Regions"
+)]
+struct SweepArgs {
+    scenario: PathBuf,
+    /// Phases in seconds, comma-separated; every Region gets each in turn (k^n runs).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required = true,
+        allow_negative_numbers = true
+    )]
+    offsets: Vec<f64>,
+    /// Print the result as one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "shareplane sim fuzz",
+    about = "Random scenarios from seeds, checked at every tick"
+)]
+struct FuzzArgs {
+    /// How many seeds to run.
+    #[arg(long)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 1)]
+    start: u64,
+    /// Print each generated scenario as TOML (to replay it with `shareplane sim`).
+    #[arg(long)]
+    print: bool,
+}
+
+/// `shareplane sim ARGS` (ARGS without the word "sim").
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let first = args.first().and_then(|a| a.to_str()).unwrap_or("");
+    match first {
+        "sweep" => sweep(&args[1..]),
+        "fuzz" => fuzz(&args[1..]),
+        _ => run(&args),
+    }
+}
+
+fn parse<P: Parser>(name: &str, args: &[OsString]) -> Result<P, ExitCode> {
+    let argv = std::iter::once(OsString::from(name)).chain(args.iter().cloned());
+    P::try_parse_from(argv).map_err(|e| {
+        let _ = e.print();
+        if e.use_stderr() {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        }
+    })
+}
+
+/// Reads and validates a scenario file; prints the problems and gives exit 2 when it is invalid.
+pub fn load(path: &Path) -> Result<Scenario, ExitCode> {
+    let fail = |msg: String| {
+        eprintln!("{}: {msg}", path.display());
+        ExitCode::from(2)
+    };
+    let file = File::open(path).map_err(|e| fail(format!("cannot read the scenario: {e}")))?;
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| fail(format!("cannot read the scenario: {e}")))?;
+    Scenario::parse(&text).map_err(|e| fail(format!("invalid scenario:\n{e}")))
+}
+
+fn internal(msg: String) -> ExitCode {
+    eprintln!("shareplane sim: {msg}");
+    ExitCode::from(1)
+}
+
+fn run(args: &[OsString]) -> ExitCode {
+    let a: RunArgs = match parse("shareplane sim", args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let sc = match load(&a.scenario) {
+        Ok(sc) => sc,
+        Err(code) => return code,
+    };
+    let mut trace = match &a.trace {
+        Some(p) => match File::create(p)
+            .map(BufWriter::new)
+            .and_then(|f| TraceWriter::new(f, &sc))
+        {
+            Ok(t) => Some(t),
+            Err(e) => return internal(format!("cannot write {}: {e}", p.display())),
+        },
+        None => None,
+    };
+    let mut plot = a.plot.as_ref().map(|_| PlotData::new(&sc));
+    let result = crate::simulate_with_events(&sc, &mut |row| {
+        if let Some(t) = trace.as_mut() {
+            t.row(row);
+        }
+        if let Some(p) = plot.as_mut() {
+            p.row(row);
+        }
+    });
+    let (summary, events) = match result {
+        Ok(r) => r,
+        Err(e) => return internal(e.to_string()),
+    };
+    if let (Some(t), Some(p)) = (trace, &a.trace) {
+        if let Err(e) = t.finish() {
+            return internal(format!("cannot write {}: {e}", p.display()));
+        }
+    }
+    if let (Some(data), Some(p)) = (plot, &a.plot) {
+        if let Err(e) = std::fs::write(p, data.svg(&sc, &events)) {
+            return internal(format!("cannot write {}: {e}", p.display()));
+        }
+    }
+    let text = if a.json {
+        match serde_json::to_string_pretty(&summary) {
+            Ok(j) => j + "\n",
+            Err(e) => return internal(format!("cannot encode the summary: {e}")),
+        }
+    } else {
+        summary.report()
+    };
+    print_out(&text)
+}
+
+fn print_out(text: &str) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => internal(format!("cannot write to stdout: {e}")),
+    }
+}
+
+fn sweep(args: &[OsString]) -> ExitCode {
+    let a: SweepArgs = match parse("shareplane sim sweep", args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let sc = match load(&a.scenario) {
+        Ok(sc) => sc,
+        Err(code) => return code,
+    };
+    let result = match crate::sweep::sweep(&sc, &a.offsets) {
+        Ok(r) => r,
+        Err(crate::sweep::SweepError::Offsets(msg)) => {
+            eprintln!("shareplane sim sweep: --offsets: {msg}");
+            return ExitCode::from(2);
+        }
+        Err(e) => return internal(e.to_string()),
+    };
+    let text = if a.json {
+        match serde_json::to_string_pretty(&result) {
+            Ok(j) => j + "\n",
+            Err(e) => return internal(format!("cannot encode the result: {e}")),
+        }
+    } else {
+        result.report()
+    };
+    print_out(&text)
+}
+
+fn fuzz(args: &[OsString]) -> ExitCode {
+    let a: FuzzArgs = match parse("shareplane sim fuzz", args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    if a.seeds == 0 || a.seeds > 100_000_000 {
+        eprintln!("shareplane sim fuzz: --seeds must be 1 to 100000000");
+        return ExitCode::from(2);
+    }
+    let mut failed = 0u64;
+    let mut out = std::io::stdout().lock();
+    let mut totals = crate::fuzz::Totals::default();
+    for seed in a.start..a.start.saturating_add(a.seeds) {
+        let sc = crate::fuzz::generate(seed);
+        if a.print {
+            let _ = writeln!(out, "{}", crate::fuzz::to_toml(&sc));
+        }
+        match crate::fuzz::check(&sc) {
+            Ok(report) => totals.add(&report),
+            Err(failure) => {
+                failed += 1;
+                let _ = writeln!(
+                    out,
+                    "seed {seed} FAILED: {failure}\n  replay: shareplane sim fuzz --seeds 1 --start {seed} --print"
+                );
+            }
+        }
+    }
+    let _ = writeln!(out, "{}", totals.report(a.seeds, failed));
+    if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

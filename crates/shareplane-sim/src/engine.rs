@@ -1,0 +1,668 @@
+//! The simulation itself: one [`Coordinator`] per Region driven over virtual time.
+//!
+//! Each tick `t` (in this order): the events at `t` take effect (file order); the Regions whose
+//! phase falls on `t` rebalance in file order (each first observes the records that became visible
+//! in its replica, then rebalances with `explain`, commits, and writes its record, visible to the
+//! others at `t + visibility`); then the fluid buckets run for `[t, t + tick)` with the shares in
+//! force; then conservation is audited. Nothing here reads a clock or draws a random number.
+
+use crate::scenario::{Action, Scenario};
+use crate::table::Table;
+use shareplane_core::{
+    conservation, Coordinator, Deployment, Health, Inputs, LimitKind, LimitOutcome, LimitRecord,
+    LimitSpec, PerRegion, ReclaimMark, RegionId, RegionRecord, Room, MAX_REGIONS,
+};
+use std::sync::Arc;
+
+/// Why a run could not be carried out (an internal failure, exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("the core refused the deployment built from the scenario: {0}")]
+    Deployment(String),
+    #[error("the scenario is inconsistent: {0}")]
+    Scenario(String),
+}
+
+/// One Region's values in force during a tick. Rates in milli-requests per second, amounts of
+/// requests in micro-requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RegionRow {
+    /// The share the Region enforces (0 while lost).
+    pub share: Room,
+    pub pool: Room,
+    pub target: Room,
+    /// Requests received per second (0 while lost).
+    pub received: Room,
+    /// Requests admitted during the tick, in micro-requests.
+    pub admitted_micro: u64,
+    /// Tokens left at the end of the tick, in micro-requests.
+    pub tokens_micro: u64,
+    pub alive: bool,
+    pub epoch: u64,
+}
+
+/// Everything about one tick.
+pub struct Row<'a> {
+    pub tick: i64,
+    /// Σ shares of the Regions that are not lost.
+    pub sum_shares: Room,
+    pub admitted_micro: u64,
+    pub regions: &'a [RegionRow],
+    /// Exact conservation held (see [`Ledger`]).
+    pub conserved: bool,
+    /// A Region that is alive is reported unhealthy.
+    pub false_verdict: bool,
+    /// Some Region is lost or cut off, or a verdict says unhealthy.
+    pub faulted: bool,
+}
+
+/// One rebalance, as the Region computed it.
+#[derive(Clone, Debug)]
+pub struct RebalanceLog {
+    pub tick: i64,
+    pub region: usize,
+    pub epoch: u64,
+    pub version: u64,
+    pub outcome: LimitOutcome,
+    pub reclaimed_from: Vec<RegionId>,
+}
+
+#[derive(Clone, Debug)]
+pub struct EventLog {
+    pub tick: i64,
+    pub label: String,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Final {
+    pub share: Room,
+    pub pool: Room,
+    pub target: Room,
+    pub alive: bool,
+    pub epoch: u64,
+}
+
+/// What a run leaves behind besides the per-tick rows.
+pub struct Outcome {
+    pub rebalances: Vec<RebalanceLog>,
+    pub events: Vec<EventLog>,
+    pub finals: Vec<Final>,
+    /// Peer records a coordinator refused (always a bug: every simulated record is honest).
+    pub rejected_records: u64,
+    pub conservation_violations: u64,
+}
+
+struct Reg {
+    id: RegionId,
+    coord: Option<Coordinator>,
+    /// The coordinator's own record when the Region was lost (it may be of an unwritten epoch).
+    lost_own: Option<RegionRecord>,
+    last_written: Arc<RegionRecord>,
+    /// Every record written, in (epoch, version) order.
+    history: Vec<Arc<RegionRecord>>,
+    demand: Room,
+    window: Vec<u64>,
+    window_pos: usize,
+    window_sum: u128,
+    tokens: u128,
+    offset: i64,
+    visibility: i64,
+}
+
+impl Reg {
+    fn alive(&self) -> bool {
+        self.coord.is_some()
+    }
+
+    fn written(&self, epoch: u64, version: Option<u64>) -> Option<&Arc<RegionRecord>> {
+        match version {
+            Some(v) => self
+                .history
+                .iter()
+                .rev()
+                .find(|r| r.epoch == epoch && r.version == v),
+            None => self.history.iter().rev().find(|r| r.epoch == epoch),
+        }
+    }
+}
+
+/// The Deployment the core sees for a scenario: one capacity limit.
+pub fn deployment(sc: &Scenario) -> Result<Deployment, SimError> {
+    Deployment::try_new(Deployment {
+        regions: sc.regions.iter().map(|r| r.name.clone()).collect(),
+        limits: vec![LimitSpec {
+            id: "limit".into(),
+            version: 1,
+            rate: sc.limit,
+            burst_ms: sc.burst_ms,
+            floor: sc.floor,
+            step_cap: sc.step_cap,
+            kind: LimitKind::Capacity,
+            shadow: false,
+        }],
+        design: sc.design,
+        policy: sc.policy,
+        fence: sc.fence,
+        silent_after: sc.silent_after,
+        period_ms: sc.period_ticks * sc.tick_ms,
+    })
+    .map_err(|errs| {
+        SimError::Deployment(
+            errs.iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    })
+}
+
+/// Targets of the given demands, computed as the core does: the floor for every Region, the rest
+/// split by demand with largest-remainder rounding (evenly when every demand is zero).
+pub fn targets(limit: Room, floor: Room, demands: &[Room]) -> Vec<Room> {
+    let n = demands.len();
+    let rest = limit.saturating_sub(Room(floor.0.saturating_mul(n as u64)));
+    let weights: Vec<u64> = demands.iter().map(|d| d.0).collect();
+    let mut parts = vec![Room::ZERO; n];
+    shareplane_core::split(rest, &weights, &mut parts);
+    parts.into_iter().map(|p| floor + p).collect()
+}
+
+fn initial_record(sc: &Scenario, i: usize, id: RegionId, share: Room) -> RegionRecord {
+    let mut peer_epochs = PerRegion::<u64>::default();
+    for e in peer_epochs.0.iter_mut().take(sc.regions.len()) {
+        *e = 1;
+    }
+    let demand = sc.regions[i].demand;
+    RegionRecord {
+        region: id,
+        epoch: 1,
+        version: 1,
+        written_at_ms: 0,
+        peer_epochs,
+        reclaims: PerRegion([None::<ReclaimMark>; MAX_REGIONS]),
+        limits: vec![LimitRecord {
+            limit_version: 1,
+            rate: sc.limit,
+            demand,
+            share,
+            target: share,
+            ..LimitRecord::default()
+        }],
+    }
+}
+
+/// Runs a scenario, handing every tick's row to `sink`.
+pub fn run(sc: &Scenario, sink: &mut dyn FnMut(&Row<'_>)) -> Result<Outcome, SimError> {
+    let mut sim = Sim::new(sc)?;
+    let mut rows = vec![RegionRow::default(); sc.regions.len()];
+    for tick in sc.start_tick..sc.end_tick {
+        sim.apply_events(tick)?;
+        sim.rebalances(tick);
+        let (sum, admitted) = sim.flow(&mut rows);
+        if sim.dirty {
+            sim.conserved = sim.ledger.check(&sim.d, &sim.regs);
+            sim.dirty = false;
+        }
+        if !sim.conserved {
+            sim.violations += 1;
+        }
+        let false_verdict =
+            (0..rows.len()).any(|i| rows[i].alive && sim.health.0[i] == Health::Unhealthy);
+        let faulted = sim.table.any_cut()
+            || rows.iter().any(|r| !r.alive)
+            || sim.health.0.iter().any(|h| *h == Health::Unhealthy);
+        sink(&Row {
+            tick,
+            sum_shares: sum,
+            admitted_micro: admitted,
+            regions: &rows,
+            conserved: sim.conserved,
+            false_verdict,
+            faulted,
+        });
+    }
+    Ok(sim.finish())
+}
+
+struct Sim<'a> {
+    sc: &'a Scenario,
+    d: Arc<Deployment>,
+    regs: Vec<Reg>,
+    table: Table,
+    health: PerRegion<Health>,
+    ledger: Ledger,
+    next_event: usize,
+    dirty: bool,
+    conserved: bool,
+    violations: u64,
+    rejected: u64,
+    rebalances: Vec<RebalanceLog>,
+    events: Vec<EventLog>,
+}
+
+impl<'a> Sim<'a> {
+    fn new(sc: &'a Scenario) -> Result<Sim<'a>, SimError> {
+        sc.validate()
+            .map_err(|e| SimError::Scenario(e.to_string()))?;
+        let d = Arc::new(deployment(sc)?);
+        let n = sc.regions.len();
+        let demands: Vec<Room> = sc.regions.iter().map(|r| r.demand).collect();
+        let shares = targets(sc.limit, sc.floor, &demands);
+        let mut table = Table::new(n);
+        let mut records = Vec::with_capacity(n);
+        for (i, share) in shares.iter().enumerate() {
+            let id =
+                RegionId::new(i).ok_or_else(|| SimError::Scenario("too many Regions".into()))?;
+            let rec = Arc::new(initial_record(sc, i, id, *share));
+            table.write(i, rec.clone(), sc.start_tick);
+            records.push((id, rec));
+        }
+        let mut regs = Vec::with_capacity(n);
+        for (i, (id, rec)) in records.iter().enumerate() {
+            let spec = &sc.regions[i];
+            let coord = Coordinator::new(d.clone(), *id, (**rec).clone());
+            let window = vec![spec.demand.0; sc.window_ticks as usize];
+            // Full where demand is below the share, empty where it is at or above.
+            let tokens = if spec.demand < shares[i] {
+                shares[i].0 as u128 * sc.burst_ms as u128
+            } else {
+                0
+            };
+            regs.push(Reg {
+                id: *id,
+                coord: Some(coord),
+                lost_own: None,
+                last_written: rec.clone(),
+                history: vec![rec.clone()],
+                demand: spec.demand,
+                window,
+                window_pos: 0,
+                window_sum: spec.demand.0 as u128 * sc.window_ticks as u128,
+                tokens,
+                offset: spec.offset_tick,
+                visibility: spec.visibility_ticks as i64,
+            });
+        }
+        let mut health = PerRegion::<Health>::default();
+        for h in health.0.iter_mut().take(n) {
+            *h = Health::Healthy;
+        }
+        let mut sim = Sim {
+            sc,
+            d,
+            regs,
+            table,
+            health,
+            ledger: Ledger::default(),
+            next_event: 0,
+            dirty: true,
+            conserved: true,
+            violations: 0,
+            rejected: 0,
+            rebalances: Vec::new(),
+            events: Vec::new(),
+        };
+        // The initial records are visible to all: hand them over now.
+        for r in 0..n {
+            sim.observe_visible(r, sc.start_tick);
+        }
+        Ok(sim)
+    }
+
+    fn observe_visible(&mut self, r: usize, tick: i64) {
+        let n = self.regs.len();
+        for w in (0..n).filter(|&w| w != r) {
+            if let Some(rec) = self.table.newly_visible(w, r, tick) {
+                if let Some(c) = self.regs[r].coord.as_mut() {
+                    if c.observe(rec).is_err() {
+                        self.rejected += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn name(&self, r: usize) -> &str {
+        &self.sc.regions[r].name
+    }
+
+    fn apply_events(&mut self, tick: i64) -> Result<(), SimError> {
+        while let Some(e) = self.sc.events.get(self.next_event) {
+            if e.at_tick > tick {
+                break;
+            }
+            self.next_event += 1;
+            let label = self.apply(&e.action, tick)?;
+            if tick >= 0 {
+                self.events.push(EventLog { tick, label });
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, action: &Action, tick: i64) -> Result<String, SimError> {
+        let lifecycle =
+            |what: &str, r: &str| SimError::Scenario(format!("{what} {r} out of order"));
+        Ok(match action {
+            Action::Demand(rates) => {
+                let mut parts = Vec::new();
+                for &(r, rate) in rates {
+                    self.regs[r].demand = rate;
+                    parts.push(format!("{} {}", self.name(r), rate.as_rps().round()));
+                }
+                format!("demand {}", parts.join(", "))
+            }
+            Action::Lose(r) => {
+                let reg = &mut self.regs[*r];
+                let coord = reg
+                    .coord
+                    .take()
+                    .ok_or_else(|| lifecycle("lose", &self.sc.regions[*r].name))?;
+                reg.lost_own = Some(coord.own().clone());
+                reg.tokens = 0;
+                self.dirty = true;
+                format!("{} lost", self.name(*r))
+            }
+            Action::Restore(r) => {
+                let reg = &mut self.regs[*r];
+                let own = reg
+                    .lost_own
+                    .take()
+                    .ok_or_else(|| lifecycle("restore", &self.sc.regions[*r].name))?;
+                if reg.written(own.epoch, None).is_some() {
+                    self.ledger.end(*r, own.epoch);
+                }
+                let last = (*reg.last_written).clone();
+                reg.coord = Some(Coordinator::restart(
+                    self.d.clone(),
+                    reg.id,
+                    Some(last),
+                    u64::MAX,
+                ));
+                reg.tokens = 0;
+                self.table.forget_observed(*r);
+                self.dirty = true;
+                format!("{} restored", self.name(*r))
+            }
+            Action::Restart(r) => {
+                let reg = &mut self.regs[*r];
+                let own = reg.coord.as_ref().map(|c| c.own().clone());
+                let own = own.ok_or_else(|| lifecycle("restart", &self.sc.regions[*r].name))?;
+                reg.coord = Some(Coordinator::restart(self.d.clone(), reg.id, Some(own), 0));
+                self.table.forget_observed(*r);
+                self.dirty = true;
+                format!("{} restarted", self.name(*r))
+            }
+            Action::Cut(mask) => {
+                self.table.cut(*mask, tick);
+                let names: Vec<&str> = (0..self.regs.len())
+                    .filter(|r| mask >> r & 1 == 1)
+                    .map(|r| self.name(r))
+                    .collect();
+                format!("cut {}", names.join(","))
+            }
+            Action::Heal => {
+                self.table.heal();
+                "heal".into()
+            }
+            Action::Unhealthy(r) => {
+                self.health.0[*r] = Health::Unhealthy;
+                format!("{} unhealthy", self.name(*r))
+            }
+            Action::Healthy(r) => {
+                self.health.0[*r] = Health::Healthy;
+                format!("{} healthy", self.name(*r))
+            }
+        })
+    }
+
+    fn rebalances(&mut self, tick: i64) {
+        let period = self.sc.period_ticks as i64;
+        for r in 0..self.regs.len() {
+            if !self.regs[r].alive() || (tick - self.regs[r].offset).rem_euclid(period) != 0 {
+                continue;
+            }
+            self.observe_visible(r, tick);
+            let reg = &mut self.regs[r];
+            let demand = Room((reg.window_sum / self.sc.window_ticks as u128) as u64);
+            let Some(coord) = reg.coord.as_mut() else {
+                continue;
+            };
+            let old_epoch = coord.own().epoch;
+            let now_ms = ((tick - self.sc.start_tick) as u64).saturating_mul(self.sc.tick_ms);
+            let inputs = Inputs {
+                now_ms,
+                demand: &[demand],
+                health: &self.health,
+                explain: true,
+            };
+            let decision = coord.rebalance(&inputs);
+            coord.commit(&decision);
+            let outcome = decision.outcomes.first().copied().unwrap_or_default();
+            let reclaimed_from = decision.alarms.reclaimed.clone();
+            let rec = Arc::new(decision.record);
+            if rec.epoch > old_epoch && reg.written(old_epoch, None).is_some() {
+                self.ledger.end(r, old_epoch);
+            }
+            reg.history.push(rec.clone());
+            reg.last_written = rec.clone();
+            self.table.write(r, rec.clone(), tick + reg.visibility);
+            self.dirty = true;
+            if tick >= 0 {
+                self.rebalances.push(RebalanceLog {
+                    tick,
+                    region: r,
+                    epoch: rec.epoch,
+                    version: rec.version,
+                    outcome,
+                    reclaimed_from,
+                });
+            }
+        }
+    }
+
+    /// Runs every bucket for one tick; returns Σ shares of the Regions not lost and Σ admitted.
+    fn flow(&mut self, rows: &mut [RegionRow]) -> (Room, u64) {
+        let tick_ms = self.sc.tick_ms as u128;
+        let burst_ms = self.sc.burst_ms as u128;
+        let mut sum = Room::ZERO;
+        let mut admitted_total: u64 = 0;
+        for (reg, row) in self.regs.iter_mut().zip(rows.iter_mut()) {
+            let alive = reg.coord.is_some();
+            let rec: &RegionRecord = match &reg.coord {
+                Some(c) => c.own(),
+                None => &reg.last_written,
+            };
+            let l = rec.limits.first().copied().unwrap_or_default();
+            let share = if alive { l.share } else { Room::ZERO };
+            let received = if alive { reg.demand } else { Room::ZERO };
+            let cap = share.0 as u128 * burst_ms;
+            let tokens = reg.tokens.min(cap);
+            let available = tokens + share.0 as u128 * tick_ms;
+            let admitted = (received.0 as u128 * tick_ms).min(available);
+            reg.tokens = cap.min(available - admitted);
+            let old = reg.window[reg.window_pos];
+            reg.window[reg.window_pos] = received.0;
+            reg.window_pos = (reg.window_pos + 1) % reg.window.len();
+            reg.window_sum = reg.window_sum + received.0 as u128 - old as u128;
+            sum += share;
+            let admitted = u64::try_from(admitted).unwrap_or(u64::MAX);
+            admitted_total = admitted_total.saturating_add(admitted);
+            *row = RegionRow {
+                share,
+                pool: l.pool,
+                target: l.target,
+                received,
+                admitted_micro: admitted,
+                tokens_micro: u64::try_from(reg.tokens).unwrap_or(u64::MAX),
+                alive,
+                epoch: rec.epoch,
+            };
+        }
+        (sum, admitted_total)
+    }
+
+    fn finish(self) -> Outcome {
+        let finals = self
+            .regs
+            .iter()
+            .map(|reg| {
+                let rec: &RegionRecord = match &reg.coord {
+                    Some(c) => c.own(),
+                    None => &reg.last_written,
+                };
+                let l = rec.limits.first().copied().unwrap_or_default();
+                Final {
+                    share: l.share,
+                    pool: l.pool,
+                    target: l.target,
+                    alive: reg.alive(),
+                    epoch: rec.epoch,
+                }
+            })
+            .collect();
+        Outcome {
+            rebalances: self.rebalances,
+            events: self.events,
+            finals,
+            rejected_records: self.rejected,
+            conservation_violations: self.violations,
+        }
+    }
+}
+
+/// The estates the conservation audit looks at (see `shareplane_core::conservation`).
+///
+/// Every Region contributes its current record: the coordinator's committed record while alive;
+/// while lost, the record of its last epoch that the survivors act on. Each epoch that ended
+/// (lost and restored, or replaced by a new epoch) stays as an estate, at the version the
+/// survivors' reclaim marks name (or its last record before any reclaim), until its room is fully
+/// accounted for; it is then retired, and any reclaim of it by a Region that had not reclaimed it
+/// before counts against conservation (room reclaimed twice).
+#[derive(Default)]
+pub struct Ledger {
+    ended: Vec<(usize, u64)>,
+    retired: Vec<Retired>,
+}
+
+struct Retired {
+    region: usize,
+    epoch: u64,
+    reclaimers: u8,
+}
+
+fn marker(reg: &Reg) -> &RegionRecord {
+    match &reg.coord {
+        Some(c) => c.own(),
+        None => &reg.last_written,
+    }
+}
+
+/// The record of `(r, epoch)` that the others act on.
+fn acted_on(regs: &[Reg], r: usize, epoch: u64) -> Option<&RegionRecord> {
+    let id = regs[r].id;
+    let mut version = None;
+    for (x, reg) in regs.iter().enumerate() {
+        if x == r {
+            continue;
+        }
+        if let Some(m) = marker(reg).reclaims[id] {
+            if m.epoch == epoch {
+                version = version.max(Some(m.version));
+            }
+        }
+    }
+    let reg = &regs[r];
+    reg.written(epoch, version)
+        .or_else(|| reg.written(epoch, None))
+        .map(|a| &**a)
+}
+
+impl Ledger {
+    fn end(&mut self, r: usize, epoch: u64) {
+        if !self.ended.contains(&(r, epoch))
+            && !self
+                .retired
+                .iter()
+                .any(|t| t.region == r && t.epoch == epoch)
+        {
+            self.ended.push((r, epoch));
+        }
+    }
+
+    fn check(&mut self, d: &Deployment, regs: &[Reg]) -> bool {
+        let mut estates: Vec<&RegionRecord> = Vec::with_capacity(regs.len() + self.ended.len());
+        for (r, reg) in regs.iter().enumerate() {
+            match (&reg.coord, &reg.lost_own) {
+                (Some(c), _) => estates.push(c.own()),
+                (None, Some(own)) => estates.push(acted_on(regs, r, own.epoch).unwrap_or(own)),
+                (None, None) => {}
+            }
+        }
+        let current = estates.len();
+        let mut ended_at = Vec::new();
+        for (k, &(r, e)) in self.ended.iter().enumerate() {
+            if let Some(rec) = acted_on(regs, r, e) {
+                ended_at.push((k, estates.len()));
+                estates.push(rec);
+            }
+        }
+        let c = conservation(d, 0, &estates);
+        let mut retire = Vec::new();
+        for &(k, pos) in &ended_at {
+            let e = estates[pos];
+            let newer = estates[..current]
+                .iter()
+                .any(|o| o.region == e.region && o.epoch > e.epoch);
+            if !newer {
+                continue;
+            }
+            let without: Vec<&RegionRecord> = estates
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != pos)
+                .map(|(_, r)| *r)
+                .collect();
+            if conservation(d, 0, &without) == c {
+                retire.push(k);
+            }
+        }
+        let mut extra: i128 = 0;
+        for t in &self.retired {
+            extra += twice_reclaimed(regs, t);
+        }
+        for k in retire.into_iter().rev() {
+            let (r, epoch) = self.ended.remove(k);
+            let id = regs[r].id;
+            let reclaimers = regs
+                .iter()
+                .enumerate()
+                .filter(|(x, reg)| {
+                    *x != r && marker(reg).reclaims[id].is_some_and(|m| m.epoch == epoch)
+                })
+                .fold(0u8, |m, (x, _)| m | 1 << x);
+            self.retired.push(Retired {
+                region: r,
+                epoch,
+                reclaimers,
+            });
+        }
+        c.expected == c.actual - extra
+    }
+}
+
+/// Room that Regions other than the original heirs reclaimed from a retired estate.
+fn twice_reclaimed(regs: &[Reg], t: &Retired) -> i128 {
+    let id = regs[t.region].id;
+    let mut extra = 0;
+    for (x, reg) in regs.iter().enumerate() {
+        if x == t.region || t.reclaimers >> x & 1 == 1 {
+            continue;
+        }
+        let m = marker(reg);
+        if m.reclaims[id].is_some_and(|mk| mk.epoch == t.epoch) {
+            extra += m.limits.first().map_or(0, |l| l.reclaimed[id].0 as i128);
+        }
+    }
+    extra
+}

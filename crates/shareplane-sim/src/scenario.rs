@@ -1,0 +1,664 @@
+//! Scenario files (SIMULATOR.md, "Scenario file"): parsing, validation and the validated form.
+//!
+//! A [`Scenario`] can only be built from a file that passes every rule, or directly by code that
+//! knows what it does (the fuzzer, the sweep). All times are whole ticks and all rates exact
+//! [`Room`], so the simulation never accumulates floating-point time.
+
+use serde::Deserialize;
+use shareplane_core::{Design, Fence, Room, SilentPolicy, MAX_REGIONS};
+use std::fmt;
+use toml::Spanned;
+
+/// The largest scenario file read (bytes).
+pub const MAX_FILE_BYTES: usize = 1 << 20;
+/// The most ticks one run may simulate (about 14 hours at 10 ms ticks).
+pub const MAX_TICKS: i64 = 5_000_000;
+/// The most events one scenario may hold.
+pub const MAX_EVENTS: usize = 10_000;
+/// The largest time accepted anywhere in a scenario, in seconds.
+const MAX_TIME_S: f64 = 1e7;
+
+/// One problem with a scenario file, naming the field and (when known) the line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    pub line: Option<usize>,
+    pub field: String,
+    pub problem: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "line {l}: `{}` {}", self.field, self.problem),
+            None => write!(f, "`{}` {}", self.field, self.problem),
+        }
+    }
+}
+
+/// Why a scenario file was refused. Every problem found is listed, not only the first.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("{0}")]
+    Syntax(String),
+    #[error("{}", list(.0))]
+    Invalid(Vec<Problem>),
+}
+
+fn list(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What happens at an event (SIMULATOR.md, "Events").
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// New received rates, by Region index.
+    Demand(Vec<(usize, Room)>),
+    Lose(usize),
+    Restore(usize),
+    /// The Regions in the mask are cut off from the others.
+    Cut(u8),
+    Heal,
+    Unhealthy(usize),
+    Healthy(usize),
+    /// The Region's daemon restarts at once and resumes from its own record.
+    Restart(usize),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    pub at_tick: i64,
+    pub action: Action,
+    /// The line of the event in its file (0 for generated scenarios).
+    pub line: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RegionSpec {
+    pub name: String,
+    pub offset_tick: i64,
+    pub demand: Room,
+    pub visibility_ticks: u64,
+}
+
+/// A validated scenario, in ticks and exact room.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    pub name: String,
+    pub tick_ms: u64,
+    /// First simulated tick (tick 0 is t = 0).
+    pub start_tick: i64,
+    /// First tick not simulated.
+    pub end_tick: i64,
+    pub design: Design,
+    pub policy: SilentPolicy,
+    pub fence: Fence,
+    pub seed: Option<u64>,
+    pub limit: Room,
+    pub burst_ms: u64,
+    pub floor: Room,
+    pub step_cap: Room,
+    pub period_ticks: u64,
+    pub window_ticks: u64,
+    pub silent_after: u32,
+    pub regions: Vec<RegionSpec>,
+    /// In time order; events at the same tick keep their file order.
+    pub events: Vec<Event>,
+    /// The time window the plot shows, in ticks (defaults to the whole run).
+    pub plot_from_tick: i64,
+    pub plot_to_tick: i64,
+}
+
+impl Scenario {
+    pub fn seconds(&self, tick: i64) -> f64 {
+        (tick as i128 * self.tick_ms as i128) as f64 / 1000.0
+    }
+
+    pub fn ticks_per_second(&self) -> u64 {
+        1000 / self.tick_ms
+    }
+
+    /// Parses and validates a scenario file's text.
+    pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        if text.len() > MAX_FILE_BYTES {
+            return Err(ScenarioError::Syntax(format!(
+                "the file has {} bytes; at most {MAX_FILE_BYTES} are read",
+                text.len()
+            )));
+        }
+        let raw: Raw = toml::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
+        Checker {
+            text,
+            problems: Vec::new(),
+        }
+        .check(raw)
+    }
+
+    /// Checks the rules that code building a scenario directly must also keep.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        let mut p = Vec::new();
+        let mut bad = |field: &str, problem: &str| {
+            p.push(Problem {
+                line: None,
+                field: field.into(),
+                problem: problem.into(),
+            })
+        };
+        if self.tick_ms == 0 || 1000 % self.tick_ms != 0 {
+            bad("tick_ms", "must divide 1000");
+        }
+        if self.end_tick <= self.start_tick || self.end_tick - self.start_tick > MAX_TICKS {
+            bad("end_s", "must be after start_s, by at most MAX_TICKS ticks");
+        }
+        if !(1..=MAX_REGIONS).contains(&self.regions.len()) {
+            bad("region", "needs 1 to 8 Regions");
+        }
+        if self.regions.iter().any(|r| r.visibility_ticks == 0)
+            || self.period_ticks == 0
+            || self.window_ticks == 0
+        {
+            bad("sync", "visibility, period and window must be positive");
+        }
+        if self.floor.0.saturating_mul(self.regions.len() as u64) > self.limit.0
+            || self.limit.is_zero()
+        {
+            bad(
+                "limit",
+                "rate must be positive and hold a floor for every Region",
+            );
+        }
+        if p.is_empty() {
+            Ok(())
+        } else {
+            Err(ScenarioError::Invalid(p))
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: Spanned<String>,
+    start_s: Spanned<f64>,
+    end_s: Spanned<f64>,
+    tick_ms: Spanned<i64>,
+    design: Spanned<String>,
+    silent_rule: Spanned<String>,
+    #[serde(default)]
+    seed: Option<u64>,
+    /// Added field: "own-unhealthy" (default) or "never".
+    #[serde(default)]
+    fence: Option<Spanned<String>>,
+    limit: RawLimit,
+    sync: RawSync,
+    region: Spanned<Vec<RawRegion>>,
+    #[serde(default)]
+    event: Vec<Spanned<RawEvent>>,
+    #[serde(default)]
+    plot: Option<RawPlot>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    rate: Spanned<f64>,
+    burst_s: Spanned<f64>,
+    floor: Spanned<f64>,
+    step_cap: Spanned<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSync {
+    period_s: Spanned<f64>,
+    visibility_s: Spanned<f64>,
+    demand_window_s: Spanned<f64>,
+    silent_after: Spanned<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRegion {
+    name: Spanned<String>,
+    offset_s: Spanned<f64>,
+    demand: Spanned<f64>,
+    /// Added field: this Region's records become visible after this long instead of `sync.visibility_s`.
+    #[serde(default)]
+    visibility_s: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvent {
+    at_s: Spanned<f64>,
+    #[serde(default)]
+    demand: Option<Spanned<toml::Table>>,
+    #[serde(default)]
+    lose: Option<Spanned<String>>,
+    #[serde(default)]
+    restore: Option<Spanned<String>>,
+    #[serde(default)]
+    cut: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    heal: Option<Spanned<bool>>,
+    #[serde(default)]
+    unhealthy: Option<Spanned<String>>,
+    #[serde(default)]
+    healthy: Option<Spanned<String>>,
+    #[serde(default)]
+    restart: Option<Spanned<String>>,
+}
+
+/// Added table: the window the plot shows.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlot {
+    #[serde(default)]
+    from_s: Option<Spanned<f64>>,
+    #[serde(default)]
+    to_s: Option<Spanned<f64>>,
+}
+
+struct Checker<'a> {
+    text: &'a str,
+    problems: Vec<Problem>,
+}
+
+impl Checker<'_> {
+    fn line(&self, offset: usize) -> usize {
+        let end = offset.min(self.text.len());
+        self.text.as_bytes()[..end]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1
+    }
+
+    fn bad<T>(&mut self, v: &Spanned<T>, field: &str, problem: impl Into<String>) {
+        let line = Some(self.line(v.span().start));
+        self.problems.push(Problem {
+            line,
+            field: field.into(),
+            problem: problem.into(),
+        });
+    }
+
+    /// A time in seconds that must be a whole number of ticks: returns it in ticks.
+    fn ticks(&mut self, v: &Spanned<f64>, field: &str, tick_ms: u64) -> i64 {
+        let s = *v.get_ref();
+        if !s.is_finite() || s.abs() > MAX_TIME_S {
+            self.bad(
+                v,
+                field,
+                format!("must be a finite time of at most {MAX_TIME_S} s"),
+            );
+            return 0;
+        }
+        let ms = (s * 1000.0).round();
+        if (ms - s * 1000.0).abs() > 1e-6 || tick_ms == 0 || (ms as i64) % tick_ms as i64 != 0 {
+            self.bad(
+                v,
+                field,
+                format!("{s} s is not a multiple of tick_ms ({tick_ms} ms)"),
+            );
+            return 0;
+        }
+        ms as i64 / tick_ms as i64
+    }
+
+    fn positive_ticks(&mut self, v: &Spanned<f64>, field: &str, tick_ms: u64) -> u64 {
+        let t = self.ticks(v, field, tick_ms);
+        if t <= 0 && *v.get_ref() <= 0.0 {
+            self.bad(v, field, "must be positive");
+        }
+        t.max(1) as u64
+    }
+
+    fn rate(&mut self, v: &Spanned<f64>, field: &str) -> Room {
+        match Room::from_rps(*v.get_ref()) {
+            Ok(r) => r,
+            Err(e) => {
+                self.bad(v, field, e.to_string());
+                Room::ZERO
+            }
+        }
+    }
+
+    fn region(&mut self, names: &[String], v: &Spanned<String>, field: &str) -> usize {
+        match names.iter().position(|n| n == v.get_ref()) {
+            Some(i) => i,
+            None => {
+                self.bad(
+                    v,
+                    field,
+                    format!("names {:?}, which is not a [[region]]", v.get_ref()),
+                );
+                0
+            }
+        }
+    }
+
+    fn check(mut self, raw: Raw) -> Result<Scenario, ScenarioError> {
+        let tick_ms = *raw.tick_ms.get_ref();
+        let tick_ok = (1..=1000).contains(&tick_ms) && 1000 % tick_ms == 0;
+        if !tick_ok {
+            self.bad(
+                &raw.tick_ms,
+                "tick_ms",
+                "must divide 1000 (1, 2, 4, 5, 8, 10, ... 1000)",
+            );
+        }
+        let tick_ms = if tick_ok { tick_ms as u64 } else { 1000 };
+        let start_tick = self.ticks(&raw.start_s, "start_s", tick_ms);
+        let end_tick = self.ticks(&raw.end_s, "end_s", tick_ms);
+        if end_tick <= start_tick {
+            self.bad(&raw.end_s, "end_s", "must be after start_s");
+        } else if end_tick - start_tick > MAX_TICKS {
+            self.bad(
+                &raw.end_s,
+                "end_s",
+                format!("the run would have more than {MAX_TICKS} ticks"),
+            );
+        }
+        if raw.name.get_ref().len() > 200 {
+            self.bad(&raw.name, "name", "is longer than 200 characters");
+        }
+        let design = match raw.design.get_ref().as_str() {
+            "named-grants" => Design::NamedGrants,
+            "jump-to-target" => Design::JumpToTarget,
+            _ => {
+                self.bad(
+                    &raw.design,
+                    "design",
+                    "must be \"named-grants\" or \"jump-to-target\"",
+                );
+                Design::NamedGrants
+            }
+        };
+        let policy = match raw.silent_rule.get_ref().as_str() {
+            "freeze" => SilentPolicy::Freeze,
+            "two-signals" => SilentPolicy::TwoSignals,
+            "silence-alone" => SilentPolicy::SilenceAlone,
+            _ => {
+                let msg = "must be \"freeze\", \"two-signals\" or \"silence-alone\"";
+                self.bad(&raw.silent_rule, "silent_rule", msg);
+                SilentPolicy::TwoSignals
+            }
+        };
+        let fence = match raw.fence.as_ref().map(|f| f.get_ref().as_str()) {
+            None | Some("own-unhealthy") => Fence::OwnUnhealthy,
+            Some("never") => Fence::Never,
+            Some(_) => {
+                if let Some(f) = &raw.fence {
+                    self.bad(f, "fence", "must be \"own-unhealthy\" or \"never\"");
+                }
+                Fence::OwnUnhealthy
+            }
+        };
+        let l = &raw.limit;
+        let limit = self.rate(&l.rate, "limit.rate");
+        if limit.is_zero() {
+            self.bad(&l.rate, "limit.rate", "must be positive");
+        }
+        let burst_ticks = self.positive_ticks(&l.burst_s, "limit.burst_s", tick_ms);
+        let floor = self.rate(&l.floor, "limit.floor");
+        let step_cap = self.rate(&l.step_cap, "limit.step_cap");
+        if step_cap.is_zero() {
+            self.bad(&l.step_cap, "limit.step_cap", "must be positive");
+        }
+        let s = &raw.sync;
+        let period_ticks = self.positive_ticks(&s.period_s, "sync.period_s", tick_ms);
+        let visibility = self.positive_ticks(&s.visibility_s, "sync.visibility_s", tick_ms);
+        let window_ticks = self.positive_ticks(&s.demand_window_s, "sync.demand_window_s", tick_ms);
+        let silent_after = *s.silent_after.get_ref();
+        if !(1..=1000).contains(&silent_after) {
+            self.bad(&s.silent_after, "sync.silent_after", "must be 1 to 1000");
+        }
+        let regions = self.regions(&raw.region, tick_ms, visibility);
+        let names: Vec<String> = regions.iter().map(|r| r.name.clone()).collect();
+        if floor.0.saturating_mul(names.len() as u64) > limit.0 {
+            self.bad(
+                &l.floor,
+                "limit.floor",
+                "times the number of Regions exceeds limit.rate",
+            );
+        }
+        let events = self.events(&raw.event, &names, tick_ms, start_tick, end_tick);
+        let (plot_from_tick, plot_to_tick) =
+            self.plot(raw.plot.as_ref(), tick_ms, start_tick, end_tick);
+        if !self.problems.is_empty() {
+            return Err(ScenarioError::Invalid(self.problems));
+        }
+        Ok(Scenario {
+            name: raw.name.into_inner(),
+            tick_ms,
+            start_tick,
+            end_tick,
+            design,
+            policy,
+            fence,
+            seed: raw.seed,
+            limit,
+            burst_ms: burst_ticks * tick_ms,
+            floor,
+            step_cap,
+            period_ticks,
+            window_ticks,
+            silent_after: silent_after.clamp(1, 1000) as u32,
+            regions,
+            events,
+            plot_from_tick,
+            plot_to_tick,
+        })
+    }
+
+    fn regions(
+        &mut self,
+        raw: &Spanned<Vec<RawRegion>>,
+        tick_ms: u64,
+        vis: u64,
+    ) -> Vec<RegionSpec> {
+        let n = raw.get_ref().len();
+        if !(1..=MAX_REGIONS).contains(&n) {
+            self.bad(
+                raw,
+                "region",
+                format!("needs 1 to {MAX_REGIONS} [[region]] tables, got {n}"),
+            );
+        }
+        let mut out: Vec<RegionSpec> = Vec::new();
+        for (i, r) in raw.get_ref().iter().enumerate() {
+            let at = format!("region[{i}]");
+            let name = r.name.get_ref().clone();
+            if name.is_empty() || name.len() > 64 || name.contains([',', '"', '<', '>', '&']) {
+                self.bad(
+                    &r.name,
+                    &format!("{at}.name"),
+                    "must be 1 to 64 characters without , \" < > &",
+                );
+            }
+            if out.iter().any(|o| o.name == name) {
+                self.bad(
+                    &r.name,
+                    &format!("{at}.name"),
+                    format!("{name:?} appears twice"),
+                );
+            }
+            let offset_tick = self.ticks(&r.offset_s, &format!("{at}.offset_s"), tick_ms);
+            let demand = self.rate(&r.demand, &format!("{at}.demand"));
+            let visibility_ticks = match &r.visibility_s {
+                Some(v) => self.positive_ticks(v, &format!("{at}.visibility_s"), tick_ms),
+                None => vis,
+            };
+            out.push(RegionSpec {
+                name,
+                offset_tick,
+                demand,
+                visibility_ticks,
+            });
+        }
+        out.truncate(MAX_REGIONS);
+        out
+    }
+
+    fn events(
+        &mut self,
+        raw: &[Spanned<RawEvent>],
+        names: &[String],
+        tick_ms: u64,
+        start: i64,
+        end: i64,
+    ) -> Vec<Event> {
+        let mut out = Vec::new();
+        if raw.len() > MAX_EVENTS {
+            self.problems.push(Problem {
+                line: None,
+                field: "event".into(),
+                problem: format!("{} events; at most {MAX_EVENTS}", raw.len()),
+            });
+            return out;
+        }
+        for (i, ev) in raw.iter().enumerate() {
+            let at = format!("event[{i}]");
+            let line = self.line(ev.span().start);
+            let e = ev.get_ref();
+            let at_tick = self.ticks(&e.at_s, &format!("{at}.at_s"), tick_ms);
+            if at_tick < start || at_tick >= end {
+                self.bad(
+                    &e.at_s,
+                    &format!("{at}.at_s"),
+                    "must be within [start_s, end_s)",
+                );
+            }
+            let mut actions = Vec::new();
+            if let Some(d) = &e.demand {
+                actions.push(self.demand_action(d, names, &at));
+            }
+            let one =
+                |c: &mut Self, v: &Option<Spanned<String>>, key: &str, f: fn(usize) -> Action| {
+                    v.as_ref()
+                        .map(|v| f(c.region(names, v, &format!("{at}.{key}"))))
+                };
+            actions.extend(one(self, &e.lose, "lose", Action::Lose));
+            actions.extend(one(self, &e.restore, "restore", Action::Restore));
+            actions.extend(one(self, &e.unhealthy, "unhealthy", Action::Unhealthy));
+            actions.extend(one(self, &e.healthy, "healthy", Action::Healthy));
+            actions.extend(one(self, &e.restart, "restart", Action::Restart));
+            if let Some(c) = &e.cut {
+                let mut mask = 0u8;
+                for n in c.get_ref() {
+                    match names.iter().position(|x| x == n) {
+                        Some(r) => mask |= 1 << r,
+                        None => self.bad(
+                            c,
+                            &format!("{at}.cut"),
+                            format!("names {n:?}, which is not a [[region]]"),
+                        ),
+                    }
+                }
+                if c.get_ref().is_empty() {
+                    self.bad(c, &format!("{at}.cut"), "must name at least one Region");
+                }
+                actions.push(Action::Cut(mask));
+            }
+            if let Some(h) = &e.heal {
+                if !*h.get_ref() {
+                    self.bad(h, &format!("{at}.heal"), "must be true (or left out)");
+                }
+                actions.push(Action::Heal);
+            }
+            if actions.len() != 1 {
+                let n = actions.len();
+                self.problems.push(Problem {
+                    line: Some(line),
+                    field: at.clone(),
+                    problem: format!("must have exactly one action besides at_s, has {n}"),
+                });
+                continue;
+            }
+            if let Some(action) = actions.pop() {
+                out.push(Event {
+                    at_tick,
+                    action,
+                    line,
+                });
+            }
+        }
+        out.sort_by_key(|e| e.at_tick);
+        self.check_lifecycle(&out, names);
+        out
+    }
+
+    fn demand_action(&mut self, d: &Spanned<toml::Table>, names: &[String], at: &str) -> Action {
+        let mut rates = Vec::new();
+        let field = format!("{at}.demand");
+        if d.get_ref().is_empty() {
+            self.bad(d, &field, "must name at least one Region");
+        }
+        for (k, v) in d.get_ref() {
+            let rps = match v {
+                toml::Value::Float(f) => *f,
+                toml::Value::Integer(i) => *i as f64,
+                _ => f64::NAN,
+            };
+            let Some(r) = names.iter().position(|n| n == k) else {
+                self.bad(d, &format!("{field}.{k}"), "is not a [[region]] name");
+                continue;
+            };
+            match Room::from_rps(rps) {
+                Ok(room) => rates.push((r, room)),
+                Err(e) => self.bad(d, &format!("{field}.{k}"), e.to_string()),
+            }
+        }
+        rates.sort_by_key(|(r, _)| *r);
+        Action::Demand(rates)
+    }
+
+    /// Lose, restore and restart must make sense in time order.
+    fn check_lifecycle(&mut self, events: &[Event], names: &[String]) {
+        let mut lost = vec![false; names.len()];
+        for e in events {
+            let (r, ok, what) = match e.action {
+                Action::Lose(r) => (r, !lost[r], "loses a Region that is already lost"),
+                Action::Restore(r) => (r, lost[r], "restores a Region that is not lost"),
+                Action::Restart(r) => (r, !lost[r], "restarts a Region that is lost"),
+                _ => continue,
+            };
+            if !ok {
+                self.problems.push(Problem {
+                    line: Some(e.line),
+                    field: format!("event (at line {}) {}", e.line, names[r]),
+                    problem: what.into(),
+                });
+            }
+            if let Action::Lose(r) | Action::Restore(r) = e.action {
+                lost[r] = matches!(e.action, Action::Lose(_));
+            }
+        }
+    }
+
+    fn plot(&mut self, raw: Option<&RawPlot>, tick_ms: u64, start: i64, end: i64) -> (i64, i64) {
+        let default_from = start.max(start.max(-5_000 / tick_ms as i64).min(end - 1));
+        let Some(p) = raw else {
+            return (default_from, end);
+        };
+        let from = p
+            .from_s
+            .as_ref()
+            .map_or(default_from, |v| self.ticks(v, "plot.from_s", tick_ms));
+        let to = p
+            .to_s
+            .as_ref()
+            .map_or(end, |v| self.ticks(v, "plot.to_s", tick_ms));
+        if from < start || to > end || from >= to {
+            let f = p.from_s.as_ref().or(p.to_s.as_ref());
+            if let Some(f) = f {
+                self.bad(f, "plot", "from_s < to_s must lie within [start_s, end_s]");
+            }
+        }
+        (from.max(start), to.min(end).max(from.max(start) + 1))
+    }
+}

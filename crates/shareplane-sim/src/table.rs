@@ -1,0 +1,128 @@
+//! The simulated global table: every Region's records, the delay before a record becomes visible
+//! in the other Regions' replicas, and cuts.
+//!
+//! A record written at tick `w` by Region W is visible to Region R from `w + visibility(W)` unless a
+//! cut separated W and R at some instant in `[w, visible)`: a record not yet visible when a cut
+//! starts never crosses it, and one written during a cut never crosses either. Records written
+//! after the heal cross normally. A reader's replica holds the newest record that reached it.
+
+use shareplane_core::{RegionRecord, MAX_REGIONS};
+use std::sync::Arc;
+
+struct Entry {
+    record: Arc<RegionRecord>,
+    visible_tick: i64,
+    /// Readers (bit per Region) this record never reaches.
+    blocked: u8,
+}
+
+/// Per (writer, reader): how far the reader's replica has been brought up to date.
+#[derive(Clone, Copy, Default)]
+struct Cursor {
+    /// Entries before this index have been considered.
+    next: usize,
+    /// The newest entry that reached the reader.
+    latest: Option<usize>,
+    /// Whether the reader's coordinator has been handed `latest`.
+    observed: bool,
+}
+
+pub struct Table {
+    n: usize,
+    entries: Vec<Vec<Entry>>,
+    cursors: Vec<[Cursor; MAX_REGIONS]>,
+    /// Masks of the groups currently cut off from the rest.
+    cuts: Vec<u8>,
+}
+
+impl Table {
+    pub fn new(n: usize) -> Table {
+        Table {
+            n,
+            entries: (0..n).map(|_| Vec::new()).collect(),
+            cursors: vec![[Cursor::default(); MAX_REGIONS]; n],
+            cuts: Vec::new(),
+        }
+    }
+
+    fn connected(&self, a: usize, b: usize) -> bool {
+        self.cuts.iter().all(|m| (m >> a) & 1 == (m >> b) & 1)
+    }
+
+    fn separated_from(&self, w: usize) -> u8 {
+        (0..self.n)
+            .filter(|&r| !self.connected(w, r))
+            .fold(0, |m, r| m | 1 << r)
+    }
+
+    /// Writes a record of Region `w` that becomes visible at `visible_tick`.
+    pub fn write(&mut self, w: usize, record: Arc<RegionRecord>, visible_tick: i64) {
+        let blocked = self.separated_from(w);
+        if let Some(list) = self.entries.get_mut(w) {
+            list.push(Entry {
+                record,
+                visible_tick,
+                blocked,
+            });
+        }
+    }
+
+    /// A cut starts at `now`: records not yet visible never cross it.
+    pub fn cut(&mut self, mask: u8, now: i64) {
+        self.cuts.push(mask);
+        for w in 0..self.n {
+            let sep = self.separated_from(w);
+            for e in self.entries[w].iter_mut().rev() {
+                if e.visible_tick <= now {
+                    break;
+                }
+                e.blocked |= sep;
+            }
+        }
+    }
+
+    /// Every cut ends.
+    pub fn heal(&mut self) {
+        self.cuts.clear();
+    }
+
+    pub fn any_cut(&self) -> bool {
+        !self.cuts.is_empty()
+    }
+
+    /// The reader's coordinator starts afresh (restart, restore): hand it the replica's records again.
+    pub fn forget_observed(&mut self, reader: usize) {
+        for cursors in self.cursors.iter_mut() {
+            if let Some(c) = cursors.get_mut(reader) {
+                c.observed = false;
+            }
+        }
+    }
+
+    /// The newest record of `w` in `reader`'s replica at `now` that the reader's coordinator has
+    /// not been handed yet.
+    pub fn newly_visible(
+        &mut self,
+        w: usize,
+        reader: usize,
+        now: i64,
+    ) -> Option<Arc<RegionRecord>> {
+        let list = self.entries.get(w)?;
+        let c = self.cursors.get_mut(w)?.get_mut(reader)?;
+        while let Some(e) = list.get(c.next) {
+            if e.visible_tick > now {
+                break;
+            }
+            if e.blocked & (1 << reader) == 0 {
+                c.latest = Some(c.next);
+                c.observed = false;
+            }
+            c.next += 1;
+        }
+        if c.observed {
+            return None;
+        }
+        c.observed = true;
+        c.latest.and_then(|i| list.get(i)).map(|e| e.record.clone())
+    }
+}
