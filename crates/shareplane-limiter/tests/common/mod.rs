@@ -1,0 +1,220 @@
+//! Shared by the integration tests: the Redis URL convention and a tiny daemon that implements the
+//! HTTP contract the gateway client talks to (`GET /v1/rules`, `POST /v1/demand`).
+#![allow(dead_code)] // each test file uses a part of it
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use shareplane_limiter::{DemandReport, LimitKind, LimitWire, RulesWire};
+
+/// The Redis URL from `SHAREPLANE_TEST_REDIS_URL`. Without it: panics when
+/// `SHAREPLANE_REQUIRE_SERVICES=1` (tests/run-all.sh), otherwise says the test did nothing.
+pub fn redis_url(test: &str) -> Option<String> {
+    match std::env::var("SHAREPLANE_TEST_REDIS_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("SHAREPLANE_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "{test}: SHAREPLANE_TEST_REDIS_URL is not set but SHAREPLANE_REQUIRE_SERVICES=1 \
+                 (tests/run-all.sh starts redis-server and sets it)"
+            );
+            eprintln!(
+                "{test}: did nothing: SHAREPLANE_TEST_REDIS_URL is not set (run tests/run-all.sh, \
+                 or start redis-server and export it)"
+            );
+            None
+        }
+    }
+}
+
+/// A limit id no other test (or earlier run against the same server) uses.
+pub fn unique(name: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{name}-{}-{nanos}", std::process::id())
+}
+
+pub fn limit(id: &str, rate: f64, burst: f64) -> LimitWire {
+    LimitWire {
+        id: id.to_owned(),
+        rate,
+        burst,
+        shadow: false,
+        kind: LimitKind::Capacity,
+    }
+}
+
+pub fn rules(version: u64, limits: Vec<LimitWire>) -> RulesWire {
+    RulesWire {
+        version,
+        region: "A".to_owned(),
+        limits,
+    }
+}
+
+/// A loopback port with nothing listening on it.
+pub fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
+    l.local_addr()
+        .unwrap_or_else(|e| panic!("addr: {e}"))
+        .port()
+}
+
+pub const TOKEN: &str = "test-token";
+
+struct Shared {
+    rules: Mutex<RulesWire>,
+    changed: tokio::sync::watch::Sender<u64>,
+    forced: Mutex<Option<RulesWire>>,
+    /// Largest total per (gateway, incarnation) and limit.
+    totals: Mutex<BTreeMap<(String, u64), BTreeMap<String, u64>>>,
+    posts: Mutex<u64>,
+}
+
+/// The fake daemon, serving on a loopback port until the test ends.
+pub struct FakeDaemon {
+    pub url: String,
+    shared: Arc<Shared>,
+}
+
+impl FakeDaemon {
+    pub async fn start(first: RulesWire) -> Self {
+        let (changed, _) = tokio::sync::watch::channel(first.version);
+        let shared = Arc::new(Shared {
+            rules: Mutex::new(first),
+            changed,
+            forced: Mutex::new(None),
+            totals: Mutex::new(BTreeMap::new()),
+            posts: Mutex::new(0),
+        });
+        let app = Router::new()
+            .route("/v1/rules", get(get_rules))
+            .route("/v1/demand", post(post_demand))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("addr: {e}"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self {
+            url: format!("http://{addr}"),
+            shared,
+        }
+    }
+
+    /// Publishes a rule set (long-polls waiting for a greater version answer at once).
+    pub fn publish(&self, set: RulesWire) {
+        let v = set.version;
+        *lock(&self.shared.rules) = set;
+        self.shared.changed.send_replace(v);
+    }
+
+    /// The next `GET /v1/rules` answers 200 with `set`, whatever its version (a lagging daemon).
+    pub fn force_next(&self, set: RulesWire) {
+        *lock(&self.shared.forced) = Some(set);
+    }
+
+    /// The Region's demand total for a limit: the sum over gateways of their largest totals.
+    pub fn demand(&self, limit: &str) -> u64 {
+        lock(&self.shared.totals)
+            .values()
+            .filter_map(|t| t.get(limit))
+            .sum()
+    }
+
+    pub fn posts(&self) -> u64 {
+        *lock(&self.shared.posts)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[derive(Deserialize)]
+struct RulesQuery {
+    after: Option<u64>,
+    wait_ms: Option<u64>,
+}
+
+async fn get_rules(
+    State(s): State<Arc<Shared>>,
+    Query(q): Query<RulesQuery>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(set) = lock(&s.forced).take() {
+        return rules_response(&set);
+    }
+    let mut changed = s.changed.subscribe();
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(q.wait_ms.unwrap_or(0).min(30_000));
+    loop {
+        let set = lock(&s.rules).clone();
+        let etag = format!("\"{}\"", set.version);
+        let unchanged = headers
+            .get(header::IF_NONE_MATCH)
+            .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+        let newer = q.after.is_none_or(|a| set.version > a);
+        if newer && !(q.after.is_none() && unchanged) {
+            return rules_response(&set);
+        }
+        if q.after.is_none() {
+            return StatusCode::NOT_MODIFIED.into_response();
+        }
+        if tokio::time::timeout_at(deadline, changed.changed())
+            .await
+            .is_err()
+        {
+            return StatusCode::NOT_MODIFIED.into_response();
+        }
+    }
+}
+
+fn rules_response(set: &RulesWire) -> Response {
+    (
+        [(header::ETAG, format!("\"{}\"", set.version))],
+        Json(set.clone()),
+    )
+        .into_response()
+}
+
+async fn post_demand(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let authorized = headers
+        .get(header::AUTHORIZATION)
+        .is_some_and(|v| v.as_bytes() == format!("Bearer {TOKEN}").as_bytes());
+    if !authorized {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(serde_json::json!({"error": "bad token"})),
+        )
+            .into_response();
+    }
+    let report: DemandReport = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            let error = serde_json::json!({"error": e.to_string()});
+            return (StatusCode::BAD_REQUEST, Json(error)).into_response();
+        }
+    };
+    *lock(&s.posts) += 1;
+    let mut totals = lock(&s.totals);
+    let mine = totals
+        .entry((report.gateway, report.incarnation))
+        .or_default();
+    for (limit, total) in report.totals {
+        let t = mine.entry(limit).or_default();
+        *t = (*t).max(total);
+    }
+    Json(serde_json::json!({"ok": true})).into_response()
+}

@@ -1,0 +1,296 @@
+//! The token-bucket script against a real redis-server (SPEC.md §7).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{redis_url, unique};
+use shareplane_limiter::store::{
+    BucketCall, BucketVerdict, KeyScheme, RedisBuckets, ScriptReply, SCRIPT,
+};
+
+/// So slow that no test lasts long enough to see a whole token come back.
+const SLOW: f64 = 0.0001;
+
+fn buckets(url: &str) -> RedisBuckets {
+    RedisBuckets::new(url, Duration::from_secs(2)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn call(key: &str, rate: f64, burst: f64, cost: f64) -> BucketCall {
+    BucketCall {
+        key: key.to_owned(),
+        rate,
+        burst,
+        cost,
+        enforce: true,
+    }
+}
+
+async fn run(b: &RedisBuckets, calls: &[BucketCall]) -> ScriptReply {
+    b.run(calls)
+        .await
+        .unwrap_or_else(|e| panic!("script call failed: {e}"))
+}
+
+async fn tokens(b: &RedisBuckets, c: BucketCall) -> (bool, f64) {
+    let r = run(b, &[c]).await;
+    (r.allowed, r.buckets[0].1)
+}
+
+fn near(x: f64, want: f64) -> bool {
+    (x - want).abs() < 0.01
+}
+
+async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url).unwrap_or_else(|e| panic!("{e}"));
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test]
+async fn a_share_decrease_clamps_the_tokens_and_does_not_refill() {
+    let Some(url) = redis_url("a_share_decrease_clamps_the_tokens_and_does_not_refill") else {
+        return;
+    };
+    let b = buckets(&url);
+    // A full bucket of 10 lowered to a burst of 4 holds 4, not 10 and not a fresh 4 on top.
+    let full = KeyScheme::PerLimit.key(&unique("clamp-full"));
+    let (ok, t) = tokens(&b, call(&full, SLOW, 10.0, 1.0)).await;
+    assert!(ok && near(t, 9.0), "a new bucket starts full: {t}");
+    let (ok, t) = tokens(&b, call(&full, SLOW / 2.0, 4.0, 1.0)).await;
+    assert!(ok && near(t, 3.0), "clamped to 4, then spent 1: {t}");
+    // A bucket holding 2 of 10, lowered to a burst of 4, still holds 2: the decrease does not refill.
+    let low = KeyScheme::PerLimit.key(&unique("clamp-low"));
+    let (ok, t) = tokens(&b, call(&low, SLOW, 10.0, 8.0)).await;
+    assert!(ok && near(t, 2.0), "{t}");
+    let (ok, t) = tokens(&b, call(&low, SLOW / 2.0, 4.0, 1.0)).await;
+    assert!(ok && near(t, 1.0), "not refilled to the new burst: {t}");
+    let (ok, _) = tokens(&b, call(&low, SLOW / 2.0, 4.0, 2.0)).await;
+    assert!(!ok, "only 1 token left");
+}
+
+#[tokio::test]
+async fn a_rule_change_spends_the_same_bucket() {
+    let Some(url) = redis_url("a_rule_change_spends_the_same_bucket") else {
+        return;
+    };
+    let b = buckets(&url);
+    let key = KeyScheme::PerLimit.key(&unique("k-big"));
+    let (_, t) = tokens(&b, call(&key, SLOW, 10.0, 6.0)).await;
+    assert!(near(t, 4.0), "{t}");
+    // New numbers (a raise), same key: the tokens carry over, no new full bucket.
+    let (ok, t) = tokens(&b, call(&key, 2.0 * SLOW, 20.0, 1.0)).await;
+    assert!(ok && near(t, 3.0), "the raise spent the old tokens: {t}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifteen_concurrent_calls_on_five_tokens_admit_exactly_five() {
+    let Some(url) = redis_url("fifteen_concurrent_calls_on_five_tokens_admit_exactly_five") else {
+        return;
+    };
+    let key = KeyScheme::PerLimit.key(&unique("concurrent"));
+    // Three gateways (three connections), five calls each, all at once.
+    let gateways: Vec<Arc<RedisBuckets>> = (0..3).map(|_| Arc::new(buckets(&url))).collect();
+    let mut tasks = Vec::new();
+    for g in &gateways {
+        for _ in 0..5 {
+            let (g, key) = (g.clone(), key.clone());
+            tasks.push(tokio::spawn(async move {
+                run(&g, &[call(&key, SLOW, 5.0, 1.0)]).await.allowed
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap_or_else(|e| panic!("{e}")));
+    }
+    assert_eq!(admitted, 5);
+}
+
+#[tokio::test]
+async fn retry_after_matches_the_refill() {
+    let Some(url) = redis_url("retry_after_matches_the_refill") else {
+        return;
+    };
+    let b = buckets(&url);
+    let key = KeyScheme::PerLimit.key(&unique("retry"));
+    assert!(run(&b, &[call(&key, 10.0, 10.0, 10.0)]).await.allowed);
+    let refused = run(&b, &[call(&key, 10.0, 10.0, 5.0)]).await;
+    assert!(!refused.allowed);
+    let (verdict, held) = refused.buckets[0];
+    assert_eq!(verdict, BucketVerdict::Short);
+    assert_eq!(
+        refused.retry_after_s,
+        Some(((5.0 - held) / 10.0_f64).ceil() as u64)
+    );
+    assert_eq!(refused.retry_after_s, Some(1));
+    // After that many seconds the refill covers the cost.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(run(&b, &[call(&key, 10.0, 10.0, 5.0)]).await.allowed);
+
+    // A slow refill: whole seconds, rounded up; several buckets wait for the slowest.
+    let (k1, k2) = (
+        KeyScheme::PerLimit.key(&unique("r1")),
+        KeyScheme::PerLimit.key(&unique("r2")),
+    );
+    assert!(
+        run(&b, &[call(&k1, 2.0, 10.0, 10.0), call(&k2, 0.25, 3.0, 3.0)])
+            .await
+            .allowed
+    );
+    let r = run(&b, &[call(&k1, 2.0, 10.0, 7.0), call(&k2, 0.25, 3.0, 1.0)]).await;
+    let want = [
+        ((7.0 - r.buckets[0].1) / 2.0_f64).ceil(),
+        ((1.0 - r.buckets[1].1) / 0.25_f64).ceil(),
+    ];
+    assert_eq!(r.retry_after_s, Some(want[0].max(want[1]) as u64));
+    assert_eq!(r.retry_after_s, Some(4));
+}
+
+#[tokio::test]
+async fn cost_above_burst_is_refused_without_retry_after() {
+    let Some(url) = redis_url("cost_above_burst_is_refused_without_retry_after") else {
+        return;
+    };
+    let b = buckets(&url);
+    let key = KeyScheme::PerLimit.key(&unique("over"));
+    let r = run(&b, &[call(&key, 1.0, 2.0, 3.0)]).await;
+    assert!(!r.allowed);
+    assert_eq!(r.retry_after_s, None);
+    assert_eq!(r.buckets[0].0, BucketVerdict::CostAboveBurst);
+    assert!(near(r.buckets[0].1, 2.0), "nothing spent");
+    // Alongside a bucket that is merely short, there is still no Retry-After to give.
+    let short = KeyScheme::PerLimit.key(&unique("short"));
+    assert!(run(&b, &[call(&short, 1.0, 1.0, 1.0)]).await.allowed);
+    let r = run(
+        &b,
+        &[call(&short, 1.0, 1.0, 1.0), call(&key, 1.0, 2.0, 3.0)],
+    )
+    .await;
+    assert_eq!((r.allowed, r.retry_after_s), (false, None));
+}
+
+#[tokio::test]
+async fn several_limits_are_all_or_nothing() {
+    let Some(url) = redis_url("several_limits_are_all_or_nothing") else {
+        return;
+    };
+    let b = buckets(&url);
+    let tag = KeyScheme::SharedTag(unique("partner"));
+    let (a, s) = (tag.key("a"), tag.key("s"));
+    let both = |cost| [call(&a, SLOW, 5.0, cost), call(&s, SLOW, 1.0, cost)];
+    let r = run(&b, &both(1.0)).await;
+    assert!(r.allowed);
+    let r = run(&b, &both(1.0)).await;
+    assert!(!r.allowed);
+    assert_eq!(r.buckets[0].0, BucketVerdict::Admit, "a had the tokens");
+    assert_eq!(r.buckets[1].0, BucketVerdict::Short);
+    assert!(
+        near(r.buckets[0].1, 4.0),
+        "the refused call spent nothing from a"
+    );
+    let (_, left) = tokens(&b, call(&a, SLOW, 5.0, 4.0)).await;
+    assert!(near(left, 0.0), "a still held 4: {left}");
+}
+
+#[tokio::test]
+async fn a_shadow_bucket_is_spent_but_never_refuses() {
+    let Some(url) = redis_url("a_shadow_bucket_is_spent_but_never_refuses") else {
+        return;
+    };
+    let b = buckets(&url);
+    let tag = KeyScheme::SharedTag(unique("shadow"));
+    let enforced = call(&tag.key("e"), SLOW, 5.0, 1.0);
+    let shadow = BucketCall {
+        enforce: false,
+        ..call(&tag.key("s"), SLOW, 1.0, 1.0)
+    };
+    let r = run(&b, &[enforced.clone(), shadow.clone()]).await;
+    assert!(r.allowed);
+    assert!(near(r.buckets[1].1, 0.0), "the shadow bucket was spent");
+    let r = run(&b, &[enforced, shadow]).await;
+    assert!(r.allowed, "an empty shadow bucket does not refuse");
+    assert_eq!(
+        r.buckets[1].0,
+        BucketVerdict::Short,
+        "but says it would have"
+    );
+}
+
+#[tokio::test]
+async fn elapsed_is_clamped_and_the_stamp_never_goes_back() {
+    let Some(url) = redis_url("elapsed_is_clamped_and_the_stamp_never_goes_back") else {
+        return;
+    };
+    let b = buckets(&url);
+    let key = KeyScheme::PerLimit.key(&unique("clock"));
+    let mut conn = raw(&url).await;
+    let (now_s, _): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // A bucket last written by a clock 60 s ahead (a failover from a primary whose clock was ahead).
+    let ahead_us = (now_s + 60) * 1_000_000;
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg("tokens")
+        .arg("0")
+        .arg("ts")
+        .arg(ahead_us)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let r = run(&b, &[call(&key, 1000.0, 2000.0, 1.0)]).await;
+    assert!(!r.allowed, "no refill for time that has not passed");
+    assert!(near(r.buckets[0].1, 0.0));
+    let ts: u64 = redis::cmd("HGET")
+        .arg(&key)
+        .arg("ts")
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ts, ahead_us);
+}
+
+#[tokio::test]
+async fn every_write_sets_a_ttl_of_at_least_burst_over_rate() {
+    let Some(url) = redis_url("every_write_sets_a_ttl_of_at_least_burst_over_rate") else {
+        return;
+    };
+    let mut conn = raw(&url).await;
+    let key = KeyScheme::PerLimit.key(&unique("ttl"));
+    // Called directly with a TTL argument of 1 ms: the script raises it to burst / rate = 50 s.
+    let script = redis::Script::new(SCRIPT);
+    for allowed_or_not in [1.0, 100.0] {
+        let _: redis::Value = script
+            .key(&key)
+            .arg(2.0)
+            .arg(100.0)
+            .arg(allowed_or_not)
+            .arg(1)
+            .arg(1)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!((49_000..=50_000).contains(&pttl), "PTTL {pttl}");
+    }
+    // Bad numbers are an error reply, never a write.
+    let bad = script
+        .key(&key)
+        .arg("nan")
+        .arg(1)
+        .arg(1)
+        .arg(1)
+        .arg(1)
+        .invoke_async::<redis::Value>(&mut conn)
+        .await;
+    assert!(bad.is_err_and(|e| e.to_string().contains("rate of key 1")));
+}
