@@ -1,11 +1,18 @@
-//! `shareplane`: the per-Region daemon and its tools.
+//! `shareplane`: the per-Region daemon and its tools. The work is done in the library.
 
 use clap::{Parser, Subcommand};
+use shareplane::config;
 use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "shareplane", version, about = "Hold one rate limit true across several AWS Regions")]
+#[command(
+    name = "shareplane",
+    version,
+    about = "Hold one rate limit true across several AWS Regions"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -19,11 +26,106 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Check a configuration file and report every problem at once; touches no network.
+    Validate {
+        /// The TOML file (or omit it and set SHAREPLANE_CONFIG_TOML).
+        config: Option<PathBuf>,
+    },
+    /// Run one replica of this Region's daemon until SIGINT or SIGTERM.
+    ///
+    /// Environment: SHAREPLANE_CONFIG_TOML (the whole TOML text, instead of --config),
+    /// SHAREPLANE_REGION, SHAREPLANE_LISTEN, SHAREPLANE_API_TOKEN, SHAREPLANE_PHASE_MS,
+    /// SHAREPLANE_AWS_ENDPOINT, SHAREPLANE_REPLICA_ID override the file.
+    Run {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Three Regions in one process with a live web dashboard; no AWS account needed.
+    Demo {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// Rebalance period of the demo's Regions (shorter than production's 5 s so that
+        /// things move quickly).
+        #[arg(long, default_value_t = shareplane::demo::DEFAULT_PERIOD_MS)]
+        period_ms: u64,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Sim { args } => shareplane_sim::cli::main(args),
+        Command::Validate { config } => validate(config),
+        Command::Run { config } => run(config),
+        Command::Demo { listen, period_ms } => demo(listen, period_ms),
+    }
+}
+
+fn load(path: Option<PathBuf>) -> Result<config::Config, ExitCode> {
+    config::load(path.as_deref(), &config::process_env()).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })
+}
+
+fn validate(path: Option<PathBuf>) -> ExitCode {
+    match load(path) {
+        Ok(c) => {
+            println!(
+                "configuration is valid: region {}, {} Regions, {} limits, period {} ms, phase {} ms, listen {}",
+                c.region,
+                c.deployment.n(),
+                c.deployment.limits.len(),
+                c.period_ms,
+                c.phase_ms,
+                c.listen
+            );
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+fn run(path: Option<PathBuf>) -> ExitCode {
+    let cfg = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    shareplane::init_logging();
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(shareplane::run(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shareplane run: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn demo(listen: SocketAddr, period_ms: u64) -> ExitCode {
+    shareplane::init_logging();
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(shareplane::demo::run(listen, period_ms)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shareplane demo: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -1,0 +1,304 @@
+//! The Region's HTTP API for gateways and operators (axum).
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /v1/rules` | the rule set; `ETag`, `If-None-Match` → 304; long-poll `?after=V&wait_ms=W` |
+//! | `POST /v1/demand` | a gateway's running totals (bearer token; body ≤ 64 KiB) |
+//! | `GET /v1/state` | why each share is what it is |
+//! | `GET /v1/limits/{id}/explain` | one limit: demand, target, share, pool, grants in flight, peers, health, policy |
+//! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness latch, Prometheus text |
+//!
+//! Every refusal is a 4xx (or 503) with a JSON body `{"error": "..."}`.
+
+use crate::rules::RuleSet;
+use crate::state::Shared;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// The longest a long-poll is held.
+pub const MAX_WAIT_MS: u64 = 30_000;
+
+/// The API of one Region, to be served at `/` (or nested under a prefix by the demo).
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/rules", get(rules))
+        .route("/v1/demand", post(demand))
+        .route("/v1/state", get(state))
+        .route("/v1/limits/{id}/explain", get(explain))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(shared)
+}
+
+/// A refusal with a JSON body.
+#[derive(Debug)]
+pub struct ApiError(pub StatusCode, pub String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+fn err(status: StatusCode, msg: impl Into<String>) -> ApiError {
+    ApiError(status, msg.into())
+}
+
+pub async fn not_found() -> ApiError {
+    err(StatusCode::NOT_FOUND, "no such route")
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RulesQuery {
+    after: Option<u64>,
+    wait_ms: Option<u64>,
+}
+
+async fn rules(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<RulesQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Query(q) = q.map_err(|e| err(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let mut rx = s.subscribe();
+    let cur = rx.borrow_and_update().clone();
+    if let Some(after) = q.after {
+        if cur.version > after {
+            return Ok(rule_response(&cur));
+        }
+        let wait = Duration::from_millis(q.wait_ms.unwrap_or(MAX_WAIT_MS).min(MAX_WAIT_MS));
+        let mut shutdown = s.shutdown_signal();
+        let deadline = tokio::time::sleep(wait);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => break,
+                _ = shutdown.wait_for(|v| *v) => break,
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let now = rx.borrow_and_update().clone();
+                    if now.version > after {
+                        return Ok(rule_response(&now));
+                    }
+                }
+            }
+        }
+        let latest = rx.borrow().clone();
+        return Ok(not_modified(&latest));
+    }
+    if cur.version == 0 {
+        return Err(err(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no rule set published yet",
+        ));
+    }
+    let inm = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok());
+    if inm.is_some_and(|v| {
+        v.split(',')
+            .any(|t| t.trim() == cur.etag || t.trim() == "*")
+    }) {
+        return Ok(not_modified(&cur));
+    }
+    Ok(rule_response(&cur))
+}
+
+fn rule_response(r: &RuleSet) -> Response {
+    let mut resp = Response::new(Body::from(r.body.clone()));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(v) = HeaderValue::from_str(&r.etag) {
+        h.insert(header::ETAG, v);
+    }
+    resp
+}
+
+fn not_modified(r: &RuleSet) -> Response {
+    let mut resp = StatusCode::NOT_MODIFIED.into_response();
+    if r.version > 0 {
+        if let Ok(v) = HeaderValue::from_str(&r.etag) {
+            resp.headers_mut().insert(header::ETAG, v);
+        }
+    }
+    resp
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DemandReport {
+    gateway: String,
+    incarnation: u64,
+    totals: BTreeMap<String, u64>,
+}
+
+/// Checks `Authorization: Bearer <token>` in time independent of where the tokens differ.
+pub fn authorized(s: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(want) = s.api_token.as_deref() else {
+        return Err(err(
+            StatusCode::FORBIDDEN,
+            "writes are disabled: no API token is configured",
+        ));
+    };
+    let got = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| err(StatusCode::UNAUTHORIZED, "missing bearer token"))?;
+    let (a, b) = (got.as_bytes(), want.as_bytes());
+    let mut diff = a.len() ^ b.len();
+    for (i, &x) in b.iter().enumerate() {
+        diff |= usize::from(x ^ a.get(i).copied().unwrap_or(0));
+    }
+    if diff == 0 {
+        Ok(())
+    } else {
+        Err(err(StatusCode::UNAUTHORIZED, "wrong bearer token"))
+    }
+}
+
+async fn demand(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if let Err(e) = authorized(&s, &headers) {
+        s.metrics.demand_rejected.inc("unauthorized");
+        return Err(e);
+    }
+    let body = body.map_err(|e| {
+        s.metrics.demand_rejected.inc("body");
+        err(e.status(), e.body_text())
+    })?;
+    let report: DemandReport = serde_json::from_slice(&body).map_err(|e| {
+        s.metrics.demand_rejected.inc("bad_json");
+        err(StatusCode::BAD_REQUEST, format!("bad demand report: {e}"))
+    })?;
+    let now = s.clock.now_ms();
+    let outcome = s
+        .demand()
+        .report(now, &report.gateway, report.incarnation, &report.totals);
+    match outcome {
+        Ok(o) => {
+            s.metrics.demand_reports.inc();
+            let mut body = serde_json::json!({ "ok": true });
+            if !o.unknown.is_empty() {
+                body["ignored"] = serde_json::json!(o.unknown);
+            }
+            if o.stale {
+                body["stale"] = serde_json::json!(true);
+            }
+            Ok(Json(body))
+        }
+        Err(e) => {
+            s.metrics.demand_rejected.inc("invalid");
+            Err(err(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))
+        }
+    }
+}
+
+async fn state(State(s): State<Arc<Shared>>) -> Response {
+    Json(&*s.view()).into_response()
+}
+
+async fn explain(
+    State(s): State<Arc<Shared>>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(|e| err(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let v = s.view();
+    let Some(limit) = v.limits.iter().find(|l| l.id == id) else {
+        return Err(err(StatusCode::NOT_FOUND, format!("no limit {id:?}")));
+    };
+    let published = s.rules();
+    let index = s.d.limit_index(&id);
+    let published_rate = index
+        .and_then(|i| published.rates.get(i))
+        .map(|r| r.as_rps());
+    Ok(Json(serde_json::json!({
+        "region": v.region,
+        "role": v.role,
+        "policy": v.policy,
+        "limit": limit,
+        "published": { "version": published.version, "rate": published_rate },
+        "peers": v.peers,
+        "health": v.health,
+        "alarms": v.alarms,
+        "store_ok": v.store_ok,
+        "last_error": v.last_error,
+    }))
+    .into_response())
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "ok": true }))
+}
+
+async fn readyz(State(s): State<Arc<Shared>>) -> Response {
+    if s.is_ready() {
+        Json(serde_json::json!({ "ready": true })).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "ready": false })),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(s): State<Arc<Shared>>) -> Response {
+    let text = s.metrics.render(&s.view(), s.is_ready());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// Serves `router` on `listener` until `shutdown` reads true, then stops accepting and waits at
+/// most `drain` for requests in flight (long-polls answer at once on shutdown).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    drain: Duration,
+) -> std::io::Result<()> {
+    use std::future::IntoFuture;
+    let mut sd = shutdown.clone();
+    let server = axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            let _ = sd.wait_for(|v| *v).await;
+        })
+        .into_future();
+    let mut sd2 = shutdown;
+    let bound = async move {
+        let _ = sd2.wait_for(|v| *v).await;
+        tokio::time::sleep(drain).await;
+    };
+    tokio::select! {
+        r = server => {
+            tracing::info!("HTTP server drained");
+            r
+        }
+        _ = bound => {
+            tracing::warn!(drain_ms = drain.as_millis() as u64, "HTTP drain bound reached; closing remaining connections");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,572 @@
+//! The daemon's configuration: a TOML file (or the whole TOML text in `SHAREPLANE_CONFIG_TOML`)
+//! plus a few `SHAREPLANE_*` overrides, checked all at once.
+//!
+//! [`load`] never touches the network. It returns either a [`Config`] that `run` can use as it is,
+//! or every problem found, each naming its field, so that `shareplane validate` and `shareplane
+//! run` refuse an invalid file the same way.
+
+use shareplane_core::{
+    ConfigError, Deployment, Design, Fence, LimitKind, LimitSpec, RegionId, Room, SilentPolicy,
+};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Environment variables that override the file (documented in `shareplane run --help`).
+pub const ENV_CONFIG_TOML: &str = "SHAREPLANE_CONFIG_TOML";
+pub const ENV_REGION: &str = "SHAREPLANE_REGION";
+pub const ENV_LISTEN: &str = "SHAREPLANE_LISTEN";
+pub const ENV_API_TOKEN: &str = "SHAREPLANE_API_TOKEN";
+pub const ENV_PHASE_MS: &str = "SHAREPLANE_PHASE_MS";
+pub const ENV_AWS_ENDPOINT: &str = "SHAREPLANE_AWS_ENDPOINT";
+pub const ENV_REPLICA_ID: &str = "SHAREPLANE_REPLICA_ID";
+
+/// The longest configuration text accepted (a file or the environment variable).
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+/// The shortest API token accepted: anything shorter is guessable.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+/// The file as written, before checks.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub region: Option<String>,
+    #[serde(default)]
+    pub phase_ms: u64,
+    pub period_ms: Option<u64>,
+    #[serde(default)]
+    pub regions: Vec<RawRegion>,
+    pub table: Option<String>,
+    pub store: Option<String>,
+    pub aws_endpoint: Option<String>,
+    pub metrics_namespace: Option<String>,
+    #[serde(default)]
+    pub limits: Vec<RawLimit>,
+    pub policy: Option<String>,
+    pub fence: Option<String>,
+    pub listen: Option<String>,
+    pub api_token: Option<String>,
+    pub replica_id: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRegion {
+    pub name: String,
+    pub health_check_id: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimit {
+    pub id: String,
+    /// Requests per second across all Regions.
+    pub rate: f64,
+    #[serde(default = "default_burst_s")]
+    pub burst_s: f64,
+    /// Requests per second; default 5% of the rate.
+    pub floor: Option<f64>,
+    /// Requests per second; default 10% of the rate.
+    pub step_cap: Option<f64>,
+    #[serde(default = "default_kind")]
+    pub kind: String,
+    /// For `kind = "security"`: the one Region that holds the whole limit (else an even split).
+    pub home: Option<String>,
+    #[serde(default)]
+    pub shadow: bool,
+    #[serde(default = "default_version")]
+    pub version: u64,
+}
+
+fn default_burst_s() -> f64 {
+    2.0
+}
+fn default_kind() -> String {
+    "capacity".into()
+}
+fn default_version() -> u64 {
+    1
+}
+
+/// Where records are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    DynamoDb,
+    Memory,
+}
+
+/// A checked configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub region: String,
+    pub me: RegionId,
+    pub phase_ms: u64,
+    pub period_ms: u64,
+    pub deployment: Arc<Deployment>,
+    /// Route 53 health check id by Region index (`None` where not configured).
+    pub health_check_ids: Vec<Option<String>>,
+    pub table: String,
+    pub store: StoreKind,
+    pub aws_endpoint: Option<String>,
+    pub metrics_namespace: String,
+    pub listen: SocketAddr,
+    pub api_token: Option<String>,
+    pub replica_id: String,
+}
+
+pub const DEFAULT_PERIOD_MS: u64 = 5_000;
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+const MIN_PERIOD_MS: u64 = 100;
+const MAX_PERIOD_MS: u64 = 600_000;
+const MAX_BURST_S: f64 = 3_600.0;
+
+/// Every problem with a configuration, one per line, each naming its field.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", render(.0))]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+fn render(errors: &[ConfigError]) -> String {
+    let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
+    format!(
+        "invalid configuration ({} problems):\n{}",
+        errors.len(),
+        lines.join("\n")
+    )
+}
+
+fn problem(field: impl Into<String>, what: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field: field.into(),
+        problem: what.into(),
+    }
+}
+
+/// Reads the configuration from `path`, or from `SHAREPLANE_CONFIG_TOML` when `path` is `None`,
+/// then applies the environment overrides from `env` and checks everything.
+pub fn load(path: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Config, ConfigErrors> {
+    let text = match (path, env.get(ENV_CONFIG_TOML)) {
+        (Some(p), _) => read_file(p)?,
+        (None, Some(t)) => t.clone(),
+        (None, None) => {
+            return Err(ConfigErrors(vec![problem(
+                "config",
+                format!("give --config FILE or put the TOML text in {ENV_CONFIG_TOML}"),
+            )]))
+        }
+    };
+    parse(&text, env)
+}
+
+/// The process environment's `SHAREPLANE_*` variables.
+pub fn process_env() -> BTreeMap<String, String> {
+    std::env::vars()
+        .filter(|(k, _)| k.starts_with("SHAREPLANE_"))
+        .collect()
+}
+
+fn read_file(p: &Path) -> Result<String, ConfigErrors> {
+    let fail = |what: String| ConfigErrors(vec![problem("config", what)]);
+    let meta =
+        std::fs::metadata(p).map_err(|e| fail(format!("cannot read {}: {e}", p.display())))?;
+    if meta.len() > MAX_CONFIG_BYTES as u64 {
+        return Err(fail(format!(
+            "{} is larger than {MAX_CONFIG_BYTES} bytes",
+            p.display()
+        )));
+    }
+    std::fs::read_to_string(p).map_err(|e| fail(format!("cannot read {}: {e}", p.display())))
+}
+
+/// Parses TOML text, applies overrides and checks it.
+pub fn parse(text: &str, env: &BTreeMap<String, String>) -> Result<Config, ConfigErrors> {
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(ConfigErrors(vec![problem("config", "larger than 1 MiB")]));
+    }
+    let mut raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let msg = e.message().to_string();
+        let at = e
+            .span()
+            .map(|s| {
+                format!(
+                    " (at line {})",
+                    text[..s.start.min(text.len())].lines().count().max(1)
+                )
+            })
+            .unwrap_or_default();
+        ConfigErrors(vec![problem("config", format!("{msg}{at}"))])
+    })?;
+    let mut errors = Vec::new();
+    apply_env(&mut raw, env, &mut errors);
+    let cfg = check(raw, &mut errors);
+    match cfg {
+        Some(c) if errors.is_empty() => Ok(c),
+        _ => Err(ConfigErrors(errors)),
+    }
+}
+
+fn apply_env(raw: &mut RawConfig, env: &BTreeMap<String, String>, errors: &mut Vec<ConfigError>) {
+    if let Some(v) = env.get(ENV_REGION) {
+        raw.region = Some(v.clone());
+    }
+    if let Some(v) = env.get(ENV_LISTEN) {
+        raw.listen = Some(v.clone());
+    }
+    if let Some(v) = env.get(ENV_API_TOKEN) {
+        raw.api_token = Some(v.clone());
+    }
+    if let Some(v) = env.get(ENV_AWS_ENDPOINT) {
+        raw.aws_endpoint = Some(v.clone());
+    }
+    if let Some(v) = env.get(ENV_REPLICA_ID) {
+        raw.replica_id = Some(v.clone());
+    }
+    if let Some(v) = env.get(ENV_PHASE_MS) {
+        match v.parse() {
+            Ok(p) => raw.phase_ms = p,
+            Err(_) => errors.push(problem(ENV_PHASE_MS, "not a whole number of milliseconds")),
+        }
+    }
+}
+
+fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
+    let period_ms = raw.period_ms.unwrap_or(DEFAULT_PERIOD_MS);
+    if !(MIN_PERIOD_MS..=MAX_PERIOD_MS).contains(&period_ms) {
+        errors.push(problem(
+            "period_ms",
+            format!("must be {MIN_PERIOD_MS} to {MAX_PERIOD_MS}"),
+        ));
+    }
+    if raw.phase_ms >= period_ms {
+        errors.push(problem(
+            "phase_ms",
+            format!("must be below period_ms ({period_ms})"),
+        ));
+    }
+    let names: Vec<String> = raw.regions.iter().map(|r| r.name.clone()).collect();
+    let region = raw.region.clone().unwrap_or_default();
+    let me = names
+        .iter()
+        .position(|n| *n == region)
+        .and_then(RegionId::new);
+    if region.is_empty() {
+        errors.push(problem(
+            "region",
+            format!("missing (set it in the file or {ENV_REGION})"),
+        ));
+    } else if me.is_none() {
+        errors.push(problem("region", format!("{region:?} is not in regions")));
+    }
+    let store = match raw.store.as_deref().unwrap_or("dynamodb") {
+        "dynamodb" => StoreKind::DynamoDb,
+        "memory" => StoreKind::Memory,
+        other => {
+            errors.push(problem(
+                "store",
+                format!("{other:?}: use \"dynamodb\" or \"memory\""),
+            ));
+            StoreKind::Memory
+        }
+    };
+    let table = raw.table.clone().unwrap_or_default();
+    if store == StoreKind::DynamoDb && (table.is_empty() || table.len() > 255) {
+        errors.push(problem(
+            "table",
+            "a DynamoDB table name of 1 to 255 characters is required",
+        ));
+    }
+    if let Some(ep) = &raw.aws_endpoint {
+        if !(ep.starts_with("http://") || ep.starts_with("https://")) {
+            errors.push(problem(
+                "aws_endpoint",
+                "must start with http:// or https://",
+            ));
+        }
+    }
+    let policy = match raw.policy.as_deref().unwrap_or("two-signals") {
+        "two-signals" => SilentPolicy::TwoSignals,
+        "freeze" => SilentPolicy::Freeze,
+        "silence-alone" => SilentPolicy::SilenceAlone,
+        other => {
+            errors.push(problem(
+                "policy",
+                format!("{other:?}: use \"two-signals\", \"freeze\" or \"silence-alone\""),
+            ));
+            SilentPolicy::TwoSignals
+        }
+    };
+    let fence = match raw.fence.as_deref().unwrap_or("own-unhealthy") {
+        "own-unhealthy" => Fence::OwnUnhealthy,
+        "never" => Fence::Never,
+        other => {
+            errors.push(problem(
+                "fence",
+                format!("{other:?}: use \"own-unhealthy\" or \"never\""),
+            ));
+            Fence::OwnUnhealthy
+        }
+    };
+    let listen_text = raw
+        .listen
+        .clone()
+        .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+    let listen = listen_text.parse::<SocketAddr>().unwrap_or_else(|_| {
+        errors.push(problem(
+            "listen",
+            format!("{listen_text:?} is not an address like 127.0.0.1:8080"),
+        ));
+        SocketAddr::from(([127, 0, 0, 1], 8080))
+    });
+    let api_token = raw.api_token.clone().filter(|t| !t.is_empty());
+    match &api_token {
+        Some(t) if t.chars().count() < MIN_TOKEN_CHARS => errors.push(problem(
+            "api_token",
+            format!("must be at least {MIN_TOKEN_CHARS} characters"),
+        )),
+        Some(t) if t.chars().any(|c| c.is_whitespace() || c.is_control()) => errors.push(problem(
+            "api_token",
+            "must not contain spaces or control characters",
+        )),
+        None => errors.push(problem(
+            "api_token",
+            format!(
+                "required for the write endpoints; set {ENV_API_TOKEN} (preferred) or api_token"
+            ),
+        )),
+        _ => {}
+    }
+    if store == StoreKind::DynamoDb && policy == SilentPolicy::TwoSignals {
+        for (i, r) in raw.regions.iter().enumerate() {
+            if r.health_check_id.as_deref().unwrap_or("").is_empty() {
+                errors.push(problem(
+                    format!("regions[{i}].health_check_id"),
+                    "required with policy two-signals (the Route 53 health check of that Region)",
+                ));
+            }
+        }
+    }
+    let limits = check_limits(&raw.limits, &names, errors);
+    let d = Deployment {
+        regions: names,
+        limits,
+        design: Design::NamedGrants,
+        policy,
+        fence,
+        silent_after: 3,
+        period_ms,
+    };
+    let d = match Deployment::try_new(d) {
+        Ok(d) => Some(d),
+        Err(es) => {
+            errors.extend(es);
+            None
+        }
+    };
+    let replica_id = raw.replica_id.clone().unwrap_or_else(default_replica_id);
+    if replica_id.is_empty() || replica_id.len() > 128 {
+        errors.push(problem("replica_id", "1 to 128 characters"));
+    }
+    Some(Config {
+        region,
+        me: me?,
+        phase_ms: raw.phase_ms,
+        period_ms,
+        deployment: Arc::new(d?),
+        health_check_ids: raw
+            .regions
+            .iter()
+            .map(|r| r.health_check_id.clone())
+            .collect(),
+        table,
+        store,
+        aws_endpoint: raw.aws_endpoint,
+        metrics_namespace: raw.metrics_namespace.unwrap_or_else(|| "Shareplane".into()),
+        listen,
+        api_token,
+        replica_id,
+    })
+}
+
+/// `host-pid`: unique among the replicas of one Region as long as hosts are named apart.
+pub fn default_replica_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "replica".into());
+    format!("{host}-{}", std::process::id())
+}
+
+fn check_limits(
+    raw: &[RawLimit],
+    regions: &[String],
+    errors: &mut Vec<ConfigError>,
+) -> Vec<LimitSpec> {
+    let mut out = Vec::new();
+    for (i, l) in raw.iter().enumerate() {
+        let at = format!("limits[{i}]");
+        let mut room = |field: &str, v: f64| match Room::from_rps(v) {
+            Ok(r) => r,
+            Err(e) => {
+                errors.push(problem(format!("{at}.{field}"), e.to_string()));
+                Room::ZERO
+            }
+        };
+        let rate = room("rate", l.rate);
+        let floor = room("floor", l.floor.unwrap_or(l.rate * 0.05));
+        let step_cap = room("step_cap", l.step_cap.unwrap_or(l.rate * 0.10));
+        let burst_ms = if l.burst_s.is_finite() && l.burst_s > 0.0 && l.burst_s <= MAX_BURST_S {
+            (l.burst_s * 1000.0).round() as u64
+        } else {
+            errors.push(problem(
+                format!("{at}.burst_s"),
+                format!("must be above 0 and at most {MAX_BURST_S}"),
+            ));
+            1
+        };
+        let kind = match (l.kind.as_str(), &l.home) {
+            ("capacity", None) => LimitKind::Capacity,
+            ("capacity", Some(_)) => {
+                errors.push(problem(
+                    format!("{at}.home"),
+                    "only security limits have a home",
+                ));
+                LimitKind::Capacity
+            }
+            ("security", None) => LimitKind::Security { home: None },
+            ("security", Some(h)) => {
+                let home = regions.iter().position(|r| r == h).and_then(RegionId::new);
+                if home.is_none() {
+                    errors.push(problem(
+                        format!("{at}.home"),
+                        format!("{h:?} is not in regions"),
+                    ));
+                }
+                LimitKind::Security { home }
+            }
+            (other, _) => {
+                errors.push(problem(
+                    format!("{at}.kind"),
+                    format!("{other:?}: use \"capacity\" or \"security\""),
+                ));
+                LimitKind::Capacity
+            }
+        };
+        if !l
+            .id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
+        {
+            errors.push(problem(
+                format!("{at}.id"),
+                "use letters, digits and - _ . : only",
+            ));
+        }
+        out.push(LimitSpec {
+            id: l.id.clone(),
+            version: l.version,
+            rate,
+            burst_ms,
+            floor,
+            step_cap,
+            kind,
+            shadow: l.shadow,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+region = "B"
+phase_ms = 1700
+store = "memory"
+api_token = "0123456789abcdef"
+[[regions]]
+name = "A"
+[[regions]]
+name = "B"
+[[limits]]
+id = "k-big"
+rate = 10000
+"#;
+
+    #[test]
+    fn good_config_converts_to_a_deployment() {
+        let c = parse(GOOD, &BTreeMap::new()).map_err(|e| e.to_string());
+        let c = c.as_ref().map(|c| {
+            (
+                c.me.index(),
+                c.period_ms,
+                c.deployment.limits[0].floor,
+                c.listen.to_string(),
+            )
+        });
+        assert_eq!(
+            c,
+            Ok((1, 5000, Room::rps(500), "127.0.0.1:8080".to_string()))
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_field() {
+        let text = r#"
+region = "Z"
+phase_ms = 9000
+period_ms = 5000
+store = "dynamodb"
+policy = "hope"
+listen = "nowhere"
+[[regions]]
+name = "A"
+[[limits]]
+id = "x"
+rate = -1
+kind = "weird"
+"#;
+        let errs = match parse(text, &BTreeMap::new()) {
+            Err(e) => e.0.into_iter().map(|e| e.field).collect::<Vec<_>>(),
+            Ok(_) => vec![],
+        };
+        for f in [
+            "phase_ms",
+            "region",
+            "table",
+            "policy",
+            "listen",
+            "api_token",
+            "regions[0].health_check_id",
+            "limits[0].rate",
+            "limits[0].kind",
+        ] {
+            assert!(errs.iter().any(|e| e == f), "{f} missing in {errs:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let text = format!("{GOOD}\nsurprise = 1\n");
+        let e = parse(&text, &BTreeMap::new())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("surprise"), "{e}");
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let env: BTreeMap<String, String> = [
+            (ENV_REGION.to_string(), "A".to_string()),
+            (
+                ENV_API_TOKEN.to_string(),
+                "ffffffffffffffffffff".to_string(),
+            ),
+            (ENV_CONFIG_TOML.to_string(), GOOD.to_string()),
+        ]
+        .into();
+        let c = load(None, &env).map(|c| (c.region, c.phase_ms, c.api_token));
+        assert_eq!(
+            c.ok(),
+            Some(("A".into(), 1700, Some("ffffffffffffffffffff".into())))
+        );
+    }
+}

@@ -1,0 +1,503 @@
+//! One replica of a Region's daemon: the rebalance loop and the writer lease (HA).
+//!
+//! # The loop
+//!
+//! On the daemon's own monotonic [`Clock`], at `phase_ms` past every multiple of the period, the
+//! replica that holds the Region's writer lease (the leader):
+//!
+//! 1. reads every record from its local replica of the table and hands the peers' records to the
+//!    [`Coordinator`] (rejected ones are counted and never adopted);
+//! 2. rebalances with the Region's measured demand and the health verdicts;
+//! 3. pushes a **lowered** rule set at once if some share went down (rule-set version `2v − 1`,
+//!    see [`crate::rules`]), never a raised one;
+//! 4. writes its record conditionally with the lease's [`WriterToken`];
+//! 5. on success commits the decision and publishes its rule set (version `2v`). On a store
+//!    failure it commits nothing, so the last shares stay, nothing is raised or granted, and the
+//!    next rebalance starts again from the last committed record (no room lost). On a conflict
+//!    (a newer record or a higher writer token in the store) it re-reads the own record, restarts
+//!    the coordinator from it and checks the lease: a deposed leader steps down;
+//! 6. renews the lease (time to live 1.5 periods).
+//!
+//! A follower reads all records at its phase to serve `/v1/state` and the rule set of the own
+//! Region's latest record, and tries to take the lease every quarter period, so it takes over
+//! within 1.75 periods of the leader's last renewal. A replica that takes the lease with a token
+//! other than the one its coordinator wrote with resumes from the own durable record through
+//! [`Coordinator::restart`] and rebalances at once.
+
+use crate::clock::{next_tick, Clock};
+use crate::health::HealthSource;
+use crate::rules::{lowered, RuleSet};
+use crate::state::{build_view, Shared, ViewInput};
+use shareplane_core::{regions, Alarms, Coordinator, Health, Inputs, PerRegion, RegionRecord};
+use shareplane_store::{Fetched, RecordStore, StoreError, WriterToken};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+/// How one replica runs.
+#[derive(Clone, Debug)]
+pub struct DaemonOptions {
+    /// Names this replica in the lease (unique among the Region's replicas).
+    pub replica: String,
+    pub phase_ms: u64,
+    /// Bound on every store and health call; a call that takes longer counts as failed.
+    pub call_timeout_ms: u64,
+}
+
+impl DaemonOptions {
+    pub fn new(replica: impl Into<String>, phase_ms: u64, period_ms: u64) -> DaemonOptions {
+        DaemonOptions {
+            replica: replica.into(),
+            phase_ms,
+            call_timeout_ms: (period_ms / 2).clamp(50, 10_000),
+        }
+    }
+}
+
+/// One replica's loop state.
+pub struct Daemon<S, H> {
+    shared: Arc<Shared>,
+    store: S,
+    health: H,
+    opts: DaemonOptions,
+    coord: Option<Coordinator>,
+    /// The token `coord`'s writes were made with.
+    token: Option<WriterToken>,
+    /// Lease end on this replica's clock; 0 when not the leader.
+    lease_until_ms: u64,
+    last_health: PerRegion<Health>,
+    store_ok: bool,
+    last_error: Option<String>,
+    peer_records: Vec<Option<Arc<RegionRecord>>>,
+    own_seen: Option<Arc<RegionRecord>>,
+    alarms: Vec<String>,
+    paused: watch::Receiver<bool>,
+}
+
+impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
+    pub fn new(shared: Arc<Shared>, store: S, health: H, opts: DaemonOptions) -> Daemon<S, H> {
+        let n = shared.d.n();
+        Daemon {
+            shared,
+            store,
+            health,
+            opts,
+            coord: None,
+            token: None,
+            lease_until_ms: 0,
+            last_health: PerRegion::default(),
+            store_ok: true,
+            last_error: None,
+            peer_records: vec![None; n],
+            own_seen: None,
+            alarms: Vec::new(),
+            paused: watch::channel(false).1,
+        }
+    }
+
+    /// While `paused` reads true the replica does nothing at all, as if its process were frozen
+    /// (the demo's "lose"). Its lease runs out; when it wakes it checks the lease again.
+    pub fn with_pause(mut self, paused: watch::Receiver<bool>) -> Self {
+        self.paused = paused;
+        self
+    }
+
+    fn period_ms(&self) -> u64 {
+        self.shared.d.period_ms
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.period_ms() * 3 / 2
+    }
+
+    fn is_leader(&self, now_ms: u64) -> bool {
+        self.lease_until_ms > now_ms && self.coord.is_some()
+    }
+
+    /// Runs until the shared shutdown signal. A rebalance in progress is finished (every call in
+    /// it is bounded by `call_timeout_ms`) before the loop returns.
+    pub async fn run(mut self) {
+        let clock = self.shared.clock;
+        let mut shutdown = self.shared.shutdown_signal();
+        let period = self.period_ms();
+        let quarter = (period / 4).max(1);
+        let mut next_phase = next_tick(clock.now_ms(), self.opts.phase_ms, period);
+        info!(region = %self.shared.region, replica = %self.opts.replica, period_ms = period,
+              phase_ms = self.opts.phase_ms, "rebalance loop started");
+        loop {
+            let now = clock.now_ms();
+            let wake = if self.is_leader(now) {
+                next_phase
+            } else {
+                next_phase.min(next_tick(now, self.opts.phase_ms, quarter))
+            };
+            tokio::select! {
+                _ = tokio::time::sleep_until(clock.instant_at(wake)) => {}
+                _ = shutdown.wait_for(|s| *s) => break,
+            }
+            let now = clock.now_ms();
+            let phase_tick = now >= next_phase;
+            if phase_tick {
+                next_phase = next_tick(now, self.opts.phase_ms, period);
+            }
+            if *self.paused.borrow() {
+                continue;
+            }
+            if phase_tick || !self.is_leader(now) {
+                self.tick(now, phase_tick).await;
+            }
+        }
+        info!(region = %self.shared.region, replica = %self.opts.replica,
+              leader = self.is_leader(clock.now_ms()), "rebalance loop stopped");
+    }
+
+    async fn tick(&mut self, now: u64, phase_tick: bool) {
+        let was_leader = self.is_leader(now);
+        if self.ensure_leader(now).await {
+            // A replica that just took the lease rebalances at once, so that its first write
+            // comes soon after the previous leader's last one.
+            if phase_tick || !was_leader {
+                self.rebalance(now).await;
+            }
+        } else if phase_tick {
+            self.follow(now).await;
+        }
+    }
+
+    /// Holds, renews or takes the lease. Returns whether this replica may write now.
+    async fn ensure_leader(&mut self, now: u64) -> bool {
+        if self.is_leader(now) {
+            return true;
+        }
+        let me = self.shared.me;
+        let lease = self
+            .call(
+                self.store
+                    .acquire_lease(me, &self.opts.replica, now, self.ttl_ms()),
+            )
+            .await;
+        match lease {
+            Ok(l) => {
+                if self.token != Some(l.token) || self.coord.is_none() {
+                    if !self.resume_from_durable(now).await {
+                        return false;
+                    }
+                    self.token = Some(l.token);
+                    self.shared.metrics.lease_taken.inc();
+                    info!(region = %self.shared.region, replica = %self.opts.replica, token = l.token.0,
+                          "took the writer lease");
+                }
+                self.lease_until_ms = l.expires_at_ms;
+                self.shared.metrics.leader.set(1);
+                true
+            }
+            Err(StoreError::Conflict(why)) => {
+                debug!(region = %self.shared.region, %why, "lease held by another replica");
+                self.step_down("lease held by another replica");
+                false
+            }
+            Err(e) => {
+                self.fail("lease", &e);
+                false
+            }
+        }
+    }
+
+    /// Rebuilds the coordinator from the own record in the store (SPEC §6: a restart resumes
+    /// from the own durable record, or starts a new epoch when it may have been reclaimed).
+    async fn resume_from_durable(&mut self, now: u64) -> bool {
+        let me = self.shared.me;
+        let d = self.shared.d.clone();
+        match self.call(self.store.read_one(me)).await {
+            Ok(fetched) => {
+                let durable = match fetched {
+                    Some(Fetched::Record(r)) => Some((*r).clone()),
+                    Some(Fetched::Rejected { reason, .. }) => {
+                        // Our own record is unreadable: resuming from nothing would duplicate
+                        // room, so refuse to lead until an operator looks.
+                        warn!(region = %self.shared.region, %reason, "own record in the store is unreadable; not writing");
+                        self.shared.metrics.records_rejected.inc(reason.cause());
+                        return false;
+                    }
+                    None => None,
+                };
+                let down_ms = durable
+                    .as_ref()
+                    .map_or(0, |r| now.saturating_sub(r.written_at_ms));
+                let c = Coordinator::restart(d, me, durable, down_ms);
+                info!(region = %self.shared.region, epoch = c.own().epoch, version = c.own().version,
+                      down_ms, "resumed from the own durable record");
+                self.coord = Some(c);
+                true
+            }
+            Err(e) => {
+                self.fail("read_own", &e);
+                false
+            }
+        }
+    }
+
+    fn step_down(&mut self, why: &str) {
+        if self.coord.is_some() || self.lease_until_ms > 0 {
+            warn!(region = %self.shared.region, replica = %self.opts.replica, why, "stepped down: no longer the writer");
+            self.shared.metrics.stepped_down.inc();
+        }
+        self.coord = None;
+        self.token = None;
+        self.lease_until_ms = 0;
+        self.shared.metrics.leader.set(0);
+    }
+
+    fn fail(&mut self, op: &'static str, e: &StoreError) {
+        warn!(region = %self.shared.region, op, error = %e, "store call failed; keeping the last shares");
+        self.store_ok = false;
+        self.last_error = Some(format!("{op}: {e}"));
+    }
+
+    async fn call<T>(
+        &self,
+        f: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(Duration::from_millis(self.opts.call_timeout_ms), f).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {} ms",
+                self.opts.call_timeout_ms
+            ))),
+        }
+    }
+
+    /// Reads every record; peers go to `peer_records` (and the coordinator when leading).
+    async fn read_all(&mut self) -> bool {
+        let fetched = match self.call(self.store.read_all()).await {
+            Ok(f) => f,
+            Err(e) => {
+                self.shared.metrics.reads_failed.inc();
+                self.fail("read_all", &e);
+                return false;
+            }
+        };
+        self.shared.mark_ready();
+        let me = self.shared.me;
+        for f in fetched {
+            match f {
+                Fetched::Record(r) if r.region == me => self.own_seen = Some(r),
+                Fetched::Record(r) => {
+                    let j = r.region.index();
+                    if let Some(c) = self.coord.as_mut() {
+                        if let Err(e) = c.observe(r.clone()) {
+                            self.shared.metrics.records_rejected.inc(e.cause());
+                            warn!(region = %self.shared.region, peer = j, error = %e, "peer record rejected");
+                            continue;
+                        }
+                    } else if let Err(e) = r.validate(&self.shared.d, me) {
+                        self.shared.metrics.records_rejected.inc(e.cause());
+                        continue;
+                    }
+                    if let Some(slot) = self.peer_records.get_mut(j) {
+                        *slot = Some(r);
+                    }
+                }
+                Fetched::Rejected { region, reason } => {
+                    self.shared.metrics.records_rejected.inc(reason.cause());
+                    warn!(region = %self.shared.region, peer = ?region, %reason, "item rejected");
+                }
+            }
+        }
+        true
+    }
+
+    async fn read_health(&mut self) -> PerRegion<Health> {
+        let t = Duration::from_millis(self.opts.call_timeout_ms);
+        // Health that cannot be read in time is Unknown, never Unhealthy.
+        let h = tokio::time::timeout(t, self.health.read())
+            .await
+            .unwrap_or_default();
+        self.last_health = h;
+        h
+    }
+
+    async fn rebalance(&mut self, now: u64) {
+        if !self.read_all().await {
+            self.shared
+                .metrics
+                .rebalances_skipped
+                .inc("store_unavailable");
+            self.update_view();
+            return;
+        }
+        let demand = self.shared.demand().rates(now);
+        let health = self.read_health().await;
+        let Some(coord) = self.coord.as_mut() else {
+            return;
+        };
+        let decision = coord.rebalance(&Inputs {
+            now_ms: now,
+            demand: &demand,
+            health: &health,
+            explain: false,
+        });
+        self.shared.metrics.rebalances.inc();
+        self.alarms = alarm_names(&decision.alarms, &self.shared);
+        let v = decision.record.version;
+        let (d, region) = (self.shared.d.clone(), self.shared.region.clone());
+        if let Some(low) = lowered(&self.shared.rules(), &decision.rules) {
+            self.shared
+                .publish(RuleSet::build(&d, &region, (2 * v).saturating_sub(1), &low));
+        }
+        let token = self.token.unwrap_or(WriterToken(0));
+        match self.call(self.store.put(&decision.record, token)).await {
+            Ok(()) => {
+                if let Some(c) = self.coord.as_mut() {
+                    c.commit(&decision);
+                }
+                self.shared.metrics.writes.inc();
+                self.shared
+                    .publish(RuleSet::build(&d, &region, 2 * v, &decision.rules));
+                self.store_ok = true;
+                self.last_error = None;
+                debug!(region = %region, version = v, "record written");
+            }
+            Err(StoreError::Conflict(why)) => {
+                self.shared.metrics.writes_failed.inc("conflict");
+                warn!(region = %region, version = v, %why, "record write refused; re-reading the own record");
+                self.last_error = Some(format!("put: conflict: {why}"));
+                self.on_conflict(now).await;
+            }
+            Err(e) => {
+                self.shared.metrics.writes_failed.inc(if e.is_retryable() {
+                    "unavailable"
+                } else {
+                    "fatal"
+                });
+                self.fail("put", &e);
+            }
+        }
+        if self.coord.is_some() {
+            self.renew(now).await;
+        }
+        self.update_view();
+    }
+
+    async fn on_conflict(&mut self, now: u64) {
+        if !self.resume_from_durable(now).await {
+            self.coord = None;
+        }
+        self.lease_until_ms = 0;
+        let me = self.shared.me;
+        match self
+            .call(
+                self.store
+                    .acquire_lease(me, &self.opts.replica, now, self.ttl_ms()),
+            )
+            .await
+        {
+            Ok(l) if Some(l.token) == self.token => self.lease_until_ms = l.expires_at_ms,
+            Ok(l) => {
+                // Someone else wrote under a token of ours that changed hands: lead again only
+                // from the durable record, which `resume_from_durable` just loaded.
+                self.token = Some(l.token);
+                self.lease_until_ms = l.expires_at_ms;
+            }
+            Err(StoreError::Conflict(_)) => self.step_down("a newer writer holds the lease"),
+            Err(e) => self.fail("lease", &e),
+        }
+    }
+
+    async fn renew(&mut self, now: u64) {
+        let me = self.shared.me;
+        match self
+            .call(
+                self.store
+                    .acquire_lease(me, &self.opts.replica, now, self.ttl_ms()),
+            )
+            .await
+        {
+            Ok(l) if Some(l.token) == self.token => self.lease_until_ms = l.expires_at_ms,
+            Ok(_) => self.step_down("the lease changed hands"),
+            Err(StoreError::Conflict(_)) => self.step_down("a newer writer holds the lease"),
+            // Keep the lease we believe in until it runs out on our clock; the store's token
+            // check refuses our writes if someone else took it meanwhile.
+            Err(e) => self.fail("lease", &e),
+        }
+    }
+
+    async fn follow(&mut self, _now: u64) {
+        if self.read_all().await {
+            self.store_ok = true;
+            self.last_error = None;
+            if let Some(own) = self.own_seen.clone() {
+                let d = self.shared.d.clone();
+                let rules = RuleSet::rules_of(&d, &own);
+                self.shared.publish(RuleSet::build(
+                    &d,
+                    &self.shared.region,
+                    2 * own.version,
+                    &rules,
+                ));
+            }
+        }
+        self.read_health().await;
+        self.update_view();
+    }
+
+    fn update_view(&mut self) {
+        let d = self.shared.d.clone();
+        let me = self.shared.me;
+        let (role, own, peer_records, peer_views) = match &self.coord {
+            Some(c) if self.lease_until_ms > 0 => {
+                let recs = regions(d.n()).map(|r| c.latest(r).cloned()).collect();
+                ("leader", Some(c.own().clone()), recs, Some(c.peers()))
+            }
+            _ => (
+                "follower",
+                self.own_seen.as_deref().cloned(),
+                self.peer_records.clone(),
+                None,
+            ),
+        };
+        let view = build_view(ViewInput {
+            d: &d,
+            me,
+            role,
+            replica: &self.opts.replica,
+            own: own.as_ref(),
+            peer_records,
+            peer_views,
+            health: self.last_health,
+            store_ok: self.store_ok,
+            last_error: self.last_error.clone(),
+            rules_version: self.shared.rules().version,
+            alarms: self.alarms.clone(),
+        });
+        self.shared.set_view(view);
+    }
+}
+
+fn alarm_names(a: &Alarms, shared: &Shared) -> Vec<String> {
+    let mut out = Vec::new();
+    for &li in &a.sum_above_limit {
+        let id = shared.d.limits.get(li).map_or("?", |l| l.id.as_str());
+        out.push(format!("sum_above_limit:{id}"));
+    }
+    if a.stale_view {
+        out.push("stale_view".into());
+    }
+    if a.new_epoch {
+        out.push("new_epoch".into());
+    }
+    if a.fenced {
+        out.push("fenced".into());
+    }
+    for r in &a.reclaimed {
+        out.push(format!("reclaimed:{}", shared.d.region_name(*r)));
+    }
+    out
+}
+
+/// A clock for tests and the demo that every daemon of one process shares.
+pub fn shared_clock() -> Clock {
+    Clock::starting_at(1_000_000)
+}

@@ -1,0 +1,124 @@
+//! The per-Region daemon of shareplane, as a library so that tests drive it directly.
+//!
+//! - [`config`]: the TOML configuration and its checks (`shareplane validate`).
+//! - [`daemon`]: one replica's rebalance loop and writer lease.
+//! - [`api`]: the HTTP API (rules, demand, state, explain, health, metrics).
+//! - [`demo`]: three Regions in one process with a web dashboard (`shareplane demo`).
+//! - [`table`]: a simulated global table with visibility delay and cuts (demo and tests).
+//!
+//! `main.rs` only parses the command line and calls [`run`] or [`demo::run`].
+
+pub mod api;
+pub mod clock;
+pub mod config;
+pub mod daemon;
+pub mod demand;
+pub mod demo;
+pub mod health;
+pub mod metrics;
+pub mod rules;
+pub mod state;
+pub mod table;
+
+use crate::config::{Config, StoreKind};
+use crate::daemon::{Daemon, DaemonOptions};
+use crate::health::NoHealth;
+use crate::state::Shared;
+use shareplane_store::memory::MemoryStore;
+use std::time::Duration;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// How long requests in flight may take to finish after a shutdown signal.
+pub const DRAIN: Duration = Duration::from_secs(10);
+/// How long the rebalance loop may take to finish its current rebalance after a shutdown signal.
+pub const LOOP_STOP: Duration = Duration::from_secs(15);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("store = \"dynamodb\" needs the shareplane-aws crate, which this build does not include yet; use store = \"memory\" to try the daemon")]
+    DynamoDbUnavailable,
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("HTTP server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// `shareplane run`: one replica of one Region's daemon, until SIGINT or SIGTERM.
+pub async fn run(cfg: Config) -> Result<(), RunError> {
+    if cfg.store == StoreKind::DynamoDb {
+        return Err(RunError::DynamoDbUnavailable);
+    }
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(shutdown_on_signals(tx));
+    let shared = Shared::new(
+        cfg.deployment.clone(),
+        cfg.me,
+        clock::Clock::wall(),
+        cfg.api_token.clone(),
+        rx.clone(),
+    );
+    let opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
+    warn!("store = \"memory\": records live in this process only; no other Region or replica sees them");
+    let daemon = Daemon::new(shared.clone(), MemoryStore::new(), NoHealth, opts);
+    let loop_task = tokio::spawn(daemon.run());
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|source| RunError::Listen {
+            addr: cfg.listen,
+            source,
+        })?;
+    info!(region = %cfg.region, listen = %cfg.listen, "serving the API");
+    let served = api::serve(listener, api::router(shared), rx, DRAIN).await;
+    stop_loop(loop_task).await;
+    served.map_err(RunError::Serve)
+}
+
+/// Waits (bounded) for a rebalance loop to finish after the shutdown signal.
+pub async fn stop_loop(task: tokio::task::JoinHandle<()>) {
+    let abort = task.abort_handle();
+    match tokio::time::timeout(LOOP_STOP, task).await {
+        Ok(_) => info!("rebalance loop finished cleanly"),
+        Err(_) => {
+            abort.abort();
+            warn!("rebalance loop did not finish in time; abandoned it (nothing uncommitted is published)");
+        }
+    }
+}
+
+/// Sets `tx` to true on the first SIGINT or SIGTERM.
+pub async fn shutdown_on_signals(tx: watch::Sender<bool>) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => info!("SIGINT received; shutting down"),
+        _ = term => info!("SIGTERM received; shutting down"),
+    }
+    let _ = tx.send(true);
+}
+
+/// Logs to stderr; `RUST_LOG` overrides the default `info` level.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

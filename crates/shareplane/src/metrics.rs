@@ -1,0 +1,257 @@
+//! The daemon's metrics in Prometheus text format. Every metric is defined once, in
+//! [`Metrics::render`], with its name, help and type; the loop and the API only bump fields.
+
+use crate::state::StateView;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+#[derive(Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+}
+
+/// A counter with one label; the label values come from a small fixed set of causes.
+#[derive(Default)]
+pub struct Labeled(Mutex<BTreeMap<&'static str, u64>>);
+
+impl Labeled {
+    pub fn inc(&self, label: &'static str) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry(label).or_default() += 1;
+    }
+    pub fn get(&self, label: &str) -> u64 {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(label).copied().unwrap_or(0)
+    }
+    fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    pub rebalances: Counter,
+    pub writes: Counter,
+    pub writes_failed: Labeled,
+    pub reads_failed: Counter,
+    pub records_rejected: Labeled,
+    pub rebalances_skipped: Labeled,
+    pub rules_published: Counter,
+    pub rules_version: Counter,
+    pub leader: Counter,
+    pub lease_taken: Counter,
+    pub stepped_down: Counter,
+    pub demand_reports: Counter,
+    pub demand_rejected: Labeled,
+    _limit_ids: Vec<String>,
+}
+
+impl Metrics {
+    pub fn new(limit_ids: Vec<String>) -> Metrics {
+        Metrics {
+            _limit_ids: limit_ids,
+            ..Metrics::default()
+        }
+    }
+
+    /// The whole exposition, with per-limit gauges taken from the latest state view.
+    pub fn render(&self, view: &StateView, ready: bool) -> String {
+        let mut o = String::with_capacity(4096);
+        let region = esc(&view.region);
+        let one = |o: &mut String, name: &str, kind: &str, help: &str, v: u64| {
+            let _ = writeln!(
+                o,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{region=\"{region}\"}} {v}"
+            );
+        };
+        let labeled = |o: &mut String,
+                       name: &str,
+                       label: &str,
+                       help: &str,
+                       vals: Vec<(&'static str, u64)>| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (k, v) in vals {
+                let _ = writeln!(o, "{name}{{region=\"{region}\",{label}=\"{k}\"}} {v}");
+            }
+        };
+        one(
+            &mut o,
+            "shareplane_rebalances_total",
+            "counter",
+            "Rebalances decided by this replica as leader.",
+            self.rebalances.get(),
+        );
+        one(
+            &mut o,
+            "shareplane_record_writes_total",
+            "counter",
+            "Own records durably written.",
+            self.writes.get(),
+        );
+        labeled(
+            &mut o,
+            "shareplane_record_writes_failed_total",
+            "reason",
+            "Own record writes that failed; the decision was not committed and nothing was raised.",
+            self.writes_failed.snapshot(),
+        );
+        one(
+            &mut o,
+            "shareplane_store_reads_failed_total",
+            "counter",
+            "Reads of all records that failed; the rebalance was skipped and the last shares kept.",
+            self.reads_failed.get(),
+        );
+        labeled(
+            &mut o,
+            "shareplane_records_rejected_total",
+            "cause",
+            "Peer records rejected and never adopted.",
+            self.records_rejected.snapshot(),
+        );
+        labeled(
+            &mut o,
+            "shareplane_rebalances_skipped_total",
+            "reason",
+            "Phase ticks at which no rebalance was made.",
+            self.rebalances_skipped.snapshot(),
+        );
+        one(
+            &mut o,
+            "shareplane_rules_published_total",
+            "counter",
+            "Rule sets published to gateways.",
+            self.rules_published.get(),
+        );
+        one(
+            &mut o,
+            "shareplane_rules_version",
+            "gauge",
+            "Version of the published rule set.",
+            self.rules_version.get(),
+        );
+        one(
+            &mut o,
+            "shareplane_leader",
+            "gauge",
+            "1 while this replica holds the writer lease.",
+            self.leader.get(),
+        );
+        one(
+            &mut o,
+            "shareplane_lease_taken_total",
+            "counter",
+            "Times this replica became the writer.",
+            self.lease_taken.get(),
+        );
+        one(
+            &mut o,
+            "shareplane_stepped_down_total",
+            "counter",
+            "Times this replica lost the writer role.",
+            self.stepped_down.get(),
+        );
+        one(
+            &mut o,
+            "shareplane_demand_reports_total",
+            "counter",
+            "Demand reports accepted.",
+            self.demand_reports.get(),
+        );
+        labeled(
+            &mut o,
+            "shareplane_demand_reports_rejected_total",
+            "reason",
+            "Demand reports refused.",
+            self.demand_rejected.snapshot(),
+        );
+        one(
+            &mut o,
+            "shareplane_ready",
+            "gauge",
+            "1 once all records were read successfully.",
+            u64::from(ready),
+        );
+        one(
+            &mut o,
+            "shareplane_store_ok",
+            "gauge",
+            "1 if the last store call succeeded.",
+            u64::from(view.store_ok),
+        );
+        let gauges: [(&str, &str, fn(&crate::state::LimitJson) -> f64); 5] = [
+            (
+                "shareplane_share_rps",
+                "This Region's share (requests/s).",
+                |l| l.share,
+            ),
+            (
+                "shareplane_target_rps",
+                "This Region's target (requests/s).",
+                |l| l.target,
+            ),
+            (
+                "shareplane_demand_rps",
+                "This Region's demand, received requests/s over 5 s.",
+                |l| l.demand,
+            ),
+            (
+                "shareplane_pool_rps",
+                "Room held in the pool (requests/s).",
+                |l| l.pool,
+            ),
+            (
+                "shareplane_unmet_rps",
+                "Unmet need published (requests/s).",
+                |l| l.unmet,
+            ),
+        ];
+        for (name, help, f) in gauges {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for l in &view.limits {
+                let _ = writeln!(
+                    o,
+                    "{name}{{region=\"{region}\",limit=\"{}\"}} {}",
+                    esc(&l.id),
+                    f(l)
+                );
+            }
+        }
+        let name = "shareplane_peer_unchanged_rebalances";
+        let _ = writeln!(o, "# HELP {name} Own rebalances in a row with the peer's record unchanged.\n# TYPE {name} gauge");
+        for p in &view.peers {
+            if let Some(u) = p.unchanged {
+                let _ = writeln!(
+                    o,
+                    "{name}{{region=\"{region}\",peer=\"{}\"}} {u}",
+                    esc(&p.region)
+                );
+            }
+        }
+        let name = "shareplane_alarm";
+        let _ = writeln!(o, "# HELP {name} Alarms raised by the last rebalance (1 per active alarm).\n# TYPE {name} gauge");
+        for a in &view.alarms {
+            let _ = writeln!(o, "{name}{{region=\"{region}\",alarm=\"{}\"}} 1", esc(a));
+        }
+        o
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}

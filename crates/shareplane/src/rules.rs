@@ -1,0 +1,132 @@
+//! The rule set a Region publishes to its gateways (SPEC §7), serialized once per version.
+//!
+//! # Versions
+//!
+//! The rule-set version only goes up. A rule set from a durably written record of version `v`
+//! has version `2v`; a lowered rule set pushed early, before the write of record `v` (SPEC §4:
+//! a lowered share may be pushed at once), has version `2v − 1`. Record versions rise on every
+//! write, across epochs, daemon restarts and leader changes, so rule-set versions do too. A
+//! publisher refuses any rule set whose version is not above the current one.
+
+use axum::body::Bytes;
+use shareplane_core::{Deployment, LimitKind, RegionRecord, Room, Rule};
+
+/// One published rule set, with its JSON body ready to send.
+#[derive(Debug)]
+pub struct RuleSet {
+    pub version: u64,
+    /// Rate per limit, by limit index (to compare with the next decision).
+    pub rates: Vec<Room>,
+    pub body: Bytes,
+    /// The ETag header value: the version in quotes.
+    pub etag: String,
+}
+
+#[derive(serde::Serialize)]
+struct RuleJson<'a> {
+    id: &'a str,
+    /// Requests per second.
+    rate: f64,
+    /// Requests.
+    burst: f64,
+    shadow: bool,
+    kind: &'static str,
+}
+
+#[derive(serde::Serialize)]
+struct RuleSetJson<'a> {
+    version: u64,
+    region: &'a str,
+    limits: Vec<RuleJson<'a>>,
+}
+
+impl RuleSet {
+    /// The empty rule set (version 0) held before anything is published; never served.
+    pub fn none() -> RuleSet {
+        RuleSet {
+            version: 0,
+            rates: Vec::new(),
+            body: Bytes::new(),
+            etag: "\"0\"".into(),
+        }
+    }
+
+    pub fn build(d: &Deployment, region: &str, version: u64, rules: &[Rule]) -> RuleSet {
+        let limits = d
+            .limits
+            .iter()
+            .zip(rules)
+            .map(|(spec, r)| RuleJson {
+                id: &spec.id,
+                rate: r.rate.as_rps(),
+                burst: r.burst.as_rps(),
+                shadow: r.shadow,
+                kind: match spec.kind {
+                    LimitKind::Capacity => "capacity",
+                    LimitKind::Security { .. } => "security",
+                },
+            })
+            .collect();
+        let json = RuleSetJson {
+            version,
+            region,
+            limits,
+        };
+        // Serializing plain structs of numbers, strings and bools cannot fail.
+        let body = serde_json::to_vec(&json).unwrap_or_default();
+        RuleSet {
+            version,
+            rates: rules.iter().map(|r| r.rate).collect(),
+            body: Bytes::from(body),
+            etag: format!("\"{version}\""),
+        }
+    }
+
+    /// The rules a written record stands for (what a follower serves).
+    pub fn rules_of(d: &Deployment, record: &RegionRecord) -> Vec<Rule> {
+        d.limits
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let share = record.limits.get(i).map_or(Room::ZERO, |l| l.share);
+                Rule {
+                    rate: share,
+                    burst: share.mul_div(spec.burst_ms, 1000),
+                    shadow: spec.shadow,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The early push before writing a decision: every limit at the lower of what is published and
+/// what was decided. `None` when nothing is lower (or nothing was published yet).
+pub fn lowered(current: &RuleSet, decided: &[Rule]) -> Option<Vec<Rule>> {
+    if current.version == 0 || current.rates.len() != decided.len() {
+        return None;
+    }
+    let mut any = false;
+    let rules = decided
+        .iter()
+        .zip(&current.rates)
+        .map(|(r, &cur)| {
+            if r.rate < cur {
+                any = true;
+                *r
+            } else {
+                // Keep the published rate; its burst follows the same ratio as the decision's.
+                let burst = if r.rate.is_zero() {
+                    Room::ZERO
+                } else {
+                    cur.mul_div(r.burst.0, r.rate.0)
+                };
+                Rule {
+                    rate: cur,
+                    burst,
+                    shadow: r.shadow,
+                }
+            }
+        })
+        .collect();
+    any.then_some(rules)
+}

@@ -1,0 +1,321 @@
+//! What one Region's daemon shares between its rebalance loop and its API: the published rule
+//! set (a watch channel, for long-polls), the demand book, the latest state view, readiness and
+//! metrics.
+
+use crate::clock::Clock;
+use crate::demand::DemandBook;
+use crate::metrics::Metrics;
+use crate::rules::RuleSet;
+use shareplane_core::{
+    regions, Deployment, Health, LimitKind, PeerState, PeerView, PerRegion, RegionId, RegionRecord,
+    SilentPolicy,
+};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use tokio::sync::watch;
+
+/// State shared by a Region's loop and API handlers.
+pub struct Shared {
+    pub region: String,
+    pub me: RegionId,
+    pub d: Arc<Deployment>,
+    pub clock: Clock,
+    /// Bearer token for write endpoints; `None` refuses every write.
+    pub api_token: Option<String>,
+    pub metrics: Metrics,
+    rules: watch::Sender<Arc<RuleSet>>,
+    demand: Mutex<DemandBook>,
+    view: RwLock<Arc<StateView>>,
+    ready: AtomicBool,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Shared {
+    pub fn new(
+        d: Arc<Deployment>,
+        me: RegionId,
+        clock: Clock,
+        api_token: Option<String>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Arc<Shared> {
+        let region = d.region_name(me).to_string();
+        let ids = d.limits.iter().map(|l| l.id.clone()).collect();
+        let view = StateView::starting(&d, me);
+        Arc::new(Shared {
+            region,
+            me,
+            clock,
+            api_token,
+            metrics: Metrics::new(d.limits.iter().map(|l| l.id.clone()).collect()),
+            rules: watch::channel(Arc::new(RuleSet::none())).0,
+            demand: Mutex::new(DemandBook::new(ids)),
+            view: RwLock::new(Arc::new(view)),
+            ready: AtomicBool::new(false),
+            shutdown,
+            d,
+        })
+    }
+
+    /// Publishes `rules` if its version is above the current one. Returns whether it did.
+    pub fn publish(&self, rules: RuleSet) -> bool {
+        let rules = Arc::new(rules);
+        let sent = self.rules.send_if_modified(|cur| {
+            if rules.version > cur.version {
+                *cur = rules.clone();
+                true
+            } else {
+                false
+            }
+        });
+        if sent {
+            self.metrics.rules_published.inc();
+            self.metrics.rules_version.set(rules.version);
+        }
+        sent
+    }
+
+    pub fn rules(&self) -> Arc<RuleSet> {
+        self.rules.borrow().clone()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<Arc<RuleSet>> {
+        self.rules.subscribe()
+    }
+
+    pub fn demand(&self) -> MutexGuard<'_, DemandBook> {
+        // The book stays consistent even if a holder panicked: every update is a few field writes.
+        self.demand.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn view(&self) -> Arc<StateView> {
+        self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set_view(&self, v: StateView) {
+        *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(v);
+    }
+
+    /// One-way latch: set after the first successful read of all records.
+    pub fn mark_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.clone()
+    }
+}
+
+/// `GET /v1/state`: why each share is what it is.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StateView {
+    pub region: String,
+    /// `starting`, `leader` or `follower`.
+    pub role: &'static str,
+    pub replica: String,
+    pub policy: &'static str,
+    pub period_ms: u64,
+    pub store_ok: bool,
+    pub last_error: Option<String>,
+    pub epoch: u64,
+    pub record_version: u64,
+    pub written_at_ms: u64,
+    pub rules_version: u64,
+    pub health: BTreeMap<String, &'static str>,
+    pub peers: Vec<PeerJson>,
+    pub limits: Vec<LimitJson>,
+    pub alarms: Vec<String>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PeerJson {
+    pub region: String,
+    pub epoch: u64,
+    pub version: u64,
+    /// Own rebalances in a row at which the peer's record had not changed (leader only).
+    pub unchanged: Option<u32>,
+    /// `live`, `silent` or `reclaimed` (leader only; followers say `unknown`).
+    pub state: &'static str,
+    pub written_at_ms: u64,
+}
+
+/// Amounts are requests per second.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LimitJson {
+    pub id: String,
+    pub kind: &'static str,
+    pub shadow: bool,
+    pub rate: f64,
+    pub demand: f64,
+    pub target: f64,
+    pub share: f64,
+    pub pool: f64,
+    pub unmet: f64,
+    pub debt: f64,
+    /// Granted to each peer by name and not taken by it yet.
+    pub grants_in_flight: BTreeMap<String, f64>,
+    pub granted: BTreeMap<String, f64>,
+    pub taken: BTreeMap<String, f64>,
+    pub reclaimed: BTreeMap<String, f64>,
+}
+
+pub fn policy_name(p: SilentPolicy) -> &'static str {
+    match p {
+        SilentPolicy::TwoSignals => "two-signals",
+        SilentPolicy::Freeze => "freeze",
+        SilentPolicy::SilenceAlone => "silence-alone",
+    }
+}
+
+pub fn health_name(h: Health) -> &'static str {
+    match h {
+        Health::Healthy => "healthy",
+        Health::Unhealthy => "unhealthy",
+        Health::Unknown => "unknown",
+    }
+}
+
+/// What a view is built from.
+pub struct ViewInput<'a> {
+    pub d: &'a Deployment,
+    pub me: RegionId,
+    pub role: &'static str,
+    pub replica: &'a str,
+    pub own: Option<&'a RegionRecord>,
+    /// Latest record of each peer by Region index (`None` where unknown or for the own Region).
+    pub peer_records: Vec<Option<Arc<RegionRecord>>>,
+    /// The coordinator's peer views (leader only).
+    pub peer_views: Option<Vec<PeerView>>,
+    pub health: PerRegion<Health>,
+    pub store_ok: bool,
+    pub last_error: Option<String>,
+    pub rules_version: u64,
+    pub alarms: Vec<String>,
+}
+
+impl StateView {
+    fn starting(d: &Deployment, me: RegionId) -> StateView {
+        build_view(ViewInput {
+            d,
+            me,
+            role: "starting",
+            replica: "",
+            own: None,
+            peer_records: Vec::new(),
+            peer_views: None,
+            health: PerRegion::default(),
+            store_ok: true,
+            last_error: None,
+            rules_version: 0,
+            alarms: Vec::new(),
+        })
+    }
+}
+
+pub fn build_view(v: ViewInput<'_>) -> StateView {
+    let d = v.d;
+    let names = |f: &dyn Fn(RegionId) -> f64| -> BTreeMap<String, f64> {
+        regions(d.n())
+            .filter(|&r| r != v.me)
+            .map(|r| (d.region_name(r).to_string(), f(r)))
+            .collect()
+    };
+    let limits = d
+        .limits
+        .iter()
+        .enumerate()
+        .map(|(li, spec)| {
+            let e = v
+                .own
+                .and_then(|o| o.limits.get(li))
+                .copied()
+                .unwrap_or_default();
+            let in_flight = |r: RegionId| {
+                let theirs = v.peer_records.get(r.index()).cloned().flatten();
+                let taken = theirs
+                    .filter(|p| {
+                        v.own.is_some_and(|o| {
+                            p.peer_epochs[v.me] == o.epoch && o.peer_epochs[r] == p.epoch
+                        })
+                    })
+                    .and_then(|p| p.limits.get(li).map(|l| l.taken[v.me]))
+                    .unwrap_or_default();
+                e.granted[r].saturating_sub(taken).as_rps()
+            };
+            LimitJson {
+                id: spec.id.clone(),
+                kind: match spec.kind {
+                    LimitKind::Capacity => "capacity",
+                    LimitKind::Security { .. } => "security",
+                },
+                shadow: spec.shadow,
+                rate: spec.rate.as_rps(),
+                demand: e.demand.as_rps(),
+                target: e.target.as_rps(),
+                share: e.share.as_rps(),
+                pool: e.pool.as_rps(),
+                unmet: e.unmet.as_rps(),
+                debt: e.debt.as_rps(),
+                grants_in_flight: names(&in_flight),
+                granted: names(&|r| e.granted[r].as_rps()),
+                taken: names(&|r| e.taken[r].as_rps()),
+                reclaimed: names(&|r| e.reclaimed[r].as_rps()),
+            }
+        })
+        .collect();
+    let peers = regions(d.n())
+        .filter(|&r| r != v.me)
+        .map(|r| {
+            let rec = v.peer_records.get(r.index()).cloned().flatten();
+            let pv = v
+                .peer_views
+                .as_ref()
+                .and_then(|ps| ps.iter().find(|p| p.region == r));
+            PeerJson {
+                region: d.region_name(r).to_string(),
+                epoch: pv
+                    .map(|p| p.epoch)
+                    .or(rec.as_ref().map(|x| x.epoch))
+                    .unwrap_or(0),
+                version: pv
+                    .map(|p| p.version)
+                    .or(rec.as_ref().map(|x| x.version))
+                    .unwrap_or(0),
+                unchanged: pv.map(|p| p.unchanged),
+                state: match pv.map(|p| p.state) {
+                    Some(PeerState::Live) => "live",
+                    Some(PeerState::Silent) => "silent",
+                    Some(PeerState::Reclaimed) => "reclaimed",
+                    None => "unknown",
+                },
+                written_at_ms: pv
+                    .map(|p| p.written_at_ms)
+                    .or(rec.as_ref().map(|x| x.written_at_ms))
+                    .unwrap_or(0),
+            }
+        })
+        .collect();
+    StateView {
+        region: d.region_name(v.me).to_string(),
+        role: v.role,
+        replica: v.replica.to_string(),
+        policy: policy_name(d.policy),
+        period_ms: d.period_ms,
+        store_ok: v.store_ok,
+        last_error: v.last_error,
+        epoch: v.own.map_or(0, |o| o.epoch),
+        record_version: v.own.map_or(0, |o| o.version),
+        written_at_ms: v.own.map_or(0, |o| o.written_at_ms),
+        rules_version: v.rules_version,
+        health: regions(d.n())
+            .map(|r| (d.region_name(r).to_string(), health_name(v.health[r])))
+            .collect(),
+        peers,
+        limits,
+        alarms: v.alarms,
+    }
+}
