@@ -10,7 +10,7 @@ use crate::scenario::{Action, Scenario};
 use crate::table::Table;
 use shareplane_core::{
     conservation, Coordinator, Deployment, Health, Inputs, LimitKind, LimitOutcome, LimitRecord,
-    LimitSpec, PerRegion, ReclaimMark, RegionId, RegionRecord, Room, MAX_REGIONS,
+    LimitSpec, PeerState, PerRegion, ReclaimMark, RegionId, RegionRecord, Room, MAX_REGIONS,
 };
 use std::sync::Arc;
 
@@ -65,6 +65,8 @@ pub struct RebalanceLog {
     pub version: u64,
     pub outcome: LimitOutcome,
     pub reclaimed_from: Vec<RegionId>,
+    /// Peers this Region counts as silent (not reclaimed) after the rebalance.
+    pub silent: Vec<RegionId>,
 }
 
 #[derive(Clone, Debug)]
@@ -440,6 +442,16 @@ impl<'a> Sim<'a> {
             coord.commit(&decision);
             let outcome = decision.outcomes.first().copied().unwrap_or_default();
             let reclaimed_from = decision.alarms.reclaimed.clone();
+            let silent = if tick >= 0 {
+                coord
+                    .peers()
+                    .iter()
+                    .filter(|p| p.state == PeerState::Silent)
+                    .map(|p| p.region)
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let rec = Arc::new(decision.record);
             if rec.epoch > old_epoch && reg.written(old_epoch, None).is_some() {
                 self.ledger.end(r, old_epoch);
@@ -456,6 +468,7 @@ impl<'a> Sim<'a> {
                     version: rec.version,
                     outcome,
                     reclaimed_from,
+                    silent,
                 });
             }
         }

@@ -36,6 +36,8 @@ pub struct Rebalance {
     pub unmet: f64,
     pub epoch: u64,
     pub version: u64,
+    /// Added: the peers this Region counts as silent after the rebalance.
+    pub silent: Vec<String>,
 }
 
 /// Values by Region name, in file order (serialised as a JSON object).
@@ -251,6 +253,7 @@ impl Stats {
                 unmet: rps(r.outcome.unmet),
                 epoch: r.epoch,
                 version: r.version,
+                silent: r.silent.iter().map(|p| names[p.index()].clone()).collect(),
             })
             .collect();
         let finals = ByRegion(
