@@ -46,26 +46,32 @@ pub fn conservation(d: &Deployment, li: usize, estates: &[&RegionRecord]) -> Con
             expected += part.0 as i128;
         }
     }
-    let mut actual: i128 = 0;
-    for rec in estates {
-        let Some(l) = rec.limits.get(li) else { continue };
-        actual += l.held();
-        for other in estates {
-            if other.region == rec.region {
-                continue;
-            }
-            if other.reclaims[rec.region].is_some_and(|m| m.epoch == rec.epoch) {
-                actual -= other.limits.get(li).map_or(0, |o| o.reclaimed[rec.region].0 as i128);
-            }
-            actual += in_flight(rec, other, li);
-        }
-    }
+    let actual = estates.iter().map(|rec| remaining(li, rec, estates)).sum();
     Conservation { expected, actual }
+}
+
+/// The room one estate still accounts for: its share + pool − debt, less what others marked as
+/// reclaimed from it, plus the grants it made that are in flight. Once the estate's epoch has
+/// ended, this is 0 and every mark names its final version, nothing can change it any more and an
+/// observer may stop listing it.
+pub fn remaining(li: usize, rec: &RegionRecord, estates: &[&RegionRecord]) -> i128 {
+    let Some(l) = rec.limits.get(li) else { return 0 };
+    let mut room = l.held();
+    for other in estates {
+        if other.region == rec.region {
+            continue;
+        }
+        if other.reclaims[rec.region].is_some_and(|m| m.epoch == rec.epoch) {
+            room -= other.limits.get(li).map_or(0, |o| o.reclaimed[rec.region].0 as i128);
+        }
+        room += in_flight(rec, other, li);
+    }
+    room
 }
 
 /// Room granted by `g` to `r` and not yet taken, when the two records belong to each other's
 /// epochs and neither has closed the account by a reclaim.
-fn in_flight(g: &RegionRecord, r: &RegionRecord, li: usize) -> i128 {
+pub fn in_flight(g: &RegionRecord, r: &RegionRecord, li: usize) -> i128 {
     if g.peer_epochs[r.region] != r.epoch || r.peer_epochs[g.region] != g.epoch {
         return 0;
     }

@@ -78,6 +78,10 @@ pub struct Decision {
     /// One outcome per limit when [`Inputs::explain`] was set, else empty.
     pub outcomes: Vec<LimitOutcome>,
     pub alarms: Alarms,
+    /// Reclaims made or settled again by this decision, adopted on commit.
+    settlements: Vec<(RegionId, Settlement)>,
+    /// The decision starts a new epoch: settlements of the old one are moot.
+    drop_settlements: bool,
 }
 
 /// How this Region treats a peer right now.
@@ -115,6 +119,23 @@ struct Peer {
     unchanged: u32,
     /// The last record of an epoch that ended (the peer came back) before this Region reclaimed it.
     pending_old: Option<Arc<RegionRecord>>,
+    /// The last reclaim of this peer, kept so that it can be settled again when a newer record
+    /// of the reclaimed epoch turns up (survivors that saw different last records converge on
+    /// the newest one).
+    settlement: Option<Settlement>,
+    /// A newer record of the settled epoch than the settlement's basis, not yet settled.
+    late: Option<Arc<RegionRecord>>,
+}
+
+/// How this Region split a peer's estate: the basis record and its place among the heirs.
+#[derive(Clone, Debug, Hash)]
+struct Settlement {
+    basis: Arc<RegionRecord>,
+    heirs: usize,
+    position: usize,
+    /// Whether the estate's grants to this Region were addressed to this Region's epoch (so they
+    /// were taken) and its takes counted against this Region's grants.
+    accounts_aligned: bool,
 }
 
 /// What this rebalance does about one peer's estate.
@@ -162,6 +183,8 @@ impl Coordinator {
                 prev: None,
                 unchanged: 0,
                 pending_old: None,
+                settlement: None,
+                late: None,
             })
             .collect();
         Coordinator { d, me, own, peers }
@@ -241,6 +264,15 @@ impl Coordinator {
                 && !marked
                 && p.pending_old.as_ref().is_none_or(|o| (o.epoch, o.version) < (r.epoch, r.version))
         };
+        if let Some(st) = &peer.settlement {
+            let newer = |r: &RegionRecord, than: &RegionRecord| {
+                r.epoch == than.epoch && r.version > than.version
+            };
+            let known = peer.late.as_deref().unwrap_or(&st.basis);
+            if newer(&record, known) {
+                peer.late = Some(record.clone());
+            }
+        }
         if peer.seen && (record.epoch, record.version) <= (peer.latest.epoch, peer.latest.version) {
             // The store keeps a Region's last record of its previous epoch until the survivors
             // have reclaimed it, so a restarted daemon can still reclaim an epoch it never saw end.
@@ -293,7 +325,19 @@ impl Coordinator {
     /// Adopts a decision whose record was durably written.
     pub fn commit(&mut self, decision: &Decision) {
         self.own = decision.record.clone();
+        for (r, st) in &decision.settlements {
+            if let Some(p) = self.peers.get_mut(r.index()) {
+                if p.late.as_ref().is_some_and(|l| l.version <= st.basis.version || l.epoch != st.basis.epoch) {
+                    p.late = None;
+                }
+                p.settlement = Some(st.clone());
+            }
+        }
         for (i, p) in self.peers.iter_mut().enumerate() {
+            if decision.drop_settlements {
+                p.settlement = None;
+                p.late = None;
+            }
             let Some(r) = RegionId::new(i) else { continue };
             if let Some(old) = &p.pending_old {
                 let closed = self.own.peer_epochs[r] > old.epoch
@@ -337,12 +381,14 @@ impl Coordinator {
             && inputs.health[me] == Health::Unhealthy;
         alarms.fenced = fenced;
 
+        let reconciles = if alarms.new_epoch { vec![None; d.n()] } else { self.reconciles(&rec) };
         let ctx = LimitCtx {
             d: &d,
             me,
             peers: &self.peers,
             states: &states,
             closures: &closures,
+            reconciles: &reconciles,
             fenced,
         };
         let mut rules = Vec::with_capacity(d.limits.len());
@@ -362,8 +408,28 @@ impl Coordinator {
                 outcomes.push(out.1);
             }
         }
+        let settlements = ctx.settlements(&rec);
+        let drop_settlements = alarms.new_epoch;
+        for (j, st) in &settlements {
+            rec.reclaims[*j] = Some(ReclaimMark { epoch: st.basis.epoch, version: st.basis.version });
+        }
         close_accounts(&mut rec, &closures, &self.peers);
-        Decision { record: rec, rules, outcomes, alarms }
+        Decision { record: rec, rules, outcomes, alarms, settlements, drop_settlements }
+    }
+
+    /// Peers whose last reclaim is to be settled again against a newer record of the same epoch.
+    fn reconciles(&self, rec: &RegionRecord) -> Vec<Option<(Settlement, Arc<RegionRecord>)>> {
+        let mut out = vec![None; self.d.n()];
+        for (i, p) in self.peers.iter().enumerate() {
+            let Some(j) = RegionId::new(i) else { continue };
+            if j == self.me || !reconcile_pending(p, rec, j) {
+                continue;
+            }
+            if let (Some(st), Some(late)) = (&p.settlement, &p.late) {
+                out[i] = Some((st.clone(), late.clone()));
+            }
+        }
+        out
     }
 
     /// Whether a peer's latest record says it reclaimed this Region's current epoch.
@@ -423,11 +489,27 @@ impl Coordinator {
             } else {
                 (PeerState::Live, Closure::None)
             };
+            // Settle the previous reclaim against its newer record before closing anything else
+            // of this peer: a mark names one epoch at a time.
+            let (state, closure) = if reconcile_pending(p, rec, j) && !matches!(closure, Closure::None) {
+                (PeerState::Silent, Closure::None)
+            } else {
+                (state, closure)
+            };
             states[j] = Some(state);
             closures[j.index()] = closure;
         }
         (states, closures)
     }
+}
+
+/// Whether the peer's last reclaim (still the one its mark names) has a newer record to settle
+/// against.
+fn reconcile_pending(p: &Peer, rec: &RegionRecord, j: RegionId) -> bool {
+    let (Some(st), Some(late)) = (&p.settlement, &p.late) else { return false };
+    rec.reclaims[j] == Some(ReclaimMark { epoch: st.basis.epoch, version: st.basis.version })
+        && late.epoch == st.basis.epoch
+        && late.version > st.basis.version
 }
 
 fn reclaimable(policy: SilentPolicy, health: Health) -> bool {
@@ -474,6 +556,7 @@ struct LimitCtx<'a> {
     peers: &'a [Peer],
     states: &'a PerRegion<Option<PeerState>>,
     closures: &'a [Closure],
+    reconciles: &'a [Option<(Settlement, Arc<RegionRecord>)>],
     fenced: bool,
 }
 
@@ -503,6 +586,7 @@ impl LimitCtx<'_> {
         }
         self.take(li, rec, &mut e, &mut out);
         self.reclaim(li, rec, &mut e, &mut out);
+        self.reconcile(li, &mut e, &mut out);
         pay_debt(&mut e);
         let target = self.target(li, &e, demand);
         e.target = target;
@@ -596,6 +680,56 @@ impl LimitCtx<'_> {
             e.granted[j] = Room::ZERO;
             e.taken[j] = Room::ZERO;
         }
+    }
+
+    /// Settles a reclaim again against a newer record of the same epoch: the difference in this
+    /// Region's portion, in the grants the estate made to it and in what it took of this Region's
+    /// grants. A negative difference is paid from the pool, the rest becomes debt.
+    fn reconcile(&self, li: usize, e: &mut LimitRecord, out: &mut LimitOutcome) {
+        for (i, r) in self.reconciles.iter().enumerate() {
+            let Some((st, late)) = r else { continue };
+            let Some(j) = RegionId::new(i) else { continue };
+            let old = st.basis.limits.get(li).copied().unwrap_or_default();
+            let new = late.limits.get(li).copied().unwrap_or_default();
+            let portion = |l: &LimitRecord| even_part((l.share + l.pool).saturating_sub(l.debt), st.heirs, st.position);
+            let (p_old, p_new) = (portion(&old), portion(&new));
+            let mut delta = p_new.0 as i128 - p_old.0 as i128;
+            if st.accounts_aligned {
+                delta += new.granted[self.me].0 as i128 - old.granted[self.me].0 as i128;
+                delta -= new.taken[self.me].0 as i128 - old.taken[self.me].0 as i128;
+            }
+            if delta >= 0 {
+                e.pool += Room(delta as u64);
+            } else {
+                let owe = Room(delta.unsigned_abs() as u64);
+                let from_pool = owe.min(e.pool);
+                e.pool = e.pool.saturating_sub(from_pool);
+                e.debt += owe.saturating_sub(from_pool);
+            }
+            e.reclaimed[j] = p_new;
+            out.reclaimed[j] = Room(out.reclaimed[j].0.saturating_add_signed(delta as i64));
+        }
+    }
+
+    /// The settlements this rebalance makes: one per new reclaim, one per reconciled reclaim.
+    fn settlements(&self, rec: &RegionRecord) -> Vec<(RegionId, Settlement)> {
+        let mut out = Vec::new();
+        for j in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
+            let basis = match &self.closures[j.index()] {
+                Closure::Reclaim(b) | Closure::Switch(Some(b)) => b,
+                _ => match &self.reconciles[j.index()] {
+                    Some((st, late)) => {
+                        out.push((j, Settlement { basis: late.clone(), ..st.clone() }));
+                        continue;
+                    }
+                    None => continue,
+                },
+            };
+            let (heirs, position) = self.heirs_of(j);
+            let accounts_aligned = basis.peer_epochs[self.me] == rec.epoch && rec.peer_epochs[j] == basis.epoch;
+            out.push((j, Settlement { basis: basis.clone(), heirs, position, accounts_aligned }));
+        }
+        out
     }
 
     /// How many Regions share an estate of `owner`, and this Region's position among them (by

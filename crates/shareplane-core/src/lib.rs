@@ -15,7 +15,7 @@ mod record;
 mod region;
 mod room;
 
-pub use audit::{conservation, Conservation};
+pub use audit::{conservation, in_flight, remaining, Conservation};
 pub use config::{ConfigError, Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
 pub use coordinator::{
     Alarms, Coordinator, Decision, Health, Inputs, LimitOutcome, PeerState, PeerView, Rule,

@@ -1,0 +1,604 @@
+//! An exhaustive explorer of the core's real types over small configurations.
+//!
+//! Breadth-first over every interleaving, to a stated depth, of: rebalances, record deliveries
+//! (each writer's versions in order, any delay, intermediate versions possibly skipped as a
+//! replica that only holds the newest item would), lose, restore, cut of one Region, heal,
+//! health flips and daemon restarts. States are deduplicated by a hash of the protocol state.
+//!
+//! In every state it checks: exact conservation; Σ live shares ≤ L unless a false-positive health
+//! verdict (a live Region reported unhealthy) has been in force; no grant taken twice; and on every
+//! rebalance that a reclaim of a `(Region, epoch)` happens once. From every state at the frontier it
+//! runs a recovery (heal, restore, truthful health, full rounds) and checks that shares reach
+//! their targets.
+
+#![allow(dead_code)]
+
+use shareplane_core::*;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub n: usize,
+    pub rate_rps: u64,
+    pub floor_rps: u64,
+    pub step_rps: u64,
+    pub demands_rps: Vec<u64>,
+    pub policy: SilentPolicy,
+    pub silent_after: u32,
+    pub depth: usize,
+    pub max_faults: u8,
+    pub max_states: usize,
+}
+
+impl Settings {
+    /// 3 Regions, L = 12, floor 1, step cap 3, silence after one unchanged rebalance (so that
+    /// silence is reachable within a small depth; the adversarial scheduler already delays
+    /// records arbitrarily).
+    pub fn small(depth: usize, max_faults: u8) -> Settings {
+        Settings {
+            n: 3,
+            rate_rps: 12,
+            floor_rps: 1,
+            step_rps: 3,
+            demands_rps: vec![6, 3, 3],
+            policy: SilentPolicy::TwoSignals,
+            silent_after: 1,
+            depth,
+            max_faults,
+            max_states: 5_000_000,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub states: usize,
+    pub transitions: usize,
+    pub depth_reached: usize,
+    pub recoveries_checked: usize,
+    pub false_verdict_states: usize,
+    pub violations: Vec<String>,
+    /// Recoveries that did not converge after a false-positive health verdict (the residual risk
+    /// of docs/PROTOCOL.md: room can be stranded, never created).
+    pub false_verdict_recovery_failures: usize,
+    pub false_verdict_examples: Vec<String>,
+}
+
+#[derive(Clone)]
+struct World {
+    coords: Vec<Coordinator>,
+    /// Records written and not yet visible, per `[from][to]`, oldest first.
+    wire: Vec<Vec<Vec<Arc<RegionRecord>>>>,
+    lost: Vec<bool>,
+    cut: Vec<bool>,
+    unhealthy: Vec<bool>,
+    /// Every record ever committed (for the version a reclaim mark names).
+    written: Vec<Arc<RegionRecord>>,
+    /// `(region, epoch)` of epochs that ended, with their final record.
+    ended: Vec<Arc<RegionRecord>>,
+    faults: u8,
+    false_verdict: bool,
+    trace: Vec<String>,
+    /// Portions reclaimed from an estate by a Region whose mark has since moved on to a later
+    /// epoch of the same owner: the record no longer shows them, the observer remembers them.
+    frozen: Vec<(RegionId, u64, i128)>,
+}
+
+impl World {
+    fn key(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.coords.hash(&mut h);
+        self.wire.hash(&mut h);
+        self.lost.hash(&mut h);
+        self.cut.hash(&mut h);
+        self.unhealthy.hash(&mut h);
+        self.ended.hash(&mut h);
+        self.false_verdict.hash(&mut h);
+        h.finish()
+    }
+
+    fn linked(&self, a: usize, b: usize) -> bool {
+        self.cut[a] == self.cut[b]
+    }
+
+    fn health(&self) -> PerRegion<Health> {
+        let mut h = PerRegion::default();
+        for (i, &u) in self.unhealthy.iter().enumerate() {
+            if let Some(r) = RegionId::new(i) {
+                h[r] = if u { Health::Unhealthy } else { Health::Healthy };
+            }
+        }
+        h
+    }
+
+    fn note_verdicts(&mut self) {
+        if (0..self.lost.len()).any(|i| self.unhealthy[i] && !self.lost[i]) {
+            self.false_verdict = true;
+        }
+    }
+}
+
+pub fn deployment(s: &Settings) -> Arc<Deployment> {
+    let names = ["A", "B", "C", "D", "E", "F", "G", "H"];
+    Arc::new(
+        Deployment::try_new(Deployment {
+            regions: names[..s.n].iter().map(|x| x.to_string()).collect(),
+            limits: vec![LimitSpec {
+                id: "l".into(),
+                version: 1,
+                rate: Room::rps(s.rate_rps),
+                burst_ms: 2_000,
+                floor: Room::rps(s.floor_rps),
+                step_cap: Room::rps(s.step_rps),
+                kind: LimitKind::Capacity,
+                shadow: false,
+            }],
+            design: Design::NamedGrants,
+            policy: s.policy,
+            fence: Fence::OwnUnhealthy,
+            silent_after: s.silent_after,
+            period_ms: 5_000,
+        })
+        .expect("valid model deployment"),
+    )
+}
+
+fn rid(i: usize) -> RegionId {
+    RegionId::new(i).expect("region index")
+}
+
+fn initial(d: &Arc<Deployment>, s: &Settings) -> World {
+    let n = s.n;
+    let recs: Vec<Arc<RegionRecord>> = (0..n)
+        .map(|i| {
+            let mut r = RegionRecord::genesis(d, rid(i));
+            r.version = 1;
+            r.limits[0].demand = Room::rps(s.demands_rps[i]);
+            Arc::new(r)
+        })
+        .collect();
+    let mut coords = Vec::new();
+    for i in 0..n {
+        let mut c = Coordinator::new(d.clone(), rid(i), (*recs[i]).clone());
+        for (j, r) in recs.iter().enumerate() {
+            if j != i {
+                c.observe(r.clone()).expect("valid");
+            }
+        }
+        coords.push(c);
+    }
+    World {
+        coords,
+        wire: vec![vec![Vec::new(); n]; n],
+        lost: vec![false; n],
+        cut: vec![false; n],
+        unhealthy: vec![false; n],
+        written: recs,
+        ended: Vec::new(),
+        faults: 0,
+        false_verdict: false,
+        trace: Vec::new(),
+        frozen: Vec::new(),
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Action {
+    Rebalance(usize),
+    Deliver(usize, usize),
+    DeliverNewest(usize, usize),
+    Lose(usize),
+    Restore(usize),
+    Restart(usize),
+    Cut(usize),
+    Heal,
+    Flip(usize),
+}
+
+fn actions(w: &World, s: &Settings) -> Vec<Action> {
+    let n = s.n;
+    let mut out = Vec::new();
+    let fault_left = w.faults < s.max_faults;
+    for i in 0..n {
+        if !w.lost[i] {
+            out.push(Action::Rebalance(i));
+        }
+        for j in 0..n {
+            if !w.wire[i][j].is_empty() {
+                out.push(Action::Deliver(i, j));
+                if w.wire[i][j].len() > 1 {
+                    out.push(Action::DeliverNewest(i, j));
+                }
+            }
+        }
+        if w.lost[i] {
+            out.push(Action::Restore(i));
+        }
+        if fault_left {
+            if !w.lost[i] {
+                out.push(Action::Lose(i));
+                out.push(Action::Restart(i));
+            }
+            if !w.cut.iter().any(|&c| c) {
+                out.push(Action::Cut(i));
+            }
+            out.push(Action::Flip(i));
+        }
+    }
+    if w.cut.iter().any(|&c| c) {
+        out.push(Action::Heal);
+    }
+    out
+}
+
+/// What a restarted daemon reads from its Region's replica: every peer's newest record it had
+/// seen, plus the retained last record of each peer's previous epoch.
+fn replica_view(w: &World, i: usize) -> Vec<Arc<RegionRecord>> {
+    let mut v = Vec::new();
+    for j in 0..w.coords.len() {
+        if j == i {
+            continue;
+        }
+        if let Some(r) = w.coords[i].latest(rid(j)) {
+            if r.version > 0 {
+                v.push(r.clone());
+            }
+        }
+    }
+    for e in &w.ended {
+        if e.region != rid(i) {
+            v.push(e.clone());
+        }
+    }
+    v
+}
+
+fn restart(w: &mut World, i: usize, down_ms: u64) {
+    let view = replica_view(w, i);
+    let old = w.coords[i].own().clone();
+    let d = w.coords[i].deployment().clone();
+    let mut c = Coordinator::restart(d, rid(i), Some(old.clone()), down_ms);
+    if c.own().epoch != old.epoch {
+        w.ended.push(Arc::new(old));
+    }
+    for r in view {
+        // A record of a Region seen before may be older than what the view holds; that is fine.
+        let _ = c.observe(r);
+    }
+    w.coords[i] = c;
+}
+
+/// Applies `a`; returns a violation found in the transition itself.
+fn apply(w: &mut World, a: Action) -> Option<String> {
+    w.trace.push(format!("{a:?}"));
+    let n = w.coords.len();
+    match a {
+        Action::Rebalance(i) => {
+            let health = w.health();
+            let demand = [w.coords[i].own().limits[0].demand];
+            let before = w.coords[i].own().clone();
+            let d = w.coords[i].rebalance(&Inputs { now_ms: 0, demand: &demand, health: &health, explain: false });
+            for &j in &d.alarms.reclaimed {
+                if d.record.epoch == before.epoch && before.reclaims[j].is_some() && before.reclaims[j] == d.record.reclaims[j] {
+                    return Some(format!("{i} reclaimed {j} twice under one mark"));
+                }
+            }
+            if d.record.epoch != before.epoch {
+                w.ended.push(Arc::new(before.clone()));
+            }
+            for j in regions(n) {
+                if let Some(m) = before.reclaims[j] {
+                    if d.record.reclaims[j].map(|x| x.epoch) != Some(m.epoch) {
+                        w.frozen.push((j, m.epoch, before.limits[0].reclaimed[j].0 as i128));
+                    }
+                }
+            }
+            w.coords[i].commit(&d);
+            let rec = Arc::new(w.coords[i].own().clone());
+            w.written.push(rec.clone());
+            for j in 0..n {
+                if j != i && w.linked(i, j) {
+                    w.wire[i][j].push(rec.clone());
+                }
+            }
+        }
+        Action::Deliver(i, j) | Action::DeliverNewest(i, j) => {
+            let rec = if matches!(a, Action::Deliver(..)) {
+                w.wire[i][j].remove(0)
+            } else {
+                let last = w.wire[i][j].pop().expect("non-empty");
+                w.wire[i][j].clear();
+                last
+            };
+            if let Err(e) = w.coords[j].observe(rec) {
+                return Some(format!("honest record rejected: {e}"));
+            }
+        }
+        Action::Lose(i) => {
+            w.lost[i] = true;
+            w.faults += 1;
+        }
+        Action::Restore(i) => {
+            w.lost[i] = false;
+            restart(w, i, u64::MAX);
+        }
+        Action::Restart(i) => {
+            w.faults += 1;
+            restart(w, i, 0);
+        }
+        Action::Cut(i) => {
+            w.faults += 1;
+            w.cut[i] = true;
+            for j in 0..n {
+                if j != i {
+                    w.wire[i][j].clear();
+                    w.wire[j][i].clear();
+                }
+            }
+        }
+        Action::Heal => w.cut.iter_mut().for_each(|c| *c = false),
+        Action::Flip(i) => {
+            w.faults += 1;
+            w.unhealthy[i] = !w.unhealthy[i];
+        }
+    }
+    w.note_verdicts();
+    settle(w);
+    None
+}
+
+/// Stops listing ended epochs that are fully accounted for and can no longer change.
+fn frozen_of(frozen: &[(RegionId, u64, i128)], e: &RegionRecord) -> i128 {
+    frozen.iter().filter(|(r, ep, _)| *r == e.region && *ep == e.epoch).map(|(_, _, a)| a).sum()
+}
+
+fn settle(w: &mut World) {
+    let frozen = w.frozen.clone();
+    let est = estates(w);
+    let refs: Vec<&RegionRecord> = est.iter().map(|r| r.as_ref()).collect();
+    let current: Vec<RegionRecord> = w.coords.iter().map(|c| c.own().clone()).collect();
+    w.ended.retain(|e| {
+        let marks_final = current
+            .iter()
+            .filter(|o| o.region != e.region)
+            .filter_map(|o| o.reclaims[e.region].filter(|m| m.epoch == e.epoch))
+            .all(|m| m.version == e.version);
+        let live_marks = current.iter().filter(|o| o.region != e.region).any(|o| o.reclaims[e.region].is_some_and(|m| m.epoch == e.epoch))
+            || frozen_of(&frozen, e) != 0;
+        // Still needed: grants in flight with another listed estate, or portions it reclaimed
+        // from a listed estate (they are subtracted there).
+        let entangled = refs.iter().any(|o| {
+            in_flight(e, o, 0) != 0
+                || in_flight(o, e, 0) != 0
+                || (o.region != e.region
+                    && e.reclaims[o.region].is_some_and(|m| m.epoch == o.epoch)
+                    && !e.limits[0].reclaimed[o.region].is_zero())
+        });
+        !(marks_final && live_marks && !entangled && remaining(0, e, &refs) - frozen_of(&frozen, e) == 0)
+    });
+}
+
+/// The records whose room may still exist (see `shareplane_core::conservation`).
+fn estates(w: &World) -> Vec<Arc<RegionRecord>> {
+    let mut candidates: Vec<Arc<RegionRecord>> = w.coords.iter().map(|c| Arc::new(c.own().clone())).collect();
+    candidates.extend(w.ended.iter().cloned());
+    let mut out = Vec::new();
+    for c in &candidates {
+        let marked = candidates
+            .iter()
+            .filter(|o| o.region != c.region)
+            .filter_map(|o| o.reclaims[c.region].filter(|m| m.epoch == c.epoch))
+            .map(|m| m.version)
+            .max();
+        let rec = match marked {
+            Some(v) if v != c.version => w
+                .written
+                .iter()
+                .find(|r| r.region == c.region && r.epoch == c.epoch && r.version == v)
+                .cloned()
+                .unwrap_or_else(|| c.clone()),
+            _ => c.clone(),
+        };
+        out.push(rec);
+    }
+    out
+}
+
+fn check_state(w: &World, d: &Deployment) -> Option<String> {
+    let est = estates(w);
+    let refs: Vec<&RegionRecord> = est.iter().map(|r| r.as_ref()).collect();
+    let mut c = conservation(d, 0, &refs);
+    c.actual -= est.iter().map(|e| frozen_of(&w.frozen, e)).sum::<i128>();
+    if !c.holds() && !w.false_verdict {
+        return Some(format!("conservation broken: {c:?}"));
+    }
+    if !w.false_verdict {
+        let live: Room = (0..w.coords.len()).filter(|&i| !w.lost[i]).map(|i| w.coords[i].own().limits[0].share).sum();
+        if live > d.limits[0].rate {
+            return Some(format!("live shares {live} above the limit"));
+        }
+    }
+    for g in &w.coords {
+        for t in &w.coords {
+            let (g, t) = (g.own(), t.own());
+            if g.region != t.region
+                && !g.reclaims[t.region].is_some_and(|m| m.epoch == t.epoch)
+                && g.peer_epochs[t.region] == t.epoch
+                && t.peer_epochs[g.region] == g.epoch
+                && t.limits[0].taken[g.region] > g.limits[0].granted[t.region]
+            {
+                return Some(format!("{} took more from {} than it granted", t.region, g.region));
+            }
+        }
+    }
+    None
+}
+
+/// Heal everything, restore every lost Region, tell the truth about health, and run full rounds.
+fn check_recovery(w: &World, s: &Settings) -> Option<String> {
+    let mut w = w.clone();
+    let n = s.n;
+    w.cut.iter_mut().for_each(|c| *c = false);
+    for i in 0..n {
+        if w.lost[i] {
+            apply(&mut w, Action::Restore(i));
+        }
+        w.unhealthy[i] = false;
+    }
+    let rounds = (s.rate_rps.div_ceil(s.step_rps) + 8) as usize;
+    for _ in 0..rounds {
+        for i in 0..n {
+            apply(&mut w, Action::Rebalance(i));
+            for from in 0..n {
+                for to in 0..n {
+                    while !w.wire[from][to].is_empty() {
+                        apply(&mut w, Action::Deliver(from, to));
+                    }
+                }
+            }
+            for e in w.ended.clone() {
+                for to in 0..n {
+                    if rid(to) != e.region {
+                        let _ = w.coords[to].observe(e.clone());
+                    }
+                }
+            }
+        }
+    }
+    if !w.false_verdict {
+        if let Some(v) = check_state(&w, &deployment(s)) {
+            let est = estates(&w);
+            let refs: Vec<&RegionRecord> = est.iter().map(|r| r.as_ref()).collect();
+            let list: Vec<String> = est
+                .iter()
+                .map(|e| format!("{}e{}v{}:{}", e.region, e.epoch, e.version, remaining(0, e, &refs) - frozen_of(&w.frozen, e)))
+                .collect();
+            return Some(format!("after recovery: {v} estates [{}]", list.join(" ")));
+        }
+    }
+    let settled = w.coords.iter().all(|c| c.own().limits[0].share == c.own().limits[0].target);
+    if settled {
+        return None;
+    }
+    // The one residual the protocol admits (docs/PROTOCOL.md): room granted by an epoch that
+    // ended to another epoch that ended before taking it stays stranded. It must be exactly the
+    // room missing, and nothing may sit idle in pools.
+    let stranded = stranded(&w);
+    let sum: Room = w.coords.iter().map(|c| c.own().limits[0].share).sum();
+    let pools: Room = w.coords.iter().map(|c| c.own().limits[0].pool).sum();
+    if stranded > 0 && sum.0 as i128 + stranded == Room::rps(s.rate_rps).0 as i128 && pools.is_zero() {
+        None
+    } else {
+        let shares: Vec<String> = w
+            .coords
+            .iter()
+            .map(|c| format!("{}/{} pool {}", c.own().limits[0].share, c.own().limits[0].target, c.own().limits[0].pool))
+            .collect();
+        Some(format!("no convergence after recovery: {}", shares.join(", ")))
+    }
+}
+
+/// Room in flight between two epochs that have both ended (lost or replaced by a new epoch).
+fn stranded(w: &World) -> i128 {
+    let mut dead: Vec<Arc<RegionRecord>> = w.ended.clone();
+    for (i, c) in w.coords.iter().enumerate() {
+        if w.lost[i] {
+            dead.push(Arc::new(c.own().clone()));
+        }
+    }
+    let mut total = 0;
+    for g in &dead {
+        for r in &dead {
+            if g.region != r.region && g.peer_epochs[r.region] == r.epoch && r.peer_epochs[g.region] == g.epoch {
+                total += (g.limits[0].granted[r.region].0 as i128 - r.limits[0].taken[g.region].0 as i128).max(0);
+            }
+        }
+    }
+    total
+}
+
+/// Explores every interleaving to `s.depth`.
+pub fn explore(s: &Settings) -> Report {
+    let d = deployment(s);
+    let mut report = Report::default();
+    let mut seen: HashSet<u64> = HashSet::new();
+    let start = initial(&d, s);
+    seen.insert(start.key());
+    let mut frontier = vec![start];
+    for depth in 0..=s.depth {
+        report.depth_reached = depth;
+        let mut next = Vec::new();
+        for w in &frontier {
+            report.states += 1;
+            if w.false_verdict {
+                report.false_verdict_states += 1;
+            }
+            if let Some(v) = check_state(w, &d) {
+                report.violations.push(format!("{v}\n  trace: {}", w.trace.join(" ")));
+                continue;
+            }
+            if depth == s.depth {
+                report.recoveries_checked += 1;
+                if let Some(v) = check_recovery(w, s) {
+                    if w.false_verdict {
+                        report.false_verdict_recovery_failures += 1;
+                        if report.false_verdict_examples.len() < 5 {
+                            report.false_verdict_examples.push(format!("{v}\n  trace: {}", w.trace.join(" ")));
+                        }
+                    } else {
+                        report.violations.push(format!("{v}\n  trace: {}", w.trace.join(" ")));
+                    }
+                }
+                continue;
+            }
+            for a in actions(w, s) {
+                let mut nw = w.clone();
+                report.transitions += 1;
+                if let Some(v) = apply(&mut nw, a) {
+                    report.violations.push(format!("{v}\n  trace: {}", nw.trace.join(" ")));
+                    continue;
+                }
+                if seen.insert(nw.key()) {
+                    next.push(nw);
+                }
+            }
+            if report.violations.len() > 20 || report.states > s.max_states {
+                return report;
+            }
+        }
+        frontier = next;
+        if frontier.is_empty() {
+            break;
+        }
+    }
+    report
+}
+
+/// Replays a trace and prints every Region's own record after each step (for debugging a
+/// counterexample).
+pub fn replay(s: &Settings, trace: &[Action], recover: bool) {
+    let d = deployment(s);
+    let mut w = initial(&d, s);
+    let show = |w: &World| {
+        for c in &w.coords {
+            let o = c.own();
+            let l = o.limits[0];
+            println!(
+                "   {} e{} v{} share {} pool {} debt {} target {} unmet {} granted {:?} taken {:?} reclaimed {:?} marks {:?}",
+                o.region, o.epoch, o.version, l.share, l.pool, l.debt, l.target, l.unmet,
+                &l.granted.0[..3], &l.taken.0[..3], &l.reclaimed.0[..3], &o.reclaims.0[..3]
+            );
+        }
+    };
+    for a in trace {
+        println!("{a:?}");
+        apply(&mut w, *a);
+        show(&w);
+    }
+    if recover {
+        println!("recovery: {:?}", check_recovery(&w, s));
+    }
+}
