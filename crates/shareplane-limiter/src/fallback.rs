@@ -185,7 +185,7 @@ mod tests {
             security: true,
             shadow: false,
         };
-        let (ok, v) = f.check_at(10.0, &[sec.clone()], 1.0);
+        let (ok, v) = f.check_at(10.0, std::slice::from_ref(&sec), 1.0);
         assert!(!ok);
         assert_eq!(v, [FallbackVerdict::FailClosed]);
         let shadow = FallbackLimit {
@@ -211,7 +211,7 @@ mod tests {
             ]
         );
         // a was not spent by the refused call.
-        assert_eq!(f.check_at(2.0, &[cap("a", 10.0)], 18.0).0, true);
+        assert!(f.check_at(2.0, &[cap("a", 10.0)], 18.0).0);
     }
 
     #[test]

@@ -184,7 +184,7 @@ fn limit_problem(l: &LimitWire, max_cost: u32) -> Option<String> {
         ));
     }
     for (name, x) in [("rate", l.rate), ("burst", l.burst)] {
-        if !x.is_finite() || x < 0.0 || x > MAX_RATE {
+        if !(0.0..=MAX_RATE).contains(&x) {
             return Some(format!(
                 "{name} {x} is not a finite number in [0, {MAX_RATE}]"
             ));

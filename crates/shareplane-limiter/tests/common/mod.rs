@@ -218,3 +218,61 @@ async fn post_demand(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Byt
     }
     Json(serde_json::json!({"ok": true})).into_response()
 }
+
+/// A TCP proxy in front of a Redis server that a test can cut (closing every connection and refusing
+/// new ones) and restore.
+pub struct Proxy {
+    port: u16,
+    open: Arc<std::sync::atomic::AtomicBool>,
+    cuts: tokio::sync::watch::Sender<u64>,
+}
+
+impl Proxy {
+    pub async fn start(redis_url: &str) -> Self {
+        let upstream = redis_url
+            .trim_start_matches("redis://")
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let port = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("addr: {e}"))
+            .port();
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (cuts, _) = tokio::sync::watch::channel(0);
+        let (open2, cuts2) = (open.clone(), cuts.clone());
+        tokio::spawn(async move {
+            while let Ok((mut down, _)) = listener.accept().await {
+                if !open2.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // dropped: the client sees the connection closed
+                }
+                let (upstream, mut cut) = (upstream.clone(), cuts2.subscribe());
+                tokio::spawn(async move {
+                    let Ok(mut up) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Self { port, open, cuts }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.cuts.send_modify(|n| *n += 1);
+    }
+
+    pub fn restore(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
