@@ -1,0 +1,223 @@
+//! Unit cases for the silent-Region policies of SPEC §6: a lost Region and a cut-off Region under
+//! freeze, two-signals and silence-alone; a return; a restart; survivors with different last
+//! records.
+
+mod support;
+
+use shareplane_core::*;
+use std::sync::Arc;
+use support::*;
+
+const A: usize = 0;
+const B: usize = 1;
+const C: usize = 2;
+const DEMAND: [f64; 3] = [7_200.0, 3_600.0, 7_200.0];
+
+/// G1's end state: shares 3,900 / 2,200 / 3,900, everyone's record visible to everyone.
+fn settled(policy: SilentPolicy) -> World {
+    let d = deployment(3, policy, Design::NamedGrants);
+    let recs = initial_records(&d, &[3_900, 2_200, 3_900], &[7_200, 3_600, 7_200]);
+    World::new(d, recs)
+}
+
+/// One round in which only `active` Regions rebalance; their records reach the `reach` Regions.
+fn round(w: &mut World, active: &[usize], reach: &[usize]) {
+    for &i in active {
+        w.rebalance(i, DEMAND[i]);
+        for &to in reach {
+            if to != i {
+                w.deliver(i, to);
+            }
+        }
+    }
+}
+
+fn shares(w: &World) -> Vec<f64> {
+    (0..3).map(|i| rps(w.share(i))).collect()
+}
+
+fn live_sum(w: &World, live: &[usize]) -> Room {
+    live.iter().map(|&i| w.share(i)).sum()
+}
+
+#[test]
+fn lost_region_under_two_signals_is_reclaimed_only_once_health_says_unhealthy() {
+    let mut w = settled(SilentPolicy::TwoSignals);
+    for _ in 0..6 {
+        round(&mut w, &[A, C], &[A, C]);
+    }
+    assert!(w.coords[A].own().reclaims[rid(B)].is_none(), "silence alone must not reclaim");
+    w.health[rid(B)] = Health::Unhealthy;
+    round(&mut w, &[A, C], &[A, C]);
+    let a = w.coords[A].own();
+    assert_eq!(rps(a.limits[0].reclaimed[rid(B)]), 1_100.0);
+    assert_eq!(rps(w.coords[C].own().limits[0].reclaimed[rid(B)]), 1_100.0);
+    for _ in 0..4 {
+        round(&mut w, &[A, C], &[A, C]);
+        assert!(w.conservation().holds(), "{:?}", w.conservation());
+    }
+    assert_eq!(shares(&w), vec![5_000.0, 2_200.0, 5_000.0]);
+    // B's last record still says 2,200; the audit counts it less what A and C marked.
+    assert_eq!(live_sum(&w, &[A, C]), Room::rps(10_000));
+}
+
+#[test]
+fn unknown_health_never_counts_as_unhealthy() {
+    let mut w = settled(SilentPolicy::TwoSignals);
+    w.health[rid(B)] = Health::Unknown;
+    for _ in 0..8 {
+        round(&mut w, &[A, C], &[A, C]);
+    }
+    assert!(w.coords[A].own().reclaims[rid(B)].is_none());
+    assert_eq!(shares(&w), vec![3_900.0, 2_200.0, 3_900.0]);
+}
+
+#[test]
+fn lost_region_under_freeze_keeps_its_share_counted() {
+    let mut w = settled(SilentPolicy::Freeze);
+    w.health[rid(B)] = Health::Unhealthy;
+    for _ in 0..10 {
+        round(&mut w, &[A, C], &[A, C]);
+        assert!(live_sum(&w, &[A, C]) <= Room::rps(7_800));
+    }
+    assert!(w.coords[A].own().reclaims[rid(B)].is_none());
+    assert!(w.conservation().holds());
+}
+
+#[test]
+fn lost_region_under_silence_alone_is_reclaimed_without_health() {
+    let mut w = settled(SilentPolicy::SilenceAlone);
+    for _ in 0..5 {
+        round(&mut w, &[A, C], &[A, C]);
+    }
+    assert!(w.coords[A].own().reclaims[rid(B)].is_some());
+    assert!(w.conservation().holds());
+}
+
+#[test]
+fn cut_off_region_under_two_signals_and_freeze_is_never_reclaimed() {
+    for policy in [SilentPolicy::TwoSignals, SilentPolicy::Freeze] {
+        let mut w = settled(policy);
+        for _ in 0..10 {
+            round(&mut w, &[A, C], &[A, C]);
+            round(&mut w, &[B], &[]);
+            assert!(live_sum(&w, &[A, B, C]) <= Room::rps(10_000), "{policy:?}");
+        }
+        assert!(w.coords[A].own().reclaims[rid(B)].is_none());
+        assert!(w.coords[B].own().reclaims[rid(A)].is_none());
+        assert!(w.conservation().holds());
+    }
+}
+
+#[test]
+fn cut_off_region_under_silence_alone_breaks_the_limit() {
+    // Why silence-alone is wrong: B reclaims A and C while they reclaim B.
+    let mut w = settled(SilentPolicy::SilenceAlone);
+    let mut worst = Room::ZERO;
+    for _ in 0..10 {
+        round(&mut w, &[A, C], &[A, C]);
+        round(&mut w, &[B], &[]);
+        worst = worst.max(live_sum(&w, &[A, B, C]));
+    }
+    assert!(worst > Room::rps(10_000), "expected the sum of shares to pass the limit, got {worst}");
+}
+
+#[test]
+fn a_false_unhealthy_verdict_fences_the_cut_off_region() {
+    // B is alive but cut off, and its health check wrongly reports it unhealthy. With fencing, B
+    // reads its own verdict and drops its share to zero, bounding the excess.
+    let mut w = settled(SilentPolicy::TwoSignals);
+    w.health[rid(B)] = Health::Unhealthy;
+    round(&mut w, &[B], &[]);
+    assert_eq!(w.share(B), Room::ZERO);
+    for _ in 0..6 {
+        round(&mut w, &[A, C], &[A, C]);
+        round(&mut w, &[B], &[]);
+        assert!(live_sum(&w, &[A, B, C]) <= Room::rps(10_000));
+    }
+}
+
+#[test]
+fn a_returning_region_starts_a_new_epoch_at_zero_and_rises_only_by_grants() {
+    let mut w = settled(SilentPolicy::TwoSignals);
+    w.health[rid(B)] = Health::Unhealthy;
+    for _ in 0..5 {
+        round(&mut w, &[A, C], &[A, C]);
+    }
+    let old_b = w.coords[B].own().clone();
+    let d = w.d.clone();
+    w.coords[B] = Coordinator::restart(d, rid(B), Some(old_b.clone()), u64::MAX);
+    w.health[rid(B)] = Health::Healthy;
+    for i in [A, C] {
+        w.deliver(i, B);
+    }
+    assert_eq!(w.coords[B].own().epoch, 2);
+    let mut max_b = Room::ZERO;
+    for _ in 0..12 {
+        let before = w.share(B);
+        round(&mut w, &[A, B, C], &[A, B, C]);
+        let o = w.coords[B].own().limits[0];
+        assert!(o.share <= before + Room::rps(1_000));
+        max_b = max_b.max(o.share);
+        let recs = [w.coords[A].own(), w.coords[B].own(), w.coords[C].own(), &old_b];
+        let c = conservation(&w.d, 0, &recs);
+        assert!(c.holds(), "{c:?}");
+        assert!(live_sum(&w, &[A, B, C]) <= Room::rps(10_000));
+    }
+    assert_eq!(shares(&w), vec![3_900.0, 2_200.0, 3_900.0]);
+}
+
+#[test]
+fn a_quick_restart_resumes_its_epoch_losing_nothing() {
+    let mut w = settled(SilentPolicy::TwoSignals);
+    round(&mut w, &[A, B, C], &[A, B, C]);
+    let durable = w.coords[B].own().clone();
+    let d = w.d.clone();
+    w.coords[B] = Coordinator::restart(d.clone(), rid(B), Some(durable.clone()), 2_000);
+    for i in [A, C] {
+        w.deliver(i, B);
+    }
+    assert_eq!(w.coords[B].own().epoch, durable.epoch);
+    round(&mut w, &[A, B, C], &[A, B, C]);
+    assert!(w.conservation().holds());
+    assert_eq!(shares(&w), vec![3_900.0, 2_200.0, 3_900.0]);
+    // A restart after more than (silent_after − 1) periods starts a new epoch instead.
+    let late = Coordinator::restart(d, rid(B), Some(durable.clone()), 10_000);
+    assert_eq!(late.own().epoch, durable.epoch + 1);
+    assert_eq!(late.own().limits[0].share, Room::ZERO);
+}
+
+#[test]
+fn survivors_that_saw_different_last_records_settle_on_the_newest() {
+    // Move room so that B's consecutive records differ: C's demand drops, B gets room from C.
+    let mut w = settled(SilentPolicy::TwoSignals);
+    let demand = [7_200.0, 6_000.0, 1_000.0];
+    for i in [C, A, B] {
+        w.rebalance(i, demand[i]);
+        w.publish(i);
+    }
+    // B's next record (after taking C's grant) reaches A but not C; then B is lost.
+    w.rebalance(B, demand[B]);
+    w.deliver(B, A);
+    let last_b = w.coords[B].own().clone();
+    w.health[rid(B)] = Health::Unhealthy;
+    for _ in 0..5 {
+        for i in [A, C] {
+            w.rebalance(i, demand[i]);
+            w.deliver(i, if i == A { C } else { A });
+        }
+    }
+    let ma = w.coords[A].own().reclaims[rid(B)].expect("A reclaimed B");
+    let mc = w.coords[C].own().reclaims[rid(B)].expect("C reclaimed B");
+    assert!(ma.version > mc.version, "A must have seen a newer record of B than C");
+    // The newer record reaches C late; C settles again.
+    w.coords[C].observe(Arc::new(last_b.clone())).expect("valid");
+    for i in [A, C] {
+        w.rebalance(i, demand[i]);
+        w.deliver(i, if i == A { C } else { A });
+    }
+    assert_eq!(w.coords[C].own().reclaims[rid(B)], Some(ma));
+    let recs = [w.coords[A].own(), w.coords[C].own(), &last_b];
+    let c = conservation(&w.d, 0, &recs);
+    assert!(c.holds(), "{c:?}");
+}
