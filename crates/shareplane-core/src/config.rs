@@ -116,9 +116,10 @@ impl Deployment {
         if d.period_ms == 0 {
             errors.push(err("period_ms", "must be positive"));
         }
+        let mut ids = std::collections::BTreeSet::new();
         for (i, l) in d.limits.iter().enumerate() {
             l.check(n, &format!("limits[{i}]"), &mut errors);
-            if d.limits[..i].iter().any(|o| o.id == l.id) {
+            if !ids.insert(l.id.as_str()) {
                 errors.push(err(format!("limits[{i}].id"), format!("{:?} appears twice", l.id)));
             }
         }
