@@ -8,6 +8,7 @@
 //!   local policy of [`fallback`] when Redis does not answer.
 //! - [`RuleWatcher`]: long-polls `GET /v1/rules` and installs only newer versions.
 //! - [`DemandReporter`]: posts running demand totals to `POST /v1/demand`.
+//! - [`loadgen`]: drives a limiter with a demand pattern (the `shareplane-loadgen` binary).
 //!
 //! Typical wiring in a gateway:
 //!
@@ -31,6 +32,7 @@ pub mod demand;
 pub mod fallback;
 pub mod http;
 pub mod limiter;
+pub mod loadgen;
 pub mod rules;
 pub mod store;
 pub mod watcher;

@@ -1,0 +1,224 @@
+//! A load generator that drives one gateway's [`Limiter`] with a demand pattern and counts, per
+//! second, what it sent and what was admitted. The end-to-end test runs one per Region (binary
+//! `shareplane-loadgen`); the parts here are also usable from a test in-process.
+//!
+//! Requests are paced from one clock: at every tick the generator sends as many checks as the pattern
+//! owes since the start (`⌊∫ rate dt⌋ − sent`), each in its own task, so a slow answer never slows
+//! the offered load. At most [`MAX_IN_FLIGHT`] checks are outstanding; requests beyond that are
+//! counted as `dropped` (the generator could not offer them), never silently skipped.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::limiter::{DecisionPath, Limiter};
+
+/// The most checks outstanding at once.
+pub const MAX_IN_FLIGHT: usize = 4096;
+/// The longest run, in seconds.
+pub const MAX_DURATION_S: u64 = 24 * 3600;
+/// The highest rate a pattern may ask for (requests/s).
+pub const MAX_PATTERN_RPS: f64 = 1e6;
+
+/// A piecewise-constant demand: from `at_s` on, `rps` requests per second.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pattern {
+    steps: Vec<(f64, f64)>,
+}
+
+/// Why a pattern was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid pattern {input:?}: {reason} (expected \"AT_S:RPS,AT_S:RPS,...\", times rising from 0)"
+)]
+pub struct PatternError {
+    pub input: String,
+    pub reason: String,
+}
+
+impl Pattern {
+    /// Parses `"0:120,10:720"`: 120/s from second 0, 720/s from second 10. Times must start at 0 and
+    /// rise; rates must be finite and in [0, [`MAX_PATTERN_RPS`]].
+    pub fn parse(input: &str) -> Result<Self, PatternError> {
+        let err = |reason: String| PatternError {
+            input: input.to_owned(),
+            reason,
+        };
+        let mut steps: Vec<(f64, f64)> = Vec::new();
+        for part in input.split(',') {
+            let (at, rps) = part
+                .split_once(':')
+                .ok_or_else(|| err(format!("{part:?} has no ':'")))?;
+            let at: f64 = at
+                .trim()
+                .parse()
+                .map_err(|_| err(format!("bad time {at:?}")))?;
+            let rps: f64 = rps
+                .trim()
+                .parse()
+                .map_err(|_| err(format!("bad rate {rps:?}")))?;
+            if !at.is_finite() || !(0.0..=MAX_PATTERN_RPS).contains(&rps) {
+                return Err(err(format!("{part:?} is out of range")));
+            }
+            if steps.last().is_some_and(|&(prev, _)| at <= prev) || (steps.is_empty() && at != 0.0)
+            {
+                return Err(err(format!("time {at} does not rise from 0")));
+            }
+            steps.push((at, rps));
+        }
+        Ok(Self { steps })
+    }
+
+    /// The rate at second `t`.
+    pub fn rate_at(&self, t: f64) -> f64 {
+        self.steps
+            .iter()
+            .rev()
+            .find(|&&(at, _)| at <= t)
+            .map_or(0.0, |&(_, r)| r)
+    }
+
+    /// Requests owed from 0 to `t`: the integral of the rate.
+    pub fn owed(&self, t: f64) -> f64 {
+        let mut total = 0.0;
+        for (i, &(at, rps)) in self.steps.iter().enumerate() {
+            let end = self
+                .steps
+                .get(i + 1)
+                .map_or(f64::INFINITY, |&(next, _)| next)
+                .min(t);
+            if end > at {
+                total += (end - at) * rps;
+            }
+        }
+        total
+    }
+}
+
+/// One second of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SecondStats {
+    pub second: u64,
+    /// Checks sent (the gateway's received requests).
+    pub sent: u64,
+    pub admitted: u64,
+    /// Of the admitted, those the local fallback admitted.
+    pub admitted_fallback: u64,
+    /// Checks that failed before a decision (no rules yet, unknown limit).
+    pub errors: u64,
+    /// Requests the generator owed but could not offer (too many in flight).
+    pub dropped: u64,
+    /// The rule-set version running at the end of the second.
+    pub rule_version: u64,
+    /// The limit's rate (the share) in that version, in milli-requests/s.
+    pub share_milli_rps: u64,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub limit: String,
+    pub pattern: Pattern,
+    pub duration: Duration,
+    pub tick: Duration,
+}
+
+/// Drives `limiter` with `run.pattern` for `run.duration`, then waits (at most 5 s) for the checks
+/// still in flight, and returns one entry per second. Requests are counted in the second they were
+/// sent.
+pub async fn drive(limiter: Arc<Limiter>, run: Run) -> Vec<SecondStats> {
+    let seconds = run.duration.as_secs().clamp(1, MAX_DURATION_S) as usize;
+    let stats = Arc::new(Mutex::new(
+        (0..seconds as u64)
+            .map(|second| SecondStats {
+                second,
+                ..SecondStats::default()
+            })
+            .collect::<Vec<_>>(),
+    ));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let limit: Arc<str> = Arc::from(run.limit.as_str());
+    let start = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval(run.tick.max(Duration::from_millis(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut offered = 0u64;
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        tick.tick().await;
+        let t = start.elapsed().as_secs_f64();
+        let second = t as usize;
+        if second >= seconds {
+            break;
+        }
+        record_rules(&limiter, &limit, &mut lock(&stats)[second]);
+        let due = (run.pattern.owed(t).floor() as u64).saturating_sub(offered);
+        offered += due;
+        for _ in 0..due {
+            if in_flight.load(Ordering::Relaxed) >= MAX_IN_FLIGHT {
+                lock(&stats)[second].dropped += 1;
+                continue;
+            }
+            lock(&stats)[second].sent += 1;
+            in_flight.fetch_add(1, Ordering::Relaxed);
+            let (limiter, limit, stats, in_flight) = (
+                limiter.clone(),
+                limit.clone(),
+                stats.clone(),
+                in_flight.clone(),
+            );
+            tasks.spawn(async move {
+                let decision = limiter.check(&[&limit], 1).await;
+                let mut all = lock(&stats);
+                let s = &mut all[second];
+                match decision {
+                    Ok(d) if d.allowed => {
+                        s.admitted += 1;
+                        s.admitted_fallback +=
+                            u64::from(matches!(d.path, DecisionPath::Fallback(_)));
+                    }
+                    Ok(_) => {}
+                    Err(_) => s.errors += 1,
+                }
+                in_flight.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+        while tasks.try_join_next().is_some() {}
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    let out = lock(&stats).clone();
+    out
+}
+
+fn record_rules(limiter: &Limiter, limit: &str, s: &mut SecondStats) {
+    if let Some(rules) = limiter.rules() {
+        s.rule_version = rules.version();
+        s.share_milli_rps = rules
+            .get(limit)
+            .map_or(0, |l| (l.rate * 1000.0).round() as u64);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_parse_and_integrate() {
+        let p = Pattern::parse("0:120, 10:720").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((p.rate_at(9.9), p.rate_at(10.0)), (120.0, 720.0));
+        assert_eq!(p.owed(5.0), 600.0);
+        assert_eq!(p.owed(12.0), 1200.0 + 1440.0);
+        for bad in ["", "5:10", "0:10,0:20", "0:-1", "0:nan", "0:10,x:1", "0"] {
+            assert!(Pattern::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The load generator in-process against the fake daemon and a real redis-server: one Region's
+//! admissions stay within its bucket's contract (burst + rate × t) and follow the share.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{limit, redis_url, rules, unique, FakeDaemon, TOKEN};
+use shareplane_limiter::loadgen::{drive, Pattern, Run};
+use shareplane_limiter::{http, DemandReporter, Limiter, LimiterConfig, RuleWatcher};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admissions_stay_within_burst_plus_rate_times_t() {
+    let Some(url) = redis_url("admissions_stay_within_burst_plus_rate_times_t") else {
+        return;
+    };
+    let (rate, burst) = (50.0, 100.0);
+    let id = unique("k-big");
+    let d = FakeDaemon::start(rules(1, vec![limit(&id, rate, burst)])).await;
+    let l = Arc::new(Limiter::new(LimiterConfig::new(url)).unwrap_or_else(|e| panic!("{e}")));
+    let client = http::client().unwrap_or_else(|e| panic!("{e}"));
+    RuleWatcher::new(client.clone(), &d.url, 100)
+        .poll_once(&l)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pattern = Pattern::parse("0:200").unwrap_or_else(|e| panic!("{e}"));
+    let run = Run {
+        limit: id.clone(),
+        pattern,
+        duration: Duration::from_secs(3),
+        tick: Duration::from_millis(10),
+    };
+    let seconds = drive(l.clone(), run).await;
+    assert_eq!(seconds.len(), 3);
+    let admitted: Vec<u64> = seconds.iter().map(|s| s.admitted).collect();
+    for s in &seconds {
+        assert_eq!(
+            (s.errors, s.dropped, s.admitted_fallback),
+            (0, 0, 0),
+            "{s:?}"
+        );
+    }
+    // Every window of whole seconds: at most the burst plus the refill (100 ms of slack for the
+    // time between sending and deciding).
+    for a in 0..3 {
+        for b in a + 1..=3 {
+            let got: u64 = admitted[a..b].iter().sum();
+            let bound = burst + rate * ((b - a) as f64 + 0.1);
+            assert!(
+                got as f64 <= bound,
+                "seconds {a}..{b}: {got} admitted, bound {bound}"
+            );
+        }
+    }
+    assert!(
+        admitted[0] >= burst as u64,
+        "the full bucket serves the first second: {admitted:?}"
+    );
+    // Demand is what was sent, reported as a running total.
+    let sent: u64 = seconds.iter().map(|s| s.sent).sum();
+    assert!(sent >= 590, "the generator offered the pattern: {sent}");
+    let reporter =
+        DemandReporter::new(client, &d.url, TOKEN, "gw", 1).unwrap_or_else(|e| panic!("{e}"));
+    reporter
+        .report_once(&l)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.demand(&id), sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loadgen_binary_prints_one_line_per_second_and_reports_its_demand() {
+    let Some(url) =
+        redis_url("the_loadgen_binary_prints_one_line_per_second_and_reports_its_demand")
+    else {
+        return;
+    };
+    let id = unique("bin");
+    let d = FakeDaemon::start(rules(1, vec![limit(&id, 20.0, 40.0)])).await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_shareplane-loadgen"))
+        .args([
+            "--daemon", &d.url, "--redis", &url, "--token", TOKEN, "--region", "A",
+        ])
+        .args([
+            "--limit",
+            &id,
+            "--pattern",
+            "0:50,1:100",
+            "--duration-s",
+            "2",
+            "--wait-ms",
+            "200",
+        ])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .unwrap_or_else(|_| panic!("the load generator did not finish"))
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let field = |i: usize, f: &str| {
+        lines[i][f]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{f} in {:?}", lines[i]))
+    };
+    assert_eq!(field(0, "rule_version"), 1);
+    assert_eq!(field(0, "share_milli_rps"), 20_000);
+    let sent = field(0, "sent") + field(1, "sent");
+    assert!(sent >= 140, "{lines:?}");
+    assert!(
+        field(0, "admitted") + field(1, "admitted") <= 40 + 20 * 2 + 2,
+        "{lines:?}"
+    );
+    // The last report on shutdown carries the whole total.
+    assert_eq!(d.demand(&id), sent);
+}
