@@ -56,18 +56,28 @@ struct Counter {
 /// Running totals of every gateway and the Region's demand derived from them.
 pub struct DemandBook {
     limit_ids: Vec<String>,
+    created_ms: u64,
     gateways: BTreeMap<String, Gateway>,
     counters: Vec<Counter>,
 }
 
 impl DemandBook {
-    pub fn new(limit_ids: Vec<String>) -> DemandBook {
+    /// A book opened at `now_ms`: it has a full window of data from `now_ms + WINDOW_MS` on.
+    pub fn new(limit_ids: Vec<String>, now_ms: u64) -> DemandBook {
         let counters = limit_ids.iter().map(|_| Counter::default()).collect();
         DemandBook {
             limit_ids,
+            created_ms: now_ms,
             gateways: BTreeMap::new(),
             counters,
         }
+    }
+
+    /// Whether a whole window has passed since the book was opened. Before that the rates
+    /// undercount (a restarted daemon would otherwise publish a demand near zero and give its
+    /// share away), so the daemon uses the demand in its own last record instead.
+    pub fn is_mature(&self, now_ms: u64) -> bool {
+        now_ms >= self.created_ms.saturating_add(WINDOW_MS)
     }
 
     /// Applies one gateway report.
@@ -209,7 +219,7 @@ mod tests {
 
     #[test]
     fn running_totals_give_a_five_second_average() {
-        let mut b = DemandBook::new(vec!["k".into()]);
+        let mut b = DemandBook::new(vec!["k".into()], 0);
         let _ = b.report(0, "g1", 1, &totals(1_000));
         for s in 1..=10u64 {
             let _ = b.report(s * 1000, "g1", 1, &totals(1_000 + s * 700));
@@ -220,7 +230,7 @@ mod tests {
 
     #[test]
     fn repeated_older_and_reset_reports_change_nothing() {
-        let mut b = DemandBook::new(vec!["k".into()]);
+        let mut b = DemandBook::new(vec!["k".into()], 0);
         let _ = b.report(0, "g", 5, &totals(100));
         let _ = b.report(1000, "g", 5, &totals(600));
         let again = b.report(1500, "g", 5, &totals(600));
@@ -236,7 +246,7 @@ mod tests {
 
     #[test]
     fn unknown_limits_and_bad_gateways_are_reported() {
-        let mut b = DemandBook::new(vec!["k".into()]);
+        let mut b = DemandBook::new(vec!["k".into()], 0);
         let o = b.report(0, "g", 1, &[("nope".to_string(), 3)].into());
         assert_eq!(o.map(|o| o.unknown), Ok(vec!["nope".to_string()]));
         assert_eq!(b.report(0, "", 1, &totals(1)), Err(DemandError::BadGateway));

@@ -49,7 +49,7 @@ impl Shared {
             api_token,
             metrics: Metrics::new(d.limits.iter().map(|l| l.id.clone()).collect()),
             rules: watch::channel(Arc::new(RuleSet::none())).0,
-            demand: Mutex::new(DemandBook::new(ids)),
+            demand: Mutex::new(DemandBook::new(ids, clock.now_ms())),
             view: RwLock::new(Arc::new(view)),
             ready: AtomicBool::new(false),
             shutdown,

@@ -3,7 +3,9 @@
 //! `delay_ms` after it was made (SPEC §9: ~1 s), and a cut Region neither sees nor is seen.
 //!
 //! Writes, fencing and leases are the memory store's own, so the daemon is tested against the
-//! same `put` conditions it meets there.
+//! same `put` conditions it meets there. Like the real table, it keeps each Region's last record
+//! of its previous epoch next to the current one: a survivor that never saw that epoch end needs
+//! it to reclaim the old estate (see `Coordinator::observe`).
 
 use crate::clock::Clock;
 use shareplane_core::{PerRegion, RegionId, RegionRecord};
@@ -22,6 +24,8 @@ struct Replicas {
     cut: PerRegion<bool>,
     /// What each reader last saw of each writer: a cut freezes it.
     seen: BTreeMap<(RegionId, RegionId), Arc<RegionRecord>>,
+    /// Each Region's last record of its previous epoch.
+    previous: BTreeMap<RegionId, Arc<RegionRecord>>,
 }
 
 /// The table. Cloning shares it.
@@ -80,9 +84,15 @@ pub struct TableView {
 
 impl RecordStore for TableView {
     async fn put(&self, record: &RegionRecord, token: WriterToken) -> Result<(), StoreError> {
+        let before = self.table.store.read_one(record.region).await?;
         self.table.store.put(record, token).await?;
         let now = self.table.clock.now_ms();
         let mut reps = self.table.replicas();
+        if let Some(Fetched::Record(old)) = before {
+            if old.epoch < record.epoch {
+                reps.previous.insert(record.region, old);
+            }
+        }
         let h = reps.history.entry(record.region).or_default();
         h.push_back((now + self.table.delay_ms, Arc::new(record.clone())));
         while h.len() > MAX_PENDING || (h.len() >= 2 && h[1].0 <= now) {
@@ -114,6 +124,11 @@ impl RecordStore for TableView {
                 }
                 h.front().filter(|e| e.0 <= now).map(|e| e.1.clone())
             };
+            if !cut {
+                if let Some(p) = reps.previous.get(&w) {
+                    out.push(Fetched::Record(p.clone()));
+                }
+            }
             let key = (self.me, w);
             if let Some(v) = visible {
                 reps.seen.insert(key, v);

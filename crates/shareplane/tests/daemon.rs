@@ -1,0 +1,428 @@
+//! The daemon on paused tokio time with the simulated table over the in-memory store: SPEC §9 G1
+//! convergence, a store outage, restarts and a leader failover with a deposed leader refused.
+
+use shareplane::clock::Clock;
+use shareplane::daemon::{Daemon, DaemonOptions};
+use shareplane::health::SimHealth;
+use shareplane::state::Shared;
+use shareplane::table::SimTable;
+use shareplane_core::{
+    conservation, Deployment, Health, PerRegion, RegionId, RegionRecord, MAX_REGIONS,
+};
+use shareplane_store::{Fetched, RecordStore};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+const PERIOD_MS: u64 = 5_000;
+const PHASES_MS: [u64; 3] = [0, 1_700, 3_300];
+
+fn rid(i: usize) -> RegionId {
+    RegionId::new(i).unwrap_or_else(|| panic!("region index {i}"))
+}
+
+/// One replica under test, with its own shutdown switch.
+struct Replica {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+struct Cluster {
+    d: Arc<Deployment>,
+    clock: Clock,
+    table: SimTable,
+    health: SimHealth,
+    /// Synthetic demand per Region in requests/s, fed into the serving replica's demand book.
+    demand: Arc<Mutex<[u64; 3]>>,
+    replicas: Vec<Vec<Replica>>,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let d = Arc::new(shareplane::demo::deployment(PERIOD_MS).unwrap_or_else(|e| panic!("{e}")));
+        let clock = Clock::starting_at(1_000_000);
+        Cluster {
+            d,
+            clock,
+            table: SimTable::new(clock, 1_000),
+            health: SimHealth::new(PerRegion([Health::Healthy; MAX_REGIONS])),
+            demand: Arc::new(Mutex::new([7_200, 3_600, 1_200])),
+            replicas: vec![Vec::new(), Vec::new(), Vec::new()],
+        }
+    }
+
+    fn start(&mut self, region: usize, replica: &str, clock: Clock) -> Arc<Shared> {
+        let (stop, rx) = watch::channel(false);
+        let shared = Shared::new(self.d.clone(), rid(region), clock, Some("t".repeat(16)), rx);
+        let opts = DaemonOptions::new(replica, PHASES_MS[region], PERIOD_MS);
+        let daemon = Daemon::new(
+            shared.clone(),
+            self.table.view(rid(region)),
+            self.health.clone(),
+            opts,
+        );
+        let task = tokio::spawn(daemon.run());
+        self.replicas[region].push(Replica {
+            shared: shared.clone(),
+            stop,
+            task,
+        });
+        shared
+    }
+
+    fn start_all(&mut self) {
+        for r in 0..3 {
+            self.start(r, &format!("r{r}"), self.clock);
+        }
+    }
+
+    /// Every 100 ms, adds each Region's demand to the books of all its running replicas (as
+    /// gateways would report to every replica behind the Region's load balancer).
+    fn feed_demand(&self) -> JoinHandle<()> {
+        let demand = self.demand.clone();
+        let books: Vec<Vec<Arc<Shared>>> = self
+            .replicas
+            .iter()
+            .map(|rs| rs.iter().map(|r| r.shared.clone()).collect())
+            .collect();
+        let clock = self.clock;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let d = *demand.lock().unwrap_or_else(|e| e.into_inner());
+                for (i, rs) in books.iter().enumerate() {
+                    for s in rs {
+                        s.demand().add(clock.now_ms(), 0, d[i] / 10);
+                    }
+                }
+            }
+        })
+    }
+
+    fn set_demand(&self, region: usize, rps: u64) {
+        self.demand.lock().unwrap_or_else(|e| e.into_inner())[region] = rps;
+    }
+
+    /// The published share (req/s) of the first running replica of each Region.
+    fn published(&self) -> Vec<f64> {
+        self.replicas
+            .iter()
+            .map(|rs| {
+                rs.last().map_or(0.0, |r| {
+                    r.shared.rules().rates.first().map_or(0.0, |x| x.as_rps())
+                })
+            })
+            .collect()
+    }
+
+    async fn records(&self) -> Vec<Arc<RegionRecord>> {
+        let all = self.table.store().read_all().await.unwrap_or_default();
+        all.into_iter()
+            .filter_map(|f| match f {
+                Fetched::Record(r) => Some(r),
+                Fetched::Rejected { .. } => None,
+            })
+            .collect()
+    }
+
+    async fn assert_conserved(&self) {
+        let recs = self.records().await;
+        if std::env::var("DEBUG_RECS").is_ok() {
+            for r in &recs {
+                eprintln!(
+                    "{:?} e{} v{} pe{:?} rc{:?} {:?}",
+                    r.region,
+                    r.epoch,
+                    r.version,
+                    &r.peer_epochs.0[..3],
+                    &r.reclaims.0[..3],
+                    r.limits[0]
+                );
+            }
+            for rs in &self.replicas {
+                for x in rs {
+                    eprintln!(
+                        "{}",
+                        serde_json::to_string(&*x.shared.view()).unwrap_or_default()
+                    );
+                }
+            }
+        }
+        let refs: Vec<&RegionRecord> = recs.iter().map(|r| r.as_ref()).collect();
+        let c = conservation(&self.d, 0, &refs);
+        assert!(c.holds(), "conservation broken: {c:?}");
+    }
+}
+
+/// Watches every replica's published rule set and remembers the highest sum of published
+/// shares (one replica per Region: the Region's gateways follow one rule set).
+fn watch_sum(shareds: Vec<Arc<Shared>>) -> (Arc<Mutex<f64>>, JoinHandle<()>) {
+    let max = Arc::new(Mutex::new(0.0f64));
+    let m = max.clone();
+    let task = tokio::spawn(async move {
+        let mut rxs: Vec<_> = shareds.iter().map(|s| s.subscribe()).collect();
+        loop {
+            let sum: f64 = rxs
+                .iter()
+                .map(|rx| rx.borrow().rates.first().map_or(0.0, |x| x.as_rps()))
+                .sum();
+            {
+                let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+                *g = g.max(sum);
+            }
+            let futs: Vec<_> = rxs.iter_mut().map(|rx| Box::pin(rx.changed())).collect();
+            let (res, _, _) = futures_select_all(futs).await;
+            if res.is_err() {
+                return;
+            }
+        }
+    });
+    (max, task)
+}
+
+/// A minimal `select_all` over boxed futures (to avoid a dependency for one test helper).
+async fn futures_select_all<F: std::future::Future + Unpin>(
+    mut futs: Vec<F>,
+) -> (F::Output, usize, Vec<F>) {
+    std::future::poll_fn(move |cx| {
+        for i in 0..futs.len() {
+            if let std::task::Poll::Ready(v) = std::pin::Pin::new(&mut futs[i]).poll(cx) {
+                return std::task::Poll::Ready((v, i, Vec::new()));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+fn close(actual: &[f64], expected: &[f64], tolerance: f64) -> bool {
+    actual
+        .iter()
+        .zip(expected)
+        .all(|(a, e)| (a - e).abs() <= tolerance)
+}
+
+async fn settle(secs: u64) {
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_daemons_converge_like_g1_and_never_exceed_the_limit() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    let shareds: Vec<_> = c.replicas.iter().map(|rs| rs[0].shared.clone()).collect();
+    let (max_sum, _w) = watch_sum(shareds);
+    settle(120).await;
+    let steady = c.published();
+    assert!(
+        close(&steady, &[5_600.0, 3_050.0, 1_350.0], 1.0),
+        "steady state {steady:?}"
+    );
+    c.assert_conserved().await;
+
+    // G1: C's demand rises to 7,200; new targets 3,900 / 2,200 / 3,900.
+    c.set_demand(2, 7_200);
+    settle(60).await;
+    let after = c.published();
+    assert!(
+        close(&after, &[3_900.0, 2_200.0, 3_900.0], 1.0),
+        "after G1 {after:?}"
+    );
+    let max = *max_sum.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(
+        max <= 10_000.0 + 1e-9,
+        "sum of published shares reached {max}"
+    );
+    c.assert_conserved().await;
+    for rs in &c.replicas {
+        let v = rs[0].shared.view();
+        assert_eq!(v.role, "leader");
+        assert!(
+            v.alarms.iter().all(|a| !a.starts_with("sum_above_limit")),
+            "{:?}",
+            v.alarms
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_outage_keeps_the_shares_and_the_daemons_resume() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    settle(90).await;
+    let before = c.published();
+    let versions: Vec<u64> = c
+        .replicas
+        .iter()
+        .map(|rs| rs[0].shared.rules().version)
+        .collect();
+
+    // The demand changes during the outage, but nothing can be decided without the store.
+    c.table.store().set_down(true);
+    c.set_demand(2, 7_200);
+    for _ in 0..6 {
+        settle(5).await;
+        assert_eq!(c.published(), before, "shares moved during the outage");
+    }
+    for (i, rs) in c.replicas.iter().enumerate() {
+        let s = &rs[0].shared;
+        assert_eq!(
+            s.rules().version,
+            versions[i],
+            "a rule set was published during the outage"
+        );
+        assert!(
+            !s.view().store_ok,
+            "the view does not say the store is failing"
+        );
+        let failed = s.metrics.reads_failed.get() + s.metrics.writes_failed.get("unavailable");
+        assert!(failed > 0, "no failure counted in metrics");
+    }
+
+    c.table.store().set_down(false);
+    settle(90).await;
+    let after = c.published();
+    assert!(
+        close(&after, &[3_900.0, 2_200.0, 3_900.0], 1.0),
+        "after the outage {after:?}"
+    );
+    c.assert_conserved().await;
+    for rs in &c.replicas {
+        assert!(rs[0].shared.view().store_ok);
+        assert_eq!(
+            rs[0].shared.view().epoch,
+            1,
+            "an outage must not start a new epoch"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quick_restart_resumes_the_own_record_and_a_long_one_starts_a_new_epoch() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let feed = c.feed_demand();
+    settle(120).await;
+    let before = c.published();
+    let old = c.replicas[1].remove(0);
+    let old_version = old.shared.rules().version;
+    let _ = old.stop.send(true);
+    let _ = old.task.await;
+
+    // Back at once: it takes the lease when the old one runs out (within 1.75 periods of the
+    // last renewal), resumes the same epoch with the same share and a higher rule-set version.
+    let b = c.start(1, "r1-again", c.clock);
+    feed.abort();
+    let feed = c.feed_demand();
+    settle(12).await;
+    let v = b.view();
+    assert_eq!((v.role, v.epoch), ("leader", 1), "{v:?}");
+    assert!(b.rules().version > old_version);
+    assert!(
+        (c.published()[1] - before[1]).abs() < 1.0,
+        "{:?} vs {before:?}",
+        c.published()
+    );
+    c.assert_conserved().await;
+
+    // Down for four periods: it may have been reclaimed, so it comes back in a new epoch with
+    // nothing and rises again by grants; room is conserved throughout.
+    let old = c.replicas[1].remove(0);
+    let _ = old.stop.send(true);
+    let _ = old.task.await;
+    settle(20).await;
+    let b = c.start(1, "r1-third", c.clock);
+    feed.abort();
+    let _feed = c.feed_demand();
+    settle(2).await;
+    assert_eq!(b.view().epoch, 2, "{:?}", b.view());
+    settle(120).await;
+    let after = c.published();
+    c.assert_conserved().await;
+    assert!(
+        close(&after, &[5_600.0, 3_050.0, 1_350.0], 1.0),
+        "after the return {after:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_takes_over_within_two_periods_of_the_leaders_death() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let follower = c.start(1, "r1-standby", c.clock);
+    let _feed = c.feed_demand();
+    settle(60).await;
+    assert_eq!(follower.view().role, "follower");
+    assert_eq!(follower.metrics.leader.get(), 0);
+    // A follower serves the rule set of the Region's latest record.
+    let leader_rules = c.replicas[1][0].shared.rules();
+    assert!(follower.rules().version + 2 >= leader_rules.version && follower.rules().version > 0);
+
+    let dead = c.replicas[1].remove(0);
+    dead.task.abort();
+    let died_at = c.clock.now_ms();
+    while follower.metrics.leader.get() == 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            c.clock.now_ms() - died_at <= 2 * PERIOD_MS,
+            "no takeover within two periods"
+        );
+    }
+    let took = c.clock.now_ms() - died_at;
+    assert!(took <= 2 * PERIOD_MS, "took {took} ms");
+    settle(30).await;
+    assert_eq!(follower.view().role, "leader");
+    assert_eq!(
+        follower.view().epoch,
+        1,
+        "a takeover within two periods resumes the epoch"
+    );
+    c.set_demand(2, 7_200);
+    settle(60).await;
+    assert!(
+        close(&c.published(), &[3_900.0, 2_200.0, 3_900.0], 1.0),
+        "{:?}",
+        c.published()
+    );
+    c.assert_conserved().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deposed_leader_is_refused_by_the_store_and_steps_down() {
+    let mut c = Cluster::new();
+    c.start(0, "r0", c.clock);
+    c.start(2, "r2", c.clock);
+    // B's first replica runs 30 s behind: it believes in its lease long after the store let it
+    // go, so its next write carries a token lower than its successor's.
+    let stale = c.start(1, "r1-slow", c.clock.skewed(-30_000));
+    settle(1).await;
+    let fresh = c.start(1, "r1-fresh", c.clock);
+    let _feed = c.feed_demand();
+    settle(30).await;
+    assert_eq!(
+        stale.metrics.writes_failed.get("conflict"),
+        1,
+        "the stale write was not refused"
+    );
+    assert_eq!(stale.metrics.stepped_down.get(), 1);
+    assert_eq!(stale.metrics.leader.get(), 0);
+    assert_eq!(stale.view().role, "follower");
+    assert_eq!(fresh.metrics.leader.get(), 1);
+    assert_eq!(fresh.view().role, "leader");
+    let writes_when_deposed = stale.metrics.writes.get();
+    if std::env::var("DEBUG_RECS").is_ok() {
+        let a = &c.replicas[0][0].shared;
+        eprintln!("{}", a.metrics.render(&a.view(), true));
+    }
+    settle(60).await;
+    assert_eq!(
+        stale.metrics.writes.get(),
+        writes_when_deposed,
+        "a deposed leader wrote again"
+    );
+    c.assert_conserved().await;
+}
