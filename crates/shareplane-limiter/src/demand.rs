@@ -36,6 +36,44 @@ pub enum ReportError {
     Setting(&'static str),
 }
 
+/// The most totals in one post (the daemon accepts 1,024).
+pub const MAX_TOTALS_PER_POST: usize = 1_000;
+/// The most bytes of limit ids in one post (the daemon accepts bodies up to 64 KiB).
+pub const MAX_ID_BYTES_PER_POST: usize = 32 << 10;
+
+/// Splits a report into posts within [`MAX_TOTALS_PER_POST`] and [`MAX_ID_BYTES_PER_POST`]. An
+/// empty report stays one (empty) post.
+pub fn split(report: DemandReport) -> Vec<DemandReport> {
+    let DemandReport {
+        gateway,
+        incarnation,
+        totals,
+    } = report;
+    let mut parts = vec![BTreeMap::new()];
+    let mut bytes = 0;
+    for (id, total) in totals {
+        let full = parts.last().is_some_and(|p: &BTreeMap<String, u64>| {
+            p.len() >= MAX_TOTALS_PER_POST || bytes + id.len() > MAX_ID_BYTES_PER_POST
+        });
+        if full {
+            parts.push(BTreeMap::new());
+            bytes = 0;
+        }
+        bytes += id.len();
+        if let Some(p) = parts.last_mut() {
+            p.insert(id, total);
+        }
+    }
+    parts
+        .into_iter()
+        .map(|totals| DemandReport {
+            gateway: gateway.clone(),
+            incarnation,
+            totals,
+        })
+        .collect()
+}
+
 /// An incarnation for a gateway starting now: microseconds since the Unix epoch, so a restart on a
 /// sane clock gets a greater one.
 pub fn incarnation_from_clock() -> u64 {
@@ -90,9 +128,14 @@ impl DemandReporter {
         }
     }
 
-    /// Sends the current totals once.
+    /// Sends the current totals once, split into several posts when they would not fit one body
+    /// (running totals per limit are independent, so a split report means the same). Stops at the
+    /// first refusal.
     pub async fn report_once(&self, limiter: &Limiter) -> Result<(), ReportError> {
-        self.send(&self.report(limiter)).await
+        for part in split(self.report(limiter)) {
+            self.send(&part).await?;
+        }
+        Ok(())
     }
 
     /// Sends `report` as is (tests use it to send duplicates).
@@ -138,5 +181,38 @@ impl DemandReporter {
         if let Err(e) = self.report_once(&limiter).await {
             tracing::warn!(error = %e, "last demand report failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_reports_split_into_posts_that_fit_and_keep_every_total() {
+        let id = |i: usize| format!("{i:0>128}");
+        let totals: BTreeMap<String, u64> = (0..2_500).map(|i| (id(i), i as u64)).collect();
+        let report = DemandReport {
+            gateway: "g".into(),
+            incarnation: 3,
+            totals: totals.clone(),
+        };
+        let parts = split(report);
+        assert!(parts.len() > 1);
+        let mut merged = BTreeMap::new();
+        for p in &parts {
+            assert!(p.totals.len() <= MAX_TOTALS_PER_POST);
+            assert!(p.totals.keys().map(String::len).sum::<usize>() <= MAX_ID_BYTES_PER_POST);
+            assert!(serde_json::to_vec(p).map_or(0, |b| b.len()) < 64 << 10);
+            assert_eq!((p.gateway.as_str(), p.incarnation), ("g", 3));
+            merged.extend(p.totals.clone());
+        }
+        assert_eq!(merged, totals);
+        let empty = DemandReport {
+            gateway: "g".into(),
+            incarnation: 3,
+            totals: BTreeMap::new(),
+        };
+        assert_eq!(split(empty).len(), 1);
     }
 }

@@ -94,11 +94,11 @@ impl RuleWatcher {
         }
     }
 
-    /// One fetch and install; returns what happened (for tests and logs).
+    /// One long poll for a version above the running one (above 0 before the first rule set, so a
+    /// gateway that starts before its daemon has published waits instead of retrying), then install.
+    /// Returns what happened (for tests and logs).
     pub async fn poll_once(&self, limiter: &Limiter) -> Result<Option<Install>, WatchError> {
-        let running = limiter.version();
-        let after = (running > 0).then_some(running);
-        match self.fetch(limiter, after).await? {
+        match self.fetch(limiter, Some(limiter.version())).await? {
             Fetched::NotModified => Ok(None),
             Fetched::Rules(set) => Ok(Some(limiter.install(set))),
         }
