@@ -267,7 +267,7 @@ async fn readyz(State(s): State<Arc<Shared>>) -> Response {
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> Response {
-    let text = s.metrics.render(&s.view(), s.is_ready());
+    let text = s.metrics.render(&s.view(), s.is_ready(), s.watchers());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

@@ -68,7 +68,7 @@ impl Metrics {
     }
 
     /// The whole exposition, with per-limit gauges taken from the latest state view.
-    pub fn render(&self, view: &StateView, ready: bool) -> String {
+    pub fn render(&self, view: &StateView, ready: bool, watchers: usize) -> String {
         let mut o = String::with_capacity(4096);
         let region = esc(&view.region);
         let one = |o: &mut String, name: &str, kind: &str, help: &str, v: u64| {
@@ -177,6 +177,13 @@ impl Metrics {
             "reason",
             "Demand reports refused.",
             self.demand_rejected.snapshot(),
+        );
+        one(
+            &mut o,
+            "shareplane_rule_watchers",
+            "gauge",
+            "Requests waiting for a newer rule set (long-polls).",
+            watchers as u64,
         );
         one(
             &mut o,

@@ -83,6 +83,11 @@ impl Shared {
         self.rules.subscribe()
     }
 
+    /// Requests currently watching the rule set (long-polls in flight).
+    pub fn watchers(&self) -> usize {
+        self.rules.receiver_count()
+    }
+
     pub fn demand(&self) -> MutexGuard<'_, DemandBook> {
         // The book stays consistent even if a holder panicked: every update is a few field writes.
         self.demand.lock().unwrap_or_else(|e| e.into_inner())

@@ -1,0 +1,295 @@
+//! The HTTP API through `tower::ServiceExt::oneshot` (and one real socket for shutdown).
+
+use axum::body::{to_bytes, Body};
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use shareplane::api;
+use shareplane::clock::Clock;
+use shareplane::rules::RuleSet;
+use shareplane::state::Shared;
+use shareplane_core::{RegionId, Room, Rule};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+const TOKEN: &str = "0123456789abcdef-token";
+
+fn shared() -> (Arc<Shared>, watch::Sender<bool>) {
+    let d = Arc::new(shareplane::demo::deployment(5_000).unwrap_or_else(|e| panic!("{e}")));
+    let (tx, rx) = watch::channel(false);
+    let me = RegionId::new(0).unwrap_or_else(|| panic!("region 0"));
+    (
+        Shared::new(d, me, Clock::starting_at(1_000_000), Some(TOKEN.into()), rx),
+        tx,
+    )
+}
+
+fn publish(s: &Shared, version: u64, rps: u64) {
+    let rule = Rule {
+        rate: Room::rps(rps),
+        burst: Room::rps(2 * rps),
+        shadow: false,
+    };
+    assert!(s.publish(RuleSet::build(&s.d, &s.region, version, &[rule])));
+}
+
+async fn call(app: &Router, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let resp = app
+        .clone()
+        .oneshot(req)
+        .await
+        .unwrap_or_else(|e| match e {});
+    let (parts, body) = resp.into_parts();
+    let bytes = to_bytes(body, 1 << 20)
+        .await
+        .map(|b| b.to_vec())
+        .unwrap_or_default();
+    (parts.status, parts.headers, bytes)
+}
+
+fn get(uri: &str) -> Request<Body> {
+    Request::get(uri)
+        .body(Body::empty())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn demand_req(token: Option<&str>, body: impl Into<Body>) -> Request<Body> {
+    let mut b = Request::post("/v1/demand").header(header::CONTENT_TYPE, "application/json");
+    if let Some(t) = token {
+        b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    b.body(body.into()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn json(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).unwrap_or(serde_json::Value::Null)
+}
+
+#[tokio::test]
+async fn rules_have_an_etag_and_answer_304_when_unchanged() {
+    let (s, _tx) = shared();
+    let app = api::router(s.clone());
+    let (status, _, body) = call(&app, get("/v1/rules")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(json(&body)["error"].is_string());
+
+    publish(&s, 4, 3_000);
+    let (status, headers, body) = call(&app, get("/v1/rules")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        headers.get(header::ETAG).and_then(|v| v.to_str().ok()),
+        Some("\"4\"")
+    );
+    let v = json(&body);
+    assert_eq!(v["version"], 4);
+    assert_eq!(v["region"], "A");
+    assert_eq!(v["limits"][0]["id"], "k-big");
+    assert_eq!(v["limits"][0]["rate"], 3000.0);
+    assert_eq!(v["limits"][0]["burst"], 6000.0);
+    assert_eq!(v["limits"][0]["shadow"], false);
+    assert_eq!(v["limits"][0]["kind"], "capacity");
+
+    let req = Request::get("/v1/rules")
+        .header(header::IF_NONE_MATCH, "\"4\"")
+        .body(Body::empty());
+    let (status, _, body) = call(&app, req.unwrap_or_else(|e| panic!("{e}"))).await;
+    assert_eq!((status, body.len()), (StatusCode::NOT_MODIFIED, 0));
+    let req = Request::get("/v1/rules")
+        .header(header::IF_NONE_MATCH, "\"3\"")
+        .body(Body::empty());
+    let (status, _, _) = call(&app, req.unwrap_or_else(|e| panic!("{e}"))).await;
+    assert_eq!(status, StatusCode::OK);
+    // Versions only go up: an older or equal one is not published.
+    assert!(!s.publish(RuleSet::build(&s.d, "A", 4, &[])));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_poll_answers_as_soon_as_a_newer_version_exists() {
+    let (s, _tx) = shared();
+    publish(&s, 2, 1_000);
+    let app = api::router(s.clone());
+    let (status, _, body) = call(&app, get("/v1/rules?after=1&wait_ms=30000")).await;
+    assert_eq!(
+        (status, json(&body)["version"].as_u64()),
+        (StatusCode::OK, Some(2))
+    );
+
+    let started = tokio::time::Instant::now();
+    let s2 = s.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        publish(&s2, 3, 1_100);
+    });
+    let (status, _, body) = call(&app, get("/v1/rules?after=2&wait_ms=30000")).await;
+    assert_eq!(
+        (status, json(&body)["version"].as_u64()),
+        (StatusCode::OK, Some(3))
+    );
+    assert_eq!(started.elapsed(), Duration::from_millis(700));
+
+    // Nothing newer within the wait: 304 after the wait, which is capped at 30 s.
+    let started = tokio::time::Instant::now();
+    let (status, headers, _) = call(&app, get("/v1/rules?after=3&wait_ms=999999")).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+    assert_eq!(
+        headers.get(header::ETAG).and_then(|v| v.to_str().ok()),
+        Some("\"3\"")
+    );
+    assert_eq!(started.elapsed(), Duration::from_millis(30_000));
+
+    let (status, _, body) = call(&app, get("/v1/rules?after=abc")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(json(&body)["error"].is_string());
+}
+
+#[tokio::test]
+async fn demand_needs_the_token_and_valid_json_and_is_idempotent() {
+    let (s, _tx) = shared();
+    let app = api::router(s.clone());
+    let report = |total: u64, inc: u64| {
+        format!(r#"{{"gateway":"gw-1","incarnation":{inc},"totals":{{"k-big":{total}}}}}"#)
+    };
+    let (status, _, body) = call(&app, demand_req(None, report(10, 1))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(json(&body)["error"].is_string());
+    let (status, _, _) = call(
+        &app,
+        demand_req(Some("wrong-token-wrong-token"), report(10, 1)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let (status, _, body) = call(&app, demand_req(Some(TOKEN), report(1_000, 1))).await;
+    assert_eq!(
+        (status, json(&body)),
+        (StatusCode::OK, serde_json::json!({"ok": true}))
+    );
+    let (status, _, _) = call(&app, demand_req(Some(TOKEN), report(6_000, 1))).await;
+    assert_eq!(status, StatusCode::OK);
+    let now = s.clock.now_ms();
+    let once = s.demand().rates(now);
+    // The same report again, and an older one: nothing changes.
+    for r in [report(6_000, 1), report(2_000, 1)] {
+        let (status, _, _) = call(&app, demand_req(Some(TOKEN), r)).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(s.demand().rates(now), once);
+    assert_eq!(
+        once,
+        vec![Room::rps(1_000)],
+        "5,000 received over the 5 s window"
+    );
+
+    for bad in [
+        "{",
+        r#"{"gateway":"g","incarnation":-1,"totals":{}}"#,
+        r#"{"gateway":"g","incarnation":1,"totals":{},"x":1}"#,
+    ] {
+        let (status, _, body) = call(&app, demand_req(Some(TOKEN), bad)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+        assert!(json(&body)["error"].is_string());
+    }
+    let (status, _, body) = call(
+        &app,
+        demand_req(Some(TOKEN), r#"{"gateway":"","incarnation":1,"totals":{}}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(json(&body)["error"].is_string());
+
+    let huge = format!(
+        r#"{{"gateway":"{}","incarnation":1,"totals":{{}}}}"#,
+        "g".repeat(api::MAX_BODY_BYTES)
+    );
+    let (status, _, body) = call(&app, demand_req(Some(TOKEN), huge)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(json(&body)["error"].is_string());
+}
+
+#[tokio::test]
+async fn state_explain_health_readiness_metrics_and_unknown_routes() {
+    let (s, _tx) = shared();
+    let app = api::router(s.clone());
+    let (status, _, body) = call(&app, get("/v1/state")).await;
+    assert_eq!(
+        (status, json(&body)["region"].as_str()),
+        (StatusCode::OK, Some("A"))
+    );
+    let (status, _, body) = call(&app, get("/v1/limits/k-big/explain")).await;
+    assert_eq!(status, StatusCode::OK);
+    let v = json(&body);
+    assert_eq!(v["policy"], "two-signals");
+    assert!(v["limit"]["grants_in_flight"].is_object() && v["health"].is_object());
+    let (status, _, body) = call(&app, get("/v1/limits/nope/explain")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(json(&body)["error"].is_string());
+
+    assert_eq!(call(&app, get("/healthz")).await.0, StatusCode::OK);
+    assert_eq!(
+        call(&app, get("/readyz")).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    s.mark_ready();
+    assert_eq!(call(&app, get("/readyz")).await.0, StatusCode::OK);
+
+    let (status, headers, body) = call(&app, get("/metrics")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain")));
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("shareplane_ready{region=\"A\"} 1"), "{text}");
+    assert!(text.contains("# TYPE shareplane_share_rps gauge"));
+
+    let (status, _, body) = call(&app, get("/v2/nothing")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(json(&body)["error"].is_string());
+}
+
+#[tokio::test]
+async fn shutdown_answers_long_polls_and_stops_the_server() {
+    let (s, tx) = shared();
+    publish(&s, 2, 1_000);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let server = tokio::spawn(api::serve(
+        listener,
+        api::router(s.clone()),
+        tx.subscribe(),
+        Duration::from_secs(5),
+    ));
+    let mut conn = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    conn.write_all(
+        b"GET /v1/rules?after=2&wait_ms=30000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    // Wait (bounded) until the request is held as a long-poll.
+    for _ in 0..5_000 {
+        if s.watchers() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(s.watchers(), 1, "the long-poll never arrived");
+    let _ = tx.send(true);
+    let mut reply = String::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), conn.read_to_string(&mut reply)).await;
+    assert!(
+        read.is_ok(),
+        "the long-poll was not answered after shutdown"
+    );
+    assert!(reply.starts_with("HTTP/1.1 304"), "{reply}");
+    let stopped = tokio::time::timeout(Duration::from_secs(10), server).await;
+    assert!(
+        matches!(stopped, Ok(Ok(Ok(())))),
+        "server did not stop cleanly"
+    );
+}
