@@ -1,0 +1,564 @@
+//! The versioned codec between a core [`RegionRecord`] and the DynamoDB items that hold it.
+//!
+//! # Items (schema 1)
+//!
+//! All items of one Region share the partition key `pk` = the Region's name; only that Region
+//! writes them.
+//!
+//! | `sk`         | attributes                                                            |
+//! |--------------|-----------------------------------------------------------------------|
+//! | `rec`        | `sv` (N, schema), `ver` (N, record version), `tok` (N, writer token), `h` (B, header) |
+//! | `rec#0000`…  | `sv`, `ver` (N, the record version the shard was last written at), `tok`, `d` (B, limits) |
+//! | `lease`      | written by the store, not by this codec                               |
+//!
+//! The header blob `h` holds the writer's Region names (so that per-Region columns are mapped by
+//! name, not by position), epoch, write time, peer epochs, reclaim marks and, for each shard, the
+//! record version at which that shard was last written. A shard blob `d` holds the limits whose
+//! index in the writer's deployment falls in the shard's range of [`LIMITS_PER_SHARD`], keyed by
+//! limit id; limits still at their default (unadopted) are left out. All integers are unsigned
+//! LEB128 varints, so a value can never be negative or non-finite once decoded.
+//!
+//! A reader accepts a record only when every shard the header names is present **at the version
+//! the header names**. Shards replicate independently of the header, so a reader in another Region
+//! can see a half-updated set; it then reports [`Decoded::Inconsistent`] and the store serves the
+//! last consistent record (the Region simply looks not updated yet).
+//!
+//! Every item carries `sv`; an item with a higher schema is rejected with
+//! [`Rejection::FutureSchema`], never misread.
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+use shareplane_core::{
+    Deployment, LimitRecord, PerRegion, ReclaimMark, RecordError, RegionId, RegionRecord, Room,
+    MAX_REGIONS,
+};
+use shareplane_store::Rejection;
+use std::collections::HashMap;
+
+/// The schema this code writes and the newest it reads.
+pub const SCHEMA_VERSION: u32 = 1;
+/// The sort key of a Region's record header.
+pub const HEADER_SK: &str = "rec";
+/// The sort key of a Region's writer lease.
+pub const LEASE_SK: &str = "lease";
+/// Limits per shard, by deployment index. At most ~450 bytes per limit (a 128-byte id and every
+/// amount at its largest, 8 Regions) keeps a shard under 120 KB, well below DynamoDB's 400 KB item
+/// limit; a typical limit takes 40-80 bytes, so a typical shard is 10-20 KB.
+pub const LIMITS_PER_SHARD: usize = 256;
+/// DynamoDB's item size limit; anything larger is rejected as oversized before decoding.
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+/// The most shards a header may name (10^6 limits); a larger count is malformed.
+pub const MAX_SHARDS: usize = 4096;
+
+/// One DynamoDB item.
+pub type Item = HashMap<String, AttributeValue>;
+
+/// A record encoded for writing: the header's fields and one blob per shard.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Encoded {
+    pub region: String,
+    pub version: u64,
+    /// The shard blobs, shard `i` holding deployment limits `i*LIMITS_PER_SHARD..`.
+    pub shards: Vec<Vec<u8>>,
+    epoch: u64,
+    written_at_ms: u64,
+    peer_epochs: Vec<u64>,
+    reclaims: Vec<Option<ReclaimMark>>,
+    regions: Vec<String>,
+}
+
+/// What the items of one Region decode to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decoded {
+    /// No header item: the Region never wrote.
+    Absent,
+    Record(Box<RegionRecord>),
+    /// A shard the header names is missing or at another version (a write still replicating).
+    Inconsistent(String),
+    Rejected(Rejection),
+}
+
+/// The sort key of shard `i`.
+pub fn shard_sk(i: usize) -> String {
+    format!("{HEADER_SK}#{i:04}")
+}
+
+/// Encodes a Region's own record. Limits and Region columns follow `d`'s order.
+pub fn encode(d: &Deployment, record: &RegionRecord) -> Encoded {
+    let n = d.n();
+    let shard_count = d.limits.len().div_ceil(LIMITS_PER_SHARD).max(1);
+    let mut shards = Vec::with_capacity(shard_count);
+    for s in 0..shard_count {
+        let lo = s * LIMITS_PER_SHARD;
+        let hi = (lo + LIMITS_PER_SHARD).min(record.limits.len());
+        let entries: Vec<(&str, &LimitRecord)> = (lo..hi)
+            .filter_map(|i| {
+                let l = record.limits.get(i)?;
+                let spec = d.limits.get(i)?;
+                (*l != LimitRecord::default()).then_some((spec.id.as_str(), l))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(entries.len() * 48 + 4);
+        put_varint(&mut out, entries.len() as u64);
+        for (id, l) in entries {
+            put_limit(&mut out, id, l, n);
+        }
+        shards.push(out);
+    }
+    Encoded {
+        region: d.region_name(record.region).to_string(),
+        version: record.version,
+        shards,
+        epoch: record.epoch,
+        written_at_ms: record.written_at_ms,
+        peer_epochs: record.peer_epochs.0[..n].to_vec(),
+        reclaims: record.reclaims.0[..n].to_vec(),
+        regions: d.regions.clone(),
+    }
+}
+
+impl Encoded {
+    /// The header item, naming `shard_versions[i]` as the version of shard `i`.
+    pub fn header_item(&self, token: u64, shard_versions: &[u64]) -> Item {
+        let mut h = Vec::with_capacity(64 + 4 * shard_versions.len());
+        put_varint(&mut h, self.regions.len() as u64);
+        for name in &self.regions {
+            put_varint(&mut h, name.len() as u64);
+            h.extend_from_slice(name.as_bytes());
+        }
+        put_varint(&mut h, self.epoch);
+        put_varint(&mut h, self.written_at_ms);
+        for e in &self.peer_epochs {
+            put_varint(&mut h, *e);
+        }
+        for m in &self.reclaims {
+            match m {
+                None => put_varint(&mut h, 0),
+                Some(m) => {
+                    put_varint(&mut h, 1);
+                    put_varint(&mut h, m.epoch);
+                    put_varint(&mut h, m.version);
+                }
+            }
+        }
+        put_varint(&mut h, shard_versions.len() as u64);
+        for v in shard_versions {
+            put_varint(&mut h, *v);
+        }
+        let mut item = self.base(HEADER_SK.to_string(), self.version, token);
+        item.insert("h".into(), AttributeValue::B(Blob::new(h)));
+        item
+    }
+
+    /// Shard `i`'s item, written at this record's version.
+    pub fn shard_item(&self, i: usize, token: u64) -> Option<Item> {
+        let blob = self.shards.get(i)?;
+        let mut item = self.base(shard_sk(i), self.version, token);
+        item.insert("d".into(), AttributeValue::B(Blob::new(blob.clone())));
+        Some(item)
+    }
+
+    fn base(&self, sk: String, version: u64, token: u64) -> Item {
+        HashMap::from([
+            ("pk".to_string(), AttributeValue::S(self.region.clone())),
+            ("sk".to_string(), AttributeValue::S(sk)),
+            (
+                "sv".to_string(),
+                AttributeValue::N(SCHEMA_VERSION.to_string()),
+            ),
+            ("ver".to_string(), AttributeValue::N(version.to_string())),
+            ("tok".to_string(), AttributeValue::N(token.to_string())),
+        ])
+    }
+}
+
+/// The size DynamoDB bills for an item: attribute names plus values (numbers approximated by
+/// their text length, which is never less than DynamoDB's own count).
+pub fn item_bytes(item: &Item) -> usize {
+    item.iter().map(|(k, v)| k.len() + value_bytes(v)).sum()
+}
+
+fn value_bytes(v: &AttributeValue) -> usize {
+    match v {
+        AttributeValue::S(s) | AttributeValue::N(s) => s.len(),
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+        AttributeValue::Ss(l) | AttributeValue::Ns(l) => l.iter().map(String::len).sum(),
+        AttributeValue::Bs(l) => l.iter().map(|b| b.as_ref().len()).sum(),
+        AttributeValue::L(l) => 3 + l.iter().map(|v| 1 + value_bytes(v)).sum::<usize>(),
+        AttributeValue::M(m) => {
+            3 + m
+                .iter()
+                .map(|(k, v)| 1 + k.len() + value_bytes(v))
+                .sum::<usize>()
+        }
+        _ => 0,
+    }
+}
+
+/// Decodes the items of Region `region` (all items whose `pk` is its name; the lease and unknown
+/// sort keys are ignored) as seen by Region `me`. Never panics, whatever the items hold.
+/// A record of another Region is also checked with [`RegionRecord::validate`].
+pub fn decode(d: &Deployment, me: RegionId, region: RegionId, items: &[Item]) -> Decoded {
+    match decode_inner(d, region, items) {
+        Ok(Some(record)) => {
+            if region != me {
+                if let Err(e) = record.validate(d, me) {
+                    return Decoded::Rejected(Rejection::Invalid(e));
+                }
+            }
+            Decoded::Record(Box::new(record))
+        }
+        Ok(None) => Decoded::Absent,
+        Err(Failure::Rejected(r)) => Decoded::Rejected(r),
+        Err(Failure::Inconsistent(why)) => Decoded::Inconsistent(why),
+    }
+}
+
+enum Failure {
+    Rejected(Rejection),
+    Inconsistent(String),
+}
+
+impl From<Rejection> for Failure {
+    fn from(r: Rejection) -> Failure {
+        Failure::Rejected(r)
+    }
+}
+
+fn malformed(why: impl Into<String>) -> Rejection {
+    Rejection::Malformed(why.into())
+}
+
+fn decode_inner(
+    d: &Deployment,
+    region: RegionId,
+    items: &[Item],
+) -> Result<Option<RegionRecord>, Failure> {
+    let name = d.region_name(region);
+    let mut header = None;
+    let mut shards: HashMap<usize, &Item> = HashMap::new();
+    for item in items {
+        let Some(AttributeValue::S(sk)) = item.get("sk") else {
+            return Err(malformed("an item without a string sort key").into());
+        };
+        let slot = if sk == HEADER_SK {
+            None
+        } else if let Some(i) = sk
+            .strip_prefix("rec#")
+            .and_then(|s| s.parse::<usize>().ok())
+        {
+            Some(i)
+        } else {
+            continue; // the lease, or an item of a later feature: not part of the record
+        };
+        if item_bytes(item) > MAX_ITEM_BYTES {
+            return Err(Rejection::Oversized(MAX_ITEM_BYTES).into());
+        }
+        match item.get("pk") {
+            Some(AttributeValue::S(pk)) if pk == name => {}
+            _ => {
+                return Err(
+                    malformed(format!("item {sk:?} does not belong to Region {name}")).into(),
+                )
+            }
+        }
+        check_schema(item)?;
+        match slot {
+            None => header = Some(item),
+            Some(i) => {
+                if shards.insert(i, item).is_some() {
+                    return Err(malformed(format!("shard {i} appears twice")).into());
+                }
+            }
+        }
+    }
+    let Some(header) = header else {
+        return Ok(None);
+    };
+    let h = parse_header(d, header)?;
+    let mut limits = vec![LimitRecord::default(); d.limits.len()];
+    let mut seen = vec![false; d.limits.len()];
+    for (i, want) in h.shard_versions.iter().enumerate() {
+        let Some(item) = shards.get(&i) else {
+            return Err(Failure::Inconsistent(format!(
+                "shard {i} of version {want} is missing"
+            )));
+        };
+        let got = number(item, "ver")?;
+        if got != *want {
+            return Err(Failure::Inconsistent(format!(
+                "shard {i} is at version {got}, the header names {want}"
+            )));
+        }
+        let blob = blob(item, "d")?;
+        decode_shard(d, &h.columns, blob, &mut limits, &mut seen)?;
+    }
+    Ok(Some(RegionRecord {
+        region,
+        epoch: h.epoch,
+        version: h.version,
+        written_at_ms: h.written_at_ms,
+        peer_epochs: h.peer_epochs,
+        reclaims: h.reclaims,
+        limits,
+    }))
+}
+
+fn check_schema(item: &Item) -> Result<(), Rejection> {
+    let sv = number(item, "sv")?;
+    if sv > u64::from(SCHEMA_VERSION) {
+        return Err(Rejection::FutureSchema(
+            u32::try_from(sv).unwrap_or(u32::MAX),
+        ));
+    }
+    if sv == 0 {
+        return Err(malformed("schema version 0"));
+    }
+    Ok(())
+}
+
+/// Reads a number attribute as an unsigned integer, naming negative and non-integer values.
+fn number(item: &Item, name: &str) -> Result<u64, Rejection> {
+    let Some(AttributeValue::N(text)) = item.get(name) else {
+        return Err(malformed(format!(
+            "attribute {name} is missing or not a number"
+        )));
+    };
+    let text = text.trim();
+    if let Ok(v) = text.parse::<u64>() {
+        return Ok(v);
+    }
+    match text.parse::<f64>() {
+        Ok(f) if !f.is_finite() => Err(malformed(format!("attribute {name} is not finite"))),
+        Ok(f) if f < 0.0 => Err(malformed(format!("attribute {name} is negative"))),
+        _ => Err(malformed(format!(
+            "attribute {name} is not an unsigned integer: {text:.40}"
+        ))),
+    }
+}
+
+fn blob<'a>(item: &'a Item, name: &str) -> Result<&'a [u8], Rejection> {
+    match item.get(name) {
+        Some(AttributeValue::B(b)) => Ok(b.as_ref()),
+        _ => Err(malformed(format!(
+            "attribute {name} is missing or not binary"
+        ))),
+    }
+}
+
+struct Header {
+    version: u64,
+    epoch: u64,
+    written_at_ms: u64,
+    peer_epochs: PerRegion<u64>,
+    reclaims: PerRegion<Option<ReclaimMark>>,
+    /// For each of the writer's Regions, this reader's index of it (None: not configured here).
+    columns: Vec<Option<RegionId>>,
+    shard_versions: Vec<u64>,
+}
+
+fn parse_header(d: &Deployment, item: &Item) -> Result<Header, Rejection> {
+    let version = number(item, "ver")?;
+    let mut r = Reader::new(blob(item, "h")?);
+    let n = r.count(MAX_REGIONS, "Regions")?;
+    let mut columns = Vec::with_capacity(n);
+    for _ in 0..n {
+        let name = r.string(64)?;
+        let col = d.region_id(name);
+        if col.is_some() && columns.contains(&col) {
+            return Err(malformed(format!(
+                "Region {name} appears twice in the header"
+            )));
+        }
+        columns.push(col);
+    }
+    let epoch = r.varint()?;
+    let written_at_ms = r.varint()?;
+    let mut peer_epochs = PerRegion::default();
+    for col in &columns {
+        let e = r.varint()?;
+        place(&mut peer_epochs, *col, e, 0)?;
+    }
+    let mut reclaims = PerRegion([None; MAX_REGIONS]);
+    for col in &columns {
+        let mark = match r.varint()? {
+            0 => None,
+            1 => Some(ReclaimMark {
+                epoch: r.varint()?,
+                version: r.varint()?,
+            }),
+            t => return Err(malformed(format!("reclaim tag {t}"))),
+        };
+        place(&mut reclaims, *col, mark, None)?;
+    }
+    let shards = r.count(MAX_SHARDS, "shards")?;
+    let mut shard_versions = Vec::with_capacity(shards);
+    for _ in 0..shards {
+        let v = r.varint()?;
+        if v > version {
+            return Err(malformed("a shard is newer than its header"));
+        }
+        shard_versions.push(v);
+    }
+    r.end()?;
+    Ok(Header {
+        version,
+        epoch,
+        written_at_ms,
+        peer_epochs,
+        reclaims,
+        columns,
+        shard_versions,
+    })
+}
+
+/// Stores a per-Region value in this reader's column; a Region unknown here must hold `zero`.
+fn place<T: PartialEq>(
+    row: &mut PerRegion<T>,
+    col: Option<RegionId>,
+    value: T,
+    zero: T,
+) -> Result<(), Rejection> {
+    match col {
+        Some(c) => row[c] = value,
+        None if value == zero => {}
+        None => {
+            return Err(Rejection::Invalid(RecordError::Contradiction {
+                limit: None,
+                what: "names a Region that is not configured",
+            }))
+        }
+    }
+    Ok(())
+}
+
+fn decode_shard(
+    d: &Deployment,
+    columns: &[Option<RegionId>],
+    blob: &[u8],
+    limits: &mut [LimitRecord],
+    seen: &mut [bool],
+) -> Result<(), Rejection> {
+    let mut r = Reader::new(blob);
+    // Each entry takes at least 9 bytes, which bounds the count by the blob itself.
+    let count = r.count(blob.len() / 9 + 1, "limits")?;
+    for _ in 0..count {
+        let id = r.string(128)?;
+        let index = d.limit_index(id);
+        let l = read_limit(&mut r, columns)?;
+        if let Some(i) = index {
+            // `seen` and `limits` both have one slot per configured limit.
+            if seen.get(i).copied().unwrap_or(true) {
+                return Err(malformed(format!("limit {id:?} appears twice")));
+            }
+            seen[i] = true;
+            limits[i] = l;
+        }
+    }
+    r.end()
+}
+
+fn read_limit(r: &mut Reader<'_>, columns: &[Option<RegionId>]) -> Result<LimitRecord, Rejection> {
+    let mut l = LimitRecord {
+        limit_version: r.varint()?,
+        rate: Room(r.varint()?),
+        demand: Room(r.varint()?),
+        share: Room(r.varint()?),
+        pool: Room(r.varint()?),
+        target: Room(r.varint()?),
+        unmet: Room(r.varint()?),
+        debt: Room(r.varint()?),
+        ..LimitRecord::default()
+    };
+    for row in [&mut l.granted, &mut l.taken, &mut l.reclaimed] {
+        for col in columns {
+            let v = Room(r.varint()?);
+            place(row, *col, v, Room::ZERO)?;
+        }
+    }
+    Ok(l)
+}
+
+fn put_limit(out: &mut Vec<u8>, id: &str, l: &LimitRecord, n: usize) {
+    put_varint(out, id.len() as u64);
+    out.extend_from_slice(id.as_bytes());
+    for v in [
+        l.limit_version,
+        l.rate.0,
+        l.demand.0,
+        l.share.0,
+        l.pool.0,
+        l.target.0,
+        l.unmet.0,
+        l.debt.0,
+    ] {
+        put_varint(out, v);
+    }
+    for row in [&l.granted, &l.taken, &l.reclaimed] {
+        for v in &row.0[..n] {
+            put_varint(out, v.0);
+        }
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// A bounds-checked reader over a blob: every read names what went wrong instead of panicking.
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Reader { buf }
+    }
+
+    fn varint(&mut self) -> Result<u64, Rejection> {
+        let mut v: u64 = 0;
+        for (i, b) in self.buf.iter().enumerate().take(10) {
+            let low = u64::from(b & 0x7f);
+            if i == 9 && *b > 1 {
+                return Err(malformed("a varint overflows 64 bits"));
+            }
+            v |= low << (7 * i);
+            if b & 0x80 == 0 {
+                self.buf = &self.buf[i + 1..];
+                return Ok(v);
+            }
+        }
+        Err(malformed("a varint is cut short"))
+    }
+
+    fn count(&mut self, max: usize, what: &str) -> Result<usize, Rejection> {
+        let v = self.varint()?;
+        usize::try_from(v)
+            .ok()
+            .filter(|c| *c <= max)
+            .ok_or_else(|| malformed(format!("{v} {what}, more than {max}")))
+    }
+
+    fn string(&mut self, max: usize) -> Result<&'a str, Rejection> {
+        let len = self.count(max, "bytes of text")?;
+        if len > self.buf.len() {
+            return Err(malformed("a string is cut short"));
+        }
+        let (s, rest) = self.buf.split_at(len);
+        self.buf = rest;
+        std::str::from_utf8(s).map_err(|_| malformed("a string is not UTF-8"))
+    }
+
+    fn end(&self) -> Result<(), Rejection> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(malformed(format!("{} bytes left over", self.buf.len())))
+        }
+    }
+}

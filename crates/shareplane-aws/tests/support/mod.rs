@@ -1,0 +1,134 @@
+//! Shared test fixtures: deployments, valid records, and the local AWS endpoint (moto).
+#![allow(dead_code)]
+
+use shareplane_aws::client::{self, CallLimits, Endpoint};
+use shareplane_core::{
+    Deployment, Design, Fence, LimitKind, LimitRecord, LimitSpec, ReclaimMark, RegionId,
+    RegionRecord, Room, SilentPolicy,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub const REGIONS: [&str; 3] = ["us-east-1", "eu-west-1", "ap-southeast-2"];
+
+/// A deployment of three Regions and `limits` capacity limits (`tenant-00042/api`…).
+pub fn deployment(limits: usize) -> Arc<Deployment> {
+    let limits = (0..limits)
+        .map(|i| LimitSpec {
+            id: format!("tenant-{i:05}/api"),
+            version: 1 + (i as u64 % 3),
+            rate: Room::rps(1_000 + i as u64),
+            burst_ms: 1_000,
+            floor: Room::rps(1),
+            step_cap: Room::rps(100),
+            kind: LimitKind::Capacity,
+            shadow: false,
+        })
+        .collect();
+    let d = Deployment {
+        regions: REGIONS.iter().map(|s| s.to_string()).collect(),
+        limits,
+        design: Design::NamedGrants,
+        policy: SilentPolicy::TwoSignals,
+        fence: Fence::OwnUnhealthy,
+        silent_after: 3,
+        period_ms: 5_000,
+    };
+    match Deployment::try_new(d) {
+        Ok(d) => Arc::new(d),
+        Err(e) => panic!("test deployment is invalid: {e:?}"),
+    }
+}
+
+pub fn rid(i: usize) -> RegionId {
+    RegionId::new(i).unwrap_or_else(|| panic!("Region index {i}"))
+}
+
+/// A record of `region` at `version` that passes validation, with varied amounts in every field
+/// (every 7th limit unadopted) so that a lossy codec cannot round-trip it by accident.
+pub fn record(d: &Deployment, region: usize, version: u64) -> RegionRecord {
+    let me = rid(region);
+    let mut r = RegionRecord::genesis(d, me);
+    r.epoch = 2 + region as u64;
+    r.version = version;
+    r.written_at_ms = 1_700_000_000_000 + version * 5_000;
+    for p in 0..d.n() {
+        r.peer_epochs.0[p] = 1 + ((p + region) as u64 % 2);
+    }
+    let victim = (region + 1) % d.n();
+    r.reclaims.0[victim] = Some(ReclaimMark {
+        epoch: 1,
+        version: 40 + version,
+    });
+    for (i, (l, spec)) in r.limits.iter_mut().zip(&d.limits).enumerate() {
+        if i % 7 == 3 {
+            *l = LimitRecord::default();
+            continue;
+        }
+        let k = (i as u64 * 7919 + version * 104_729 + region as u64 * 31) % 1_000_003;
+        let rate = spec.rate.0;
+        l.limit_version = spec.version;
+        l.rate = spec.rate;
+        l.demand = Room(k * 3 + version);
+        l.share = Room(k % (rate / 2));
+        l.target = Room((k * 13) % rate);
+        l.unmet = Room(l.target.0.saturating_sub(l.share.0));
+        l.pool = Room((k * 5) % 10_000);
+        l.debt = Room(if i % 11 == 0 { k % 500 } else { 0 });
+        for p in 0..d.n() {
+            if p != region {
+                l.granted.0[p] = Room(k * (p as u64 + 1) + version * 1_000_000);
+                l.taken.0[p] = Room(k / (p as u64 + 2));
+                l.reclaimed.0[p] = Room(if p == victim { k % 77 } else { 0 });
+            }
+        }
+    }
+    r
+}
+
+/// The moto endpoint, or `None` (after saying so) when it is not configured and not required.
+pub fn moto_url(test: &str) -> Option<String> {
+    match std::env::var("SHAREPLANE_TEST_MOTO_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            if std::env::var("SHAREPLANE_REQUIRE_SERVICES").as_deref() == Ok("1") {
+                panic!(
+                    "{test}: SHAREPLANE_TEST_MOTO_URL is not set but SHAREPLANE_REQUIRE_SERVICES=1; \
+                     run tests/run-all.sh, or start moto_server and export its URL"
+                );
+            }
+            eprintln!("{test}: SHAREPLANE_TEST_MOTO_URL is not set; this test did nothing");
+            None
+        }
+    }
+}
+
+/// SDK configuration for moto, with short bounds.
+pub async fn moto_config(url: &str) -> aws_config::SdkConfig {
+    let limits = CallLimits {
+        operation_timeout: std::time::Duration::from_secs(30),
+        ..CallLimits::default()
+    };
+    client::sdk_config(
+        &Endpoint::Local {
+            url: url.to_string(),
+            region: "eu-west-1".into(),
+        },
+        limits,
+    )
+    .await
+}
+
+/// A name no other test (or earlier run against the same server) uses.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{}-{nanos}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
