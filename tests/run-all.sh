@@ -55,6 +55,11 @@ for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break;
 step "cargo test (workspace)"
 cargo test --workspace --locked 2>&1 | tee "$WORK/cargo-test.log"
 
+step "dashboard in a headless browser (chromium + playwright-core)"
+apt_install chromium
+cargo build -p shareplane --locked
+(cd tests/browser && npm ci --no-audit --no-fund --silent && timeout 300 node dashboard.test.mjs)
+
 if [ -x infra/test.sh ]; then
   step "infra tests"
   infra/test.sh

@@ -164,7 +164,10 @@ impl Demo {
                 let view: Arc<StateView> = r.shared.view();
                 let rules = r.shared.rules();
                 let published = rules.rates.first().map_or(0.0, |x| x.as_rps());
-                sum += published;
+                // A lost Region's gateways are down with it: they admit nothing.
+                if !r.lost {
+                    sum += published;
+                }
                 let cut = RegionId::new(i).is_some_and(|id| self.table.is_cut(id));
                 serde_json::json!({
                     "name": NAMES[i],
