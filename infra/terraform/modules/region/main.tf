@@ -1,0 +1,151 @@
+# One Region of a shareplane deployment, applied with that Region's provider: the table replica
+# (outside the home Region), the network, the daemon as an ECS Fargate service behind a load
+# balancer whose public name Route 53 health-checks, its config, its task role and its alarms.
+
+data "aws_caller_identity" "current" {}
+data "aws_partition" "current" {}
+
+data "aws_availability_zones" "available" {
+  #checkov:skip=CKV_AWS_394:only the first two names are used; a zone added later sorts after them and changes nothing
+  state = "available"
+}
+
+locals {
+  tags        = merge({ application = "shareplane" }, var.tags)
+  is_home     = var.region == var.regions[0]
+  endpoint    = "${var.region}.${var.endpoint_subdomain}.${var.hosted_zone_name}"
+  daemon_port = 8080
+  azs         = slice(data.aws_availability_zones.available.names, 0, 2)
+  peers       = [for r in var.regions : r if r != var.region]
+  table_arn   = "arn:${data.aws_partition.current.partition}:dynamodb:${var.region}:${data.aws_caller_identity.current.account_id}:table/${var.table_name}"
+  period_ms   = var.period_seconds * 1000
+
+  config_toml = templatefile("${path.module}/config.toml.tftpl", {
+    region            = var.region
+    table             = var.table_name
+    metrics_namespace = var.metric_namespace
+    listen            = "0.0.0.0:${local.daemon_port}"
+    period_ms         = local.period_ms
+    phase_ms          = floor(index(var.regions, var.region) * local.period_ms / length(var.regions))
+    daemon            = var.daemon_settings
+    regions           = [for r in var.regions : { name = r, health_check_id = var.health_check_ids[r] }]
+    limits            = var.limits
+  })
+}
+
+# ---- The table's replica in this Region ------------------------------------------------------
+
+resource "aws_dynamodb_table_replica" "records" {
+  #checkov:skip=CKV_AWS_271:encrypted with the AWS managed key like the table (see the table's CKV_AWS_119 skip)
+  count                       = local.is_home ? 0 : 1
+  global_table_arn            = "arn:${data.aws_partition.current.partition}:dynamodb:${var.regions[0]}:${data.aws_caller_identity.current.account_id}:table/${var.table_name}"
+  point_in_time_recovery      = true
+  deletion_protection_enabled = true
+  tags                        = local.tags
+}
+
+resource "aws_appautoscaling_target" "table" {
+  for_each           = var.billing.mode == "provisioned" ? { read = "ReadCapacityUnits", write = "WriteCapacityUnits" } : {}
+  service_namespace  = "dynamodb"
+  resource_id        = "table/${var.table_name}"
+  scalable_dimension = "dynamodb:table:${each.value}"
+  min_capacity       = each.key == "read" ? var.billing.read_min : var.billing.write_min
+  max_capacity       = each.key == "read" ? var.billing.read_max : var.billing.write_max
+  depends_on         = [aws_dynamodb_table_replica.records]
+}
+
+resource "aws_appautoscaling_policy" "table" {
+  for_each           = aws_appautoscaling_target.table
+  name               = "shareplane-${var.table_name}-${each.key}"
+  policy_type        = "TargetTrackingScaling"
+  service_namespace  = each.value.service_namespace
+  resource_id        = each.value.resource_id
+  scalable_dimension = each.value.scalable_dimension
+  target_tracking_scaling_policy_configuration {
+    target_value = var.billing.target_utilization_percent
+    predefined_metric_specification {
+      predefined_metric_type = each.key == "read" ? "DynamoDBReadCapacityUtilization" : "DynamoDBWriteCapacityUtilization"
+    }
+  }
+}
+
+# ---- Encryption key for logs, the alarm topic and the API token -----------------------------
+
+data "aws_iam_policy_document" "key" {
+  #checkov:skip=CKV_AWS_109:a key policy; "*" means this key, and the account statement is the standard root delegation to IAM
+  #checkov:skip=CKV_AWS_111:a key policy; "*" means this key, and the account statement is the standard root delegation to IAM
+  #checkov:skip=CKV_AWS_356:a key policy; "*" means this key, and the account statement is the standard root delegation to IAM
+  statement {
+    sid       = "Account"
+    actions   = ["kms:*"]
+    resources = ["*"]
+    principals {
+      type        = "AWS"
+      identifiers = ["arn:${data.aws_partition.current.partition}:iam::${data.aws_caller_identity.current.account_id}:root"]
+    }
+  }
+  statement {
+    sid       = "CloudWatchLogs"
+    actions   = ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"]
+    resources = ["*"]
+    principals {
+      type        = "Service"
+      identifiers = ["logs.${var.region}.amazonaws.com"]
+    }
+    condition {
+      test     = "ArnLike"
+      variable = "kms:EncryptionContext:aws:logs:arn"
+      values   = ["arn:${data.aws_partition.current.partition}:logs:${var.region}:${data.aws_caller_identity.current.account_id}:log-group:*"]
+    }
+  }
+  statement {
+    sid       = "CloudWatchAlarms"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey*"]
+    resources = ["*"]
+    principals {
+      type        = "Service"
+      identifiers = ["cloudwatch.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_kms_key" "main" {
+  description         = "shareplane: encrypts the daemon logs, VPC flow logs, the alarm topic and the API token"
+  enable_key_rotation = true
+  policy              = data.aws_iam_policy_document.key.json
+  tags                = local.tags
+}
+
+# ---- Config and API token ---------------------------------------------------------------------
+
+resource "aws_ssm_parameter" "config" {
+  #checkov:skip=CKV2_AWS_34:the config holds no secret (the API token is in Secrets Manager); String like the CDK app, as CloudFormation cannot create a SecureString
+  name        = "/shareplane/${var.table_name}/config"
+  description = "shareplane daemon config (TOML), passed to the tasks as SHAREPLANE_CONFIG_TOML"
+  type        = "String"
+  tier        = length(local.config_toml) > 4096 ? "Advanced" : "Standard"
+  value       = local.config_toml
+  tags        = local.tags
+}
+
+resource "aws_secretsmanager_secret" "api_token" {
+  #checkov:skip=CKV2_AWS_57:the token is generated once; rotating it means restarting the daemons and updating every client, done by hand (README "API token")
+  name_prefix = "shareplane-api-token-"
+  description = "shareplane daemon API token (bearer token of the write endpoints)"
+  kms_key_id  = aws_kms_key.main.arn
+  tags        = local.tags
+}
+
+data "aws_secretsmanager_random_password" "api_token" {
+  password_length     = 48
+  exclude_punctuation = true
+}
+
+resource "aws_secretsmanager_secret_version" "api_token" {
+  secret_id     = aws_secretsmanager_secret.api_token.id
+  secret_string = data.aws_secretsmanager_random_password.api_token.random_password
+  lifecycle {
+    # The data source draws a new password on every plan; keep the first one.
+    ignore_changes = [secret_string]
+  }
+}
