@@ -101,6 +101,9 @@ impl Pattern {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct SecondStats {
     pub second: u64,
+    /// Wall-clock start of this second, in milliseconds since the Unix epoch (to line up the
+    /// generators of several Regions; start them with the same [`Run::start_unix_ms`]).
+    pub unix_ms: u64,
     /// Checks sent (the gateway's received requests).
     pub sent: u64,
     pub admitted: u64,
@@ -123,17 +126,63 @@ pub struct Run {
     pub pattern: Pattern,
     pub duration: Duration,
     pub tick: Duration,
+    /// Start at this wall-clock time (milliseconds since the Unix epoch) rather than at once, so
+    /// that several generators share second boundaries. A time in the past starts at once; one more
+    /// than [`MAX_START_DELAY`] ahead is refused.
+    pub start_unix_ms: Option<u64>,
+}
+
+/// How far ahead a start time may be.
+pub const MAX_START_DELAY: Duration = Duration::from_secs(600);
+
+/// Why a run did not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("start time {0} ms is more than {MAX_START_DELAY:?} ahead")]
+pub struct StartTooFar(pub u64);
+
+/// Milliseconds since the Unix epoch, now.
+pub fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The largest excess of admissions over `burst + rate × t` over every window of whole seconds of
+/// `admitted` (admissions per second), with the window `[from, to)` where it happens. The contract
+/// (SPEC.md §5, with burst = 2 s of the limit) holds when the excess is at most zero.
+pub fn worst_window(admitted: &[u64], rate: f64, burst: f64) -> (f64, usize, usize) {
+    let mut worst = (f64::NEG_INFINITY, 0, 0);
+    for from in 0..admitted.len() {
+        let mut sum = 0u64;
+        for (i, a) in admitted[from..].iter().enumerate() {
+            sum += a;
+            let excess = sum as f64 - burst - rate * (i + 1) as f64;
+            if excess > worst.0 {
+                worst = (excess, from, from + i + 1);
+            }
+        }
+    }
+    worst
 }
 
 /// Drives `limiter` with `run.pattern` for `run.duration`, then waits (at most 5 s) for the checks
 /// still in flight, and returns one entry per second. Requests are counted in the second they were
 /// sent.
-pub async fn drive(limiter: Arc<Limiter>, run: Run) -> Vec<SecondStats> {
+pub async fn drive(limiter: Arc<Limiter>, run: Run) -> Result<Vec<SecondStats>, StartTooFar> {
     let seconds = run.duration.as_secs().clamp(1, MAX_DURATION_S) as usize;
+    if let Some(at) = run.start_unix_ms {
+        let ahead = Duration::from_millis(at.saturating_sub(unix_ms_now()));
+        if ahead > MAX_START_DELAY {
+            return Err(StartTooFar(at));
+        }
+        tokio::time::sleep(ahead).await;
+    }
+    let start_unix_ms = unix_ms_now();
     let stats = Arc::new(Mutex::new(
         (0..seconds as u64)
             .map(|second| SecondStats {
                 second,
+                unix_ms: start_unix_ms + second * 1000,
                 ..SecondStats::default()
             })
             .collect::<Vec<_>>(),
@@ -191,7 +240,7 @@ pub async fn drive(limiter: Arc<Limiter>, run: Run) -> Vec<SecondStats> {
     })
     .await;
     let out = lock(&stats).clone();
-    out
+    Ok(out)
 }
 
 fn record_rules(limiter: &Limiter, limit: &str, s: &mut SecondStats) {
@@ -220,5 +269,12 @@ mod tests {
         for bad in ["", "5:10", "0:10,0:20", "0:-1", "0:nan", "0:10,x:1", "0"] {
             assert!(Pattern::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_worst_window_finds_the_largest_excess() {
+        // L = 10 with a burst of 20: 30 in the first second is 0 over, 30 + 25 is 15 over in 2 s.
+        assert_eq!(worst_window(&[30, 25, 0, 10], 10.0, 20.0), (15.0, 0, 2));
+        assert_eq!(worst_window(&[5, 5], 10.0, 20.0), (-25.0, 0, 1));
     }
 }

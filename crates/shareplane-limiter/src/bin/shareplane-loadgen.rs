@@ -51,6 +51,10 @@ struct Args {
     gateways_per_region: u32,
     #[arg(long, default_value_t = 50)]
     redis_timeout_ms: u64,
+    /// Start sending at this wall-clock time (ms since the Unix epoch), to line up several
+    /// generators; at once if absent or past.
+    #[arg(long)]
+    start_at_unix_ms: Option<u64>,
 }
 
 #[tokio::main]
@@ -122,12 +126,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         pattern,
         duration: Duration::from_secs(args.duration_s),
         tick: Duration::from_millis(10),
+        start_unix_ms: args.start_at_unix_ms,
     };
     let seconds = tokio::select! {
         s = drive(limiter.clone(), run) => s,
-        _ = tokio::signal::ctrl_c() => Vec::new(),
+        _ = tokio::signal::ctrl_c() => Ok(Vec::new()),
     };
     let _ = stop_tx.send(true);
+    let seconds = seconds?;
     let _ = tokio::time::timeout(Duration::from_secs(10), async {
         let _ = watching.await;
         let _ = reporting.await;
