@@ -40,15 +40,20 @@ fn deployment(n: usize) -> Arc<Deployment> {
 
 fn run(n: usize) {
     let d = deployment(n);
-    let mut coords: Vec<Coordinator> =
-        (0..n).map(|i| Coordinator::genesis(d.clone(), RegionId::new(i).expect("id"))).collect();
+    let mut coords: Vec<Coordinator> = (0..n)
+        .map(|i| Coordinator::genesis(d.clone(), RegionId::new(i).expect("id")))
+        .collect();
     let mut health = PerRegion::default();
     for r in regions(n) {
         health[r] = Health::Healthy;
     }
     // Demands differ per Region and limit, so shares move and grants flow.
     let demands: Vec<Vec<Room>> = (0..n)
-        .map(|r| (0..LIMITS).map(|l| Room::rps(((l * 7 + r * 13) % 50) as u64 * 40)).collect())
+        .map(|r| {
+            (0..LIMITS)
+                .map(|l| Room::rps(((l * 7 + r * 13) % 50) as u64 * 40))
+                .collect()
+        })
         .collect();
     let rounds = 6;
     let mut elapsed = 0.0;
@@ -56,7 +61,12 @@ fn run(n: usize) {
     for _ in 0..rounds {
         for i in 0..n {
             let t = Instant::now();
-            let decision = coords[i].rebalance(&Inputs { now_ms: 0, demand: &demands[i], health: &health, explain: false });
+            let decision = coords[i].rebalance(&Inputs {
+                now_ms: 0,
+                demand: &demands[i],
+                health: &health,
+                explain: false,
+            });
             coords[i].commit(&decision);
             elapsed += t.elapsed().as_secs_f64();
             done += LIMITS as u64;

@@ -20,7 +20,7 @@ fn main() {
         r.false_verdict_states,
         t.elapsed().as_secs_f64()
     );
-    println!("recoveries that stranded room after a false verdict: {}", r.false_verdict_recovery_failures);
+    println!("recoveries that stranded room after a false verdict or a reclaimer that ended unsettled: {}", r.false_verdict_recovery_failures);
     for v in r.false_verdict_examples.iter().take(2) {
         println!("  e.g. {v}");
     }

@@ -34,13 +34,19 @@ pub fn conservation(d: &Deployment, li: usize, estates: &[&RegionRecord]) -> Con
     let n = d.n();
     let mut expected: i128 = 0;
     for r in crate::region::regions(n) {
-        let newest = estates.iter().filter(|e| e.region == r).max_by_key(|e| (e.epoch, e.version));
+        let newest = estates
+            .iter()
+            .filter(|e| e.region == r)
+            .max_by_key(|e| (e.epoch, e.version));
         if let Some(rec) = newest {
-            let Some(l) = rec.limits.get(li) else { continue };
+            let Some(l) = rec.limits.get(li) else {
+                continue;
+            };
             let part = match d.limits.get(li).map(|s| s.kind) {
-                Some(LimitKind::Security { .. }) => {
-                    d.limits.get(li).map_or(crate::Room::ZERO, |s| s.security_share(n, r))
-                }
+                Some(LimitKind::Security { .. }) => d
+                    .limits
+                    .get(li)
+                    .map_or(crate::Room::ZERO, |s| s.security_share(n, r)),
                 _ => LimitSpec::static_part(l.rate, n, r),
             };
             expected += part.0 as i128;
@@ -55,14 +61,19 @@ pub fn conservation(d: &Deployment, li: usize, estates: &[&RegionRecord]) -> Con
 /// ended, this is 0 and every mark names its final version, nothing can change it any more and an
 /// observer may stop listing it.
 pub fn remaining(li: usize, rec: &RegionRecord, estates: &[&RegionRecord]) -> i128 {
-    let Some(l) = rec.limits.get(li) else { return 0 };
+    let Some(l) = rec.limits.get(li) else {
+        return 0;
+    };
     let mut room = l.held();
     for other in estates {
         if other.region == rec.region {
             continue;
         }
         if other.reclaims[rec.region].is_some_and(|m| m.epoch == rec.epoch) {
-            room -= other.limits.get(li).map_or(0, |o| o.reclaimed[rec.region].0 as i128);
+            room -= other
+                .limits
+                .get(li)
+                .map_or(0, |o| o.reclaimed[rec.region].0 as i128);
         }
         room += in_flight(rec, other, li);
     }
@@ -80,7 +91,10 @@ pub fn in_flight(g: &RegionRecord, r: &RegionRecord, li: usize) -> i128 {
     {
         return 0;
     }
-    let granted = g.limits.get(li).map_or(0, |l| l.granted[r.region].0 as i128);
+    let granted = g
+        .limits
+        .get(li)
+        .map_or(0, |l| l.granted[r.region].0 as i128);
     let taken = r.limits.get(li).map_or(0, |l| l.taken[g.region].0 as i128);
     granted - taken
 }

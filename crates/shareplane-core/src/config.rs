@@ -31,7 +31,9 @@ pub enum SilentPolicy {
 pub enum LimitKind {
     Capacity,
     /// A static split: `home = None` splits the rate evenly by Region; `Some(r)` gives it all to `r`.
-    Security { home: Option<RegionId> },
+    Security {
+        home: Option<RegionId>,
+    },
 }
 
 /// One limit as configured. `version` goes up whenever `rate` (or anything else) changes.
@@ -91,7 +93,10 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 fn err(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
-    ConfigError { field: field.into(), problem: problem.into() }
+    ConfigError {
+        field: field.into(),
+        problem: problem.into(),
+    }
 }
 
 impl Deployment {
@@ -100,14 +105,20 @@ impl Deployment {
         let mut errors = Vec::new();
         let n = d.regions.len();
         if !(1..=MAX_REGIONS).contains(&n) {
-            errors.push(err("regions", format!("need 1 to {MAX_REGIONS} Regions, got {n}")));
+            errors.push(err(
+                "regions",
+                format!("need 1 to {MAX_REGIONS} Regions, got {n}"),
+            ));
         }
         for (i, name) in d.regions.iter().enumerate() {
             if name.is_empty() || name.len() > 64 {
                 errors.push(err(format!("regions[{i}]"), "a name of 1 to 64 characters"));
             }
             if d.regions[..i].contains(name) {
-                errors.push(err(format!("regions[{i}]"), format!("{name:?} appears twice")));
+                errors.push(err(
+                    format!("regions[{i}]"),
+                    format!("{name:?} appears twice"),
+                ));
             }
         }
         if d.silent_after == 0 {
@@ -120,7 +131,10 @@ impl Deployment {
         for (i, l) in d.limits.iter().enumerate() {
             l.check(n, &format!("limits[{i}]"), &mut errors);
             if !ids.insert(l.id.as_str()) {
-                errors.push(err(format!("limits[{i}].id"), format!("{:?} appears twice", l.id)));
+                errors.push(err(
+                    format!("limits[{i}].id"),
+                    format!("{:?} appears twice", l.id),
+                ));
             }
         }
         if errors.is_empty() {
@@ -135,11 +149,17 @@ impl Deployment {
     }
 
     pub fn region_id(&self, name: &str) -> Option<RegionId> {
-        self.regions.iter().position(|r| r == name).and_then(RegionId::new)
+        self.regions
+            .iter()
+            .position(|r| r == name)
+            .and_then(RegionId::new)
     }
 
     pub fn region_name(&self, r: RegionId) -> &str {
-        self.regions.get(r.index()).map(String::as_str).unwrap_or("?")
+        self.regions
+            .get(r.index())
+            .map(String::as_str)
+            .unwrap_or("?")
     }
 
     /// The limit's index in [`Deployment::limits`].
@@ -163,12 +183,18 @@ impl LimitSpec {
             errors.push(err(format!("{at}.burst"), "must be positive"));
         }
         if self.step_cap.is_zero() && self.kind == LimitKind::Capacity {
-            errors.push(err(format!("{at}.step_cap"), "must be positive, or no share could rise"));
+            errors.push(err(
+                format!("{at}.step_cap"),
+                "must be positive, or no share could rise",
+            ));
         }
         if self.floor.0.saturating_mul(n as u64) > self.rate.0 {
             errors.push(err(
                 format!("{at}.floor"),
-                format!("{} Regions × floor {} is more than the rate {}", n, self.floor, self.rate),
+                format!(
+                    "{} Regions × floor {} is more than the rate {}",
+                    n, self.floor, self.rate
+                ),
             ));
         }
         if let LimitKind::Security { home: Some(h) } = self.kind {

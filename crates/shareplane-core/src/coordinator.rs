@@ -236,13 +236,19 @@ impl Coordinator {
 
     /// The latest record seen of a peer (its genesis record until one is observed).
     pub fn latest(&self, r: RegionId) -> Option<&Arc<RegionRecord>> {
-        self.peers.get(r.index()).filter(|_| r != self.me).map(|p| &p.latest)
+        self.peers
+            .get(r.index())
+            .filter(|_| r != self.me)
+            .map(|p| &p.latest)
     }
 
     /// Replaces the limits (a limit change). Regions may adopt a new version at different times;
     /// the rebalance moves room in static parts so the sum of shares never exceeds the larger of
     /// the old and the new rate. Returns the problems if the new deployment is invalid.
-    pub fn set_limits(&mut self, limits: Vec<crate::LimitSpec>) -> Result<(), Vec<crate::ConfigError>> {
+    pub fn set_limits(
+        &mut self,
+        limits: Vec<crate::LimitSpec>,
+    ) -> Result<(), Vec<crate::ConfigError>> {
         let mut next = (*self.d).clone();
         next.limits = limits;
         self.d = Arc::new(Deployment::try_new(next)?);
@@ -262,7 +268,9 @@ impl Coordinator {
         let needs_basis = |p: &Peer, r: &RegionRecord| {
             r.epoch == acct_epoch
                 && !marked
-                && p.pending_old.as_ref().is_none_or(|o| (o.epoch, o.version) < (r.epoch, r.version))
+                && p.pending_old
+                    .as_ref()
+                    .is_none_or(|o| (o.epoch, o.version) < (r.epoch, r.version))
         };
         if let Some(st) = &peer.settlement {
             let newer = |r: &RegionRecord, than: &RegionRecord| {
@@ -327,7 +335,10 @@ impl Coordinator {
         self.own = decision.record.clone();
         for (r, st) in &decision.settlements {
             if let Some(p) = self.peers.get_mut(r.index()) {
-                if p.late.as_ref().is_some_and(|l| l.version <= st.basis.version || l.epoch != st.basis.epoch) {
+                if p.late
+                    .as_ref()
+                    .is_some_and(|l| l.version <= st.basis.version || l.epoch != st.basis.epoch)
+                {
                     p.late = None;
                 }
                 p.settlement = Some(st.clone());
@@ -375,13 +386,19 @@ impl Coordinator {
             }
         }
         alarms.stale_view = d.n() > 1
-            && crate::region::regions(d.n()).filter(|&r| r != me).all(|r| self.peers[r.index()].unchanged > 0);
+            && crate::region::regions(d.n())
+                .filter(|&r| r != me)
+                .all(|r| self.peers[r.index()].unchanged > 0);
         let fenced = d.fence == Fence::OwnUnhealthy
             && d.policy != SilentPolicy::Freeze
             && inputs.health[me] == Health::Unhealthy;
         alarms.fenced = fenced;
 
-        let reconciles = if alarms.new_epoch { vec![None; d.n()] } else { self.reconciles(&rec) };
+        let reconciles = if alarms.new_epoch {
+            vec![None; d.n()]
+        } else {
+            self.reconciles(&rec)
+        };
         let ctx = LimitCtx {
             d: &d,
             me,
@@ -393,7 +410,8 @@ impl Coordinator {
         };
         let mut rules = Vec::with_capacity(d.limits.len());
         let mut outcomes = Vec::new();
-        rec.limits.resize(d.limits.len().max(rec.limits.len()), LimitRecord::default());
+        rec.limits
+            .resize(d.limits.len().max(rec.limits.len()), LimitRecord::default());
         for (li, spec) in d.limits.iter().enumerate() {
             let demand = inputs.demand.get(li).copied().unwrap_or_default();
             let out = ctx.rebalance_limit(li, spec, demand, &rec, &mut alarms);
@@ -411,10 +429,20 @@ impl Coordinator {
         let settlements = ctx.settlements(&rec);
         let drop_settlements = alarms.new_epoch;
         for (j, st) in &settlements {
-            rec.reclaims[*j] = Some(ReclaimMark { epoch: st.basis.epoch, version: st.basis.version });
+            rec.reclaims[*j] = Some(ReclaimMark {
+                epoch: st.basis.epoch,
+                version: st.basis.version,
+            });
         }
         close_accounts(&mut rec, &closures, &self.peers);
-        Decision { record: rec, rules, outcomes, alarms, settlements, drop_settlements }
+        Decision {
+            record: rec,
+            rules,
+            outcomes,
+            alarms,
+            settlements,
+            drop_settlements,
+        }
     }
 
     /// Peers whose last reclaim is to be settled again against a newer record of the same epoch.
@@ -436,7 +464,9 @@ impl Coordinator {
     fn was_reclaimed(&self) -> bool {
         let me = self.me;
         self.peers.iter().enumerate().any(|(i, p)| {
-            i != me.index() && p.seen && p.latest.reclaims[me].is_some_and(|m| m.epoch >= self.own.epoch)
+            i != me.index()
+                && p.seen
+                && p.latest.reclaims[me].is_some_and(|m| m.epoch >= self.own.epoch)
         })
     }
 
@@ -491,11 +521,12 @@ impl Coordinator {
             };
             // Settle the previous reclaim against its newer record before closing anything else
             // of this peer: a mark names one epoch at a time.
-            let (state, closure) = if reconcile_pending(p, rec, j) && !matches!(closure, Closure::None) {
-                (PeerState::Silent, Closure::None)
-            } else {
-                (state, closure)
-            };
+            let (state, closure) =
+                if reconcile_pending(p, rec, j) && !matches!(closure, Closure::None) {
+                    (PeerState::Silent, Closure::None)
+                } else {
+                    (state, closure)
+                };
             states[j] = Some(state);
             closures[j.index()] = closure;
         }
@@ -506,8 +537,14 @@ impl Coordinator {
 /// Whether the peer's last reclaim (still the one its mark names) has a newer record to settle
 /// against.
 fn reconcile_pending(p: &Peer, rec: &RegionRecord, j: RegionId) -> bool {
-    let (Some(st), Some(late)) = (&p.settlement, &p.late) else { return false };
-    rec.reclaims[j] == Some(ReclaimMark { epoch: st.basis.epoch, version: st.basis.version })
+    let (Some(st), Some(late)) = (&p.settlement, &p.late) else {
+        return false;
+    };
+    rec.reclaims[j]
+        == Some(ReclaimMark {
+            epoch: st.basis.epoch,
+            version: st.basis.version,
+        })
         && late.epoch == st.basis.epoch
         && late.version > st.basis.version
 }
@@ -526,7 +563,11 @@ fn reclaimable(policy: SilentPolicy, health: Health) -> bool {
 fn start_new_epoch(rec: &mut RegionRecord) {
     rec.epoch += 1;
     for l in rec.limits.iter_mut() {
-        *l = LimitRecord { limit_version: l.limit_version, rate: l.rate, ..LimitRecord::default() };
+        *l = LimitRecord {
+            limit_version: l.limit_version,
+            rate: l.rate,
+            ..LimitRecord::default()
+        };
     }
 }
 
@@ -538,11 +579,17 @@ fn close_accounts(rec: &mut RegionRecord, closures: &[Closure], peers: &[Peer]) 
         match c {
             Closure::None => {}
             Closure::Reclaim(basis) => {
-                rec.reclaims[j] = Some(ReclaimMark { epoch: basis.epoch, version: basis.version });
+                rec.reclaims[j] = Some(ReclaimMark {
+                    epoch: basis.epoch,
+                    version: basis.version,
+                });
             }
             Closure::Switch(basis) => {
                 if let Some(b) = basis {
-                    rec.reclaims[j] = Some(ReclaimMark { epoch: b.epoch, version: b.version });
+                    rec.reclaims[j] = Some(ReclaimMark {
+                        epoch: b.epoch,
+                        version: b.version,
+                    });
                 }
                 rec.peer_epochs[j] = peers[i].latest.epoch;
             }
@@ -572,7 +619,11 @@ impl LimitCtx<'_> {
     ) -> (LimitRecord, LimitOutcome) {
         let n = self.d.n();
         let mut e = rec.limits.get(li).copied().unwrap_or_default();
-        let mut out = LimitOutcome { demand, share_before: e.share, ..LimitOutcome::default() };
+        let mut out = LimitOutcome {
+            demand,
+            share_before: e.share,
+            ..LimitOutcome::default()
+        };
         adopt(spec, &mut e, n, self.me);
         e.demand = demand;
         if let LimitKind::Security { .. } = spec.kind {
@@ -606,7 +657,10 @@ impl LimitCtx<'_> {
                     e.pool += e.share.saturating_sub(target);
                     e.share = target;
                 } else {
-                    let raise = spec.step_cap.min(e.pool).min(target.saturating_sub(e.share));
+                    let raise = spec
+                        .step_cap
+                        .min(e.pool)
+                        .min(target.saturating_sub(e.share));
                     e.share += raise;
                     e.pool = e.pool.saturating_sub(raise);
                 }
@@ -645,7 +699,9 @@ impl LimitCtx<'_> {
             if src.peer_epochs[self.me] != rec.epoch || rec.peer_epochs[j] != src.epoch {
                 continue;
             }
-            let Some(sl) = src.limits.get(li) else { continue };
+            let Some(sl) = src.limits.get(li) else {
+                continue;
+            };
             let amount = sl.granted[self.me].saturating_sub(e.taken[j]);
             e.pool += amount;
             e.taken[j] += amount;
@@ -667,11 +723,12 @@ impl LimitCtx<'_> {
                 let room = (src.share + src.pool).saturating_sub(src.debt);
                 let (heirs, position) = self.heirs_of(j);
                 let portion = even_part(room, heirs, position);
-                let taken_by_it = if b.peer_epochs[self.me] == rec.epoch && rec.peer_epochs[j] == b.epoch {
-                    src.taken[self.me]
-                } else {
-                    Room::ZERO
-                };
+                let taken_by_it =
+                    if b.peer_epochs[self.me] == rec.epoch && rec.peer_epochs[j] == b.epoch {
+                        src.taken[self.me]
+                    } else {
+                        Room::ZERO
+                    };
                 let back = e.granted[j].saturating_sub(taken_by_it);
                 e.pool += portion + back;
                 e.reclaimed[j] = portion;
@@ -691,7 +748,13 @@ impl LimitCtx<'_> {
             let Some(j) = RegionId::new(i) else { continue };
             let old = st.basis.limits.get(li).copied().unwrap_or_default();
             let new = late.limits.get(li).copied().unwrap_or_default();
-            let portion = |l: &LimitRecord| even_part((l.share + l.pool).saturating_sub(l.debt), st.heirs, st.position);
+            let portion = |l: &LimitRecord| {
+                even_part(
+                    (l.share + l.pool).saturating_sub(l.debt),
+                    st.heirs,
+                    st.position,
+                )
+            };
             let (p_old, p_new) = (portion(&old), portion(&new));
             let mut delta = p_new.0 as i128 - p_old.0 as i128;
             if st.accounts_aligned {
@@ -719,15 +782,30 @@ impl LimitCtx<'_> {
                 Closure::Reclaim(b) | Closure::Switch(Some(b)) => b,
                 _ => match &self.reconciles[j.index()] {
                     Some((st, late)) => {
-                        out.push((j, Settlement { basis: late.clone(), ..st.clone() }));
+                        out.push((
+                            j,
+                            Settlement {
+                                basis: late.clone(),
+                                ..st.clone()
+                            },
+                        ));
                         continue;
                     }
                     None => continue,
                 },
             };
             let (heirs, position) = self.heirs_of(j);
-            let accounts_aligned = basis.peer_epochs[self.me] == rec.epoch && rec.peer_epochs[j] == basis.epoch;
-            out.push((j, Settlement { basis: basis.clone(), heirs, position, accounts_aligned }));
+            let accounts_aligned =
+                basis.peer_epochs[self.me] == rec.epoch && rec.peer_epochs[j] == basis.epoch;
+            out.push((
+                j,
+                Settlement {
+                    basis: basis.clone(),
+                    heirs,
+                    position,
+                    accounts_aligned,
+                },
+            ));
         }
         out
     }
@@ -795,7 +873,9 @@ impl LimitCtx<'_> {
         let mut needs = [0u64; MAX_REGIONS];
         let mut total: u128 = 0;
         for j in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
-            if self.states[j] != Some(PeerState::Live) || !matches!(self.closures[j.index()], Closure::None) {
+            if self.states[j] != Some(PeerState::Live)
+                || !matches!(self.closures[j.index()], Closure::None)
+            {
                 continue;
             }
             let p = &self.peers[j.index()].latest;

@@ -71,19 +71,29 @@ pub enum RecordError {
     OwnRegion,
     ZeroEpoch,
     /// A field breaks a rule that holds for every honest record.
-    Contradiction { limit: Option<usize>, what: &'static str },
+    Contradiction {
+        limit: Option<usize>,
+        what: &'static str,
+    },
     /// A cumulative counter went down within the same epochs: the record is not a successor of
     /// the one seen before.
-    CounterWentDown { limit: usize },
+    CounterWentDown {
+        limit: usize,
+    },
 }
 
 impl fmt::Display for RecordError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RecordError::UnknownRegion(i) => write!(f, "names Region index {i}, which is not configured"),
+            RecordError::UnknownRegion(i) => {
+                write!(f, "names Region index {i}, which is not configured")
+            }
             RecordError::OwnRegion => write!(f, "claims to be this Region's own record"),
             RecordError::ZeroEpoch => write!(f, "has epoch 0"),
-            RecordError::Contradiction { limit: Some(l), what } => write!(f, "limit {l}: {what}"),
+            RecordError::Contradiction {
+                limit: Some(l),
+                what,
+            } => write!(f, "limit {l}: {what}"),
             RecordError::Contradiction { limit: None, what } => write!(f, "{what}"),
             RecordError::CounterWentDown { limit } => {
                 write!(f, "limit {limit}: a cumulative grant counter went down")
@@ -176,7 +186,10 @@ impl RegionRecord {
             }
             if let Some(spec) = spec {
                 if spec.version == l.limit_version && spec.rate != l.rate {
-                    return contradiction(at, "the rate differs from the configured one at the same version");
+                    return contradiction(
+                        at,
+                        "the rate differs from the configured one at the same version",
+                    );
                 }
             }
             // Share, target and unmet never exceed the Region's own rate. Pool and debt may while
@@ -194,7 +207,10 @@ impl RegionRecord {
                 return contradiction(at, "grants to or takes from itself");
             }
             for r in n..MAX_REGIONS {
-                if !l.granted.0[r].is_zero() || !l.taken.0[r].is_zero() || !l.reclaimed.0[r].is_zero() {
+                if !l.granted.0[r].is_zero()
+                    || !l.taken.0[r].is_zero()
+                    || !l.reclaimed.0[r].is_zero()
+                {
                     return contradiction(at, "names a Region that is not configured");
                 }
             }

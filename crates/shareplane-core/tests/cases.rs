@@ -108,7 +108,11 @@ fn g1_named_grants_converge_to_the_new_targets_without_exceeding_the_limit() {
     // Staggered rounds; every record is visible before the next Region's turn.
     for round in 0..8 {
         for i in [2, 0, 1] {
-            let dem = if round == 0 && i == 2 { 5_160.0 } else { demand[i] };
+            let dem = if round == 0 && i == 2 {
+                5_160.0
+            } else {
+                demand[i]
+            };
             w.rebalance(i, dem);
             w.publish(i);
             assert!(w.sum_shares() <= Room::rps(10_000));

@@ -11,6 +11,11 @@ fn every_interleaving_to_the_ci_depth_is_safe_and_recovers() {
         "model check: depth {} faults<={}: {} states, {} transitions, {} recoveries checked, {} states after a false verdict",
         r.depth_reached, s.max_faults, r.states, r.transitions, r.recoveries_checked, r.false_verdict_states
     );
-    assert!(r.violations.is_empty(), "{} violations, first:\n{}", r.violations.len(), r.violations.join("\n"));
+    assert!(
+        r.violations.is_empty(),
+        "{} violations, first:\n{}",
+        r.violations.len(),
+        r.violations.join("\n")
+    );
     assert!(r.states > 1_000, "the explorer explored almost nothing");
 }

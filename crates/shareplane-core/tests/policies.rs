@@ -46,7 +46,10 @@ fn lost_region_under_two_signals_is_reclaimed_only_once_health_says_unhealthy() 
     for _ in 0..6 {
         round(&mut w, &[A, C], &[A, C]);
     }
-    assert!(w.coords[A].own().reclaims[rid(B)].is_none(), "silence alone must not reclaim");
+    assert!(
+        w.coords[A].own().reclaims[rid(B)].is_none(),
+        "silence alone must not reclaim"
+    );
     w.health[rid(B)] = Health::Unhealthy;
     round(&mut w, &[A, C], &[A, C]);
     let a = w.coords[A].own();
@@ -119,7 +122,10 @@ fn cut_off_region_under_silence_alone_breaks_the_limit() {
         round(&mut w, &[B], &[]);
         worst = worst.max(live_sum(&w, &[A, B, C]));
     }
-    assert!(worst > Room::rps(10_000), "expected the sum of shares to pass the limit, got {worst}");
+    assert!(
+        worst > Room::rps(10_000),
+        "expected the sum of shares to pass the limit, got {worst}"
+    );
 }
 
 #[test]
@@ -159,7 +165,12 @@ fn a_returning_region_starts_a_new_epoch_at_zero_and_rises_only_by_grants() {
         let o = w.coords[B].own().limits[0];
         assert!(o.share <= before + Room::rps(1_000));
         max_b = max_b.max(o.share);
-        let recs = [w.coords[A].own(), w.coords[B].own(), w.coords[C].own(), &old_b];
+        let recs = [
+            w.coords[A].own(),
+            w.coords[B].own(),
+            w.coords[C].own(),
+            &old_b,
+        ];
         let c = conservation(&w.d, 0, &recs);
         assert!(c.holds(), "{c:?}");
         assert!(live_sum(&w, &[A, B, C]) <= Room::rps(10_000));
@@ -209,9 +220,14 @@ fn survivors_that_saw_different_last_records_settle_on_the_newest() {
     }
     let ma = w.coords[A].own().reclaims[rid(B)].expect("A reclaimed B");
     let mc = w.coords[C].own().reclaims[rid(B)].expect("C reclaimed B");
-    assert!(ma.version > mc.version, "A must have seen a newer record of B than C");
+    assert!(
+        ma.version > mc.version,
+        "A must have seen a newer record of B than C"
+    );
     // The newer record reaches C late; C settles again.
-    w.coords[C].observe(Arc::new(last_b.clone())).expect("valid");
+    w.coords[C]
+        .observe(Arc::new(last_b.clone()))
+        .expect("valid");
     for i in [A, C] {
         w.rebalance(i, demand[i]);
         w.deliver(i, if i == A { C } else { A });

@@ -69,14 +69,22 @@ struct Net {
 impl Net {
     fn new(d: Arc<Deployment>, rng: &mut Rng) -> Net {
         let n = d.n();
-        let coords = (0..n).map(|i| Coordinator::genesis(d.clone(), support::rid(i))).collect();
+        let coords = (0..n)
+            .map(|i| Coordinator::genesis(d.clone(), support::rid(i)))
+            .collect();
         let rate = d.limits[0].rate;
         let demand = (0..n).map(|_| rate.mul_div(rng.below(150), 100)).collect();
         let mut health = PerRegion::default();
         for r in regions(n) {
             health[r] = Health::Healthy;
         }
-        Net { d, coords, wire: vec![vec![VecDeque::new(); n]; n], demand, health }
+        Net {
+            d,
+            coords,
+            wire: vec![vec![VecDeque::new(); n]; n],
+            demand,
+            health,
+        }
     }
 
     fn rebalance(&mut self, i: usize) -> Decision {
@@ -99,9 +107,22 @@ impl Net {
         self.coords[i].commit(&decision);
         let after = self.coords[i].own().limits[0];
         let step_cap = self.coords[i].deployment().limits[0].step_cap;
-        assert!(after.share <= before.share + step_cap, "{me}: share rose by more than the step cap");
-        for (j, g) in decision.outcomes[0].granted.0.iter().enumerate().take(self.d.n()) {
-            assert!(*g <= seen[j], "{me} granted {g} to #{j}, which published an unmet need of {}", seen[j]);
+        assert!(
+            after.share <= before.share + step_cap,
+            "{me}: share rose by more than the step cap"
+        );
+        for (j, g) in decision.outcomes[0]
+            .granted
+            .0
+            .iter()
+            .enumerate()
+            .take(self.d.n())
+        {
+            assert!(
+                *g <= seen[j],
+                "{me} granted {g} to #{j}, which published an unmet need of {}",
+                seen[j]
+            );
         }
         let rec = Arc::new(self.coords[i].own().clone());
         for to in 0..self.d.n() {
@@ -115,7 +136,9 @@ impl Net {
     /// Delivers the oldest record in flight from `from` to `to`, if any.
     fn deliver(&mut self, from: usize, to: usize) {
         if let Some(rec) = self.wire[from][to].pop_front() {
-            self.coords[to].observe(rec).expect("honest records validate");
+            self.coords[to]
+                .observe(rec)
+                .expect("honest records validate");
         }
     }
 
@@ -135,7 +158,10 @@ impl Net {
         let c = conservation(&self.d, 0, &recs);
         assert!(c.holds(), "conservation: {c:?}");
         let sum: Room = recs.iter().map(|r| r.limits[0].share).sum();
-        assert!(sum <= self.d.limits[0].rate, "sum of shares {sum} above the limit");
+        assert!(
+            sum <= self.d.limits[0].rate,
+            "sum of shares {sum} above the limit"
+        );
         // Nobody took more from a grantor than it granted (no grant is taken twice).
         for g in &recs {
             for t in &recs {
@@ -148,9 +174,24 @@ impl Net {
 }
 
 fn params() -> impl Strategy<Value = (Params, u64)> {
-    (2usize..=8, 1u64..=100_000, 0u64..=60, 1u64..=40, any::<u64>()).prop_map(
-        |(n, rate_rps, floor_pct, step_pct, seed)| (Params { n, rate_rps, floor_pct, step_pct }, seed | 1),
+    (
+        2usize..=8,
+        1u64..=100_000,
+        0u64..=60,
+        1u64..=40,
+        any::<u64>(),
     )
+        .prop_map(|(n, rate_rps, floor_pct, step_pct, seed)| {
+            (
+                Params {
+                    n,
+                    rate_rps,
+                    floor_pct,
+                    step_pct,
+                },
+                seed | 1,
+            )
+        })
 }
 
 proptest! {

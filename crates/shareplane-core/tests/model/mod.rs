@@ -108,7 +108,11 @@ impl World {
         let mut h = PerRegion::default();
         for (i, &u) in self.unhealthy.iter().enumerate() {
             if let Some(r) = RegionId::new(i) {
-                h[r] = if u { Health::Unhealthy } else { Health::Healthy };
+                h[r] = if u {
+                    Health::Unhealthy
+                } else {
+                    Health::Healthy
+                };
             }
         }
         h
@@ -280,9 +284,17 @@ fn apply(w: &mut World, a: Action) -> Option<String> {
             let health = w.health();
             let demand = [w.coords[i].own().limits[0].demand];
             let before = w.coords[i].own().clone();
-            let d = w.coords[i].rebalance(&Inputs { now_ms: 0, demand: &demand, health: &health, explain: false });
+            let d = w.coords[i].rebalance(&Inputs {
+                now_ms: 0,
+                demand: &demand,
+                health: &health,
+                explain: false,
+            });
             for &j in &d.alarms.reclaimed {
-                if d.record.epoch == before.epoch && before.reclaims[j].is_some() && before.reclaims[j] == d.record.reclaims[j] {
+                if d.record.epoch == before.epoch
+                    && before.reclaims[j].is_some()
+                    && before.reclaims[j] == d.record.reclaims[j]
+                {
                     return Some(format!("{i} reclaimed {j} twice under one mark"));
                 }
             }
@@ -292,7 +304,8 @@ fn apply(w: &mut World, a: Action) -> Option<String> {
             for j in regions(n) {
                 if let Some(m) = before.reclaims[j] {
                     if d.record.reclaims[j].map(|x| x.epoch) != Some(m.epoch) {
-                        w.frozen.push((j, m.epoch, before.limits[0].reclaimed[j].0 as i128));
+                        w.frozen
+                            .push((j, m.epoch, before.limits[0].reclaimed[j].0 as i128));
                     }
                 }
             }
@@ -352,7 +365,11 @@ fn apply(w: &mut World, a: Action) -> Option<String> {
 
 /// Stops listing ended epochs that are fully accounted for and can no longer change.
 fn frozen_of(frozen: &[(RegionId, u64, i128)], e: &RegionRecord) -> i128 {
-    frozen.iter().filter(|(r, ep, _)| *r == e.region && *ep == e.epoch).map(|(_, _, a)| a).sum()
+    frozen
+        .iter()
+        .filter(|(r, ep, _)| *r == e.region && *ep == e.epoch)
+        .map(|(_, _, a)| a)
+        .sum()
 }
 
 fn settle(w: &mut World) {
@@ -366,7 +383,10 @@ fn settle(w: &mut World) {
             .filter(|o| o.region != e.region)
             .filter_map(|o| o.reclaims[e.region].filter(|m| m.epoch == e.epoch))
             .all(|m| m.version == e.version);
-        let live_marks = current.iter().filter(|o| o.region != e.region).any(|o| o.reclaims[e.region].is_some_and(|m| m.epoch == e.epoch))
+        let live_marks = current
+            .iter()
+            .filter(|o| o.region != e.region)
+            .any(|o| o.reclaims[e.region].is_some_and(|m| m.epoch == e.epoch))
             || frozen_of(&frozen, e) != 0;
         // Still needed: grants in flight with another listed estate, or portions it reclaimed
         // from a listed estate (they are subtracted there).
@@ -377,13 +397,17 @@ fn settle(w: &mut World) {
                     && e.reclaims[o.region].is_some_and(|m| m.epoch == o.epoch)
                     && !e.limits[0].reclaimed[o.region].is_zero())
         });
-        !(marks_final && live_marks && !entangled && remaining(0, e, &refs) - frozen_of(&frozen, e) == 0)
+        !(marks_final
+            && live_marks
+            && !entangled
+            && remaining(0, e, &refs) - frozen_of(&frozen, e) == 0)
     });
 }
 
 /// The records whose room may still exist (see `shareplane_core::conservation`).
 fn estates(w: &World) -> Vec<Arc<RegionRecord>> {
-    let mut candidates: Vec<Arc<RegionRecord>> = w.coords.iter().map(|c| Arc::new(c.own().clone())).collect();
+    let mut candidates: Vec<Arc<RegionRecord>> =
+        w.coords.iter().map(|c| Arc::new(c.own().clone())).collect();
     candidates.extend(w.ended.iter().cloned());
     let mut out = Vec::new();
     for c in &candidates {
@@ -416,7 +440,10 @@ fn check_state(w: &World, d: &Deployment) -> Option<String> {
         return Some(format!("conservation broken: {c:?}"));
     }
     if !w.false_verdict {
-        let live: Room = (0..w.coords.len()).filter(|&i| !w.lost[i]).map(|i| w.coords[i].own().limits[0].share).sum();
+        let live: Room = (0..w.coords.len())
+            .filter(|&i| !w.lost[i])
+            .map(|i| w.coords[i].own().limits[0].share)
+            .sum();
         if live > d.limits[0].rate {
             return Some(format!("live shares {live} above the limit"));
         }
@@ -430,7 +457,10 @@ fn check_state(w: &World, d: &Deployment) -> Option<String> {
                 && t.peer_epochs[g.region] == g.epoch
                 && t.limits[0].taken[g.region] > g.limits[0].granted[t.region]
             {
-                return Some(format!("{} took more from {} than it granted", t.region, g.region));
+                return Some(format!(
+                    "{} took more from {} than it granted",
+                    t.region, g.region
+                ));
             }
         }
     }
@@ -438,7 +468,15 @@ fn check_state(w: &World, d: &Deployment) -> Option<String> {
 }
 
 /// Heal everything, restore every lost Region, tell the truth about health, and run full rounds.
-fn check_recovery(w: &World, s: &Settings) -> Option<String> {
+/// Returns the failure and whether it belongs to a documented residual class (a false health
+/// verdict was in force, or a reclaimer ended before it could settle again).
+fn check_recovery(w: &World, s: &Settings) -> Option<(String, bool)> {
+    let w = recover(w, s);
+    let residual = w.false_verdict || unsettled_by_ended_reclaimer(&w);
+    converged(&w, s, residual).map(|v| (v, residual))
+}
+
+fn recover(w: &World, s: &Settings) -> World {
     let mut w = w.clone();
     let n = s.n;
     w.cut.iter_mut().for_each(|c| *c = false);
@@ -449,13 +487,19 @@ fn check_recovery(w: &World, s: &Settings) -> Option<String> {
         w.unhealthy[i] = false;
     }
     let rounds = (s.rate_rps.div_ceil(s.step_rps) + 8) as usize;
+    run_rounds(&mut w, s, rounds);
+    w
+}
+
+fn run_rounds(w: &mut World, s: &Settings, rounds: usize) {
+    let n = s.n;
     for _ in 0..rounds {
         for i in 0..n {
-            apply(&mut w, Action::Rebalance(i));
+            apply(w, Action::Rebalance(i));
             for from in 0..n {
                 for to in 0..n {
                     while !w.wire[from][to].is_empty() {
-                        apply(&mut w, Action::Deliver(from, to));
+                        apply(w, Action::Deliver(from, to));
                     }
                 }
             }
@@ -468,37 +512,78 @@ fn check_recovery(w: &World, s: &Settings) -> Option<String> {
             }
         }
     }
-    if !w.false_verdict {
-        if let Some(v) = check_state(&w, &deployment(s)) {
-            let est = estates(&w);
+}
+
+fn converged(w: &World, s: &Settings, residual: bool) -> Option<String> {
+    if !residual {
+        if let Some(v) = check_state(w, &deployment(s)) {
+            let est = estates(w);
             let refs: Vec<&RegionRecord> = est.iter().map(|r| r.as_ref()).collect();
             let list: Vec<String> = est
                 .iter()
-                .map(|e| format!("{}e{}v{}:{}", e.region, e.epoch, e.version, remaining(0, e, &refs) - frozen_of(&w.frozen, e)))
+                .map(|e| {
+                    format!(
+                        "{}e{}v{}:{}",
+                        e.region,
+                        e.epoch,
+                        e.version,
+                        remaining(0, e, &refs) - frozen_of(&w.frozen, e)
+                    )
+                })
                 .collect();
             return Some(format!("after recovery: {v} estates [{}]", list.join(" ")));
         }
     }
-    let settled = w.coords.iter().all(|c| c.own().limits[0].share == c.own().limits[0].target);
+    let settled = w
+        .coords
+        .iter()
+        .all(|c| c.own().limits[0].share == c.own().limits[0].target);
     if settled {
         return None;
     }
     // The one residual the protocol admits (docs/PROTOCOL.md): room granted by an epoch that
     // ended to another epoch that ended before taking it stays stranded. It must be exactly the
     // room missing, and nothing may sit idle in pools.
-    let stranded = stranded(&w);
+    let stranded = stranded(w);
     let sum: Room = w.coords.iter().map(|c| c.own().limits[0].share).sum();
     let pools: Room = w.coords.iter().map(|c| c.own().limits[0].pool).sum();
-    if stranded > 0 && sum.0 as i128 + stranded == Room::rps(s.rate_rps).0 as i128 && pools.is_zero() {
+    if stranded > 0
+        && sum.0 as i128 + stranded == Room::rps(s.rate_rps).0 as i128
+        && pools.is_zero()
+    {
         None
     } else {
         let shares: Vec<String> = w
             .coords
             .iter()
-            .map(|c| format!("{}/{} pool {}", c.own().limits[0].share, c.own().limits[0].target, c.own().limits[0].pool))
+            .map(|c| {
+                format!(
+                    "{}/{} pool {}",
+                    c.own().limits[0].share,
+                    c.own().limits[0].target,
+                    c.own().limits[0].pool
+                )
+            })
             .collect();
-        Some(format!("no convergence after recovery: {}", shares.join(", ")))
+        Some(format!(
+            "no convergence after recovery: {}",
+            shares.join(", ")
+        ))
     }
+}
+
+/// Whether an epoch that ended had reclaimed an estate from an older record than the estate's
+/// newest one, so it can never settle again (residual risk 3 of docs/PROTOCOL.md).
+fn unsettled_by_ended_reclaimer(w: &World) -> bool {
+    w.ended.iter().any(|e| {
+        regions(w.coords.len()).any(|s| {
+            e.reclaims[s].is_some_and(|m| {
+                w.written
+                    .iter()
+                    .any(|r| r.region == s && r.epoch == m.epoch && r.version > m.version)
+            })
+        })
+    })
 }
 
 /// Room in flight between two epochs that have both ended (lost or replaced by a new epoch).
@@ -512,8 +597,13 @@ fn stranded(w: &World) -> i128 {
     let mut total = 0;
     for g in &dead {
         for r in &dead {
-            if g.region != r.region && g.peer_epochs[r.region] == r.epoch && r.peer_epochs[g.region] == g.epoch {
-                total += (g.limits[0].granted[r.region].0 as i128 - r.limits[0].taken[g.region].0 as i128).max(0);
+            if g.region != r.region
+                && g.peer_epochs[r.region] == r.epoch
+                && r.peer_epochs[g.region] == g.epoch
+            {
+                total += (g.limits[0].granted[r.region].0 as i128
+                    - r.limits[0].taken[g.region].0 as i128)
+                    .max(0);
             }
         }
     }
@@ -537,19 +627,25 @@ pub fn explore(s: &Settings) -> Report {
                 report.false_verdict_states += 1;
             }
             if let Some(v) = check_state(w, &d) {
-                report.violations.push(format!("{v}\n  trace: {}", w.trace.join(" ")));
+                report
+                    .violations
+                    .push(format!("{v}\n  trace: {}", w.trace.join(" ")));
                 continue;
             }
             if depth == s.depth {
                 report.recoveries_checked += 1;
-                if let Some(v) = check_recovery(w, s) {
-                    if w.false_verdict {
+                if let Some((v, residual)) = check_recovery(w, s) {
+                    if residual {
                         report.false_verdict_recovery_failures += 1;
                         if report.false_verdict_examples.len() < 5 {
-                            report.false_verdict_examples.push(format!("{v}\n  trace: {}", w.trace.join(" ")));
+                            report
+                                .false_verdict_examples
+                                .push(format!("{v}\n  trace: {}", w.trace.join(" ")));
                         }
                     } else {
-                        report.violations.push(format!("{v}\n  trace: {}", w.trace.join(" ")));
+                        report
+                            .violations
+                            .push(format!("{v}\n  trace: {}", w.trace.join(" ")));
                     }
                 }
                 continue;
@@ -558,7 +654,9 @@ pub fn explore(s: &Settings) -> Report {
                 let mut nw = w.clone();
                 report.transitions += 1;
                 if let Some(v) = apply(&mut nw, a) {
-                    report.violations.push(format!("{v}\n  trace: {}", nw.trace.join(" ")));
+                    report
+                        .violations
+                        .push(format!("{v}\n  trace: {}", nw.trace.join(" ")));
                     continue;
                 }
                 if seen.insert(nw.key()) {

@@ -66,7 +66,8 @@ impl World {
         for c in coords.iter_mut() {
             for r in &records {
                 if r.region != c.me() {
-                    c.observe(Arc::new(r.clone())).expect("valid initial record");
+                    c.observe(Arc::new(r.clone()))
+                        .expect("valid initial record");
                 }
             }
         }
