@@ -6,7 +6,8 @@
 //! has version `2v`; a lowered rule set pushed early, before the write of record `v` (SPEC §4:
 //! a lowered share may be pushed at once), has version `2v − 1`. Record versions rise on every
 //! write, across epochs, daemon restarts and leader changes, so rule-set versions do too. A
-//! publisher refuses any rule set whose version is not above the current one.
+//! publisher refuses any rule set whose version is not above the current one, and one whose
+//! rules equal the current ones (so a long-poll is answered only when something changed).
 
 use axum::body::Bytes;
 use shareplane_core::{Deployment, LimitKind, RegionRecord, Room, Rule};
@@ -17,6 +18,8 @@ pub struct RuleSet {
     pub version: u64,
     /// Rate per limit, by limit index (to compare with the next decision).
     pub rates: Vec<Room>,
+    /// The rules themselves: a rule set equal to the published one is not published again.
+    pub rules: Vec<Rule>,
     pub body: Bytes,
     /// The ETag header value: the version in quotes.
     pub etag: String,
@@ -46,6 +49,7 @@ impl RuleSet {
         RuleSet {
             version: 0,
             rates: Vec::new(),
+            rules: Vec::new(),
             body: Bytes::new(),
             etag: "\"0\"".into(),
         }
@@ -77,6 +81,7 @@ impl RuleSet {
         RuleSet {
             version,
             rates: rules.iter().map(|r| r.rate).collect(),
+            rules: rules.to_vec(),
             body: Bytes::from(body),
             etag: format!("\"{version}\""),
         }

@@ -57,11 +57,13 @@ impl Shared {
         })
     }
 
-    /// Publishes `rules` if its version is above the current one. Returns whether it did.
+    /// Publishes `rules` if its version is above the current one and its rules differ from the
+    /// current ones. Returns whether it did.
     pub fn publish(&self, rules: RuleSet) -> bool {
         let rules = Arc::new(rules);
         let sent = self.rules.send_if_modified(|cur| {
-            if rules.version > cur.version {
+            let changed = cur.version == 0 || cur.rules != rules.rules;
+            if rules.version > cur.version && changed {
                 *cur = rules.clone();
                 true
             } else {
