@@ -1,0 +1,191 @@
+//! The decoder never panics, whatever the table holds: arbitrary attribute maps, arbitrary bytes,
+//! and valid encodings with bytes flipped, cut or inserted. Valid records round-trip exactly.
+
+mod support;
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+use proptest::prelude::*;
+use shareplane_aws::codec::{self, Decoded, Item};
+use shareplane_store::Rejection;
+use support::{deployment, record, rid};
+
+fn number_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (0u64..5).prop_map(|v| v.to_string()),
+        any::<u64>().prop_map(|v| v.to_string()),
+        any::<i64>().prop_map(|v| v.to_string()),
+        any::<f64>().prop_map(|v| v.to_string()),
+        Just("NaN".to_string()),
+        Just("-inf".to_string()),
+        Just("1e400".to_string()),
+        Just("99999999999999999999999".to_string()),
+        ".{0,12}",
+    ]
+}
+
+fn value() -> impl Strategy<Value = AttributeValue> {
+    prop_oneof![
+        number_text().prop_map(AttributeValue::N),
+        ".{0,16}".prop_map(AttributeValue::S),
+        proptest::collection::vec(any::<u8>(), 0..300)
+            .prop_map(|b| AttributeValue::B(Blob::new(b))),
+        any::<bool>().prop_map(AttributeValue::Bool),
+    ]
+}
+
+fn sort_key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("rec".to_string()),
+        (0usize..4).prop_map(codec::shard_sk),
+        Just("rec#".to_string()),
+        Just("rec#-1".to_string()),
+        Just("rec#99999999999999999999999".to_string()),
+        Just("lease".to_string()),
+        "rec.{0,8}",
+    ]
+}
+
+fn item() -> impl Strategy<Value = Item> {
+    let names = prop_oneof![
+        Just("sv"),
+        Just("ver"),
+        Just("tok"),
+        Just("h"),
+        Just("d"),
+        Just("x")
+    ];
+    (
+        prop_oneof![Just("eu-west-1".to_string()), ".{0,10}"],
+        sort_key(),
+        proptest::collection::vec((names, value()), 0..7),
+    )
+        .prop_map(|(pk, sk, attrs)| {
+            let mut item: Item = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            item.insert("pk".into(), AttributeValue::S(pk));
+            item.insert("sk".into(), AttributeValue::S(sk));
+            item
+        })
+}
+
+/// A mutation of one blob: flip a byte, cut the tail, or insert a byte.
+#[derive(Clone, Debug)]
+enum Mutation {
+    Flip(usize, u8),
+    Cut(usize),
+    Insert(usize, u8),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), 1..=255u8).prop_map(|(i, x)| Mutation::Flip(i, x)),
+        any::<usize>().prop_map(Mutation::Cut),
+        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Insert(i, b)),
+    ]
+}
+
+fn mutate(item: &mut Item, attr: &str, m: &Mutation) {
+    let Some(AttributeValue::B(b)) = item.get(attr) else {
+        return;
+    };
+    let mut bytes = b.as_ref().to_vec();
+    let at = |i: usize, len: usize| if len == 0 { 0 } else { i % len };
+    match *m {
+        Mutation::Flip(i, x) if !bytes.is_empty() => {
+            let i = at(i, bytes.len());
+            bytes[i] ^= x;
+        }
+        Mutation::Flip(..) => {}
+        Mutation::Cut(i) => bytes.truncate(at(i, bytes.len())),
+        Mutation::Insert(i, b) => bytes.insert(at(i, bytes.len() + 1), b),
+    }
+    item.insert(attr.into(), AttributeValue::B(Blob::new(bytes)));
+}
+
+fn valid_items(
+    limits: usize,
+    version: u64,
+) -> (std::sync::Arc<shareplane_core::Deployment>, Vec<Item>) {
+    let d = deployment(limits);
+    let enc = codec::encode(&d, &record(&d, 1, version));
+    let mut items: Vec<Item> = (0..enc.shards.len())
+        .filter_map(|i| enc.shard_item(i, 3))
+        .collect();
+    items.push(enc.header_item(3, &vec![version; enc.shards.len()]));
+    (d, items)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_items_never_panic(items in proptest::collection::vec(item(), 0..6)) {
+        let d = deployment(20);
+        // Whatever comes back is fine; the property is that it comes back.
+        let _ = codec::decode(&d, rid(0), rid(1), &items);
+    }
+
+    #[test]
+    fn mutated_encodings_never_panic_and_anything_accepted_is_valid(
+        which in 0usize..3,
+        ms in proptest::collection::vec(mutation(), 1..4),
+    ) {
+        let (d, mut items) = valid_items(300, 7);
+        let target = which % items.len();
+        let attr = if target == items.len() - 1 { "h" } else { "d" };
+        for m in &ms {
+            mutate(&mut items[target], attr, m);
+        }
+        if let Decoded::Record(r) = codec::decode(&d, rid(0), rid(1), &items) {
+            prop_assert!(r.validate(&d, rid(0)).is_ok());
+            prop_assert_eq!(r.limits.len(), 300);
+        }
+    }
+
+    #[test]
+    fn valid_records_round_trip(limits in 1usize..700, version in 1u64..1_000_000, region in 0usize..3) {
+        let d = deployment(limits);
+        let r = record(&d, region, version);
+        let enc = codec::encode(&d, &r);
+        let mut items: Vec<Item> = (0..enc.shards.len()).filter_map(|i| enc.shard_item(i, 1)).collect();
+        items.push(enc.header_item(1, &vec![version; enc.shards.len()]));
+        prop_assert_eq!(codec::decode(&d, rid((region + 1) % 3), rid(region), &items), Decoded::Record(Box::new(r)));
+    }
+}
+
+#[test]
+fn an_oversized_item_is_rejected_before_decoding() {
+    let (d, mut items) = valid_items(10, 1);
+    let last = items.len() - 1;
+    items[last].insert(
+        "pad".into(),
+        AttributeValue::B(Blob::new(vec![0; codec::MAX_ITEM_BYTES])),
+    );
+    assert_eq!(
+        codec::decode(&d, rid(0), rid(1), &items),
+        Decoded::Rejected(Rejection::Oversized(codec::MAX_ITEM_BYTES))
+    );
+}
+
+#[test]
+fn a_missing_shard_is_inconsistent_not_rejected() {
+    let (d, mut items) = valid_items(600, 4);
+    items.remove(1);
+    assert_eq!(
+        codec::decode(&d, rid(0), rid(1), &items),
+        Decoded::Inconsistent("shard 1 of version 4 is missing".into())
+    );
+}
+
+#[test]
+fn a_header_naming_an_unconfigured_region_with_data_is_rejected() {
+    let (d, items) = valid_items(10, 1);
+    let mut small = (*d).clone();
+    small.regions.truncate(2);
+    assert!(matches!(
+        codec::decode(&small, rid(0), rid(1), &items),
+        Decoded::Rejected(Rejection::Invalid(
+            shareplane_core::RecordError::Contradiction { limit: None, .. }
+        ))
+    ));
+}
