@@ -226,4 +226,28 @@ mod tests {
         assert_eq!(b.refill(9.5, 0.5, 2.0), 0.0);
         assert_eq!(b.refill(12.0, 0.5, 2.0), 1.0);
     }
+
+    proptest::proptest! {
+        /// Whatever the rule changes and the call pattern, starting empty the fallback admits no
+        /// more than the refill the rules allowed: the sum over calls of the rate times the time
+        /// since the previous call.
+        #[test]
+        fn admits_no_more_than_the_refill(
+            calls in proptest::collection::vec((0u32..2_000, 0u32..1_000, 0u32..4_000, 1u32..5), 1..200),
+            gateways in 1u32..5,
+        ) {
+            let mut f = Fallback::new(gateways);
+            let (mut now_ms, mut allowed_tokens, mut spent) = (0u64, 0.0, 0.0);
+            for (step_ms, rate, burst, cost) in calls {
+                now_ms += u64::from(step_ms);
+                let (rate, burst, cost) = (f64::from(rate), f64::from(burst), f64::from(cost));
+                allowed_tokens += rate / f64::from(gateways) * f64::from(step_ms) / 1000.0;
+                let l = FallbackLimit { id: "a", rate, burst, security: false, shadow: false };
+                if f.check_at(now_ms as f64 / 1000.0, &[l], cost).0 {
+                    spent += cost;
+                }
+                proptest::prop_assert!(spent <= allowed_tokens + 1e-6, "{spent} > {allowed_tokens}");
+            }
+        }
+    }
 }
