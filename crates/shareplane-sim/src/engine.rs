@@ -314,11 +314,19 @@ impl<'a> Sim<'a> {
     fn observe_visible(&mut self, r: usize, tick: i64) {
         let n = self.regs.len();
         for w in (0..n).filter(|&w| w != r) {
-            if let Some(rec) = self.table.newly_visible(w, r, tick) {
-                if let Some(c) = self.regs[r].coord.as_mut() {
-                    if c.observe(rec).is_err() {
-                        self.rejected += 1;
-                    }
+            let Some(seen) = self.table.newly_visible(w, r, tick) else {
+                continue;
+            };
+            let Some(c) = self.regs[r].coord.as_mut() else {
+                continue;
+            };
+            for rec in seen
+                .previous
+                .into_iter()
+                .chain(std::iter::once(seen.latest))
+            {
+                if c.observe(rec).is_err() {
+                    self.rejected += 1;
                 }
             }
         }

@@ -5,6 +5,10 @@
 //! cut separated W and R at some instant in `[w, visible)`: a record not yet visible when a cut
 //! starts never crosses it, and one written during a cut never crosses either. Records written
 //! after the heal cross normally. A reader's replica holds the newest record that reached it.
+//!
+//! Like the real table, the writer's last record of its previous epoch is kept next to the current
+//! one and travels with it: a survivor that never saw that epoch end needs it to reclaim the old
+//! estate (see `Coordinator::observe`).
 
 use shareplane_core::{RegionRecord, MAX_REGIONS};
 use std::sync::Arc;
@@ -14,6 +18,8 @@ struct Entry {
     visible_tick: i64,
     /// Readers (bit per Region) this record never reaches.
     blocked: u8,
+    /// The writer's last record of its previous epoch when this one was written.
+    previous: Option<Arc<RegionRecord>>,
 }
 
 /// Per (writer, reader): how far the reader's replica has been brought up to date.
@@ -25,6 +31,12 @@ struct Cursor {
     latest: Option<usize>,
     /// Whether the reader's coordinator has been handed `latest`.
     observed: bool,
+}
+
+/// What a reader finds of one writer.
+pub struct Visible {
+    pub previous: Option<Arc<RegionRecord>>,
+    pub latest: Arc<RegionRecord>,
 }
 
 pub struct Table {
@@ -59,10 +71,16 @@ impl Table {
     pub fn write(&mut self, w: usize, record: Arc<RegionRecord>, visible_tick: i64) {
         let blocked = self.separated_from(w);
         if let Some(list) = self.entries.get_mut(w) {
+            let previous = match list.last() {
+                Some(last) if last.record.epoch < record.epoch => Some(last.record.clone()),
+                Some(last) => last.previous.clone(),
+                None => None,
+            };
             list.push(Entry {
                 record,
                 visible_tick,
                 blocked,
+                previous,
             });
         }
     }
@@ -100,13 +118,8 @@ impl Table {
     }
 
     /// The newest record of `w` in `reader`'s replica at `now` that the reader's coordinator has
-    /// not been handed yet.
-    pub fn newly_visible(
-        &mut self,
-        w: usize,
-        reader: usize,
-        now: i64,
-    ) -> Option<Arc<RegionRecord>> {
+    /// not been handed yet, with the writer's last record of its previous epoch (if any).
+    pub fn newly_visible(&mut self, w: usize, reader: usize, now: i64) -> Option<Visible> {
         let list = self.entries.get(w)?;
         let c = self.cursors.get_mut(w)?.get_mut(reader)?;
         while let Some(e) = list.get(c.next) {
@@ -123,6 +136,9 @@ impl Table {
             return None;
         }
         c.observed = true;
-        c.latest.and_then(|i| list.get(i)).map(|e| e.record.clone())
+        c.latest.and_then(|i| list.get(i)).map(|e| Visible {
+            previous: e.previous.clone(),
+            latest: e.record.clone(),
+        })
     }
 }
