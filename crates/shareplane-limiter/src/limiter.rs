@@ -408,15 +408,21 @@ impl Limiter {
             .unwrap_or_else(PoisonError::into_inner)
             .check(&asks, f64::from(cost));
         let mut retry_after_s = None;
+        // A fail-closed limit, or a short one that no wait helps, leaves no Retry-After to give.
+        let mut hopeless = false;
         let mut limits = Vec::with_capacity(live.len());
         for (r, v) in live.iter().zip(verdicts) {
             let (verdict, tokens) = match v {
                 FallbackVerdict::Admit(t) => (Verdict::Admit, Some(t)),
                 FallbackVerdict::Short(t, wait) => {
+                    hopeless |= wait.is_none();
                     retry_after_s = retry_after_s.max(wait);
                     (Verdict::Short, Some(t))
                 }
-                FallbackVerdict::FailClosed => (Verdict::FailClosed, None),
+                FallbackVerdict::FailClosed => {
+                    hopeless = true;
+                    (Verdict::FailClosed, None)
+                }
                 FallbackVerdict::NotChecked => (Verdict::NotChecked, None),
             };
             limits.push(LimitDecision {
@@ -424,11 +430,6 @@ impl Limiter {
                 ..limit_decision(r, verdict)
             });
         }
-        // A fail-closed limit or a wait that cannot help leaves no Retry-After to give.
-        let hopeless = limits.iter().any(|l| l.verdict == Verdict::FailClosed)
-            || limits
-                .iter()
-                .any(|l| l.verdict == Verdict::Short && retry_after_s.is_none());
         if allowed || hopeless {
             retry_after_s = None;
         }

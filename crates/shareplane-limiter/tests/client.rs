@@ -307,3 +307,26 @@ async fn the_fallback_ends_when_redis_answers_again() {
     let back = path(l.check(&[&id], 1).await.unwrap_or_else(|e| panic!("{e}")));
     assert_eq!(back, DecisionPath::Redis);
 }
+
+#[tokio::test]
+async fn in_fallback_a_limit_that_never_refills_leaves_no_retry_after() {
+    let d = FakeDaemon::start(rules(
+        1,
+        vec![limit("stuck", 0.0, 2.0), limit("moving", 10.0, 20.0)],
+    ))
+    .await;
+    let l = limiter(LimiterConfig::new(nowhere()));
+    poll(&watcher(&d, 100), &l).await;
+    let alone = l
+        .check(&["moving"], 1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!alone.allowed, "the local bucket starts empty");
+    assert_eq!(alone.retry_after_s, Some(1));
+    let both = l
+        .check(&["moving", "stuck"], 1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!both.allowed);
+    assert_eq!(both.retry_after_s, None);
+}
