@@ -298,14 +298,18 @@ impl Limiter {
                 ..held_closed(&rules)
             });
         }
-        let reason = match self.redis_usable() {
-            true => match self.ask_redis(&live, cost).await {
-                Ok(d) => return Ok(d),
+        let reason = if self.redis_usable() {
+            match self.ask_redis(&live, cost).await {
+                Ok(d) => return Ok(in_request_order(&rules, d)),
                 Err(e) => e.to_string(),
-            },
-            false => "Redis failed recently; next probe pending".to_owned(),
+            }
+        } else {
+            "Redis failed recently; next probe pending".to_owned()
         };
-        Ok(self.ask_fallback(&live, cost, reason))
+        Ok(in_request_order(
+            &rules,
+            self.ask_fallback(&live, cost, reason),
+        ))
     }
 
     fn resolve<'s>(
@@ -484,6 +488,22 @@ fn limit_decision(r: &LimitRule, verdict: Verdict) -> LimitDecision {
         verdict,
         tokens: None,
     }
+}
+
+/// Lists every requested limit in request order, adding the held-closed shadow limits that were not
+/// evaluated.
+fn in_request_order(rules: &[&LimitRule], mut d: Decision) -> Decision {
+    if d.limits.len() == rules.len() {
+        return d;
+    }
+    let mut evaluated = std::mem::take(&mut d.limits).into_iter().peekable();
+    for r in rules {
+        match evaluated.next_if(|l| l.id == r.id) {
+            Some(l) => d.limits.push(l),
+            None => d.limits.push(limit_decision(r, Verdict::HeldClosed)),
+        }
+    }
+    d
 }
 
 fn held_closed(rules: &[&LimitRule]) -> Decision {

@@ -330,3 +330,32 @@ async fn in_fallback_a_limit_that_never_refills_leaves_no_retry_after() {
     assert!(!both.allowed);
     assert_eq!(both.retry_after_s, None);
 }
+
+#[tokio::test]
+async fn a_held_closed_shadow_limit_never_refuses_and_is_listed() {
+    let mut shadow = limit("shadow-tiny", 1.0, 0.5);
+    shadow.shadow = true;
+    let d = FakeDaemon::start(rules(1, vec![shadow, limit("cap", 10.0, 20.0)])).await;
+    let l = limiter(LimiterConfig::new(nowhere()));
+    poll(&watcher(&d, 100), &l).await;
+    let dec = l
+        .check(&["shadow-tiny", "cap"], 1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let listed: Vec<_> = dec
+        .limits
+        .iter()
+        .map(|x| (x.id.as_str(), x.verdict))
+        .collect();
+    assert_eq!(listed[0], ("shadow-tiny", Verdict::HeldClosed));
+    assert_eq!(listed[1].0, "cap");
+    let alone = l
+        .check(&["shadow-tiny"], 1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        alone.allowed,
+        "a shadow limit never refuses, held closed or not"
+    );
+    assert_eq!(alone.path, DecisionPath::Rules);
+}
