@@ -75,8 +75,37 @@ else
   echo "terraform not found at $TERRAFORM: fmt check NOT run (the HCL parity test below still runs)"
 fi
 
-step "Terraform declares the same resources and IAM conditions as the CDK app (HCL parse)"
+TF_CONFIGS=
+if [ -x "$TERRAFORM" ]; then
+  step "render every Region's daemon config with the Terraform config module (no provider: offline)"
+  WORK=$(mktemp -d)
+  trap 'rm -rf "$WORK"' EXIT
+  python3 - "$INFRA/cdk/cdk.json" >"$WORK/vars.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["context"]["shareplane"]
+print(json.dumps({
+    "regions": s["regions"],
+    "table_name": s.get("tableName", "shareplane-records"),
+    "metric_namespace": s.get("metricNamespace", "Shareplane"),
+    "period_seconds": s.get("periodSeconds", 5),
+    "limits": [{"id": l["id"], "rate": l["rate"], "settings": {k: v for k, v in l.items() if k not in ("id", "rate")}}
+               for l in s["limits"]],
+    "daemon_settings": s.get("daemon", {}),
+}))
+PY
+  export TF_CLI_CONFIG_FILE=/dev/null TF_DATA_DIR="$WORK/.terraform" TF_IN_AUTOMATION=1
+  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" init -input=false -backend=false >/dev/null
+  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" apply -input=false -auto-approve -state="$WORK/state" \
+    -var-file="$WORK/vars.json" >/dev/null
+  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" output -state="$WORK/state" -json configs >"$WORK/configs.json"
+  TF_CONFIGS="$WORK/configs.json"
+else
+  echo "terraform not found at $TERRAFORM: the Terraform config module is NOT rendered (its keys are still compared)"
+fi
+
+step "Terraform declares the same resources, IAM conditions and config as the CDK app (HCL parse)"
 cd "$INFRA"
-SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" "$INFRA/.venv-cfnlint/bin/python" -m unittest -v tests/test_parity.py
+SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
+  "$INFRA/.venv-cfnlint/bin/python" -m unittest -v tests/test_parity.py
 
 step "all infra tests passed"

@@ -4,9 +4,11 @@ The AWS provider cannot be downloaded here, so `terraform validate` and `plan` c
 test parses the modules' HCL (python-hcl2) and compares it with the CloudFormation templates the
 CDK app synthesized (default settings of infra/cdk/cdk.json, three Regions): the resource types,
 the task role's statements and IAM conditions, the alarms, the health checks, the table, the
-service and the keys of the daemon's config.
+service and the keys of the daemon's config. When terraform is installed, infra/test.sh also
+renders every Region's config with the Terraform config module (no provider needed) and this test
+checks it is the same text as the CDK app's.
 
-Run: SHAREPLANE_CDK_OUT=infra/cdk/cdk.out python -m unittest infra/tests/test_parity.py
+Run: infra/test.sh (sets SHAREPLANE_CDK_OUT and SHAREPLANE_TF_CONFIGS).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tomllib
 import unittest
 from pathlib import Path
 
@@ -298,7 +301,7 @@ class Parity(unittest.TestCase):
         param = next(iter(resources(self.region_tpl, "AWS::SSM::Parameter").values()))["Properties"]["Value"]
         parts = param["Fn::Join"][1]
         cdk_text = "".join(p if isinstance(p, str) else "ID" for p in parts)
-        tftpl = (MODULES / "region" / "config.toml.tftpl").read_text()
+        tftpl = (MODULES / "region" / "config" / "config.toml.tftpl").read_text()
 
         def keys(text):
             # Literal keys of each table, in order: "", "[[regions]]", "[[limits]]".
@@ -314,13 +317,40 @@ class Parity(unittest.TestCase):
                         tables[current].append(m.group(1))
             return tables
 
-        daemon = list(self.settings.get("daemon", {}))
+        daemon = sorted(self.settings.get("daemon", {}))
         limit_extra = [k for k in self.settings["limits"][0] if k not in ("id", "rate")]
         cdk = keys(cdk_text)
         self.assertEqual(cdk[""], ["region", "table", "metrics_namespace", "listen", "period_ms", "phase_ms", *daemon])
         self.assertEqual(keys(tftpl)[""], cdk[""][: -len(daemon) or None])
         self.assertEqual(keys(tftpl)["[[regions]]"], cdk["[[regions]]"])
         self.assertEqual(keys(tftpl)["[[limits]]"], [k for k in cdk["[[limits]]"] if k not in limit_extra])
+
+
+class ConfigText(unittest.TestCase):
+    """Terraform's config module renders, byte for byte, the config the CDK app writes."""
+
+    def test_same_config_text(self):
+        rendered = os.environ.get("SHAREPLANE_TF_CONFIGS")
+        if not rendered:
+            self.skipTest("terraform is not installed: the Terraform config module was not rendered")
+        tf = json.loads(Path(rendered).read_text())
+        settings = json.loads(CDK_JSON.read_text())["context"]["shareplane"]
+        regions = settings["regions"]
+        templates = load_templates()
+        self.assertEqual(sorted(tf), sorted(regions))
+        for region in regions:
+            with self.subTest(region=region):
+                param = next(iter(resources(templates[f"Shareplane-{region}"], "AWS::SSM::Parameter").values()))
+                parts = param["Properties"]["Value"]["Fn::Join"][1]
+                ids = iter(f"hc-{r}" for r in regions)
+                cdk = "".join(p if isinstance(p, str) else next(ids) for p in parts)
+                self.assertEqual(tf[region], cdk)
+                doc = tomllib.loads(cdk)
+                self.assertEqual(doc["region"], region)
+                self.assertEqual([(r["name"], r["health_check_id"]) for r in doc["regions"]], [(r, f"hc-{r}") for r in regions])
+                self.assertEqual([(l["id"], l["rate"]) for l in doc["limits"]], [(l["id"], l["rate"]) for l in settings["limits"]])
+                self.assertEqual(doc["listen"], "0.0.0.0:8080")
+                self.assertNotIn("api_token", doc)
 
 
 def evaluate(expr, env: dict, each_value: dict):

@@ -44,15 +44,20 @@ export function renderConfigToml(c: ConfigInput): string {
     `period_ms = ${tomlValue(c.periodMs)}`,
     `phase_ms = ${tomlValue(c.phaseMs)}`,
   ];
-  for (const [k, v] of Object.entries(c.daemon)) lines.push(`${k} = ${tomlValue(v)}`);
+  // Operator keys in sorted order, as Terraform's templatefile iterates them (the same text both ways).
+  for (const [k, v] of sorted(c.daemon)) lines.push(`${k} = ${tomlValue(v)}`);
   for (const r of c.regions) {
     lines.push('', '[[regions]]', `name = ${tomlValue(r.name)}`, `health_check_id = ${tomlValue(r.healthCheckId)}`);
   }
   for (const l of c.limits) {
     lines.push('', '[[limits]]', `id = ${tomlValue(l.id)}`, `rate = ${tomlValue(l.rate)}`);
-    for (const [k, v] of Object.entries(l.extra)) lines.push(`${k} = ${tomlValue(v)}`);
+    for (const [k, v] of sorted(l.extra)) lines.push(`${k} = ${tomlValue(v)}`);
   }
   return lines.join('\n') + '\n';
+}
+
+function sorted(o: Readonly<Record<string, TomlValue>>): [string, TomlValue][] {
+  return Object.entries(o).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
 }
 
 /** A TOML literal: basic strings with every control character escaped, numbers, booleans. */

@@ -126,7 +126,7 @@ test('the config parameter holds this Region, every Region health check id and t
   const reads = parts.filter((p) => typeof p !== 'string');
   assert.equal(reads.length, 3);
   for (const p of reads) assert.equal(p['Fn::GetAtt'][0].startsWith('ExportsReader'), true, 'read from the cross-Region exports');
-  assert.ok(text.includes('[[limits]]\nid = "k-big"\nrate = 10000\n'));
+  assert.ok(text.includes('[[limits]]\nid = "k-big"\nrate = 10000\nburst_s = 2\nfloor = 500\nkind = "capacity"\nstep_cap = 1000\n'));
   assert.ok(!/api_token/.test(text), 'no secret in the parameter');
 });
 

@@ -75,16 +75,16 @@ test('the rendered config names every Region with its health check, then the lim
     region: 'eu-west-1', tableName: 't', metricNamespace: 'Shareplane', listen: '0.0.0.0:8080',
     periodMs: 5000, phaseMs: 1666,
     regions: s.regions.map((name, i) => ({ name, healthCheckId: `hc-${i}` })),
-    limits: s.limits, daemon: { policy: 'two-signals' },
+    limits: s.limits, daemon: { policy: 'two-signals', fence: 'never' },
   });
   assert.equal(text, [
     '# Written by the shareplane infrastructure (infra/). Edit the deployment settings, not this text.',
     'region = "eu-west-1"', 'table = "t"', 'metrics_namespace = "Shareplane"', 'listen = "0.0.0.0:8080"',
-    'period_ms = 5000', 'phase_ms = 1666', 'policy = "two-signals"', '',
+    'period_ms = 5000', 'phase_ms = 1666', 'fence = "never"', 'policy = "two-signals"', '',
     '[[regions]]', 'name = "us-east-1"', 'health_check_id = "hc-0"', '',
     '[[regions]]', 'name = "eu-west-1"', 'health_check_id = "hc-1"', '',
     '[[regions]]', 'name = "ap-southeast-2"', 'health_check_id = "hc-2"', '',
-    '[[limits]]', 'id = "k-big"', 'rate = 10000', 'floor = 500', 'step_cap = 1000', 'burst_s = 2', 'kind = "capacity"',
+    '[[limits]]', 'id = "k-big"', 'rate = 10000', 'burst_s = 2', 'floor = 500', 'kind = "capacity"', 'step_cap = 1000',
     '',
   ].join('\n'));
 });

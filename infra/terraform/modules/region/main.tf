@@ -18,19 +18,20 @@ locals {
   azs         = slice(data.aws_availability_zones.available.names, 0, 2)
   peers       = [for r in var.regions : r if r != var.region]
   table_arn   = "arn:${data.aws_partition.current.partition}:dynamodb:${var.region}:${data.aws_caller_identity.current.account_id}:table/${var.table_name}"
-  period_ms   = var.period_seconds * 1000
+  config_toml = module.config.toml
+}
 
-  config_toml = templatefile("${path.module}/config.toml.tftpl", {
-    region            = var.region
-    table             = var.table_name
-    metrics_namespace = var.metric_namespace
-    listen            = "0.0.0.0:${local.daemon_port}"
-    period_ms         = local.period_ms
-    phase_ms          = floor(index(var.regions, var.region) * local.period_ms / length(var.regions))
-    daemon            = var.daemon_settings
-    regions           = [for r in var.regions : { name = r, health_check_id = var.health_check_ids[r] }]
-    limits            = var.limits
-  })
+module "config" {
+  source           = "./config"
+  region           = var.region
+  regions          = var.regions
+  health_check_ids = var.health_check_ids
+  table_name       = var.table_name
+  metric_namespace = var.metric_namespace
+  listen           = "0.0.0.0:${local.daemon_port}"
+  period_seconds   = var.period_seconds
+  limits           = var.limits
+  daemon_settings  = var.daemon_settings
 }
 
 # ---- The table's replica in this Region ------------------------------------------------------
