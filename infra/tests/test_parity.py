@@ -103,9 +103,9 @@ def unquote(v):
     return v
 
 
-def load_module(name: str) -> dict[str, dict[str, dict[str, dict]]]:
-    """{"resource"|"data": {type: {name: body}}} over every .tf file of the module."""
-    out: dict[str, dict[str, dict[str, dict]]] = {"resource": {}, "data": {}}
+def load_module(name: str) -> dict[str, dict]:
+    """{"resource"|"data": {type: {name: body}}, "locals": {name: value}} over the module's .tf files."""
+    out: dict[str, dict] = {"resource": {}, "data": {}, "locals": {}}
     for path in sorted((MODULES / name).glob("*.tf")):
         with path.open() as f:
             doc = unquote(hcl2.load(f))
@@ -114,6 +114,8 @@ def load_module(name: str) -> dict[str, dict[str, dict[str, dict]]]:
                 for rtype, named in block.items():
                     for rname, body in named.items():
                         out[kind].setdefault(rtype, {})[rname] = body
+            for block in doc.get("locals", []):
+                out["locals"].update(block)
     return out
 
 
@@ -205,12 +207,11 @@ class Parity(unittest.TestCase):
         peers = [r for r in self.settings["regions"] if r != self.region]
         limits = {l["id"]: l["rate"] for l in self.settings["limits"]}
         env = {"var.period_seconds": self.settings.get("periodSeconds", 5)}
+        daemon_alarms = self.tf_region["locals"]["daemon_alarms"]
         tf_names = {
             "RecordStale": "record_stale",
             "SumOfSharesAboveLimit": "sum_of_shares_above_limit",
-            "RejectedRecords": "rejected_records",
-            "RebalancesWithoutFreshData": "rebalances_without_fresh_data",
-            "NotReady": "not_ready",
+            **{kind: "daemon" for kind in daemon_alarms},
         }
         seen = set()
         for alarm in resources(self.region_tpl, "AWS::CloudWatch::Alarm").values():
@@ -220,6 +221,10 @@ class Parity(unittest.TestCase):
             seen.add(kind)
             with self.subTest(alarm=name):
                 a = self.tf("aws_cloudwatch_metric_alarm", tf_names[kind])
+                if tf_names[kind] == "daemon":
+                    # One resource over local.daemon_alarms: read each.value.* from this alarm's entry.
+                    entry = daemon_alarms[kind]
+                    a = {k: each_value_of(v, entry) for k, v in a.items()}
                 each_value = {"rate": limits.get(name.split("-", 1)[-1])}
                 self.assertEqual(a["metric_name"], p["MetricName"])
                 self.assertEqual(a["namespace"], "${var.metric_namespace}")
@@ -232,9 +237,11 @@ class Parity(unittest.TestCase):
                 self.assertEqual(evaluate(a["threshold"], env, each_value), p["Threshold"])
                 self.assertEqual(sorted(a["dimensions"]), sorted(d["Name"] for d in p["Dimensions"]))
                 self.assertEqual(a["alarm_actions"], ["${aws_sns_topic.alarms.arn}"])
-                self.assertEqual(a["alarm_name"].replace("${var.region}", self.region).split("-${each.key}")[0],
-                                 prefix + kind)
+                each_key = kind if tf_names[kind] == "daemon" else name.split("-", 1)[1]
+                self.assertEqual(a["alarm_name"].replace("${var.region}", self.region).replace("${each.key}", each_key),
+                                 p["AlarmName"])
         self.assertEqual(seen, set(tf_names))
+        self.assertEqual(self.tf("aws_cloudwatch_metric_alarm", "daemon")["for_each"], "${local.daemon_alarms}")
         self.assertEqual(self.tf("aws_cloudwatch_metric_alarm", "record_stale")["for_each"], "${toset(local.peers)}")
         self.assertEqual(len(peers), len([n for n in resources(self.region_tpl, "AWS::CloudWatch::Alarm").values()
                                           if "RecordStale" in n["Properties"]["AlarmName"]]))
@@ -351,6 +358,12 @@ class ConfigText(unittest.TestCase):
                 self.assertEqual([(l["id"], l["rate"]) for l in doc["limits"]], [(l["id"], l["rate"]) for l in settings["limits"]])
                 self.assertEqual(doc["listen"], "0.0.0.0:8080")
                 self.assertNotIn("api_token", doc)
+
+
+def each_value_of(v, entry: dict):
+    """`${each.value.NAME}` read from the for_each entry; anything else as it is."""
+    m = re.fullmatch(r"\$\{each\.value\.(\w+)\}", v) if isinstance(v, str) else None
+    return entry[m.group(1)] if m else v
 
 
 def evaluate(expr, env: dict, each_value: dict):

@@ -52,55 +52,58 @@ resource "aws_cloudwatch_metric_alarm" "sum_of_shares_above_limit" {
   tags                = local.tags
 }
 
-resource "aws_cloudwatch_metric_alarm" "rejected_records" {
-  alarm_name          = "shareplane-${var.region}-RejectedRecords"
-  alarm_description   = "${var.region} rejected a peer record that failed validation. See infra/README.md, \"Alarms\"."
+# The alarms on this Region's own daemon, one per entry.
+locals {
+  daemon_alarms = {
+    RejectedRecords = {
+      description         = "${var.region} rejected a peer record that failed validation."
+      metric_name         = "RejectedRecords"
+      statistic           = "Sum"
+      comparison_operator = "GreaterThanThreshold"
+      threshold           = 0
+      evaluation_periods  = 1
+      datapoints_to_alarm = null
+      treat_missing_data  = "notBreaching"
+    }
+    RebalancesWithoutFreshData = {
+      description         = "${var.region} rebalanced while some peer's record was not fresh."
+      metric_name         = "RebalancesWithoutFreshData"
+      statistic           = "Sum"
+      comparison_operator = "GreaterThanThreshold"
+      threshold           = 0
+      evaluation_periods  = 1
+      datapoints_to_alarm = null
+      treat_missing_data  = "notBreaching"
+    }
+    NotReady = {
+      description         = "A shareplane daemon in ${var.region} is not ready, or publishes no metrics at all."
+      metric_name         = "Ready"
+      statistic           = "Minimum"
+      comparison_operator = "LessThanThreshold"
+      threshold           = 1
+      evaluation_periods  = 2
+      datapoints_to_alarm = 2
+      # No datapoint means no daemon publishes: that is not ready either.
+      treat_missing_data = "breaching"
+    }
+  }
+}
+
+resource "aws_cloudwatch_metric_alarm" "daemon" {
+  for_each            = local.daemon_alarms
+  alarm_name          = "shareplane-${var.region}-${each.key}"
+  alarm_description   = "${each.value.description} See infra/README.md, \"Alarms\"."
   namespace           = var.metric_namespace
-  metric_name         = "RejectedRecords"
+  metric_name         = each.value.metric_name
   dimensions          = { Region = var.region }
-  statistic           = "Sum"
+  statistic           = each.value.statistic
   period              = 60
-  comparison_operator = "GreaterThanThreshold"
-  threshold           = 0
-  evaluation_periods  = 1
-  treat_missing_data  = "notBreaching"
+  comparison_operator = each.value.comparison_operator
+  threshold           = each.value.threshold
+  evaluation_periods  = each.value.evaluation_periods
+  datapoints_to_alarm = each.value.datapoints_to_alarm
+  treat_missing_data  = each.value.treat_missing_data
   alarm_actions       = [aws_sns_topic.alarms.arn]
   ok_actions          = [aws_sns_topic.alarms.arn]
   tags                = local.tags
-}
-
-resource "aws_cloudwatch_metric_alarm" "rebalances_without_fresh_data" {
-  alarm_name          = "shareplane-${var.region}-RebalancesWithoutFreshData"
-  alarm_description   = "${var.region} rebalanced while some peer's record was not fresh. See infra/README.md, \"Alarms\"."
-  namespace           = var.metric_namespace
-  metric_name         = "RebalancesWithoutFreshData"
-  dimensions          = { Region = var.region }
-  statistic           = "Sum"
-  period              = 60
-  comparison_operator = "GreaterThanThreshold"
-  threshold           = 0
-  evaluation_periods  = 1
-  treat_missing_data  = "notBreaching"
-  alarm_actions       = [aws_sns_topic.alarms.arn]
-  ok_actions          = [aws_sns_topic.alarms.arn]
-  tags                = local.tags
-}
-
-resource "aws_cloudwatch_metric_alarm" "not_ready" {
-  alarm_name          = "shareplane-${var.region}-NotReady"
-  alarm_description   = "A shareplane daemon in ${var.region} is not ready, or publishes no metrics at all. See infra/README.md, \"Alarms\"."
-  namespace           = var.metric_namespace
-  metric_name         = "Ready"
-  dimensions          = { Region = var.region }
-  statistic           = "Minimum"
-  period              = 60
-  comparison_operator = "LessThanThreshold"
-  threshold           = 1
-  evaluation_periods  = 2
-  datapoints_to_alarm = 2
-  # No datapoint means no daemon publishes: that is not ready either.
-  treat_missing_data = "breaching"
-  alarm_actions      = [aws_sns_topic.alarms.arn]
-  ok_actions         = [aws_sns_topic.alarms.arn]
-  tags               = local.tags
 }
