@@ -55,7 +55,7 @@ npx cdk synth --quiet --no-lookups >/dev/null
 ls cdk.out/*.template.json
 
 step "CDK assertion tests (node --test)"
-node --test dist/test/
+node --test dist/test/*.test.js
 
 step "cfn-lint on the synthesized templates"
 "$INFRA/.venv-cfnlint/bin/cfn-lint" cdk.out/*.template.json
