@@ -279,6 +279,13 @@ fn decode_inner(
     let h = parse_header(d, header)?;
     let mut limits = vec![LimitRecord::default(); d.limits.len()];
     let mut seen = vec![false; d.limits.len()];
+    // `Deployment::limit_index` searches linearly; 10,000 limits need a map.
+    let index: HashMap<&str, usize> = d
+        .limits
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.id.as_str(), i))
+        .collect();
     for (i, want) in h.shard_versions.iter().enumerate() {
         let Some(item) = shards.get(&i) else {
             return Err(Failure::Inconsistent(format!(
@@ -292,7 +299,7 @@ fn decode_inner(
             )));
         }
         let blob = blob(item, "d")?;
-        decode_shard(d, &h.columns, blob, &mut limits, &mut seen)?;
+        decode_shard(&index, &h.columns, blob, &mut limits, &mut seen)?;
     }
     Ok(Some(RegionRecord {
         region,
@@ -434,7 +441,7 @@ fn place<T: PartialEq>(
 }
 
 fn decode_shard(
-    d: &Deployment,
+    index: &HashMap<&str, usize>,
     columns: &[Option<RegionId>],
     blob: &[u8],
     limits: &mut [LimitRecord],
@@ -445,9 +452,8 @@ fn decode_shard(
     let count = r.count(blob.len() / 9 + 1, "limits")?;
     for _ in 0..count {
         let id = r.string(128)?;
-        let index = d.limit_index(id);
         let l = read_limit(&mut r, columns)?;
-        if let Some(i) = index {
+        if let Some(&i) = index.get(id) {
             // `seen` and `limits` both have one slot per configured limit.
             if seen.get(i).copied().unwrap_or(true) {
                 return Err(malformed(format!("limit {id:?} appears twice")));
