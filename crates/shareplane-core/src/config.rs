@@ -175,8 +175,15 @@ impl LimitSpec {
         }
         // Ids become Redis keys inside a hash tag (`rl:{id}:global`) and DynamoDB attribute
         // values: braces, whitespace and control characters would break the tag.
-        if self.id.chars().any(|c| c == '{' || c == '}' || c.is_whitespace() || c.is_control()) {
-            errors.push(err(format!("{at}.id"), "may not contain braces, spaces or control characters"));
+        if self
+            .id
+            .chars()
+            .any(|c| c == '{' || c == '}' || c.is_whitespace() || c.is_control())
+        {
+            errors.push(err(
+                format!("{at}.id"),
+                "may not contain braces, spaces or control characters",
+            ));
         }
         if self.version == 0 {
             errors.push(err(format!("{at}.version"), "must be at least 1"));
