@@ -150,3 +150,41 @@ pub fn describe<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::f
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::put_item::PutItemError;
+
+    fn service(code: &str) -> SdkError<PutItemError, ()> {
+        SdkError::service_error(
+            PutItemError::generic(ErrorMetadata::builder().code(code).build()),
+            (),
+        )
+    }
+
+    #[test]
+    fn throttling_timeouts_and_server_trouble_are_retryable_the_rest_is_not() {
+        assert!(is_retryable(&service(
+            "ProvisionedThroughputExceededException"
+        )));
+        assert!(is_retryable(&service("ThrottlingException")));
+        assert!(is_retryable(&service("InternalServerError")));
+        assert!(is_retryable(&SdkError::<PutItemError, ()>::timeout_error(
+            "slow"
+        )));
+        assert!(!is_retryable(&service("ValidationException")));
+        assert!(!is_retryable(&service("ResourceNotFoundException")));
+        assert!(!is_retryable(
+            &SdkError::<PutItemError, ()>::construction_failure("bad input")
+        ));
+        assert!(
+            matches!(store_error("PutItem", service("AccessDeniedException")), StoreError::Fatal(m) if m.contains("AccessDenied"))
+        );
+        assert!(matches!(
+            store_error("PutItem", service("ThrottlingException")),
+            StoreError::Unavailable(_)
+        ));
+    }
+}

@@ -52,6 +52,7 @@ pub struct DynamoStore {
     deployment: Arc<Deployment>,
     me: RegionId,
     written: Mutex<Option<Written>>,
+    max_actions: usize,
     last_good: Mutex<BTreeMap<RegionId, Arc<RegionRecord>>>,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
@@ -80,9 +81,17 @@ impl DynamoStore {
             deployment,
             me,
             written: Mutex::new(None),
+            max_actions: MAX_TRANSACTION_ACTIONS,
             last_good: Mutex::new(BTreeMap::new()),
             rejections: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Caps the actions per transaction below DynamoDB's 100 (at least 2), so that tests can
+    /// exercise records written in several transactions without 25,000 limits.
+    pub fn with_max_transaction_actions(mut self, actions: usize) -> Self {
+        self.max_actions = actions.clamp(2, MAX_TRANSACTION_ACTIONS);
+        self
     }
 
     /// How many foreign records were rejected so far, by cause ([`Rejection::cause`]).
@@ -202,7 +211,8 @@ impl DynamoStore {
         let mut batch = Vec::new();
         let mut bytes = header_size;
         for (action, size) in actions {
-            if batch.len() + 1 >= MAX_TRANSACTION_ACTIONS || bytes + size > MAX_TRANSACTION_BYTES {
+            let full = batch.len() + 1 >= self.max_actions || bytes + size > MAX_TRANSACTION_BYTES;
+            if full && !batch.is_empty() {
                 batch.push(self.header_check(enc, token)?);
                 batches.push(std::mem::take(&mut batch));
                 bytes = header_size;

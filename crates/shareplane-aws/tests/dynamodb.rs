@@ -272,3 +272,56 @@ async fn limits_unknown_to_the_reader_are_ignored_and_missing_ones_read_as_unado
     assert_eq!(&r.limits[..29], &v1.limits[1..]);
     assert_eq!(r.limits[29], shareplane_core::LimitRecord::default());
 }
+
+#[tokio::test]
+async fn a_record_written_in_several_transactions_round_trips_and_stays_fenced() {
+    let Some(s) = setup("a_record_written_in_several_transactions", 1_000).await else {
+        return;
+    };
+    let store = s.store().with_max_transaction_actions(2);
+    let v1 = record(&s.d, 0, 1);
+    store
+        .put(&v1, WriterToken(5))
+        .await
+        .expect("put v1 in 4 shard transactions + the header");
+    assert!(matches!(store.read_one(rid(0)).await, Ok(Some(Fetched::Record(r))) if *r == v1));
+    let stale = s.store().with_max_transaction_actions(2);
+    let refused = stale.put(&record(&s.d, 0, 2), WriterToken(4)).await;
+    assert!(
+        matches!(refused, Err(shareplane_store::StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+    assert!(
+        matches!(store.read_one(rid(0)).await, Ok(Some(Fetched::Record(r))) if *r == v1),
+        "nothing of the stale write shows"
+    );
+    let v2 = record(&s.d, 0, 2);
+    store.put(&v2, WriterToken(5)).await.expect("put v2");
+    assert!(matches!(store.read_one(rid(0)).await, Ok(Some(Fetched::Record(r))) if *r == v2));
+}
+
+#[tokio::test]
+async fn an_unreachable_table_is_a_retryable_error() {
+    let endpoint = shareplane_aws::Endpoint::Local {
+        url: "http://127.0.0.1:9".into(),
+        region: "eu-west-1".into(),
+    };
+    let limits = shareplane_aws::CallLimits {
+        max_attempts: 1,
+        ..Default::default()
+    };
+    let client = shareplane_aws::client::dynamodb(
+        &shareplane_aws::client::sdk_config(&endpoint, limits).await,
+    );
+    let store = DynamoStore::new(client, "nowhere", deployment(3), rid(0));
+    let err = store.read_all().await.expect_err("nothing listens there");
+    assert!(err.is_retryable(), "{err:?}");
+    let err = store
+        .put(&record(&deployment(3), 0, 1), WriterToken(1))
+        .await
+        .expect_err("nothing listens there");
+    assert!(
+        matches!(err, shareplane_store::StoreError::Unavailable(_)),
+        "{err:?}"
+    );
+}
