@@ -221,12 +221,12 @@ fn fuzz(args: &[OsString]) -> ExitCode {
             let _ = writeln!(out, "{}", crate::fuzz::to_toml(&sc));
         }
         match crate::fuzz::check(&sc) {
-            Ok(report) => totals.add(&report),
+            Ok(report) => totals.add(seed, &report),
             Err(failure) => {
                 failed += 1;
                 let _ = writeln!(
                     out,
-                    "seed {seed} FAILED: {failure}\n  replay: shareplane sim fuzz --seeds 1 --start {seed} --print"
+                    "seed {seed} FAILED: {failure}\n  replay: shareplane sim fuzz --seeds 1 --start {seed}   (add --print for the scenario as TOML)"
                 );
             }
         }

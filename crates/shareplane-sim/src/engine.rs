@@ -92,6 +92,9 @@ pub struct Outcome {
     /// Peer records a coordinator refused (always a bug: every simulated record is honest).
     pub rejected_records: u64,
     pub conservation_violations: u64,
+    /// At the end: room (milli-requests per second) still counted in epochs that ended and that
+    /// no Region can reclaim any more, e.g. grants in flight between two ended epochs.
+    pub stranded: i128,
 }
 
 struct Reg {
@@ -524,6 +527,7 @@ impl<'a> Sim<'a> {
     }
 
     fn finish(self) -> Outcome {
+        let stranded = self.ledger.stranded(&self.d, &self.regs);
         let finals = self
             .regs
             .iter()
@@ -548,6 +552,7 @@ impl<'a> Sim<'a> {
             finals,
             rejected_records: self.rejected,
             conservation_violations: self.violations,
+            stranded,
         }
     }
 }
@@ -577,6 +582,19 @@ fn marker(reg: &Reg) -> &RegionRecord {
         Some(c) => c.own(),
         None => &reg.last_written,
     }
+}
+
+/// Every Region's current record (see [`Ledger`]).
+fn current_estates(regs: &[Reg]) -> Vec<&RegionRecord> {
+    let mut estates: Vec<&RegionRecord> = Vec::with_capacity(regs.len() * 2);
+    for (r, reg) in regs.iter().enumerate() {
+        match (&reg.coord, &reg.lost_own) {
+            (Some(c), _) => estates.push(c.own()),
+            (None, Some(own)) => estates.push(acted_on(regs, r, own.epoch).unwrap_or(own)),
+            (None, None) => {}
+        }
+    }
+    estates
 }
 
 /// The record of `(r, epoch)` that the others act on.
@@ -611,15 +629,16 @@ impl Ledger {
         }
     }
 
+    /// Room held by estates other than the Regions' current records.
+    fn stranded(&self, d: &Deployment, regs: &[Reg]) -> i128 {
+        let current = current_estates(regs);
+        let mut all = current.clone();
+        all.extend(self.ended.iter().filter_map(|&(r, e)| acted_on(regs, r, e)));
+        conservation(d, 0, &all).actual - conservation(d, 0, &current).actual
+    }
+
     fn check(&mut self, d: &Deployment, regs: &[Reg]) -> bool {
-        let mut estates: Vec<&RegionRecord> = Vec::with_capacity(regs.len() + self.ended.len());
-        for (r, reg) in regs.iter().enumerate() {
-            match (&reg.coord, &reg.lost_own) {
-                (Some(c), _) => estates.push(c.own()),
-                (None, Some(own)) => estates.push(acted_on(regs, r, own.epoch).unwrap_or(own)),
-                (None, None) => {}
-            }
-        }
+        let mut estates = current_estates(regs);
         let current = estates.len();
         let mut ended_at = Vec::new();
         for (k, &(r, e)) in self.ended.iter().enumerate() {
