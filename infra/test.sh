@@ -44,6 +44,8 @@ venv "$INFRA/.venv-checkov" "checkov==$CHECKOV_VERSION"
 unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_PROFILE AWS_DEFAULT_PROFILE
 export AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_EC2_METADATA_DISABLED=true
 export CDK_DISABLE_CLI_TELEMETRY=true
+# Terraform otherwise asks checkpoint-api.hashicorp.com whether a newer version exists.
+export CHECKPOINT_DISABLE=1
 
 step "tsc"
 rm -rf dist
