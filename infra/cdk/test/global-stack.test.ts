@@ -98,3 +98,17 @@ test('outputs name the table and every health check', () => {
   t.hasOutput('TableName', Match.anyValue());
   for (const r of built.settings.regions) t.hasOutput(`HealthCheckId${r.replace(/-/g, '')}`, Match.anyValue());
 });
+
+test('inventory: every resource of the global stack, by type', () => {
+  const counts: Record<string, number> = {};
+  for (const r of Object.values(t.toJSON().Resources) as any[]) counts[r.Type] = (counts[r.Type] ?? 0) + 1;
+  assert.deepEqual(counts, {
+    'AWS::DynamoDB::GlobalTable': 1,
+    'AWS::Route53::HealthCheck': 3,
+    'AWS::CloudWatch::Dashboard': 1,
+    // CDK's writer of the cross-Region references: one per other Region, one provider function and role.
+    'Custom::CrossRegionExportWriter': 2,
+    'AWS::Lambda::Function': 1,
+    'AWS::IAM::Role': 1,
+  });
+});

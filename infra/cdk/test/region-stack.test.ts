@@ -249,3 +249,67 @@ test('VPC flow logs go to an encrypted log group', () => {
   assert.equal(groups.length, 2);
   for (const g of groups) assert.ok(g.KmsKeyId && g.RetentionInDays === 365, g.LogGroupName);
 });
+
+test('inventory: every resource of a Region stack, by type', () => {
+  const counts: Record<string, number> = {};
+  for (const r of Object.values(t.toJSON().Resources) as any[]) counts[r.Type] = (counts[r.Type] ?? 0) + 1;
+  assert.deepEqual(counts, {
+    'AWS::KMS::Key': 1,
+    'AWS::EC2::VPC': 1, 'AWS::EC2::Subnet': 4, 'AWS::EC2::RouteTable': 4, 'AWS::EC2::SubnetRouteTableAssociation': 4,
+    'AWS::EC2::Route': 4, 'AWS::EC2::EIP': 1, 'AWS::EC2::NatGateway': 1, 'AWS::EC2::InternetGateway': 1,
+    'AWS::EC2::VPCGatewayAttachment': 1, 'AWS::EC2::FlowLog': 1,
+    'AWS::EC2::SecurityGroup': 2, 'AWS::EC2::SecurityGroupIngress': 1, 'AWS::EC2::SecurityGroupEgress': 1,
+    // Flow logs, task, execution, cross-Region reference reader.
+    'AWS::IAM::Role': 4, 'AWS::IAM::Policy': 2,
+    'AWS::Logs::LogGroup': 2, 'AWS::SSM::Parameter': 1, 'AWS::SecretsManager::Secret': 1,
+    'AWS::CertificateManager::Certificate': 1, 'AWS::Route53::RecordSet': 1,
+    'AWS::S3::Bucket': 1, 'AWS::S3::BucketPolicy': 1,
+    'AWS::ElasticLoadBalancingV2::LoadBalancer': 1, 'AWS::ElasticLoadBalancingV2::Listener': 1,
+    'AWS::ElasticLoadBalancingV2::ListenerRule': 1, 'AWS::ElasticLoadBalancingV2::TargetGroup': 1,
+    'AWS::ECS::Cluster': 1, 'AWS::ECS::TaskDefinition': 1, 'AWS::ECS::Service': 1,
+    'AWS::SNS::Topic': 1, 'AWS::CloudWatch::Alarm': 6,
+    'Custom::CrossRegionExportReader': 1, 'AWS::Lambda::Function': 1,
+  });
+  const home: Record<string, number> = {};
+  for (const r of Object.values((built.regions.get('us-east-1') as Template).toJSON().Resources) as any[]) {
+    home[r.Type] = (home[r.Type] ?? 0) + 1;
+  }
+  assert.equal(home['Custom::CrossRegionExportReader'], undefined, 'the home Region needs no reader');
+  assert.equal(home['AWS::IAM::Role'], 3);
+});
+
+test('the key policy: logs only for this account and Region, alarms, the token only through Secrets Manager', () => {
+  const statements: any[] = only(t, 'AWS::KMS::Key').props.KeyPolicy.Statement;
+  const bySid = new Map(statements.filter((s) => s.Sid).map((s) => [s.Sid, s]));
+  assert.deepEqual(bySid.get('CloudWatchLogs').Principal, { Service: 'logs.eu-west-1.amazonaws.com' });
+  assert.deepEqual(bySid.get('CloudWatchLogs').Condition, {
+    ArnLike: {
+      'kms:EncryptionContext:aws:logs:arn': {
+        'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':logs:eu-west-1:123456789012:log-group:*']],
+      },
+    },
+  });
+  assert.deepEqual(bySid.get('CloudWatchAlarms').Action, ['kms:Decrypt', 'kms:GenerateDataKey*']);
+  const exec = only(t, 'AWS::ECS::TaskDefinition').props.ExecutionRoleArn['Fn::GetAtt'][0];
+  const decrypt = statements.filter((s) => JSON.stringify(s.Principal).includes(exec));
+  assert.equal(decrypt.length, 1);
+  assert.deepEqual(decrypt[0].Action, 'kms:Decrypt');
+  assert.deepEqual(decrypt[0].Condition, { StringEquals: { 'kms:ViaService': 'secretsmanager.eu-west-1.amazonaws.com' } });
+  for (const s of statements.filter((x) => !x.Sid && !JSON.stringify(x.Principal).includes(exec))) {
+    // CDK's defaults: the account root (IAM decides) and the Secrets Manager grants through kms:ViaService.
+    assert.ok(s.Condition === undefined ? s.Action === 'kms:*' : s.Condition.StringEquals['kms:ViaService'], JSON.stringify(s));
+  }
+});
+
+test('the log bucket refuses plain HTTP; the execution role reads only its config, token and log group', () => {
+  const bucket: any[] = only(t, 'AWS::S3::BucketPolicy').props.PolicyDocument.Statement;
+  const deny = bucket.filter((s) => s.Effect === 'Deny');
+  assert.equal(deny.length, 1);
+  assert.deepEqual(deny[0].Condition, { Bool: { 'aws:SecureTransport': 'false' } });
+  const exec = only(t, 'AWS::ECS::TaskDefinition').props.ExecutionRoleArn['Fn::GetAtt'][0];
+  const policies = Object.values(t.findResources('AWS::IAM::Policy')).filter((p: any) => JSON.stringify(p.Properties.Roles).includes(exec));
+  assert.equal(policies.length, 1);
+  for (const s of (policies[0] as any).Properties.PolicyDocument.Statement) {
+    if (s.Resource === '*') assert.equal(s.Action, 'ecr:GetAuthorizationToken', 'only the registry login is unscoped');
+  }
+});
