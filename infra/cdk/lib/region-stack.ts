@@ -124,7 +124,7 @@ export class RegionStack extends Stack {
   /** One key for this Region's logs and alarm topic, with yearly rotation. */
   private encryptionKey(): kms.Key {
     const key = new kms.Key(this, 'Key', {
-      description: 'shareplane: encrypts the daemon logs, VPC flow logs and the alarm topic',
+      description: 'shareplane: encrypts the daemon logs, VPC flow logs, the alarm topic and the API token',
       enableKeyRotation: true,
       removalPolicy: RemovalPolicy.RETAIN,
     });
