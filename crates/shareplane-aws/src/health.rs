@@ -13,6 +13,8 @@ use aws_sdk_cloudwatch::primitives::DateTime;
 use aws_sdk_cloudwatch::types::{Dimension, Metric, MetricDataQuery, MetricStat};
 use aws_sdk_cloudwatch::Client;
 use shareplane_core::{Health, PerRegion, RegionId};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 pub const ROUTE53_NAMESPACE: &str = "AWS/Route53";
@@ -30,6 +32,9 @@ pub struct HealthReader {
     freshness: Duration,
     /// Bound on the whole call.
     timeout: Duration,
+    /// Whether the last read failed: failures are logged when they start and when they end, not
+    /// at every period.
+    failing: Arc<AtomicBool>,
 }
 
 impl HealthReader {
@@ -45,6 +50,7 @@ impl HealthReader {
             checks,
             freshness,
             timeout,
+            failing: Arc::default(),
         }
     }
 
@@ -74,17 +80,17 @@ impl HealthReader {
         let response = match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
-                tracing::warn!(error = %crate::client::describe(&e), "health read failed; all Regions Unknown");
+                self.failed(&crate::client::describe(&e));
                 return out;
             }
             Err(_) => {
-                tracing::warn!(
-                    timeout_ms = self.timeout.as_millis() as u64,
-                    "health read timed out; all Regions Unknown"
-                );
+                self.failed(&format!("no answer within {} ms", self.timeout.as_millis()));
                 return out;
             }
         };
+        if self.failing.swap(false, Ordering::Relaxed) {
+            tracing::info!("health reads work again");
+        }
         let start_s = DateTime::from(start).secs();
         for result in response.metric_data_results() {
             let Some(r) = result
@@ -108,6 +114,17 @@ impl HealthReader {
             }
         }
         out
+    }
+}
+
+impl HealthReader {
+    fn failed(&self, error: &str) {
+        if !self.failing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                error,
+                "health read failed; every Region is Unknown until it works again"
+            );
+        }
     }
 }
 

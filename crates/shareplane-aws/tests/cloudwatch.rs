@@ -103,12 +103,14 @@ async fn read_back(
     for (k, v) in dims {
         metric = metric.dimensions(Dimension::builder().name(*k).value(*v).build());
     }
+    // One 600-second period around `now`: moto does not align periods, and a datapoint on a
+    // period boundary would be counted in both.
     let q = MetricDataQuery::builder()
         .id("q")
         .metric_stat(
             MetricStat::builder()
                 .metric(metric.build())
-                .period(60)
+                .period(600)
                 .stat("Maximum")
                 .build(),
         )
@@ -116,8 +118,8 @@ async fn read_back(
     let out = cw
         .get_metric_data()
         .metric_data_queries(q)
-        .start_time(DateTime::from(now - Duration::from_secs(300)))
-        .end_time(DateTime::from(now + Duration::from_secs(300)))
+        .start_time(DateTime::from(now - Duration::from_secs(299)))
+        .end_time(DateTime::from(now + Duration::from_secs(301)))
         .send()
         .await
         .expect("get metric data");

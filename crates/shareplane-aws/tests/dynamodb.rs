@@ -89,6 +89,9 @@ async fn spoiled(s: &Setup, spoil: impl Fn(&mut Item)) -> Option<Rejection> {
     rejection(&fetched, "eu-west-1")
 }
 
+/// A named way to spoil a valid record's items, and the rejection it must cause.
+type Spoiler = (&'static str, Box<dyn Fn(&mut Item)>, Rejection);
+
 fn is_header(item: &Item) -> bool {
     item.get("sk") == Some(&AttributeValue::S("rec".into()))
 }
@@ -99,7 +102,7 @@ async fn foreign_garbage_is_rejected_with_its_cause_and_counted() {
         return;
     };
     let n = |v: &str| AttributeValue::N(v.into());
-    let cases: Vec<(&str, Box<dyn Fn(&mut Item)>, Rejection)> = vec![
+    let cases: Vec<Spoiler> = vec![
         (
             "future schema",
             Box::new(move |i: &mut Item| {
