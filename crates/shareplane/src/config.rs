@@ -40,6 +40,8 @@ pub struct RawConfig {
     pub table: Option<String>,
     pub store: Option<String>,
     pub aws_endpoint: Option<String>,
+    /// The AWS Region of this daemon's table replica; default: the `region` name.
+    pub aws_region: Option<String>,
     pub metrics_namespace: Option<String>,
     #[serde(default)]
     pub limits: Vec<RawLimit>,
@@ -109,6 +111,7 @@ pub struct Config {
     pub table: String,
     pub store: StoreKind,
     pub aws_endpoint: Option<String>,
+    pub aws_region: String,
     pub metrics_namespace: String,
     pub listen: SocketAddr,
     pub api_token: Option<String>,
@@ -366,6 +369,7 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     if replica_id.is_empty() || replica_id.len() > 128 {
         errors.push(problem("replica_id", "1 to 128 characters"));
     }
+    let aws_region = raw.aws_region.clone().unwrap_or_else(|| region.clone());
     Some(Config {
         region,
         me: me?,
@@ -380,6 +384,7 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         table,
         store,
         aws_endpoint: raw.aws_endpoint,
+        aws_region,
         metrics_namespace: raw.metrics_namespace.unwrap_or_else(|| "Shareplane".into()),
         listen,
         api_token,

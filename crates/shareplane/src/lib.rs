@@ -9,6 +9,7 @@
 //! `main.rs` only parses the command line and calls [`run`] or [`demo::run`].
 
 pub mod api;
+pub mod aws;
 pub mod clock;
 pub mod config;
 pub mod daemon;
@@ -36,8 +37,8 @@ pub const LOOP_STOP: Duration = Duration::from_secs(15);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("store = \"dynamodb\" needs the shareplane-aws crate, which this build does not include yet; use store = \"memory\" to try the daemon")]
-    DynamoDbUnavailable,
+    #[error("cannot set up the DynamoDB store: {0}")]
+    Aws(shareplane_store::StoreError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -49,9 +50,6 @@ pub enum RunError {
 
 /// `shareplane run`: one replica of one Region's daemon, until SIGINT or SIGTERM.
 pub async fn run(cfg: Config) -> Result<(), RunError> {
-    if cfg.store == StoreKind::DynamoDb {
-        return Err(RunError::DynamoDbUnavailable);
-    }
     let (tx, rx) = watch::channel(false);
     tokio::spawn(shutdown_on_signals(tx));
     let shared = Shared::new(
@@ -62,9 +60,17 @@ pub async fn run(cfg: Config) -> Result<(), RunError> {
         rx.clone(),
     );
     let opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
-    warn!("store = \"memory\": records live in this process only; no other Region or replica sees them");
-    let daemon = Daemon::new(shared.clone(), MemoryStore::new(), NoHealth, opts);
-    let loop_task = tokio::spawn(daemon.run());
+    let loop_task = match cfg.store {
+        StoreKind::Memory => {
+            warn!("store = \"memory\": records live in this process only; no other Region or replica sees them");
+            tokio::spawn(Daemon::new(shared.clone(), MemoryStore::new(), NoHealth, opts).run())
+        }
+        StoreKind::DynamoDb => {
+            let aws = aws::connect(&cfg).await.map_err(RunError::Aws)?;
+            tokio::spawn(aws::publish_metrics(aws.publisher, shared.clone()));
+            tokio::spawn(Daemon::new(shared.clone(), aws.store, aws.health, opts).run())
+        }
+    };
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .map_err(|source| RunError::Listen {

@@ -35,6 +35,10 @@ impl Labeled {
         let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         m.get(label).copied().unwrap_or(0)
     }
+    pub fn total(&self) -> u64 {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.values().sum()
+    }
     fn snapshot(&self) -> Vec<(&'static str, u64)> {
         let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         m.iter().map(|(k, v)| (*k, *v)).collect()
@@ -56,6 +60,7 @@ pub struct Metrics {
     pub stepped_down: Counter,
     pub demand_reports: Counter,
     pub demand_rejected: Labeled,
+    pub metric_publish_failed: Counter,
     _limit_ids: Vec<String>,
 }
 
@@ -177,6 +182,13 @@ impl Metrics {
             "reason",
             "Demand reports refused.",
             self.demand_rejected.snapshot(),
+        );
+        one(
+            &mut o,
+            "shareplane_metric_publish_failed_total",
+            "counter",
+            "CloudWatch metric publishes that failed.",
+            self.metric_publish_failed.get(),
         );
         one(
             &mut o,

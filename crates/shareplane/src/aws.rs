@@ -1,0 +1,108 @@
+//! `store = "dynamodb"`: the record store, health reader and metric publisher of
+//! `shareplane-aws`, wired into the daemon.
+
+use crate::config::Config;
+use crate::health::HealthSource;
+use crate::state::{Shared, StateView};
+use shareplane_aws::client::{cloudwatch, cloudwatch_health, dynamodb, sdk_config};
+use shareplane_aws::{CallLimits, DynamoStore, Endpoint, HealthReader, MetricsPublisher, Point};
+use shareplane_core::{Health, PerRegion};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tracing::warn;
+
+/// A health datapoint older than this is no evidence (Route 53 publishes every minute).
+const HEALTH_FRESHNESS: Duration = Duration::from_secs(180);
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Route 53 health checks read from CloudWatch in us-east-1.
+pub struct AwsHealth(pub HealthReader);
+
+impl HealthSource for AwsHealth {
+    async fn read(&self) -> PerRegion<Health> {
+        self.0.read(SystemTime::now()).await
+    }
+}
+
+/// The AWS side of one daemon.
+pub struct Aws {
+    pub store: DynamoStore,
+    pub health: AwsHealth,
+    pub publisher: MetricsPublisher,
+}
+
+/// Builds the clients. With `aws_endpoint` set (local runs against moto) it uses fixed test
+/// credentials and creates the table if it is missing; without it, the default credential chain
+/// and a table that the infrastructure code made.
+pub async fn connect(cfg: &Config) -> Result<Aws, shareplane_store::StoreError> {
+    let endpoint = match &cfg.aws_endpoint {
+        Some(url) => Endpoint::Local {
+            url: url.clone(),
+            region: cfg.aws_region.clone(),
+        },
+        None => Endpoint::Default {
+            region: Some(cfg.aws_region.clone()),
+        },
+    };
+    let sdk = sdk_config(&endpoint, CallLimits::default()).await;
+    let db = dynamodb(&sdk);
+    if cfg.aws_endpoint.is_some() {
+        shareplane_aws::create_table(&db, &cfg.table).await?;
+    }
+    let store = DynamoStore::new(db, cfg.table.clone(), cfg.deployment.clone(), cfg.me);
+    let reader = HealthReader::new(
+        cloudwatch_health(&sdk),
+        cfg.health_check_ids.clone(),
+        HEALTH_FRESHNESS,
+        HEALTH_TIMEOUT,
+    );
+    let publisher = MetricsPublisher::new(cloudwatch(&sdk), cfg.metrics_namespace.clone());
+    Ok(Aws {
+        store,
+        health: AwsHealth(reader),
+        publisher,
+    })
+}
+
+/// The CloudWatch points for one period, from the latest state view.
+pub fn points(view: &StateView, ready: bool, rejected_since_last: u64) -> Vec<Point> {
+    let mut out = Vec::with_capacity(view.limits.len() + view.peers.len() + 2);
+    for l in &view.limits {
+        out.push(Point::share(&l.id, &view.region, l.share));
+    }
+    for p in &view.peers {
+        if let Some(u) = p.unchanged {
+            let secs = u as f64 * view.period_ms as f64 / 1000.0;
+            out.push(Point::peer_record_age(&view.region, &p.region, secs));
+        }
+    }
+    out.push(Point::rejected_records(&view.region, rejected_since_last));
+    out.push(Point::ready(&view.region, ready));
+    out
+}
+
+/// Publishes the alarm metrics once a period until shutdown. Failures are logged and counted,
+/// never fatal.
+pub async fn publish_metrics(publisher: MetricsPublisher, shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown_signal();
+    let mut tick = tokio::time::interval(Duration::from_millis(shared.d.period_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut rejected_before = shared.metrics.records_rejected.total();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|v| *v) => return,
+        }
+        let rejected = shared.metrics.records_rejected.total();
+        let pts = points(
+            &shared.view(),
+            shared.is_ready(),
+            rejected.saturating_sub(rejected_before),
+        );
+        rejected_before = rejected;
+        if let Err(e) = publisher.publish(&pts, SystemTime::now()).await {
+            shared.metrics.metric_publish_failed.inc();
+            warn!(error = %e, "publishing metrics to CloudWatch failed");
+        }
+    }
+}
