@@ -28,7 +28,10 @@ pub struct PlotData {
 }
 
 fn push_change<T: PartialEq + Copy>(v: &mut Vec<(i64, T)>, t: i64, x: T) {
-    if v.last().is_none_or(|&(_, y)| y != x) {
+    // `x != x` only for NaN (a gap): keep one gap point, not one per tick.
+    #[allow(clippy::eq_op)]
+    let same = |y: T| y == x || (y != y && x != x);
+    if v.last().is_none_or(|&(_, y)| !same(y)) {
         v.push((t, x));
     }
 }
@@ -61,7 +64,11 @@ impl PlotData {
         push_change(&mut self.sum, t, row.sum_shares.as_rps());
         for (i, r) in row.regions.iter().enumerate() {
             push_change(&mut self.shares[i], t, r.share.as_rps());
-            push_change(&mut self.targets[i], t, r.target.as_rps());
+            push_change(
+                &mut self.targets[i],
+                t,
+                if r.alive { r.target.as_rps() } else { f64::NAN },
+            );
             push_change(&mut self.alive[i], t, r.alive);
         }
         let bin = self.from + (t - self.from) / self.bin_ticks * self.bin_ticks;
@@ -87,7 +94,7 @@ impl PlotData {
         };
         let labels = self.label_rows(events, &xs);
         let rows = labels.iter().map(|l| l.2).max().map_or(0, |m| m + 1);
-        let top = 50.0 + rows as f64 * 16.0;
+        let top = 66.0 + rows as f64 * 16.0;
         let panel_h = [190.0, 230.0, 170.0];
         let gap = 46.0;
         let height = top + panel_h.iter().sum::<f64>() + gap * 3.0 + 20.0;
@@ -117,6 +124,7 @@ impl PlotData {
             &ys,
             "Sum of shares (Regions not lost) against the limit, per second",
         );
+        self.shade(&mut s, &xs, &ys, limit, x1);
         hline(
             &mut s,
             &xs,
@@ -238,15 +246,69 @@ impl PlotData {
                 s,
                 "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{bottom:.1}\" stroke=\"#888\" stroke-dasharray=\"2,3\"/>\
                  <text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\">{}</text>",
-                top - 14.0 - 16.0 * *row as f64 + 10.0,
+                top - 34.0 - 16.0 * *row as f64,
                 x + 3.0,
-                top - 8.0 - 16.0 * *row as f64,
+                top - 26.0 - 16.0 * *row as f64,
                 esc(text)
             );
         }
         let _ = sum_y;
         s.push_str("</svg>\n");
         s
+    }
+
+    /// Red where the sum of shares is above the limit, blue where it is below; the extremes labelled.
+    fn shade(&self, s: &mut String, xs: &Scale, ys: &Scale, limit: f64, x_end: f64) {
+        let pts = self.sum_points(&self.sum);
+        for (i, &(x, v)) in pts.iter().enumerate() {
+            let next = pts.get(i + 1).map_or(x_end, |p| p.0);
+            if v == limit {
+                continue;
+            }
+            let color = if v > limit { "#d62728" } else { "#1f77b4" };
+            let (a, b) = (xs.at(x), xs.at(next));
+            let (y0, y1) = (ys.at(v.max(limit)), ys.at(v.min(limit)));
+            let _ = writeln!(
+                s,
+                "<rect x=\"{a:.1}\" y=\"{y0:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" opacity=\"0.22\"/>",
+                (b - a).max(0.5),
+                (y1 - y0).max(0.5)
+            );
+        }
+        let max = pts
+            .iter()
+            .copied()
+            .fold(None, |m: Option<(f64, f64)>, p| match m {
+                Some(q) if q.1 >= p.1 => Some(q),
+                _ => Some(p),
+            });
+        let min = pts
+            .iter()
+            .copied()
+            .fold(None, |m: Option<(f64, f64)>, p| match m {
+                Some(q) if q.1 <= p.1 => Some(q),
+                _ => Some(p),
+            });
+        if let Some((x, v)) = max.filter(|m| m.1 > limit) {
+            let _ = writeln!(
+                s,
+                "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#b00\" font-weight=\"bold\">max {} at {} s</text>",
+                xs.at(x) + 4.0,
+                ys.at(v) - 4.0,
+                num(v.round()),
+                trim(x)
+            );
+        }
+        if let Some((x, v)) = min.filter(|m| m.1 < limit) {
+            let _ = writeln!(
+                s,
+                "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#14a\" font-weight=\"bold\">min {} at {} s</text>",
+                xs.at(x) + 4.0,
+                ys.at(v) + 14.0,
+                num(v.round()),
+                trim(x)
+            );
+        }
     }
 
     /// Events in the window, merged per instant, each given a text row so labels do not overlap.
@@ -461,16 +523,26 @@ fn step_line(
     if pts.is_empty() {
         return;
     }
+    // NaN values are gaps (a lost Region has no target).
     let mut d = String::new();
-    for (i, &(x, y)) in pts.iter().enumerate() {
+    let mut pen_down = false;
+    for &(x, y) in pts {
         let (px, py) = (xs.at(x), ys.at(y));
-        if i == 0 {
-            let _ = write!(d, "M{px:.1},{py:.1}");
-        } else {
+        if y.is_nan() {
+            if pen_down {
+                let _ = write!(d, "H{px:.1}");
+            }
+            pen_down = false;
+        } else if pen_down {
             let _ = write!(d, "H{px:.1}V{py:.1}");
+        } else {
+            let _ = write!(d, "M{px:.1},{py:.1}");
+            pen_down = true;
         }
     }
-    let _ = write!(d, "H{:.1}", xs.at(x_end));
+    if pen_down {
+        let _ = write!(d, "H{:.1}", xs.at(x_end));
+    }
     let dash = dash.map_or(String::new(), |d| format!(" stroke-dasharray=\"{d}\""));
     let _ = writeln!(
         s,
