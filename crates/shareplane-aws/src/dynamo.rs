@@ -57,6 +57,9 @@ pub struct DynamoStore {
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
+/// One transaction action and the bytes it writes.
+type SizedAction = (TransactWriteItem, usize);
+
 /// What this store last wrote successfully, so that unchanged shards need not be written again.
 #[derive(Clone)]
 struct Written {
@@ -159,47 +162,7 @@ impl DynamoStore {
         let prev = lock(&self.written).clone().filter(|w| {
             w.region == record.region && w.token == token && w.version < record.version
         });
-        let mut shard_versions = Vec::with_capacity(enc.shards.len());
-        let mut actions: Vec<(TransactWriteItem, usize)> = Vec::new();
-        for (i, bytes) in enc.shards.iter().enumerate() {
-            let same = prev
-                .as_ref()
-                .and_then(|w| Some((w.shards.get(i)?, *w.shard_versions.get(i)?)));
-            if let Some((old, v)) = same.filter(|(old, _)| *old == bytes) {
-                debug_assert_eq!(old, bytes);
-                shard_versions.push(v);
-                continue;
-            }
-            shard_versions.push(record.version);
-            let item = enc
-                .shard_item(i, token.0)
-                .ok_or_else(|| StoreError::Fatal("shard vanished".into()))?;
-            let size = codec::item_bytes(&item);
-            if size > MAX_ITEM_BYTES {
-                return Err(StoreError::Fatal(format!(
-                    "shard {i} would take {size} bytes"
-                )));
-            }
-            let put = Put::builder()
-                .table_name(&self.table)
-                .set_item(Some(item))
-                .condition_expression(SHARD_CONDITION)
-                .expression_attribute_values(":t", num(token.0))
-                .build()
-                .map_err(|e| StoreError::Fatal(e.to_string()))?;
-            actions.push((TransactWriteItem::builder().put(put).build(), size));
-        }
-        let stale = prev.map(|w| w.shards.len()).unwrap_or(0);
-        for i in enc.shards.len()..stale {
-            let del = Delete::builder()
-                .table_name(&self.table)
-                .set_key(Some(key(&enc.region, &codec::shard_sk(i))))
-                .condition_expression(SHARD_CONDITION)
-                .expression_attribute_values(":t", num(token.0))
-                .build()
-                .map_err(|e| StoreError::Fatal(e.to_string()))?;
-            actions.push((TransactWriteItem::builder().delete(del).build(), 100));
-        }
+        let (actions, shard_versions) = self.shard_actions(enc, token, prev.as_ref())?;
         let header = enc.header_item(token.0, &shard_versions);
         let header_size = codec::item_bytes(&header);
         if header_size > MAX_ITEM_BYTES {
@@ -220,17 +183,73 @@ impl DynamoStore {
             bytes += size;
             batch.push(action);
         }
-        let put = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(header))
-            .condition_expression(HEADER_CONDITION)
-            .expression_attribute_values(":v", num(record.version))
-            .expression_attribute_values(":t", num(token.0))
-            .build()
-            .map_err(|e| StoreError::Fatal(e.to_string()))?;
+        let put = self.conditional_put(header, HEADER_CONDITION, Some(record.version), token)?;
         batch.push(TransactWriteItem::builder().put(put).build());
         batches.push(batch);
         Ok((batches, shard_versions))
+    }
+
+    /// Puts of the shards that changed since `prev` (all without it), deletes of shards `prev`
+    /// had beyond the new count, each with its size; and the version of every shard.
+    fn shard_actions(
+        &self,
+        enc: &Encoded,
+        token: WriterToken,
+        prev: Option<&Written>,
+    ) -> Result<(Vec<SizedAction>, Vec<u64>), StoreError> {
+        let mut shard_versions = Vec::with_capacity(enc.shards.len());
+        let mut actions = Vec::new();
+        for (i, bytes) in enc.shards.iter().enumerate() {
+            let unchanged = prev
+                .and_then(|w| Some((w.shards.get(i)?, *w.shard_versions.get(i)?)))
+                .filter(|(old, _)| *old == bytes);
+            if let Some((_, v)) = unchanged {
+                shard_versions.push(v);
+                continue;
+            }
+            shard_versions.push(enc.version);
+            let item = enc
+                .shard_item(i, token.0)
+                .ok_or_else(|| StoreError::Fatal(format!("shard {i} vanished")))?;
+            let size = codec::item_bytes(&item);
+            if size > MAX_ITEM_BYTES {
+                return Err(StoreError::Fatal(format!(
+                    "shard {i} would take {size} bytes"
+                )));
+            }
+            let put = self.conditional_put(item, SHARD_CONDITION, None, token)?;
+            actions.push((TransactWriteItem::builder().put(put).build(), size));
+        }
+        for i in enc.shards.len()..prev.map(|w| w.shards.len()).unwrap_or(0) {
+            let del = Delete::builder()
+                .table_name(&self.table)
+                .set_key(Some(key(&enc.region, &codec::shard_sk(i))))
+                .condition_expression(SHARD_CONDITION)
+                .expression_attribute_values(":t", num(token.0))
+                .build()
+                .map_err(|e| StoreError::Fatal(e.to_string()))?;
+            actions.push((TransactWriteItem::builder().delete(del).build(), 100));
+        }
+        Ok((actions, shard_versions))
+    }
+
+    /// A put under `condition`, which may use `:t` (the token) and `:v` (when `version` is given).
+    fn conditional_put(
+        &self,
+        item: Item,
+        condition: &str,
+        version: Option<u64>,
+        token: WriterToken,
+    ) -> Result<Put, StoreError> {
+        let mut put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .expression_attribute_values(":t", num(token.0));
+        if let Some(v) = version {
+            put = put.expression_attribute_values(":v", num(v));
+        }
+        put.build().map_err(|e| StoreError::Fatal(e.to_string()))
     }
 
     fn header_check(
