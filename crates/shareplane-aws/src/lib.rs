@@ -37,6 +37,33 @@
 //! period (20,000 transactional). A busy record costs what its bytes cost: the demand of an active
 //! limit changes every period, so most shards are rewritten; compressing shard blobs is the next
 //! lever if that bill matters.
+//!
+//! # Wiring
+//!
+//! ```no_run
+//! # async fn wire(deployment: std::sync::Arc<shareplane_core::Deployment>) {
+//! use shareplane_aws::{client, CallLimits, DynamoStore, Endpoint, HealthReader, MetricsPublisher};
+//! use std::time::Duration;
+//! let config = client::sdk_config(&Endpoint::Default { region: None }, CallLimits::default()).await;
+//! let me = deployment.region_id("eu-west-1").expect("configured");
+//! let store = DynamoStore::new(client::dynamodb(&config), "shareplane", deployment.clone(), me);
+//! let checks = vec![Some("hc-us".to_string()), Some("hc-eu".to_string()), None];
+//! let health = HealthReader::new(
+//!     client::cloudwatch_health(&config), // pinned to us-east-1
+//!     checks,
+//!     Duration::from_secs(180), // freshness window
+//!     Duration::from_secs(2),   // call timeout
+//! );
+//! let metrics = MetricsPublisher::new(client::cloudwatch(&config), "Shareplane");
+//! # }
+//! ```
+//!
+//! # The table (for the infrastructure code)
+//!
+//! One DynamoDB global table with a replica in every Region of the deployment: partition key
+//! `pk` (S), sort key `sk` (S), no secondary index, no TTL. The daemon needs `dynamodb:Query`,
+//! `GetItem`, `PutItem`, `TransactWriteItems` (with `ConditionCheck`, `Put`, `Delete`) on it,
+//! `cloudwatch:GetMetricData` (in us-east-1) and `cloudwatch:PutMetricData` (its own Region).
 
 pub mod client;
 pub mod codec;
