@@ -45,6 +45,13 @@ impl Labeled {
     }
 }
 
+/// A per-limit gauge: name, help and how to read it from the state view.
+type LimitGauge = (
+    &'static str,
+    &'static str,
+    fn(&crate::state::LimitJson) -> f64,
+);
+
 #[derive(Default)]
 pub struct Metrics {
     pub rebalances: Counter,
@@ -211,7 +218,7 @@ impl Metrics {
             "1 if the last store call succeeded.",
             u64::from(view.store_ok),
         );
-        let gauges: [(&str, &str, fn(&crate::state::LimitJson) -> f64); 5] = [
+        let gauges: [LimitGauge; 5] = [
             (
                 "shareplane_share_rps",
                 "This Region's share (requests/s).",

@@ -187,8 +187,8 @@ async fn futures_select_all<F: std::future::Future + Unpin>(
     mut futs: Vec<F>,
 ) -> (F::Output, usize, Vec<F>) {
     std::future::poll_fn(move |cx| {
-        for i in 0..futs.len() {
-            if let std::task::Poll::Ready(v) = std::pin::Pin::new(&mut futs[i]).poll(cx) {
+        for (i, f) in futs.iter_mut().enumerate() {
+            if let std::task::Poll::Ready(v) = std::pin::Pin::new(f).poll(cx) {
                 return std::task::Poll::Ready((v, i, Vec::new()));
             }
         }
