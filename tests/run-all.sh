@@ -52,6 +52,9 @@ PIDS+=($!)
 export SHAREPLANE_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.2; done
 
+step "binaries the end-to-end tests start (tests/e2e)"
+cargo build -p shareplane -p shareplane-limiter --bins --locked
+
 step "cargo test (workspace)"
 cargo test --workspace --locked 2>&1 | tee "$WORK/cargo-test.log"
 

@@ -1,0 +1,64 @@
+//! End-to-end tests of shareplane: real processes (daemons, `redis-server`, load generators) on
+//! 127.0.0.1 around one local DynamoDB-compatible server (moto). The harness lives here; the tests
+//! are in `tests/`.
+//!
+//! - [`procs`]: children that always stop (`timeout`, own process group, stopped on drop).
+//! - [`local_aws`]: the record table and the health datapoints on moto.
+//! - [`figures`]: the properties of a run, from the load generators' output and polled rules.
+//! - [`rules`]: reading the daemons' published rule sets.
+//!
+//! Environment (the workspace's convention): `SHAREPLANE_TEST_MOTO_URL` names the moto server;
+//! without it the tests say they did nothing, unless `SHAREPLANE_REQUIRE_SERVICES=1`, which makes
+//! them fail. The binaries must be built first: `cargo build -p shareplane -p shareplane-limiter
+//! --bins` (tests/run-all.sh does it).
+
+pub mod figures;
+pub mod local_aws;
+pub mod procs;
+pub mod rules;
+
+/// Whether missing services fail the tests (tests/run-all.sh sets it) rather than skip them.
+pub fn services_required() -> bool {
+    std::env::var("SHAREPLANE_REQUIRE_SERVICES").as_deref() == Ok("1")
+}
+
+/// What a test needs from outside, or `None` (after saying why the test did nothing) when it is
+/// missing and not required. Panics with `why` when it is missing and required.
+pub fn needed<T>(test: &str, found: Option<T>, why: &str) -> Option<T> {
+    if found.is_some() {
+        return found;
+    }
+    assert!(
+        !services_required(),
+        "{test}: {why}, but SHAREPLANE_REQUIRE_SERVICES=1 (tests/run-all.sh provides it)"
+    );
+    eprintln!("{test}: did nothing: {why}");
+    None
+}
+
+/// The moto URL from `SHAREPLANE_TEST_MOTO_URL`, per [`needed`].
+pub fn moto_url(test: &str) -> Option<String> {
+    let url = std::env::var("SHAREPLANE_TEST_MOTO_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    needed(test, url, "SHAREPLANE_TEST_MOTO_URL is not set")
+}
+
+/// `redis-server` on the PATH, per [`needed`].
+pub fn redis_server(test: &str) -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("redis-server"))
+            .find(|p| p.is_file())
+    });
+    needed(test, found, "redis-server is not on the PATH")
+}
+
+/// A name no other run against the same server uses.
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        shareplane_limiter::loadgen::unix_ms_now()
+    )
+}

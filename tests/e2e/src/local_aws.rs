@@ -1,0 +1,85 @@
+//! The local AWS side of a run: the record table on moto and the Route 53 health datapoints moto
+//! never publishes by itself (SPEC §6 reads `AWS/Route53 HealthCheckStatus` in us-east-1).
+
+use aws_sdk_cloudwatch::primitives::DateTime;
+use aws_sdk_cloudwatch::types::{Dimension, MetricDatum};
+use shareplane_aws::client::{self, CallLimits, Endpoint};
+use shareplane_aws::health::{HEALTH_DIMENSION, HEALTH_METRIC, ROUTE53_NAMESPACE};
+use std::time::{Duration, SystemTime};
+
+/// The AWS Region every process of a local run uses, so that all of them see the same moto
+/// table (moto keeps one state per Region; a real global table has one replica per Region).
+pub const LOCAL_AWS_REGION: &str = "us-east-1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LocalAwsError {
+    #[error("cannot create table {table} on {url}: {why}")]
+    Table {
+        table: String,
+        url: String,
+        why: String,
+    },
+    #[error("cannot put health datapoints on {url}: {why}")]
+    Health { url: String, why: String },
+}
+
+fn endpoint(url: &str) -> Endpoint {
+    Endpoint::Local {
+        url: url.to_string(),
+        region: LOCAL_AWS_REGION.to_string(),
+    }
+}
+
+fn limits() -> CallLimits {
+    CallLimits {
+        operation_timeout: Duration::from_secs(20),
+        ..CallLimits::default()
+    }
+}
+
+/// Creates the record table `table` on the moto server at `url` (nothing if it exists).
+pub async fn create_table(url: &str, table: &str) -> Result<(), LocalAwsError> {
+    let c = client::dynamodb(&client::sdk_config(&endpoint(url), limits()).await);
+    shareplane_aws::create_table(&c, table)
+        .await
+        .map_err(|e| LocalAwsError::Table {
+            table: table.to_string(),
+            url: url.to_string(),
+            why: e.to_string(),
+        })
+}
+
+/// Puts `HealthCheckStatus = 1` (healthy) at `at` for every id in `check_ids`.
+pub async fn put_healthy(
+    url: &str,
+    check_ids: &[String],
+    at: SystemTime,
+) -> Result<(), LocalAwsError> {
+    let cw = client::cloudwatch_health(&client::sdk_config(&endpoint(url), limits()).await);
+    let data: Vec<MetricDatum> = check_ids
+        .iter()
+        .map(|id| {
+            MetricDatum::builder()
+                .metric_name(HEALTH_METRIC)
+                .dimensions(
+                    Dimension::builder()
+                        .name(HEALTH_DIMENSION)
+                        .value(id)
+                        .build(),
+                )
+                .timestamp(DateTime::from(at))
+                .value(1.0)
+                .build()
+        })
+        .collect();
+    cw.put_metric_data()
+        .namespace(ROUTE53_NAMESPACE)
+        .set_metric_data(Some(data))
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| LocalAwsError::Health {
+            url: url.to_string(),
+            why: client::describe(&e),
+        })
+}

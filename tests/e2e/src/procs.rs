@@ -1,0 +1,244 @@
+//! Child processes that always stop: each runs under `timeout` (so it stops by itself even if the
+//! test process is killed) in its own process group, and [`Procs`] stops every group it started
+//! when it is dropped, on success, failure or panic alike.
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Why a process could not be started or found.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcError {
+    #[error("{name} not found at {path}: build it first with `cargo build -p shareplane -p shareplane-limiter --bins` (tests/run-all.sh does)")]
+    MissingBinary { name: String, path: PathBuf },
+    #[error("cannot start {name}: {source}")]
+    Spawn {
+        name: String,
+        source: std::io::Error,
+    },
+    #[error("cannot create log file {path}: {source}")]
+    Log {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot find a free port on 127.0.0.1: {0}")]
+    Port(std::io::Error),
+    #[error("{name} did not become ready within {waited:?}")]
+    NotReady { name: String, waited: Duration },
+    #[error("{name} exited before it was ready ({status})")]
+    Exited { name: String, status: String },
+}
+
+/// The longest any child may live: `timeout` stops it after this even if nobody else does.
+pub const MAX_LIFETIME: Duration = Duration::from_secs(300);
+/// How long a stopped group may take to exit after SIGTERM before it gets SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(3);
+
+struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+/// Every process a test started. Dropping it stops them all.
+pub struct Procs {
+    dir: PathBuf,
+    procs: Vec<Proc>,
+}
+
+impl Procs {
+    /// Logs (`<name>.out`, `<name>.err`) go to `dir`, which is created.
+    pub fn new(dir: impl Into<PathBuf>) -> Result<Procs, ProcError> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(|source| ProcError::Log {
+            path: dir.clone(),
+            source,
+        })?;
+        Ok(Procs {
+            dir,
+            procs: Vec::new(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Starts `program args…` under `timeout`, in its own process group, with `env` added, stdout
+    /// and stderr to `<dir>/<name>.out` and `.err`. Returns its index for [`Procs::wait`].
+    pub fn spawn(
+        &mut self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Result<usize, ProcError> {
+        use std::os::unix::process::CommandExt;
+        let out = self.dir.join(format!("{name}.out"));
+        let err = self.dir.join(format!("{name}.err"));
+        let open = |p: &Path| {
+            File::create(p).map_err(|source| ProcError::Log {
+                path: p.to_path_buf(),
+                source,
+            })
+        };
+        let mut cmd = Command::new("timeout");
+        cmd.arg("-k")
+            .arg("5")
+            .arg(MAX_LIFETIME.as_secs().to_string())
+            .arg(program)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(open(&out)?)
+            .stderr(open(&err)?)
+            .process_group(0);
+        let child = cmd.spawn().map_err(|source| ProcError::Spawn {
+            name: name.to_string(),
+            source,
+        })?;
+        self.procs.push(Proc {
+            name: name.to_string(),
+            child,
+            log: err,
+        });
+        Ok(self.procs.len() - 1)
+    }
+
+    /// Fails if process `i` has exited (used while waiting for readiness).
+    pub fn check_alive(&mut self, i: usize) -> Result<(), ProcError> {
+        let Some(p) = self.procs.get_mut(i) else {
+            return Ok(());
+        };
+        match p.child.try_wait() {
+            Ok(Some(status)) => Err(ProcError::Exited {
+                name: p.name.clone(),
+                status: status.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits up to `limit` for process `i` to exit; returns whether it exited successfully.
+    pub fn wait(&mut self, i: usize, limit: Duration) -> Option<bool> {
+        let p = self.procs.get_mut(i)?;
+        let end = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                return Some(status.success());
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The last `lines` lines of every process's stderr, for a failure message.
+    pub fn log_tails(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for p in &self.procs {
+            let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            let tail = &all[all.len().saturating_sub(lines)..];
+            out.push_str(&format!(
+                "--- {} ({}) ---\n{}\n",
+                p.name,
+                p.log.display(),
+                tail.join("\n")
+            ));
+        }
+        out
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for p in &self.procs {
+            signal_group(p.child.id(), "TERM");
+        }
+        let end = Instant::now() + TERM_GRACE;
+        for p in &mut self.procs {
+            while Instant::now() < end && matches!(p.child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if matches!(p.child.try_wait(), Ok(None)) {
+                signal_group(p.child.id(), "KILL");
+            }
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
+}
+
+/// Sends `signal` to the process group `pgid` (a group this module created: its leader is the
+/// `timeout` process it spawned).
+fn signal_group(pgid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg("--")
+        .arg(format!("-{pgid}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> Result<u16, ProcError> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(ProcError::Port)?;
+    let port = l.local_addr().map_err(ProcError::Port)?.port();
+    Ok(port)
+}
+
+/// The directory cargo put this workspace's binaries in: `CARGO_TARGET_DIR`'s (or the workspace's
+/// `target/`) profile directory, found from the running test executable (`<dir>/deps/<test>`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let deps = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if deps.file_name().is_some_and(|n| n == "deps") {
+        if let Some(profile) = deps.parent() {
+            return profile.to_path_buf();
+        }
+    }
+    deps
+}
+
+/// The built binary `name` next to the test executable's profile directory.
+pub fn binary(name: &str) -> Result<PathBuf, ProcError> {
+    let path = bin_dir().join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(ProcError::MissingBinary {
+            name: name.to_string(),
+            path,
+        })
+    }
+}
+
+/// Waits until something accepts TCP connections on `127.0.0.1:port`, checking that process `i`
+/// of `procs` is still alive.
+pub fn wait_for_port(
+    procs: &mut Procs,
+    i: usize,
+    name: &str,
+    port: u16,
+    limit: Duration,
+) -> Result<(), ProcError> {
+    let end = Instant::now() + limit;
+    loop {
+        procs.check_alive(i)?;
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() >= end {
+            return Err(ProcError::NotReady {
+                name: name.to_string(),
+                waited: limit,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
