@@ -398,6 +398,15 @@ impl RecordStore for DynamoStore {
     async fn put(&self, record: &RegionRecord, token: WriterToken) -> Result<(), StoreError> {
         self.region_name(record.region)?;
         let enc = codec::encode(&self.deployment, record);
+        if enc.shards.len() > codec::MAX_SHARDS {
+            // Readers would reject the header; refuse here, where the cause is clear.
+            return Err(StoreError::Fatal(format!(
+                "{} limits need {} shards, more than the {} a record may have",
+                self.deployment.limits.len(),
+                enc.shards.len(),
+                codec::MAX_SHARDS
+            )));
+        }
         let (batches, shard_versions) = self.plan(record, &enc, token)?;
         *lock(&self.written) = None;
         for batch in batches {
