@@ -215,7 +215,7 @@ pub fn run(sc: &Scenario, sink: &mut dyn FnMut(&Row<'_>)) -> Result<Outcome, Sim
             (0..rows.len()).any(|i| rows[i].alive && sim.health.0[i] == Health::Unhealthy);
         let faulted = sim.table.any_cut()
             || rows.iter().any(|r| !r.alive)
-            || sim.health.0.iter().any(|h| *h == Health::Unhealthy);
+            || sim.health.0.contains(&Health::Unhealthy);
         sink(&Row {
             tick,
             sum_shares: sum,

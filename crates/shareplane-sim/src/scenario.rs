@@ -351,7 +351,8 @@ impl Checker<'_> {
                 "must divide 1000 (1, 2, 4, 5, 8, 10, ... 1000)",
             );
         }
-        let tick_ms = if tick_ok { tick_ms as u64 } else { 1000 };
+        // With a bad tick, check the other times against 1 ms so that only the real problem is reported.
+        let tick_ms = if tick_ok { tick_ms as u64 } else { 1 };
         let start_tick = self.ticks(&raw.start_s, "start_s", tick_ms);
         let end_tick = self.ticks(&raw.end_s, "end_s", tick_ms);
         if end_tick <= start_tick {

@@ -84,6 +84,9 @@ pub struct SweepResult {
     pub figures: Vec<Extremes>,
 }
 
+/// (badness, value, assignment) of the worst run, then of the best run, of one figure.
+type Slot = (f64, Option<f64>, Vec<usize>, f64, Option<f64>, Vec<usize>);
+
 /// Runs the sweep. Offsets are in seconds and must be whole ticks.
 pub fn sweep(sc: &Scenario, offsets_s: &[f64]) -> Result<SweepResult, SweepError> {
     let ticks = offsets_in_ticks(sc, offsets_s)?;
@@ -97,8 +100,7 @@ pub fn sweep(sc: &Scenario, offsets_s: &[f64]) -> Result<SweepResult, SweepError
             "{k} phases over {n} Regions is more than {MAX_RUNS} runs"
         ))
     })?;
-    let mut figures: Vec<Option<(f64, Option<f64>, Vec<usize>, f64, Option<f64>, Vec<usize>)>> =
-        vec![None; FIGURES.len()];
+    let mut figures: Vec<Option<Slot>> = vec![None; FIGURES.len()];
     let mut choice = vec![0usize; n];
     for _ in 0..runs {
         let mut run = sc.clone();

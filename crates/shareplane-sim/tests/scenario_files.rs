@@ -1,0 +1,139 @@
+//! Invalid scenario files are refused with exit 2 and a message naming the field and its line;
+//! valid ones run and print what SIMULATOR.md fixes.
+
+use shareplane_sim::scenario::{Scenario, ScenarioError};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn g1() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../simulations/scenarios/g1-jump-staggered.toml");
+    std::fs::read_to_string(path).expect("G1 scenario")
+}
+
+fn refused(text: &str) -> String {
+    match Scenario::parse(text) {
+        Ok(_) => panic!("accepted an invalid scenario"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .expect("needle")
+        + 1
+}
+
+#[test]
+fn a_bad_value_names_its_field_and_line() {
+    let text = g1().replace("visibility_s = 1.0", "visibility_s = 0.0");
+    let msg = refused(&text);
+    let line = line_of(&text, "visibility_s = 0.0");
+    assert!(
+        msg.contains(&format!("line {line}: `sync.visibility_s`")),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_time_off_the_tick_grid_is_refused() {
+    let text = g1().replace("offset_s = 1.7", "offset_s = 1.755");
+    let msg = refused(&text);
+    assert!(
+        msg.contains(&format!(
+            "line {}: `region[1].offset_s`",
+            line_of(&text, "1.755")
+        )),
+        "{msg}"
+    );
+}
+
+#[test]
+fn unknown_and_missing_fields_are_refused_with_their_line() {
+    let text = g1().replace("step_cap = 1000.0", "step_cap = 1000.0\nstepcap = 3");
+    let msg = refused(&text);
+    assert!(
+        msg.contains("unknown field `stepcap`")
+            && msg.contains(&format!("line {}", line_of(&text, "stepcap"))),
+        "{msg}"
+    );
+    let text = g1().replace("floor = 500.0\n", "");
+    let msg = refused(&text);
+    assert!(msg.contains("missing field `floor`"), "{msg}");
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let text = g1()
+        .replace("design = \"jump-to-target\"", "design = \"teleport\"")
+        .replace("demand = 3600.0", "demand = -1.0");
+    let Err(ScenarioError::Invalid(problems)) = Scenario::parse(&text) else {
+        panic!("accepted")
+    };
+    let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(fields, vec!["design", "region[1].demand"]);
+}
+
+#[test]
+fn events_must_have_one_action_and_a_sensible_order() {
+    let text = g1().replace(
+        "demand = { C = 7200.0 }",
+        "demand = { C = 7200.0 }\nlose = \"A\"",
+    );
+    assert!(refused(&text).contains("exactly one action"));
+    let text = g1().replace("demand = { C = 7200.0 }", "restore = \"B\"");
+    assert!(refused(&text).contains("restores a Region that is not lost"));
+    let text = g1().replace("demand = { C = 7200.0 }", "cut = [\"Z\"]");
+    assert!(refused(&text).contains("names \"Z\""));
+}
+
+fn code(args: &[&str]) -> String {
+    let args = args.iter().map(OsString::from).collect();
+    format!("{:?}", shareplane_sim::cli::main(args))
+}
+
+#[test]
+fn exit_codes() {
+    let dir = std::env::temp_dir().join(format!("shareplane-sim-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, g1().replace("tick_ms = 10", "tick_ms = 7")).expect("write");
+    let good = dir.join("good.toml");
+    std::fs::write(&good, g1()).expect("write");
+    let two = format!("{:?}", ExitCode::from(2));
+    assert_eq!(code(&[bad.to_str().expect("path")]), two);
+    assert_eq!(
+        code(&[dir.join("missing.toml").to_str().expect("path")]),
+        two
+    );
+    assert_eq!(code(&["--no-such-flag"]), two);
+    let trace = dir.join("t.csv");
+    let plot = dir.join("p.svg");
+    let ok = code(&[
+        good.to_str().expect("p"),
+        "--json",
+        "--trace",
+        trace.to_str().expect("p"),
+        "--plot",
+        plot.to_str().expect("p"),
+    ]);
+    assert_eq!(ok, format!("{:?}", ExitCode::SUCCESS));
+    let csv = std::fs::read_to_string(&trace).expect("trace written");
+    let header = csv.lines().next().expect("header");
+    assert!(header.starts_with("t_s,sum_shares,admitted_total,A_share,A_pool,A_target,A_demand,A_admitted,A_tokens,A_alive,B_share"));
+    assert_eq!(
+        csv.lines().count(),
+        1 + 7000,
+        "one row per tick from start_s"
+    );
+    assert!(csv.lines().nth(1).expect("row").starts_with("-30,10000,"));
+    let svg = std::fs::read_to_string(&plot).expect("plot written");
+    assert!(
+        svg.starts_with("<svg")
+            && svg.contains("limit 10000")
+            && svg.contains("0 s: demand C 7200")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
