@@ -39,6 +39,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(shared)
 }
@@ -61,6 +62,13 @@ pub async fn not_found() -> ApiError {
     err(StatusCode::NOT_FOUND, "no such route")
 }
 
+async fn method_not_allowed() -> ApiError {
+    err(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed on this route",
+    )
+}
+
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RulesQuery {
@@ -74,9 +82,9 @@ async fn rules(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let Query(q) = q.map_err(|e| err(StatusCode::BAD_REQUEST, e.body_text()))?;
-    let mut rx = s.subscribe();
-    let cur = rx.borrow_and_update().clone();
     if let Some(after) = q.after {
+        let mut rx = s.subscribe();
+        let cur = rx.borrow_and_update().clone();
         if cur.version > after {
             return Ok(rule_response(&cur));
         }
@@ -102,6 +110,7 @@ async fn rules(
         let latest = rx.borrow().clone();
         return Ok(not_modified(&latest));
     }
+    let cur = s.rules();
     if cur.version == 0 {
         return Err(err(
             StatusCode::SERVICE_UNAVAILABLE,

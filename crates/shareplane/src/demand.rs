@@ -7,6 +7,11 @@
 //! would make a burst of demand out of a daemon restart).
 //!
 //! Demand is what was received in the last [`WINDOW_MS`] divided by the window.
+//!
+//! Behind a load balancer each replica of a Region may get only some of a gateway's reports.
+//! Because reports carry running totals, the increase between any two reports a replica gets is
+//! exactly what the gateway received in between, so every replica that hears from a gateway at
+//! least once per window measures the same demand (a follower that takes over needs no hand-off).
 
 use shareplane_core::Room;
 use std::collections::{BTreeMap, VecDeque};

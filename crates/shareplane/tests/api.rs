@@ -244,6 +244,13 @@ async fn state_explain_health_readiness_metrics_and_unknown_routes() {
     assert!(text.contains("shareplane_ready{region=\"A\"} 1"), "{text}");
     assert!(text.contains("# TYPE shareplane_share_rps gauge"));
 
+    let req = Request::post("/v1/rules")
+        .body(Body::empty())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (status, _, body) = call(&app, req).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(json(&body)["error"].is_string());
+
     let (status, _, body) = call(&app, get("/v2/nothing")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(json(&body)["error"].is_string());
