@@ -328,3 +328,39 @@ async fn an_unreachable_table_is_a_retryable_error() {
         "{err:?}"
     );
 }
+
+/// The race the shard condition closes: a deposed writer whose header check still passes (its
+/// successor has written shards but not yet its header) must not overwrite the successor's shards.
+#[tokio::test]
+async fn a_deposed_writer_cannot_overwrite_a_successors_shards() {
+    let Some(s) = setup("a_deposed_writer_cannot_overwrite", 600).await else {
+        return;
+    };
+    let successor = s.store();
+    let v2 = record(&s.d, 0, 2);
+    successor
+        .put(&v2, WriterToken(5))
+        .await
+        .expect("successor writes");
+    // Roll the header back to the deposed writer's token, as if the successor's header were late.
+    let enc = codec::encode(&s.d, &v2);
+    s.raw_put(enc.header_item(4, &vec![2; enc.shards.len()]))
+        .await;
+    let deposed = s.store().with_max_transaction_actions(2);
+    let refused = deposed.put(&record(&s.d, 0, 3), WriterToken(4)).await;
+    assert!(
+        matches!(refused, Err(shareplane_store::StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+    let shard_tokens: Vec<Option<AttributeValue>> = s
+        .items("us-east-1")
+        .await
+        .iter()
+        .filter(|i| !is_header(i))
+        .map(|i| i.get("tok").cloned())
+        .collect();
+    assert_eq!(
+        shard_tokens,
+        vec![Some(AttributeValue::N("5".into())); enc.shards.len()]
+    );
+}
