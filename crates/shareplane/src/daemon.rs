@@ -29,7 +29,7 @@ use crate::health::HealthSource;
 use crate::rules::{lowered, RuleSet};
 use crate::state::{build_view, Shared, ViewInput};
 use shareplane_core::{regions, Alarms, Coordinator, Health, Inputs, PerRegion, RegionRecord};
-use shareplane_store::{Fetched, RecordStore, StoreError, WriterToken};
+use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -171,14 +171,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         if self.is_leader(now) {
             return true;
         }
-        let me = self.shared.me;
-        let lease = self
-            .call(
-                self.store
-                    .acquire_lease(me, &self.opts.replica, now, self.ttl_ms()),
-            )
-            .await;
-        match lease {
+        match self.acquire(now).await {
             Ok(l) => {
                 if self.token != Some(l.token) || self.coord.is_none() {
                     if !self.resume_from_durable(now).await {
@@ -376,7 +369,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             }
         }
         if self.coord.is_some() {
-            self.renew(now).await;
+            self.renew(now, false).await;
         }
         self.update_view();
     }
@@ -386,36 +379,26 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             self.coord = None;
         }
         self.lease_until_ms = 0;
+        // The coordinator now stands on the durable record, so a token that changed hands to
+        // this replica may be adopted.
+        self.renew(now, true).await;
+    }
+
+    async fn acquire(&self, now: u64) -> Result<Lease, StoreError> {
         let me = self.shared.me;
-        match self
-            .call(
-                self.store
-                    .acquire_lease(me, &self.opts.replica, now, self.ttl_ms()),
-            )
-            .await
-        {
-            Ok(l) if Some(l.token) == self.token => self.lease_until_ms = l.expires_at_ms,
-            Ok(l) => {
-                // Someone else wrote under a token of ours that changed hands: lead again only
-                // from the durable record, which `resume_from_durable` just loaded.
+        self.call(
+            self.store
+                .acquire_lease(me, &self.opts.replica, now, self.ttl_ms()),
+        )
+        .await
+    }
+
+    async fn renew(&mut self, now: u64, adopt_new_token: bool) {
+        match self.acquire(now).await {
+            Ok(l) if adopt_new_token || Some(l.token) == self.token => {
                 self.token = Some(l.token);
                 self.lease_until_ms = l.expires_at_ms;
             }
-            Err(StoreError::Conflict(_)) => self.step_down("a newer writer holds the lease"),
-            Err(e) => self.fail("lease", &e),
-        }
-    }
-
-    async fn renew(&mut self, now: u64) {
-        let me = self.shared.me;
-        match self
-            .call(
-                self.store
-                    .acquire_lease(me, &self.opts.replica, now, self.ttl_ms()),
-            )
-            .await
-        {
-            Ok(l) if Some(l.token) == self.token => self.lease_until_ms = l.expires_at_ms,
             Ok(_) => self.step_down("the lease changed hands"),
             Err(StoreError::Conflict(_)) => self.step_down("a newer writer holds the lease"),
             // Keep the lease we believe in until it runs out on our clock; the store's token
