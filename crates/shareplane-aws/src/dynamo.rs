@@ -15,6 +15,11 @@
 //! header condition, the last one puts the header. Until the header lands, readers see the old
 //! header and shards at other versions than it names, which they treat as "not updated".
 //!
+//! Conditions are evaluated against the replica the call reaches. That is sound because every
+//! item is written in one Region only: its own Region's daemons write its record and take its
+//! lease, always through that Region's replica (a global table resolves concurrent writes to one
+//! item in different Regions by last writer wins, which no condition could stop).
+//!
 //! # Reading
 //!
 //! One `Query` per configured Region (`pk = name AND begins_with(sk, "rec")`), run concurrently.

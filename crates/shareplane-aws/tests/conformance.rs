@@ -165,6 +165,9 @@ async fn dynamo(test: &str, d: &Arc<Deployment>) -> Option<DynamoStore> {
     let client = shareplane_aws::client::dynamodb(&config);
     let table = support::unique("conf");
     create_table(&client, &table).await.expect("create table");
+    create_table(&client, &table)
+        .await
+        .expect("creating an existing table is not an error");
     Some(DynamoStore::new(client, table, d.clone(), rid(0)))
 }
 
