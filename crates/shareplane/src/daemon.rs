@@ -243,10 +243,25 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         self.shared.metrics.leader.set(0);
     }
 
+    /// Records a failed store call. It is logged as a warning when failures start (and at debug
+    /// level while they go on); metrics count every one.
     fn fail(&mut self, op: &'static str, e: &StoreError) {
-        warn!(region = %self.shared.region, op, error = %e, "store call failed; keeping the last shares");
+        if self.store_ok {
+            warn!(region = %self.shared.region, op, error = %e,
+                  "store call failed; keeping the last shares, raising and granting nothing");
+        } else {
+            debug!(region = %self.shared.region, op, error = %e, "store call failed again");
+        }
         self.store_ok = false;
         self.last_error = Some(format!("{op}: {e}"));
+    }
+
+    fn store_works(&mut self) {
+        if !self.store_ok {
+            info!(region = %self.shared.region, "store calls succeed again; resuming");
+        }
+        self.store_ok = true;
+        self.last_error = None;
     }
 
     async fn call<T>(
@@ -349,8 +364,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 self.shared.metrics.writes.inc();
                 self.shared
                     .publish(RuleSet::build(&d, &region, 2 * v, &decision.rules));
-                self.store_ok = true;
-                self.last_error = None;
+                self.store_works();
                 debug!(region = %region, version = v, "record written");
             }
             Err(StoreError::Conflict(why)) => {
@@ -409,8 +423,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
 
     async fn follow(&mut self, _now: u64) {
         if self.read_all().await {
-            self.store_ok = true;
-            self.last_error = None;
+            self.store_works();
             if let Some(own) = self.own_seen.clone() {
                 let d = self.shared.d.clone();
                 let rules = RuleSet::rules_of(&d, &own);
