@@ -30,12 +30,7 @@ use summary::{Stats, Summary};
 
 /// Runs a scenario and returns its summary, handing every tick's row to `sink` as well.
 pub fn simulate(sc: &Scenario, sink: &mut dyn FnMut(&Row<'_>)) -> Result<Summary, SimError> {
-    let mut stats = Stats::new(sc);
-    let outcome = engine::run(sc, &mut |row| {
-        stats.tick(row);
-        sink(row);
-    })?;
-    Ok(stats.finish(sc, &outcome))
+    simulate_with_events(sc, sink).map(|(summary, _)| summary)
 }
 
 /// Runs a scenario and returns its summary and the events it marked (for plots).
