@@ -39,7 +39,7 @@ const TERM_GRACE: Duration = Duration::from_secs(3);
 struct Proc {
     name: String,
     child: Child,
-    log: PathBuf,
+    logs: [PathBuf; 2],
 }
 
 /// Every process a test started. Dropping it stops them all.
@@ -102,9 +102,14 @@ impl Procs {
         self.procs.push(Proc {
             name: name.to_string(),
             child,
-            log: err,
+            logs: [out, err],
         });
         Ok(self.procs.len() - 1)
+    }
+
+    /// The id of process `i` (also its process group's id).
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.procs.get(i).map(|p| p.child.id())
     }
 
     /// Fails if process `i` has exited (used while waiting for readiness).
@@ -136,19 +141,25 @@ impl Procs {
         }
     }
 
-    /// The last `lines` lines of every process's stderr, for a failure message.
+    /// The last `lines` lines of every process's non-empty stdout and stderr, for a failure
+    /// message.
     pub fn log_tails(&self, lines: usize) -> String {
         let mut out = String::new();
         for p in &self.procs {
-            let text = std::fs::read_to_string(&p.log).unwrap_or_default();
-            let all: Vec<&str> = text.lines().collect();
-            let tail = &all[all.len().saturating_sub(lines)..];
-            out.push_str(&format!(
-                "--- {} ({}) ---\n{}\n",
-                p.name,
-                p.log.display(),
-                tail.join("\n")
-            ));
+            for log in &p.logs {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let all: Vec<&str> = text.lines().collect();
+                if all.is_empty() {
+                    continue;
+                }
+                let tail = &all[all.len().saturating_sub(lines)..];
+                out.push_str(&format!(
+                    "--- {} ({}) ---\n{}\n",
+                    p.name,
+                    log.display(),
+                    tail.join("\n")
+                ));
+            }
         }
         out
     }
@@ -240,5 +251,48 @@ pub fn wait_for_port(
             });
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group_alive(pgid: u32) -> bool {
+        Command::new("kill")
+            .args(["-0", "--", &format!("-{pgid}")])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    #[test]
+    fn dropping_stops_every_process_of_every_group() {
+        let dir = std::env::temp_dir().join(format!("shareplane-e2e-procs-{}", std::process::id()));
+        let mut procs = Procs::new(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let sleep = PathBuf::from("sleep");
+        let a = procs.spawn("sleep-a", &sleep, &["30".into()], &[]);
+        let b = procs.spawn("sleep-b", &sleep, &["30".into()], &[]);
+        let pids: Vec<u32> = [a, b]
+            .into_iter()
+            .map(|i| {
+                let i = i.unwrap_or_else(|e| panic!("{e}"));
+                procs.pid(i).unwrap_or_else(|| panic!("no pid for {i}"))
+            })
+            .collect();
+        assert!(pids.iter().all(|p| group_alive(*p)), "started");
+        assert_eq!(procs.check_alive(0).ok(), Some(()));
+        drop(procs);
+        assert!(
+            pids.iter().all(|p| !group_alive(*p)),
+            "a group survived the drop"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_missing_binary_says_how_to_build_it() {
+        let e = binary("no-such-binary-here").err().map(|e| e.to_string());
+        assert!(e.is_some_and(|e| e.contains("cargo build -p shareplane")));
     }
 }

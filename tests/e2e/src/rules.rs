@@ -95,3 +95,32 @@ pub async fn wait_published(client: &reqwest::Client, bases: &[String], limit: D
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The parts of `GET /v1/state` this harness reads.
+#[derive(Debug, serde::Deserialize)]
+pub struct StateWire {
+    pub region: String,
+    pub role: String,
+    pub store_ok: bool,
+    pub health: std::collections::BTreeMap<String, String>,
+    pub limits: Vec<LimitStateWire>,
+    pub alarms: Vec<String>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct LimitStateWire {
+    pub id: String,
+    pub demand: f64,
+    pub target: f64,
+    pub share: f64,
+    pub pool: f64,
+}
+
+/// What `base` says about itself now, or `None` on any failure.
+pub async fn state(client: &reqwest::Client, base: &str) -> Option<StateWire> {
+    let resp = client.get(format!("{base}/v1/state")).send().await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    resp.json().await.ok()
+}

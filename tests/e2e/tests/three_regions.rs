@@ -160,6 +160,24 @@ async fn keep_healthy(moto: String, ids: Vec<String>, until: u64) {
     }
 }
 
+/// One line on what a daemon said at the end of the run.
+fn describe_state(name: &str, st: Option<&rules::StateWire>) -> String {
+    let Some(s) = st else {
+        return format!("daemon {name}: no /v1/state at the end of the run");
+    };
+    let limit = s.limits.iter().find(|l| l.id == LIMIT);
+    let numbers = limit.map_or(String::from("no such limit"), |l| {
+        format!(
+            "demand {:.1}, target {:.1}, share {:.1}, pool {:.1}",
+            l.demand, l.target, l.share, l.pool
+        )
+    });
+    format!(
+        "daemon {} ({}): store ok {}, health {:?}, {LIMIT}: {numbers}, alarms {:?}",
+        s.region, s.role, s.store_ok, s.health, s.alarms
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_regions_hold_the_limit_end_to_end() {
     let test = "three_regions_hold_the_limit_end_to_end";
@@ -226,6 +244,10 @@ async fn three_regions_hold_the_limit_end_to_end() {
     }
     let end = start_at + DURATION_S * 1000;
     let shares = rules::poll(&client, &bases, LIMIT, Duration::from_millis(100), end).await;
+    let mut states = Vec::new();
+    for b in &bases {
+        states.push(rules::state(&client, b).await);
+    }
     let mut runs: Vec<Vec<Second>> = Vec::new();
     for (i, r) in gens.iter().zip(&regions) {
         let ok = tokio::task::block_in_place(|| procs.wait(*i, Duration::from_secs(30)));
@@ -249,8 +271,18 @@ async fn three_regions_hold_the_limit_end_to_end() {
     let f = figures::figures(L_RPS, &total, &shares, &CONVERGED);
     println!("{}", figures::table(&REGIONS, &runs, &total));
     println!("{f}");
+    for (r, st) in regions.iter().zip(&states) {
+        println!("{}", describe_state(r.name, st.as_ref()));
+    }
     println!("logs: {}", dir.display());
     assert_eq!(total.len(), DURATION_S as usize, "seconds measured");
+    // The scenario's premise: every daemon read its records and every Region healthy.
+    for (r, st) in regions.iter().zip(&states) {
+        let premise = st
+            .as_ref()
+            .is_some_and(|s| s.store_ok && s.health.values().all(|h| h == "healthy"));
+        assert!(premise, "{}", describe_state(r.name, st.as_ref()));
+    }
     assert!(
         f.worst_excess <= 0.0,
         "admissions above 2L + L*t: {f}\n{}",
