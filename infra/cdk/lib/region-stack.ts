@@ -374,7 +374,7 @@ function taskRole(scope: Construct, s: Settings, region: string): iam.Role {
     }),
     new iam.PolicyStatement({
       sid: 'WriteOwnRegionItemsOnly',
-      actions: ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+      actions: ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:ConditionCheckItem'],
       resources: [tableArn],
       conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': [region] } },
     }),

@@ -40,7 +40,7 @@ test('the task role: read the table, write own-Region items only, read metrics, 
       {
         Sid: 'WriteOwnRegionItemsOnly',
         Effect: 'Allow',
-        Action: ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+        Action: ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:ConditionCheckItem'],
         Resource: arn,
         Condition: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': [region] } },
       },

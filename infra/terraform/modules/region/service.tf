@@ -28,7 +28,7 @@ data "aws_iam_policy_document" "task" {
   }
   statement {
     sid       = "WriteOwnRegionItemsOnly"
-    actions   = ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"]
+    actions   = ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"]
     resources = [local.table_arn]
     condition {
       test     = "ForAllValues:StringEquals"
