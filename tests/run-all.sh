@@ -54,9 +54,13 @@ for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break;
 
 step "binaries the end-to-end tests start (tests/e2e)"
 cargo build -p shareplane -p shareplane-limiter --bins --locked
+export SHAREPLANE_E2E_REPORT="$WORK/e2e-three-regions.txt"
+rm -f "$SHAREPLANE_E2E_REPORT"
 
 step "cargo test (workspace)"
 cargo test --workspace --locked 2>&1 | tee "$WORK/cargo-test.log"
+step "end-to-end figures (tests/e2e, three Regions)"
+cat "$SHAREPLANE_E2E_REPORT" || { echo "tests/e2e wrote no figures: did the end-to-end test run?" >&2; exit 1; }
 
 step "dashboard in a headless browser (chromium + playwright-core)"
 apt_install chromium

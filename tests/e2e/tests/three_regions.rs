@@ -33,6 +33,9 @@ const DURATION_S: u64 = 50;
 /// demand window plus step-capped raises, SPEC §9: about four periods, with ample margin).
 const CONVERGED: [std::ops::Range<usize>; 2] =
     [JUMP_S - 8..JUMP_S, JUMP_S + 15..DURATION_S as usize];
+/// Where to write the figures too (tests/run-all.sh prints them, since cargo test hides the
+/// output of tests that pass).
+const REPORT_ENV: &str = "SHAREPLANE_E2E_REPORT";
 const TOKEN: &str = "e2e-token-0123456789abcdef";
 
 struct Region {
@@ -269,12 +272,21 @@ async fn three_regions_hold_the_limit_end_to_end() {
 
     let total = add_up(&runs);
     let f = figures::figures(L_RPS, &total, &shares, &CONVERGED);
-    println!("{}", figures::table(&REGIONS, &runs, &total));
-    println!("{f}");
+    let mut report = format!(
+        "three Regions end to end (L {L_RPS}/s, period {PERIOD_MS} ms, patterns {PATTERNS:?})\n{}{f}\n",
+        figures::table(&REGIONS, &runs, &total)
+    );
     for (r, st) in regions.iter().zip(&states) {
-        println!("{}", describe_state(r.name, st.as_ref()));
+        report.push_str(&describe_state(r.name, st.as_ref()));
+        report.push('\n');
     }
-    println!("logs: {}", dir.display());
+    report.push_str(&format!("logs: {}\n", dir.display()));
+    println!("{report}");
+    if let Some(path) = std::env::var_os(REPORT_ENV) {
+        if let Err(e) = std::fs::write(&path, &report) {
+            eprintln!("cannot write the report to {path:?}: {e}");
+        }
+    }
     assert_eq!(total.len(), DURATION_S as usize, "seconds measured");
     // The scenario's premise: every daemon read its records and every Region healthy.
     for (r, st) in regions.iter().zip(&states) {
