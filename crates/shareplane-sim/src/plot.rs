@@ -294,7 +294,7 @@ impl PlotData {
                 s,
                 "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#b00\" font-weight=\"bold\">max {} at {} s</text>",
                 xs.at(x) + 4.0,
-                ys.at(v) - 4.0,
+                if ys.at(v) - 4.0 < ys.p1 + 16.0 { ys.at(v) + 16.0 } else { ys.at(v) - 4.0 },
                 num(v.round()),
                 trim(x)
             );

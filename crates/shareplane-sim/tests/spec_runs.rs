@@ -362,6 +362,26 @@ fn g2_b_only_cut_off_two_signals() {
 }
 
 #[test]
+fn silence_alone_passes_the_limit_when_b_is_only_cut_off() {
+    // SPEC §6: silence-alone "exists to show why it is wrong: a cut-off Region reclaims the others
+    // while they reclaim it, and the sum of shares passes the limit".
+    let r = run("g2-cut-off-silence-alone.toml");
+    assert!(r.summary.max_sum_shares.expect("max").value > 10_000.0 + VALUE);
+    let b = r.summary.rebalances.iter().filter(|b| b.region == "B");
+    assert!(
+        b.clone().any(|b| !b.reclaimed.0.is_empty()),
+        "the cut-off B reclaims"
+    );
+    assert!(
+        r.summary
+            .rebalances
+            .iter()
+            .any(|b| b.reclaimed.get("B").is_some()),
+        "and is reclaimed"
+    );
+}
+
+#[test]
 fn same_input_same_bytes() {
     let sc = scenario("g2-two-signals.toml");
     let once = || {
