@@ -362,6 +362,9 @@ pub async fn run(listen: SocketAddr, period_ms: u64) -> Result<(), DemoError> {
             source,
         })?;
     let addr = listener.local_addr().unwrap_or(listen);
+    if !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "the demo's controls need no token: anyone who reaches this address can use them");
+    }
     println!("shareplane demo: three Regions (A, B, C) sharing k-big = 10,000 requests/s");
     println!("dashboard: http://{addr}/");
     println!(
