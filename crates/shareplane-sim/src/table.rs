@@ -142,3 +142,75 @@ impl Table {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shareplane_core::{PerRegion, RegionId, MAX_REGIONS};
+
+    fn rec(w: usize, epoch: u64, version: u64) -> Arc<RegionRecord> {
+        Arc::new(RegionRecord {
+            region: RegionId::new(w).expect("region"),
+            epoch,
+            version,
+            written_at_ms: 0,
+            peer_epochs: PerRegion::default(),
+            reclaims: PerRegion([None; MAX_REGIONS]),
+            limits: Vec::new(),
+        })
+    }
+
+    fn version(t: &mut Table, w: usize, r: usize, now: i64) -> Option<u64> {
+        t.newly_visible(w, r, now).map(|v| v.latest.version)
+    }
+
+    #[test]
+    fn a_record_is_visible_after_its_delay_and_handed_over_once() {
+        let mut t = Table::new(2);
+        t.write(0, rec(0, 1, 1), 10);
+        assert_eq!(version(&mut t, 0, 1, 9), None);
+        assert_eq!(version(&mut t, 0, 1, 10), Some(1));
+        assert_eq!(version(&mut t, 0, 1, 11), None);
+        t.forget_observed(1);
+        assert_eq!(version(&mut t, 0, 1, 12), Some(1));
+    }
+
+    #[test]
+    fn records_in_flight_at_a_cut_never_cross_and_later_ones_do_after_the_heal() {
+        let mut t = Table::new(3);
+        t.write(0, rec(0, 1, 1), 5);
+        t.write(0, rec(0, 1, 2), 15);
+        t.cut(0b001, 10);
+        t.write(0, rec(0, 1, 3), 25);
+        assert_eq!(
+            version(&mut t, 0, 1, 30),
+            Some(1),
+            "v2 was in flight at the cut, v3 written during it"
+        );
+        t.heal();
+        assert_eq!(version(&mut t, 0, 1, 40), None);
+        t.write(0, rec(0, 1, 4), 45);
+        assert_eq!(version(&mut t, 0, 1, 45), Some(4));
+    }
+
+    #[test]
+    fn a_cut_separates_only_across_its_boundary() {
+        let mut t = Table::new(3);
+        t.cut(0b011, 0);
+        t.write(0, rec(0, 1, 1), 1);
+        assert_eq!(version(&mut t, 0, 1, 1), Some(1), "same side");
+        assert_eq!(version(&mut t, 0, 2, 1), None, "other side");
+    }
+
+    #[test]
+    fn the_last_record_of_the_previous_epoch_travels_with_the_current_one() {
+        let mut t = Table::new(2);
+        t.write(0, rec(0, 1, 1), 1);
+        t.write(0, rec(0, 1, 2), 2);
+        t.write(0, rec(0, 2, 3), 3);
+        t.write(0, rec(0, 2, 4), 4);
+        let v = t.newly_visible(0, 1, 4).expect("visible");
+        assert_eq!((v.latest.epoch, v.latest.version), (2, 4));
+        assert_eq!(v.previous.map(|p| (p.epoch, p.version)), Some((1, 2)));
+    }
+}
