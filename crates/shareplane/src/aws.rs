@@ -65,10 +65,20 @@ pub async fn connect(cfg: &Config) -> Result<Aws, shareplane_store::StoreError> 
 }
 
 /// The CloudWatch points for one period, from the latest state view.
-pub fn points(view: &StateView, ready: bool, rejected_since_last: u64) -> Vec<Point> {
-    let mut out = Vec::with_capacity(view.limits.len() + view.peers.len() + 2);
+pub fn points(
+    view: &StateView,
+    ready: bool,
+    rejected_since_last: u64,
+    stale_since_last: u64,
+) -> Vec<Point> {
+    let mut out = Vec::with_capacity(2 * view.limits.len() + view.peers.len() + 3);
     for l in &view.limits {
         out.push(Point::share(&l.id, &view.region, l.share));
+        out.push(Point::seen_sum_of_shares(
+            &l.id,
+            &view.region,
+            l.seen_sum_of_shares,
+        ));
     }
     for p in &view.peers {
         if let Some(u) = p.unchanged {
@@ -77,6 +87,10 @@ pub fn points(view: &StateView, ready: bool, rejected_since_last: u64) -> Vec<Po
         }
     }
     out.push(Point::rejected_records(&view.region, rejected_since_last));
+    out.push(Point::rebalances_without_fresh_data(
+        &view.region,
+        stale_since_last,
+    ));
     out.push(Point::ready(&view.region, ready));
     out
 }
@@ -88,18 +102,21 @@ pub async fn publish_metrics(publisher: MetricsPublisher, shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(shared.d.period_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut rejected_before = shared.metrics.records_rejected.total();
+    let mut stale_before = shared.metrics.stale_rebalances.get();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shutdown.wait_for(|v| *v) => return,
         }
         let rejected = shared.metrics.records_rejected.total();
+        let stale = shared.metrics.stale_rebalances.get();
         let pts = points(
             &shared.view(),
             shared.is_ready(),
             rejected.saturating_sub(rejected_before),
+            stale.saturating_sub(stale_before),
         );
-        rejected_before = rejected;
+        (rejected_before, stale_before) = (rejected, stale);
         if let Err(e) = publisher.publish(&pts, SystemTime::now()).await {
             shared.metrics.metric_publish_failed.inc();
             warn!(error = %e, "publishing metrics to CloudWatch failed");

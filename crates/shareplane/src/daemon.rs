@@ -349,6 +349,9 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         });
         self.shared.metrics.rebalances.inc();
         self.alarms = alarm_names(&decision.alarms, &self.shared);
+        if decision.alarms.stale_view {
+            self.shared.metrics.stale_rebalances.inc();
+        }
         let v = decision.record.version;
         let (d, region) = (self.shared.d.clone(), self.shared.region.clone());
         if let Some(low) = lowered(&self.shared.rules(), &decision.rules) {

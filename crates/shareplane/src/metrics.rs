@@ -68,6 +68,7 @@ pub struct Metrics {
     pub demand_reports: Counter,
     pub demand_rejected: Labeled,
     pub metric_publish_failed: Counter,
+    pub stale_rebalances: Counter,
     _limit_ids: Vec<String>,
 }
 
@@ -192,6 +193,13 @@ impl Metrics {
         );
         one(
             &mut o,
+            "shareplane_rebalances_without_fresh_data_total",
+            "counter",
+            "Rebalances at which no peer had written since the previous one.",
+            self.stale_rebalances.get(),
+        );
+        one(
+            &mut o,
             "shareplane_metric_publish_failed_total",
             "counter",
             "CloudWatch metric publishes that failed.",
@@ -218,7 +226,7 @@ impl Metrics {
             "1 if the last store call succeeded.",
             u64::from(view.store_ok),
         );
-        let gauges: [LimitGauge; 5] = [
+        let gauges: [LimitGauge; 6] = [
             (
                 "shareplane_share_rps",
                 "This Region's share (requests/s).",
@@ -238,6 +246,11 @@ impl Metrics {
                 "shareplane_pool_rps",
                 "Room held in the pool (requests/s).",
                 |l| l.pool,
+            ),
+            (
+                "shareplane_seen_sum_of_shares_rps",
+                "This Region's share plus the shares it sees of peers not reclaimed (requests/s).",
+                |l| l.seen_sum_of_shares,
             ),
             (
                 "shareplane_unmet_rps",

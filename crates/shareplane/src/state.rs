@@ -168,6 +168,9 @@ pub struct LimitJson {
     pub granted: BTreeMap<String, f64>,
     pub taken: BTreeMap<String, f64>,
     pub reclaimed: BTreeMap<String, f64>,
+    /// This Region's share plus the last published shares of the peers it has not reclaimed
+    /// (SPEC §8 alarm: above `rate` means something is wrong).
+    pub seen_sum_of_shares: f64,
 }
 
 pub fn policy_name(p: SilentPolicy) -> &'static str {
@@ -271,6 +274,7 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
                 granted: names(&|r| e.granted[r].as_rps()),
                 taken: names(&|r| e.taken[r].as_rps()),
                 reclaimed: names(&|r| e.reclaimed[r].as_rps()),
+                seen_sum_of_shares: seen_sum(&v, li, e.share),
             }
         })
         .collect();
@@ -325,4 +329,24 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
         limits,
         alarms: v.alarms,
     }
+}
+
+/// The own share plus the latest published shares of peers not known to be reclaimed.
+fn seen_sum(v: &ViewInput<'_>, li: usize, own: shareplane_core::Room) -> f64 {
+    let mut sum = own.as_rps();
+    for r in regions(v.d.n()).filter(|&r| r != v.me) {
+        let reclaimed = v
+            .peer_views
+            .as_ref()
+            .and_then(|ps| ps.iter().find(|p| p.region == r))
+            .is_some_and(|p| p.state == PeerState::Reclaimed);
+        if reclaimed {
+            continue;
+        }
+        let rec = v.peer_records.get(r.index()).cloned().flatten();
+        sum += rec
+            .and_then(|p| p.limits.get(li).map(|l| l.share.as_rps()))
+            .unwrap_or(0.0);
+    }
+    sum
 }
