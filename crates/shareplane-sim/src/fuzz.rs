@@ -239,6 +239,8 @@ pub struct Report {
     pub ticks: u64,
     /// Room left stranded in ended epochs at the end (liveness not checked then), per second.
     pub stranded_rps: f64,
+    /// The scenario fences a Region whose own verdict is unhealthy.
+    pub fenced: bool,
 }
 
 /// Runs one scenario and checks it. `Err` describes the first failed check.
@@ -349,6 +351,9 @@ pub struct Totals {
     pub with_false_verdict: u64,
     pub max_false_excess_rps: f64,
     pub max_false_excess_s: f64,
+    /// The same two figures over the seeds with `fence = "own-unhealthy"` only.
+    pub fenced_false_excess_rps: f64,
+    pub fenced_false_excess_s: f64,
     pub max_settled_after_s: f64,
     /// Largest settle time as a fraction of its seed's bound.
     pub max_settle_ratio: f64,
@@ -372,6 +377,10 @@ impl Totals {
         }
         self.max_false_excess_rps = self.max_false_excess_rps.max(r.false_excess_rps);
         self.max_false_excess_s = self.max_false_excess_s.max(r.false_excess_s);
+        if r.fenced {
+            self.fenced_false_excess_rps = self.fenced_false_excess_rps.max(r.false_excess_rps);
+            self.fenced_false_excess_s = self.fenced_false_excess_s.max(r.false_excess_s);
+        }
         self.max_settled_after_s = self.max_settled_after_s.max(r.settled_after_s);
         if r.bound_s > 0.0 {
             self.max_settle_ratio = self.max_settle_ratio.max(r.settled_after_s / r.bound_s);
@@ -382,7 +391,7 @@ impl Totals {
         format!(
             "fuzz: {seeds} seeds, {} passed, {failed} failed, {} ticks simulated\n\
              false 'unhealthy' verdicts for live Regions in {} seeds: largest excess of the sum of shares over L {:.3}/s, \
-             longest total time above L {:.1} s\n\
+             longest total time above L {:.1} s (with fencing: {:.3}/s, {:.1} s)\n\
              liveness: every share within 1% of target at most {:.1} s after the last fault ended \
              ({:.0}% of that seed's stated bound)\n\
              room stranded in ended epochs (under the limit, never over; liveness not checked) in {} seeds, \
@@ -392,6 +401,8 @@ impl Totals {
             self.with_false_verdict,
             self.max_false_excess_rps,
             self.max_false_excess_s,
+            self.fenced_false_excess_rps,
+            self.fenced_false_excess_s,
             self.max_settled_after_s,
             self.max_settle_ratio * 100.0,
             self.stranded.len(),
