@@ -204,9 +204,12 @@ async fn demand(
         err(StatusCode::BAD_REQUEST, format!("bad demand report: {e}"))
     })?;
     let now = s.clock.now_ms();
-    let outcome = s
-        .demand()
-        .report(now, &report.gateway, report.incarnation, &report.totals);
+    let outcome = {
+        let mut book = s.demand();
+        let o = book.report(now, &report.gateway, report.incarnation, &report.totals);
+        s.metrics.gateways.set(book.gateways() as u64);
+        o
+    };
     match outcome {
         Ok(o) => {
             s.metrics.demand_reports.inc();
@@ -276,7 +279,7 @@ async fn readyz(State(s): State<Arc<Shared>>) -> Response {
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> Response {
-    let text = s.metrics.render(&s.view(), s.is_ready(), s.watchers());
+    let text = s.render_metrics();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

@@ -1,7 +1,7 @@
 //! The daemon's metrics in Prometheus text format. Every metric is defined once, in
 //! [`Metrics::render`], with its name, help and type; the loop and the API only bump fields.
 
-use crate::state::StateView;
+use crate::state::{LimitJson, StateView};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,11 +46,182 @@ impl Labeled {
 }
 
 /// A per-limit gauge: name, help and how to read it from the state view.
-type LimitGauge = (
+type LimitGauge = (&'static str, &'static str, fn(&LimitJson) -> f64);
+/// A replica-wide value: name, type, help and how to read it.
+type Scalar = (
     &'static str,
     &'static str,
-    fn(&crate::state::LimitJson) -> f64,
+    &'static str,
+    fn(&Metrics, &Extra) -> u64,
 );
+/// A counter with one label: name, label, help and which field holds it.
+type ByLabel = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Metrics) -> &Labeled,
+);
+
+/// Values that live outside [`Metrics`].
+pub struct Extra {
+    pub ready: bool,
+    pub store_ok: bool,
+    pub watchers: usize,
+}
+
+/// Every replica-wide metric, defined here and nowhere else.
+const SCALARS: [Scalar; 15] = [
+    (
+        "shareplane_rebalances_total",
+        "counter",
+        "Rebalances decided by this replica as leader.",
+        |m, _| m.rebalances.get(),
+    ),
+    (
+        "shareplane_record_writes_total",
+        "counter",
+        "Own records durably written.",
+        |m, _| m.writes.get(),
+    ),
+    (
+        "shareplane_store_reads_failed_total",
+        "counter",
+        "Reads of all records that failed; the rebalance was skipped and the last shares kept.",
+        |m, _| m.reads_failed.get(),
+    ),
+    (
+        "shareplane_rules_published_total",
+        "counter",
+        "Rule sets published to gateways.",
+        |m, _| m.rules_published.get(),
+    ),
+    (
+        "shareplane_rules_version",
+        "gauge",
+        "Version of the published rule set.",
+        |m, _| m.rules_version.get(),
+    ),
+    (
+        "shareplane_leader",
+        "gauge",
+        "1 while this replica holds the writer lease.",
+        |m, _| m.leader.get(),
+    ),
+    (
+        "shareplane_lease_taken_total",
+        "counter",
+        "Times this replica became the writer.",
+        |m, _| m.lease_taken.get(),
+    ),
+    (
+        "shareplane_stepped_down_total",
+        "counter",
+        "Times this replica lost the writer role.",
+        |m, _| m.stepped_down.get(),
+    ),
+    (
+        "shareplane_demand_reports_total",
+        "counter",
+        "Demand reports accepted.",
+        |m, _| m.demand_reports.get(),
+    ),
+    (
+        "shareplane_rebalances_without_fresh_data_total",
+        "counter",
+        "Rebalances at which no peer had written since the previous one.",
+        |m, _| m.stale_rebalances.get(),
+    ),
+    (
+        "shareplane_metric_publish_failed_total",
+        "counter",
+        "CloudWatch metric publishes that failed.",
+        |m, _| m.metric_publish_failed.get(),
+    ),
+    (
+        "shareplane_rule_watchers",
+        "gauge",
+        "Requests waiting for a newer rule set (long-polls).",
+        |_, x| x.watchers as u64,
+    ),
+    (
+        "shareplane_ready",
+        "gauge",
+        "1 once all records were read successfully.",
+        |_, x| u64::from(x.ready),
+    ),
+    (
+        "shareplane_store_ok",
+        "gauge",
+        "1 if the last store call succeeded.",
+        |_, x| u64::from(x.store_ok),
+    ),
+    (
+        "shareplane_demand_gateways",
+        "gauge",
+        "Gateways whose demand reports are tracked.",
+        |m, _| m.gateways.get(),
+    ),
+];
+
+const BY_LABEL: [ByLabel; 4] = [
+    (
+        "shareplane_record_writes_failed_total",
+        "reason",
+        "Own record writes that failed; the decision was not committed and nothing was raised.",
+        |m| &m.writes_failed,
+    ),
+    (
+        "shareplane_records_rejected_total",
+        "cause",
+        "Peer records rejected and never adopted.",
+        |m| &m.records_rejected,
+    ),
+    (
+        "shareplane_rebalances_skipped_total",
+        "reason",
+        "Phase ticks at which no rebalance was made.",
+        |m| &m.rebalances_skipped,
+    ),
+    (
+        "shareplane_demand_reports_rejected_total",
+        "reason",
+        "Demand reports refused.",
+        |m| &m.demand_rejected,
+    ),
+];
+
+const LIMIT_GAUGES: [LimitGauge; 6] = [
+    (
+        "shareplane_share_rps",
+        "This Region's share (requests/s).",
+        |l| l.share,
+    ),
+    (
+        "shareplane_target_rps",
+        "This Region's target (requests/s).",
+        |l| l.target,
+    ),
+    (
+        "shareplane_demand_rps",
+        "This Region's demand, received requests/s over 5 s.",
+        |l| l.demand,
+    ),
+    (
+        "shareplane_pool_rps",
+        "Room held in the pool (requests/s).",
+        |l| l.pool,
+    ),
+    (
+        "shareplane_unmet_rps",
+        "Unmet need published (requests/s).",
+        |l| l.unmet,
+    ),
+    (
+        "shareplane_seen_sum_of_shares_rps",
+        "This Region's share plus the shares it sees of peers not reclaimed (requests/s).",
+        |l| l.seen_sum_of_shares,
+    ),
+];
 
 #[derive(Default)]
 pub struct Metrics {
@@ -67,205 +238,41 @@ pub struct Metrics {
     pub stepped_down: Counter,
     pub demand_reports: Counter,
     pub demand_rejected: Labeled,
+    pub gateways: Counter,
     pub metric_publish_failed: Counter,
     pub stale_rebalances: Counter,
-    _limit_ids: Vec<String>,
 }
 
 impl Metrics {
-    pub fn new(limit_ids: Vec<String>) -> Metrics {
-        Metrics {
-            _limit_ids: limit_ids,
-            ..Metrics::default()
-        }
+    pub fn new() -> Metrics {
+        Metrics::default()
     }
 
-    /// The whole exposition, with per-limit gauges taken from the latest state view.
-    pub fn render(&self, view: &StateView, ready: bool, watchers: usize) -> String {
+    /// The whole exposition, with per-limit and per-peer gauges from the latest state view.
+    pub fn render(&self, view: &StateView, extra: &Extra) -> String {
         let mut o = String::with_capacity(4096);
         let region = esc(&view.region);
-        let one = |o: &mut String, name: &str, kind: &str, help: &str, v: u64| {
+        for (name, kind, help, get) in SCALARS {
             let _ = writeln!(
                 o,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{region=\"{region}\"}} {v}"
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{region=\"{region}\"}} {}",
+                get(self, extra)
             );
-        };
-        let labeled = |o: &mut String,
-                       name: &str,
-                       label: &str,
-                       help: &str,
-                       vals: Vec<(&'static str, u64)>| {
+        }
+        for (name, label, help, get) in BY_LABEL {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (k, v) in vals {
+            for (k, v) in get(self).snapshot() {
                 let _ = writeln!(o, "{name}{{region=\"{region}\",{label}=\"{k}\"}} {v}");
             }
-        };
-        one(
-            &mut o,
-            "shareplane_rebalances_total",
-            "counter",
-            "Rebalances decided by this replica as leader.",
-            self.rebalances.get(),
-        );
-        one(
-            &mut o,
-            "shareplane_record_writes_total",
-            "counter",
-            "Own records durably written.",
-            self.writes.get(),
-        );
-        labeled(
-            &mut o,
-            "shareplane_record_writes_failed_total",
-            "reason",
-            "Own record writes that failed; the decision was not committed and nothing was raised.",
-            self.writes_failed.snapshot(),
-        );
-        one(
-            &mut o,
-            "shareplane_store_reads_failed_total",
-            "counter",
-            "Reads of all records that failed; the rebalance was skipped and the last shares kept.",
-            self.reads_failed.get(),
-        );
-        labeled(
-            &mut o,
-            "shareplane_records_rejected_total",
-            "cause",
-            "Peer records rejected and never adopted.",
-            self.records_rejected.snapshot(),
-        );
-        labeled(
-            &mut o,
-            "shareplane_rebalances_skipped_total",
-            "reason",
-            "Phase ticks at which no rebalance was made.",
-            self.rebalances_skipped.snapshot(),
-        );
-        one(
-            &mut o,
-            "shareplane_rules_published_total",
-            "counter",
-            "Rule sets published to gateways.",
-            self.rules_published.get(),
-        );
-        one(
-            &mut o,
-            "shareplane_rules_version",
-            "gauge",
-            "Version of the published rule set.",
-            self.rules_version.get(),
-        );
-        one(
-            &mut o,
-            "shareplane_leader",
-            "gauge",
-            "1 while this replica holds the writer lease.",
-            self.leader.get(),
-        );
-        one(
-            &mut o,
-            "shareplane_lease_taken_total",
-            "counter",
-            "Times this replica became the writer.",
-            self.lease_taken.get(),
-        );
-        one(
-            &mut o,
-            "shareplane_stepped_down_total",
-            "counter",
-            "Times this replica lost the writer role.",
-            self.stepped_down.get(),
-        );
-        one(
-            &mut o,
-            "shareplane_demand_reports_total",
-            "counter",
-            "Demand reports accepted.",
-            self.demand_reports.get(),
-        );
-        labeled(
-            &mut o,
-            "shareplane_demand_reports_rejected_total",
-            "reason",
-            "Demand reports refused.",
-            self.demand_rejected.snapshot(),
-        );
-        one(
-            &mut o,
-            "shareplane_rebalances_without_fresh_data_total",
-            "counter",
-            "Rebalances at which no peer had written since the previous one.",
-            self.stale_rebalances.get(),
-        );
-        one(
-            &mut o,
-            "shareplane_metric_publish_failed_total",
-            "counter",
-            "CloudWatch metric publishes that failed.",
-            self.metric_publish_failed.get(),
-        );
-        one(
-            &mut o,
-            "shareplane_rule_watchers",
-            "gauge",
-            "Requests waiting for a newer rule set (long-polls).",
-            watchers as u64,
-        );
-        one(
-            &mut o,
-            "shareplane_ready",
-            "gauge",
-            "1 once all records were read successfully.",
-            u64::from(ready),
-        );
-        one(
-            &mut o,
-            "shareplane_store_ok",
-            "gauge",
-            "1 if the last store call succeeded.",
-            u64::from(view.store_ok),
-        );
-        let gauges: [LimitGauge; 6] = [
-            (
-                "shareplane_share_rps",
-                "This Region's share (requests/s).",
-                |l| l.share,
-            ),
-            (
-                "shareplane_target_rps",
-                "This Region's target (requests/s).",
-                |l| l.target,
-            ),
-            (
-                "shareplane_demand_rps",
-                "This Region's demand, received requests/s over 5 s.",
-                |l| l.demand,
-            ),
-            (
-                "shareplane_pool_rps",
-                "Room held in the pool (requests/s).",
-                |l| l.pool,
-            ),
-            (
-                "shareplane_seen_sum_of_shares_rps",
-                "This Region's share plus the shares it sees of peers not reclaimed (requests/s).",
-                |l| l.seen_sum_of_shares,
-            ),
-            (
-                "shareplane_unmet_rps",
-                "Unmet need published (requests/s).",
-                |l| l.unmet,
-            ),
-        ];
-        for (name, help, f) in gauges {
+        }
+        for (name, help, get) in LIMIT_GAUGES {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
             for l in &view.limits {
                 let _ = writeln!(
                     o,
                     "{name}{{region=\"{region}\",limit=\"{}\"}} {}",
                     esc(&l.id),
-                    f(l)
+                    get(l)
                 );
             }
         }

@@ -47,7 +47,7 @@ impl Shared {
             me,
             clock,
             api_token,
-            metrics: Metrics::new(d.limits.iter().map(|l| l.id.clone()).collect()),
+            metrics: Metrics::new(),
             rules: watch::channel(Arc::new(RuleSet::none())).0,
             demand: Mutex::new(DemandBook::new(ids, clock.now_ms())),
             view: RwLock::new(Arc::new(view)),
@@ -83,6 +83,17 @@ impl Shared {
 
     pub fn subscribe(&self) -> watch::Receiver<Arc<RuleSet>> {
         self.rules.subscribe()
+    }
+
+    /// The Prometheus exposition of this replica.
+    pub fn render_metrics(&self) -> String {
+        let view = self.view();
+        let extra = crate::metrics::Extra {
+            ready: self.is_ready(),
+            store_ok: view.store_ok,
+            watchers: self.watchers(),
+        };
+        self.metrics.render(&view, &extra)
     }
 
     /// Requests currently watching the rule set (long-polls in flight).

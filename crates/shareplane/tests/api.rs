@@ -243,6 +243,15 @@ async fn state_explain_health_readiness_metrics_and_unknown_routes() {
     let text = String::from_utf8_lossy(&body);
     assert!(text.contains("shareplane_ready{region=\"A\"} 1"), "{text}");
     assert!(text.contains("# TYPE shareplane_share_rps gauge"));
+    // Each metric is described once.
+    let mut names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .collect();
+    let all = names.len();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), all, "a metric is defined twice");
 
     let req = Request::post("/v1/rules")
         .body(Body::empty())

@@ -416,7 +416,7 @@ async fn a_deposed_leader_is_refused_by_the_store_and_steps_down() {
     let writes_when_deposed = stale.metrics.writes.get();
     if std::env::var("DEBUG_RECS").is_ok() {
         let a = &c.replicas[0][0].shared;
-        eprintln!("{}", a.metrics.render(&a.view(), true, 0));
+        eprintln!("{}", a.render_metrics());
     }
     settle(60).await;
     assert_eq!(
