@@ -260,18 +260,102 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     } else if me.is_none() {
         errors.push(problem("region", format!("{region:?} is not in regions")));
     }
-    let store = match raw.store.as_deref().unwrap_or("dynamodb") {
-        "dynamodb" => StoreKind::DynamoDb,
-        "memory" => StoreKind::Memory,
-        other => {
-            errors.push(problem(
-                "store",
-                format!("{other:?}: use \"dynamodb\" or \"memory\""),
-            ));
-            StoreKind::Memory
-        }
+    let store = choice(
+        errors,
+        "store",
+        &raw.store,
+        &[
+            ("dynamodb", StoreKind::DynamoDb),
+            ("memory", StoreKind::Memory),
+        ],
+    );
+    let policy = choice(
+        errors,
+        "policy",
+        &raw.policy,
+        &[
+            ("two-signals", SilentPolicy::TwoSignals),
+            ("freeze", SilentPolicy::Freeze),
+            ("silence-alone", SilentPolicy::SilenceAlone),
+        ],
+    );
+    let fence = choice(
+        errors,
+        "fence",
+        &raw.fence,
+        &[
+            ("own-unhealthy", Fence::OwnUnhealthy),
+            ("never", Fence::Never),
+        ],
+    );
+    check_aws(&raw, store, policy, errors);
+    let listen = check_listen(raw.listen.as_deref(), errors);
+    let api_token = check_token(raw.api_token.as_deref(), errors);
+    let limits = check_limits(&raw.limits, &names, errors);
+    let d = Deployment {
+        regions: names,
+        limits,
+        design: Design::NamedGrants,
+        policy,
+        fence,
+        silent_after: 3,
+        period_ms,
     };
-    let table = raw.table.clone().unwrap_or_default();
+    let d = Deployment::try_new(d).map_err(|es| errors.extend(es)).ok();
+    let replica_id = raw.replica_id.clone().unwrap_or_else(default_replica_id);
+    if replica_id.is_empty() || replica_id.len() > 128 {
+        errors.push(problem("replica_id", "1 to 128 characters"));
+    }
+    Some(Config {
+        me: me?,
+        phase_ms: raw.phase_ms,
+        period_ms,
+        deployment: Arc::new(d?),
+        health_check_ids: raw
+            .regions
+            .iter()
+            .map(|r| r.health_check_id.clone())
+            .collect(),
+        table: raw.table.unwrap_or_default(),
+        store,
+        aws_endpoint: raw.aws_endpoint,
+        aws_region: raw.aws_region.unwrap_or_else(|| region.clone()),
+        metrics_namespace: raw.metrics_namespace.unwrap_or_else(|| "Shareplane".into()),
+        listen,
+        api_token,
+        replica_id,
+        region,
+    })
+}
+
+/// One of a few names; the first is the default. An unknown name is a problem naming the choices.
+fn choice<T: Copy>(
+    errors: &mut Vec<ConfigError>,
+    field: &str,
+    given: &Option<String>,
+    options: &[(&str, T)],
+) -> T {
+    let name = given.as_deref().unwrap_or(options[0].0);
+    match options.iter().find(|(n, _)| *n == name) {
+        Some((_, v)) => *v,
+        None => {
+            let names: Vec<String> = options.iter().map(|(n, _)| format!("{n:?}")).collect();
+            errors.push(problem(
+                field,
+                format!("{name:?}: use one of {}", names.join(", ")),
+            ));
+            options[0].1
+        }
+    }
+}
+
+fn check_aws(
+    raw: &RawConfig,
+    store: StoreKind,
+    policy: SilentPolicy,
+    errors: &mut Vec<ConfigError>,
+) {
+    let table = raw.table.as_deref().unwrap_or("");
     if store == StoreKind::DynamoDb && (table.is_empty() || table.len() > 255) {
         errors.push(problem(
             "table",
@@ -286,58 +370,6 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
             ));
         }
     }
-    let policy = match raw.policy.as_deref().unwrap_or("two-signals") {
-        "two-signals" => SilentPolicy::TwoSignals,
-        "freeze" => SilentPolicy::Freeze,
-        "silence-alone" => SilentPolicy::SilenceAlone,
-        other => {
-            errors.push(problem(
-                "policy",
-                format!("{other:?}: use \"two-signals\", \"freeze\" or \"silence-alone\""),
-            ));
-            SilentPolicy::TwoSignals
-        }
-    };
-    let fence = match raw.fence.as_deref().unwrap_or("own-unhealthy") {
-        "own-unhealthy" => Fence::OwnUnhealthy,
-        "never" => Fence::Never,
-        other => {
-            errors.push(problem(
-                "fence",
-                format!("{other:?}: use \"own-unhealthy\" or \"never\""),
-            ));
-            Fence::OwnUnhealthy
-        }
-    };
-    let listen_text = raw
-        .listen
-        .clone()
-        .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
-    let listen = listen_text.parse::<SocketAddr>().unwrap_or_else(|_| {
-        errors.push(problem(
-            "listen",
-            format!("{listen_text:?} is not an address like 127.0.0.1:8080"),
-        ));
-        SocketAddr::from(([127, 0, 0, 1], 8080))
-    });
-    let api_token = raw.api_token.clone().filter(|t| !t.is_empty());
-    match &api_token {
-        Some(t) if t.chars().count() < MIN_TOKEN_CHARS => errors.push(problem(
-            "api_token",
-            format!("must be at least {MIN_TOKEN_CHARS} characters"),
-        )),
-        Some(t) if t.chars().any(|c| c.is_whitespace() || c.is_control()) => errors.push(problem(
-            "api_token",
-            "must not contain spaces or control characters",
-        )),
-        None => errors.push(problem(
-            "api_token",
-            format!(
-                "required for the write endpoints; set {ENV_API_TOKEN} (preferred) or api_token"
-            ),
-        )),
-        _ => {}
-    }
     if store == StoreKind::DynamoDb && policy == SilentPolicy::TwoSignals {
         for (i, r) in raw.regions.iter().enumerate() {
             if r.health_check_id.as_deref().unwrap_or("").is_empty() {
@@ -348,48 +380,35 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
             }
         }
     }
-    let limits = check_limits(&raw.limits, &names, errors);
-    let d = Deployment {
-        regions: names,
-        limits,
-        design: Design::NamedGrants,
-        policy,
-        fence,
-        silent_after: 3,
-        period_ms,
-    };
-    let d = match Deployment::try_new(d) {
-        Ok(d) => Some(d),
-        Err(es) => {
-            errors.extend(es);
-            None
-        }
-    };
-    let replica_id = raw.replica_id.clone().unwrap_or_else(default_replica_id);
-    if replica_id.is_empty() || replica_id.len() > 128 {
-        errors.push(problem("replica_id", "1 to 128 characters"));
-    }
-    let aws_region = raw.aws_region.clone().unwrap_or_else(|| region.clone());
-    Some(Config {
-        region,
-        me: me?,
-        phase_ms: raw.phase_ms,
-        period_ms,
-        deployment: Arc::new(d?),
-        health_check_ids: raw
-            .regions
-            .iter()
-            .map(|r| r.health_check_id.clone())
-            .collect(),
-        table,
-        store,
-        aws_endpoint: raw.aws_endpoint,
-        aws_region,
-        metrics_namespace: raw.metrics_namespace.unwrap_or_else(|| "Shareplane".into()),
-        listen,
-        api_token,
-        replica_id,
+}
+
+fn check_listen(given: Option<&str>, errors: &mut Vec<ConfigError>) -> SocketAddr {
+    let text = given.unwrap_or(DEFAULT_LISTEN);
+    text.parse::<SocketAddr>().unwrap_or_else(|_| {
+        errors.push(problem(
+            "listen",
+            format!("{text:?} is not an address like 127.0.0.1:8080"),
+        ));
+        SocketAddr::from(([127, 0, 0, 1], 8080))
     })
+}
+
+fn check_token(given: Option<&str>, errors: &mut Vec<ConfigError>) -> Option<String> {
+    let token = given.filter(|t| !t.is_empty());
+    let why = match token {
+        None => format!(
+            "required for the write endpoints; set {ENV_API_TOKEN} (preferred) or api_token"
+        ),
+        Some(t) if t.chars().count() < MIN_TOKEN_CHARS => {
+            format!("must be at least {MIN_TOKEN_CHARS} characters")
+        }
+        Some(t) if t.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+            "must not contain spaces or control characters".to_string()
+        }
+        Some(_) => return token.map(str::to_string),
+    };
+    errors.push(problem("api_token", why));
+    None
 }
 
 /// `host-pid`: unique among the replicas of one Region as long as hosts are named apart.
