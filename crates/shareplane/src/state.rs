@@ -239,87 +239,15 @@ impl StateView {
 
 pub fn build_view(v: ViewInput<'_>) -> StateView {
     let d = v.d;
-    let names = |f: &dyn Fn(RegionId) -> f64| -> BTreeMap<String, f64> {
-        regions(d.n())
-            .filter(|&r| r != v.me)
-            .map(|r| (d.region_name(r).to_string(), f(r)))
-            .collect()
-    };
     let limits = d
         .limits
         .iter()
         .enumerate()
-        .map(|(li, spec)| {
-            let e = v
-                .own
-                .and_then(|o| o.limits.get(li))
-                .copied()
-                .unwrap_or_default();
-            let in_flight = |r: RegionId| {
-                let theirs = v.peer_records.get(r.index()).cloned().flatten();
-                let taken = theirs
-                    .filter(|p| {
-                        v.own.is_some_and(|o| {
-                            p.peer_epochs[v.me] == o.epoch && o.peer_epochs[r] == p.epoch
-                        })
-                    })
-                    .and_then(|p| p.limits.get(li).map(|l| l.taken[v.me]))
-                    .unwrap_or_default();
-                e.granted[r].saturating_sub(taken).as_rps()
-            };
-            LimitJson {
-                id: spec.id.clone(),
-                kind: match spec.kind {
-                    LimitKind::Capacity => "capacity",
-                    LimitKind::Security { .. } => "security",
-                },
-                shadow: spec.shadow,
-                rate: spec.rate.as_rps(),
-                demand: e.demand.as_rps(),
-                target: e.target.as_rps(),
-                share: e.share.as_rps(),
-                pool: e.pool.as_rps(),
-                unmet: e.unmet.as_rps(),
-                debt: e.debt.as_rps(),
-                grants_in_flight: names(&in_flight),
-                granted: names(&|r| e.granted[r].as_rps()),
-                taken: names(&|r| e.taken[r].as_rps()),
-                reclaimed: names(&|r| e.reclaimed[r].as_rps()),
-                seen_sum_of_shares: seen_sum(&v, li, e.share),
-            }
-        })
+        .map(|(li, spec)| limit_view(&v, li, spec))
         .collect();
     let peers = regions(d.n())
         .filter(|&r| r != v.me)
-        .map(|r| {
-            let rec = v.peer_records.get(r.index()).cloned().flatten();
-            let pv = v
-                .peer_views
-                .as_ref()
-                .and_then(|ps| ps.iter().find(|p| p.region == r));
-            PeerJson {
-                region: d.region_name(r).to_string(),
-                epoch: pv
-                    .map(|p| p.epoch)
-                    .or(rec.as_ref().map(|x| x.epoch))
-                    .unwrap_or(0),
-                version: pv
-                    .map(|p| p.version)
-                    .or(rec.as_ref().map(|x| x.version))
-                    .unwrap_or(0),
-                unchanged: pv.map(|p| p.unchanged),
-                state: match pv.map(|p| p.state) {
-                    Some(PeerState::Live) => "live",
-                    Some(PeerState::Silent) => "silent",
-                    Some(PeerState::Reclaimed) => "reclaimed",
-                    None => "unknown",
-                },
-                written_at_ms: pv
-                    .map(|p| p.written_at_ms)
-                    .or(rec.as_ref().map(|x| x.written_at_ms))
-                    .unwrap_or(0),
-            }
-        })
+        .map(|r| peer_view(&v, r))
         .collect();
     StateView {
         region: d.region_name(v.me).to_string(),
@@ -328,7 +256,6 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
         policy: policy_name(d.policy),
         period_ms: d.period_ms,
         store_ok: v.store_ok,
-        last_error: v.last_error,
         epoch: v.own.map_or(0, |o| o.epoch),
         record_version: v.own.map_or(0, |o| o.version),
         written_at_ms: v.own.map_or(0, |o| o.written_at_ms),
@@ -338,7 +265,81 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
             .collect(),
         peers,
         limits,
+        last_error: v.last_error,
         alarms: v.alarms,
+    }
+}
+
+/// A value per peer, by the peer's name.
+fn by_peer(v: &ViewInput<'_>, f: impl Fn(RegionId) -> f64) -> BTreeMap<String, f64> {
+    regions(v.d.n())
+        .filter(|&r| r != v.me)
+        .map(|r| (v.d.region_name(r).to_string(), f(r)))
+        .collect()
+}
+
+fn peer_record(v: &ViewInput<'_>, r: RegionId) -> Option<Arc<RegionRecord>> {
+    v.peer_records.get(r.index()).cloned().flatten()
+}
+
+fn limit_view(v: &ViewInput<'_>, li: usize, spec: &shareplane_core::LimitSpec) -> LimitJson {
+    let e = v
+        .own
+        .and_then(|o| o.limits.get(li))
+        .copied()
+        .unwrap_or_default();
+    // Granted to `r` and not yet taken by it, when both records refer to each other's epochs.
+    let in_flight = |r: RegionId| {
+        let taken = peer_record(v, r)
+            .filter(|p| {
+                v.own
+                    .is_some_and(|o| p.peer_epochs[v.me] == o.epoch && o.peer_epochs[r] == p.epoch)
+            })
+            .and_then(|p| p.limits.get(li).map(|l| l.taken[v.me]))
+            .unwrap_or_default();
+        e.granted[r].saturating_sub(taken).as_rps()
+    };
+    LimitJson {
+        id: spec.id.clone(),
+        kind: match spec.kind {
+            LimitKind::Capacity => "capacity",
+            LimitKind::Security { .. } => "security",
+        },
+        shadow: spec.shadow,
+        rate: spec.rate.as_rps(),
+        demand: e.demand.as_rps(),
+        target: e.target.as_rps(),
+        share: e.share.as_rps(),
+        pool: e.pool.as_rps(),
+        unmet: e.unmet.as_rps(),
+        debt: e.debt.as_rps(),
+        grants_in_flight: by_peer(v, in_flight),
+        granted: by_peer(v, |r| e.granted[r].as_rps()),
+        taken: by_peer(v, |r| e.taken[r].as_rps()),
+        reclaimed: by_peer(v, |r| e.reclaimed[r].as_rps()),
+        seen_sum_of_shares: seen_sum(v, li, e.share),
+    }
+}
+
+fn peer_view(v: &ViewInput<'_>, r: RegionId) -> PeerJson {
+    let rec = peer_record(v, r);
+    let pv = v
+        .peer_views
+        .as_ref()
+        .and_then(|ps| ps.iter().find(|p| p.region == r));
+    let from_rec = |f: fn(&RegionRecord) -> u64| rec.as_deref().map_or(0, f);
+    PeerJson {
+        region: v.d.region_name(r).to_string(),
+        epoch: pv.map_or_else(|| from_rec(|x| x.epoch), |p| p.epoch),
+        version: pv.map_or_else(|| from_rec(|x| x.version), |p| p.version),
+        unchanged: pv.map(|p| p.unchanged),
+        state: match pv.map(|p| p.state) {
+            Some(PeerState::Live) => "live",
+            Some(PeerState::Silent) => "silent",
+            Some(PeerState::Reclaimed) => "reclaimed",
+            None => "unknown",
+        },
+        written_at_ms: pv.map_or_else(|| from_rec(|x| x.written_at_ms), |p| p.written_at_ms),
     }
 }
 
