@@ -206,6 +206,26 @@ impl Demo {
             .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("no Region {name:?}")))
     }
 
+    /// Freezes a Region as if it were down (no records, no demand) and turns its health check
+    /// unhealthy after a few periods, unless it is restored first.
+    fn lose(self: &Arc<Self>, ctl: &mut RegionCtl, i: usize, r: RegionId) {
+        ctl.lost = true;
+        ctl.generation += 1;
+        let _ = ctl.paused.send(true);
+        let (demo, generation) = (self.clone(), ctl.generation);
+        let after = Duration::from_millis(self.period_ms * UNHEALTHY_AFTER_PERIODS);
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let still = demo
+                .lock()
+                .get(i)
+                .is_some_and(|c| c.lost && c.generation == generation);
+            if still {
+                demo.health.set(r, Health::Unhealthy);
+            }
+        });
+    }
+
     /// Applies one dashboard control.
     pub fn control(
         self: &Arc<Self>,
@@ -235,23 +255,7 @@ impl Demo {
                 };
                 ctl.demand_rps = rps;
             }
-            "lose" => {
-                ctl.lost = true;
-                ctl.generation += 1;
-                let _ = ctl.paused.send(true);
-                let (demo, generation) = (self.clone(), ctl.generation);
-                let after = Duration::from_millis(self.period_ms * UNHEALTHY_AFTER_PERIODS);
-                tokio::spawn(async move {
-                    tokio::time::sleep(after).await;
-                    let still = demo
-                        .lock()
-                        .get(i)
-                        .is_some_and(|c| c.lost && c.generation == generation);
-                    if still {
-                        demo.health.set(r, Health::Unhealthy);
-                    }
-                });
-            }
+            "lose" => self.lose(ctl, i, r),
             "restore" => {
                 ctl.lost = false;
                 ctl.generation += 1;
