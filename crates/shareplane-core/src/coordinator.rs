@@ -375,7 +375,11 @@ impl Coordinator {
             alarms.new_epoch = true;
         }
         self.count_silence();
-        let (states, closures) = self.classify(&rec, inputs.health);
+        let fenced = d.fence == Fence::OwnUnhealthy
+            && d.policy != SilentPolicy::Freeze
+            && inputs.health[me] == Health::Unhealthy;
+        alarms.fenced = fenced;
+        let (states, closures) = self.classify(&rec, inputs.health, fenced);
         for (i, c) in closures.iter().enumerate() {
             if !matches!(c, Closure::None) {
                 if let Some(r) = RegionId::new(i) {
@@ -389,11 +393,6 @@ impl Coordinator {
             && crate::region::regions(d.n())
                 .filter(|&r| r != me)
                 .all(|r| self.peers[r.index()].unchanged > 0);
-        let fenced = d.fence == Fence::OwnUnhealthy
-            && d.policy != SilentPolicy::Freeze
-            && inputs.health[me] == Health::Unhealthy;
-        alarms.fenced = fenced;
-
         let reconciles = if alarms.new_epoch {
             vec![None; d.n()]
         } else {
@@ -489,6 +488,7 @@ impl Coordinator {
         &self,
         rec: &RegionRecord,
         health: &PerRegion<Health>,
+        fenced: bool,
     ) -> (PerRegion<Option<PeerState>>, Vec<Closure>) {
         let d = &self.d;
         let mut states: PerRegion<Option<PeerState>> = PerRegion([None; MAX_REGIONS]);
@@ -512,7 +512,10 @@ impl Coordinator {
                 }
             } else if marked {
                 (PeerState::Reclaimed, Closure::None)
-            } else if silent && reclaimable(d.policy, health[j]) {
+            } else if silent && !fenced && reclaimable(d.policy, health[j]) {
+                // A fenced Region is itself suspect (its own check says unhealthy): it reclaims
+                // nobody, or two Regions cut off from each other and both wrongly called unhealthy
+                // would reclaim each other.
                 (PeerState::Reclaimed, Closure::Reclaim(p.latest.clone()))
             } else if silent {
                 (PeerState::Silent, Closure::None)
