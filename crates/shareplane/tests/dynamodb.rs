@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 fn moto_url() -> Option<String> {
     match std::env::var("SHAREPLANE_TEST_MOTO_URL") {
@@ -46,7 +47,11 @@ rate = 10000
     config::parse(&text, &BTreeMap::new()).unwrap_or_else(|e| panic!("{e}"))
 }
 
-async fn start(cfg: &Config, clock: Clock, stop: &watch::Receiver<bool>) -> Arc<Shared> {
+async fn start(
+    cfg: &Config,
+    clock: Clock,
+    stop: &watch::Receiver<bool>,
+) -> (Arc<Shared>, JoinHandle<()>) {
     let aws = shareplane::aws::connect(cfg)
         .await
         .unwrap_or_else(|e| panic!("connect: {e}"));
@@ -58,8 +63,20 @@ async fn start(cfg: &Config, clock: Clock, stop: &watch::Receiver<bool>) -> Arc<
         stop.clone(),
     );
     let opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
-    tokio::spawn(Daemon::new(shared.clone(), aws.store, aws.health, opts).run());
-    shared
+    let task = tokio::spawn(Daemon::new(shared.clone(), aws.store, aws.health, opts).run());
+    (shared, task)
+}
+
+/// Waits (at most `within`) until `cond` holds, checking every 50 ms.
+async fn until(within: Duration, cond: impl Fn() -> bool) -> bool {
+    let end = tokio::time::Instant::now() + within;
+    while !cond() {
+        if tokio::time::Instant::now() > end {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
 }
 
 fn share(s: &Shared) -> f64 {
@@ -81,8 +98,10 @@ async fn two_regions_converge_through_dynamodb() {
     let table = format!("shareplane-daemon-{}-{nanos}", std::process::id());
     let (stop_tx, stop) = watch::channel(false);
     let clock = Clock::wall();
-    let a = start(&config(&url, &table, "A", 0), clock, &stop).await;
-    let b = start(&config(&url, &table, "B", 250), clock, &stop).await;
+    let mut cfg_a = config(&url, &table, "A", 0);
+    cfg_a.replica_id = "a1".into();
+    let (a, a_task) = start(&cfg_a, clock, &stop).await;
+    let (b, _b_task) = start(&config(&url, &table, "B", 250), clock, &stop).await;
     let feeders: Vec<_> = [(a.clone(), 900u64), (b.clone(), 100u64)]
         .into_iter()
         .map(|(s, per_tick)| {
@@ -126,6 +145,36 @@ async fn two_regions_converge_through_dynamodb() {
         vb.peers.iter().any(|p| p.region == "A" && p.version > 0),
         "{vb:?}"
     );
+
+    // HA: a second replica of A follows, then takes over within two periods of A1's death and
+    // resumes A's epoch.
+    cfg_a.replica_id = "a2".into();
+    let (a2, _a2_task) = start(&cfg_a, clock, &stop).await;
+    assert!(
+        until(Duration::from_secs(10), || a2.view().role == "follower"
+            && a2.rules().version > 0)
+        .await,
+        "{:?}",
+        a2.view()
+    );
+    a_task.abort();
+    let died = std::time::Instant::now();
+    assert!(
+        until(Duration::from_secs(10), || a2.metrics.leader.get() == 1).await,
+        "{:?}",
+        a2.view()
+    );
+    let took = died.elapsed();
+    assert!(
+        took <= Duration::from_millis(2 * 500 + 200),
+        "takeover took {took:?}"
+    );
+    assert!(
+        until(Duration::from_secs(10), || a2.view().role == "leader"
+            && a2.view().record_version > va.record_version)
+        .await
+    );
+    assert_eq!(a2.view().epoch, 1);
     let _ = stop_tx.send(true);
     for f in feeders {
         f.abort();
