@@ -180,8 +180,11 @@ impl DemandBook {
                     .filter(|s| s.0 <= start)
                     .map_or(0, |s| s.1);
                 let count = c.received.saturating_sub(base);
-                // count requests / 5 s in milli-requests per second.
-                Room((count as u128 * 1_000_000 / WINDOW_MS as u128).min(u64::MAX as u128) as u64)
+                // count requests / 5 s in milli-requests per second, capped at the largest rate
+                // the core accepts (a gateway reporting absurd totals cannot overflow anything).
+                let max = (shareplane_core::MAX_RATE_RPS as u128)
+                    * shareplane_core::MILLI_PER_RPS as u128;
+                Room((count as u128 * 1_000_000 / WINDOW_MS as u128).min(max) as u64)
             })
             .collect()
     }
@@ -247,6 +250,18 @@ mod tests {
         assert_eq!(stale.map(|o| o.stale), Ok(true));
         assert_eq!(fresh.map(|o| o.counted), Ok(0));
         assert_eq!(b.rates(2000), vec![Room::rps(100)]);
+    }
+
+    #[test]
+    fn absurd_totals_are_capped_at_the_largest_rate() {
+        let mut b = DemandBook::new(vec!["k".into()], 0);
+        let _ = b.report(0, "g", 1, &totals(0));
+        let _ = b.report(1000, "g", 1, &totals(u64::MAX));
+        let cap = Room::from_rps(shareplane_core::MAX_RATE_RPS).map_err(|e| e.to_string());
+        assert_eq!(
+            b.rates(1000).first().copied().ok_or("no rate".to_string()),
+            cap
+        );
     }
 
     #[test]
