@@ -37,11 +37,13 @@ enum Command {
     /// SHAREPLANE_REGION, SHAREPLANE_LISTEN, SHAREPLANE_API_TOKEN, SHAREPLANE_PHASE_MS,
     /// SHAREPLANE_AWS_ENDPOINT, SHAREPLANE_REPLICA_ID override the file.
     Run {
+        /// The TOML file (see crates/shareplane/config.example.toml).
         #[arg(long)]
         config: Option<PathBuf>,
     },
     /// Three Regions in one process with a live web dashboard; no AWS account needed.
     Demo {
+        /// Address of the dashboard (at /) and of each Region's API (at /regions/NAME/).
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
         /// Rebalance period of the demo's Regions (shorter than production's 5 s so that
