@@ -151,6 +151,31 @@ async fn lose_restore_cut_and_heal_move_the_shares_as_the_spec_says() {
             share(&s, name)
         );
     }
+    // Cut C and mark it unhealthy: C fences itself (share 0) while A and B reclaim its room, so
+    // the enforced sum never passes the limit.
+    assert_eq!(
+        post(&app, "/demo/regions/C/cut", "{}").await,
+        StatusCode::OK
+    );
+    let unhealthy = r#"{"health": "unhealthy"}"#;
+    assert_eq!(
+        post(&app, "/demo/regions/C/health", unhealthy).await,
+        StatusCode::OK
+    );
+    for _ in 0..30 {
+        settle(1).await;
+        let sum = demo.snapshot()["sum_published"]
+            .as_f64()
+            .unwrap_or(f64::MAX);
+        assert!(sum <= 10_000.0 + 1e-9, "{sum}");
+    }
+    let s = demo.snapshot();
+    assert_eq!(share(&s, "C"), 0.0);
+    assert!(region(&s, "C")["state"]["alarms"]
+        .to_string()
+        .contains("fenced"));
+    assert_eq!(peer_state(&s, "A", "C"), "\"reclaimed\"");
+
     assert_eq!(
         post(&app, "/demo/regions/C/demand", r#"{"rps": -1}"#).await,
         StatusCode::BAD_REQUEST
