@@ -426,3 +426,70 @@ async fn a_deposed_leader_is_refused_by_the_store_and_steps_down() {
     );
     c.assert_conserved().await;
 }
+
+/// Sleeps until the shared clock reads `ms` (paused time: exact).
+async fn until_ms(c: &Cluster, ms: u64) {
+    tokio::time::sleep_until(c.clock.instant_at(ms)).await;
+}
+
+fn peer_state(s: &Shared, peer: &str) -> &'static str {
+    s.view()
+        .peers
+        .iter()
+        .find(|p| p.region == peer)
+        .map_or("none", |p| p.state)
+}
+
+#[tokio::test(start_paused = true)]
+async fn g2_a_lost_region_is_reclaimed_on_two_signals_at_the_spec_times() {
+    let mut c = Cluster::new();
+    c.set_demand(2, 7_200);
+    c.start_all();
+    let _feed = c.feed_demand();
+    settle(180).await;
+    assert!(
+        close(&c.published(), &[3_900.0, 2_200.0, 3_900.0], 1.0),
+        "{:?}",
+        c.published()
+    );
+    // t0 = "14:05:00": B is lost holding 2,200 (its last write was at :56.7).
+    let t0 = shareplane::clock::next_tick(c.clock.now_ms(), 0, 60_000);
+    until_ms(&c, t0).await;
+    let b = c.replicas[1].remove(0);
+    b.task.abort();
+    let (a, cc) = (
+        c.replicas[0][0].shared.clone(),
+        c.replicas[2][0].shared.clone(),
+    );
+    let share = |s: &Shared| s.rules().rates.first().map_or(0.0, |r| r.as_rps());
+
+    // Silent but healthy: nobody reclaims (B's room stays frozen), shares unchanged.
+    until_ms(&c, t0 + 29_900).await;
+    assert_eq!(peer_state(&a, "B"), "silent");
+    assert_eq!(peer_state(&cc, "B"), "silent");
+    assert!((share(&a) - 3_900.0).abs() < 1.0 && (share(&cc) - 3_900.0).abs() < 1.0);
+    c.health.set(rid(1), Health::Unhealthy);
+
+    // A reclaims at :30 and C at :33.3, 1,100 each, raising by the step cap.
+    until_ms(&c, t0 + 30_010).await;
+    assert_eq!(peer_state(&a, "B"), "reclaimed");
+    assert!((share(&a) - 4_900.0).abs() < 1.0, "A at :30 {}", share(&a));
+    assert_eq!(peer_state(&cc, "B"), "silent");
+    until_ms(&c, t0 + 33_310).await;
+    assert_eq!(peer_state(&cc, "B"), "reclaimed");
+    assert!(
+        (share(&cc) - 4_900.0).abs() < 1.0,
+        "C at :33.3 {}",
+        share(&cc)
+    );
+    // Both within 1% of 5,000 at :38.3, and k-big gets 10,000 from :39.
+    until_ms(&c, t0 + 38_310).await;
+    assert!((share(&a) - 5_000.0).abs() <= 50.0 && (share(&cc) - 5_000.0).abs() <= 50.0);
+    until_ms(&c, t0 + 39_000).await;
+    assert!(
+        (share(&a) + share(&cc) - 10_000.0).abs() < 1.0,
+        "{} + {}",
+        share(&a),
+        share(&cc)
+    );
+}
