@@ -493,3 +493,71 @@ async fn g2_a_lost_region_is_reclaimed_on_two_signals_at_the_spec_times() {
         share(&cc)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn g1_named_grants_staggered_matches_the_spec_timeline() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    settle(180).await;
+    assert!(
+        close(&c.published(), &[5_600.0, 3_050.0, 1_350.0], 1.0),
+        "{:?}",
+        c.published()
+    );
+    let t0 = shareplane::clock::next_tick(c.clock.now_ms(), 0, 60_000);
+    until_ms(&c, t0).await;
+    c.set_demand(2, 7_200);
+    // Every rebalance happens at a multiple of 100 ms; sample 50 ms after each.
+    let mut samples = Vec::new();
+    for k in 0..250u64 {
+        until_ms(&c, t0 + 50 + k * 100).await;
+        samples.push((50 + k * 100, c.published()));
+    }
+    let at = |ms: u64| {
+        samples
+            .iter()
+            .find(|(t, _)| *t >= ms)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default()
+    };
+    let sum = |s: &[f64]| s.iter().sum::<f64>();
+    let max = samples.iter().map(|(_, s)| sum(s)).fold(0.0, f64::max);
+    let (low_t, low) = samples
+        .iter()
+        .map(|(t, s)| (*t, sum(s)))
+        .fold((0, f64::MAX), |m, x| if x.1 < m.1 { x } else { m });
+    assert!(max <= 10_000.0 + 1e-9, "sum reached {max}");
+    eprintln!("G1 daemons: max sum {max}, A at :05 {:?}, B at :06.7 {:?}, lowest {low} at {low_t} ms, at :18.3 {:?}", at(5_000), at(6_700), at(18_300));
+    // A lowers at :05 (to ≈ 4,335), B at :06.7 (≈ 2,417); the lowest sum ≈ 8,102 from :06.7 to :08.3.
+    assert!(
+        (at(5_000)[0] - 4_335.0).abs() < 40.0,
+        "A at :05 {:?}",
+        at(5_000)
+    );
+    assert!(
+        (at(6_700)[1] - 2_417.0).abs() < 40.0,
+        "B at :06.7 {:?}",
+        at(6_700)
+    );
+    assert!(
+        (low - 8_102.0).abs() < 80.0 && (6_700..8_300).contains(&low_t),
+        "lowest {low} at {low_t}"
+    );
+    // C raises at seconds 9, 14 and 19 (its rebalances at :08.3, :13.3, :18.3) and the sum is back
+    // at 10,000 from second 19.
+    let c_at = |ms: u64| at(ms)[2];
+    assert!(
+        c_at(8_300) > c_at(8_200) && c_at(13_300) > c_at(13_200) && c_at(18_300) > c_at(18_200)
+    );
+    assert!(
+        (sum(&at(18_300)) - 10_000.0).abs() < 1.0,
+        "{:?}",
+        at(18_300)
+    );
+    assert!(
+        sum(&at(18_200)) < 10_000.0 - 1.0,
+        "back at 10,000 before :18.3: {:?}",
+        at(18_200)
+    );
+}
