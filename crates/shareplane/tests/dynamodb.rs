@@ -91,7 +91,6 @@ async fn two_regions_converge_through_dynamodb() {
         );
         return;
     };
-    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
