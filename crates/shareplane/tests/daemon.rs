@@ -561,3 +561,28 @@ async fn g1_named_grants_staggered_matches_the_spec_timeline() {
         at(18_200)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_that_stops_cleanly_hands_the_lease_over_at_once() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let standby = c.start(1, "r1-standby", c.clock);
+    let _feed = c.feed_demand();
+    settle(30).await;
+    assert_eq!(standby.view().role, "follower");
+    let leader = c.replicas[1].remove(0);
+    let _ = leader.stop.send(true);
+    let _ = leader.task.await;
+    let stopped_at = c.clock.now_ms();
+    while standby.metrics.leader.get() == 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            c.clock.now_ms() - stopped_at <= PERIOD_MS / 4 + 100,
+            "no quick takeover"
+        );
+    }
+    assert_eq!(leader.shared.metrics.leader.get(), 0);
+    settle(30).await;
+    assert_eq!(standby.view().epoch, 1);
+    c.assert_conserved().await;
+}
