@@ -427,6 +427,18 @@ async fn a_deposed_leader_is_refused_by_the_store_and_steps_down() {
     c.assert_conserved().await;
 }
 
+/// Starts the three Regions at the current demands, checks that they settle at `shares` within
+/// three minutes, and returns the next whole minute on the shared clock once it is reached.
+async fn steady(c: &mut Cluster, shares: [f64; 3]) -> (u64, JoinHandle<()>) {
+    c.start_all();
+    let feed = c.feed_demand();
+    settle(180).await;
+    assert!(close(&c.published(), &shares, 1.0), "{:?}", c.published());
+    let t0 = shareplane::clock::next_tick(c.clock.now_ms(), 0, 60_000);
+    until_ms(c, t0).await;
+    (t0, feed)
+}
+
 /// Sleeps until the shared clock reads `ms` (paused time: exact).
 async fn until_ms(c: &Cluster, ms: u64) {
     tokio::time::sleep_until(c.clock.instant_at(ms)).await;
@@ -444,17 +456,8 @@ fn peer_state(s: &Shared, peer: &str) -> &'static str {
 async fn g2_a_lost_region_is_reclaimed_on_two_signals_at_the_spec_times() {
     let mut c = Cluster::new();
     c.set_demand(2, 7_200);
-    c.start_all();
-    let _feed = c.feed_demand();
-    settle(180).await;
-    assert!(
-        close(&c.published(), &[3_900.0, 2_200.0, 3_900.0], 1.0),
-        "{:?}",
-        c.published()
-    );
     // t0 = "14:05:00": B is lost holding 2,200 (its last write was at :56.7).
-    let t0 = shareplane::clock::next_tick(c.clock.now_ms(), 0, 60_000);
-    until_ms(&c, t0).await;
+    let (t0, _feed) = steady(&mut c, [3_900.0, 2_200.0, 3_900.0]).await;
     let b = c.replicas[1].remove(0);
     b.task.abort();
     let (a, cc) = (
@@ -497,16 +500,7 @@ async fn g2_a_lost_region_is_reclaimed_on_two_signals_at_the_spec_times() {
 #[tokio::test(start_paused = true)]
 async fn g1_named_grants_staggered_matches_the_spec_timeline() {
     let mut c = Cluster::new();
-    c.start_all();
-    let _feed = c.feed_demand();
-    settle(180).await;
-    assert!(
-        close(&c.published(), &[5_600.0, 3_050.0, 1_350.0], 1.0),
-        "{:?}",
-        c.published()
-    );
-    let t0 = shareplane::clock::next_tick(c.clock.now_ms(), 0, 60_000);
-    until_ms(&c, t0).await;
+    let (t0, _feed) = steady(&mut c, [5_600.0, 3_050.0, 1_350.0]).await;
     c.set_demand(2, 7_200);
     // Every rebalance happens at a multiple of 100 ms; sample 50 ms after each.
     let mut samples = Vec::new();
