@@ -29,7 +29,9 @@ use crate::clock::{next_tick, Clock};
 use crate::health::HealthSource;
 use crate::rules::{lowered, RuleSet};
 use crate::state::{build_view, Shared, ViewInput};
-use shareplane_core::{regions, Alarms, Coordinator, Health, Inputs, PerRegion, RegionRecord};
+use shareplane_core::{
+    regions, Alarms, Coordinator, Health, Inputs, PeerState, PeerView, PerRegion, RegionRecord,
+};
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::future::Future;
 use std::sync::Arc;
@@ -64,6 +66,9 @@ pub struct Daemon<S, H> {
     health: H,
     opts: DaemonOptions,
     coord: Option<Coordinator>,
+    /// A follower's count of its phase ticks at which each peer's record had not changed, with
+    /// the `(epoch, version)` seen at the previous one (for `/v1/state`, like the leader's).
+    silence: Vec<(Option<(u64, u64)>, u32)>,
     /// The token `coord`'s writes were made with.
     token: Option<WriterToken>,
     /// Lease end on this replica's clock; 0 when not the leader.
@@ -86,6 +91,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             health,
             opts,
             coord: None,
+            silence: vec![(None, 0); n],
             token: None,
             lease_until_ms: 0,
             last_health: PerRegion::default(),
@@ -440,8 +446,10 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     }
 
     async fn follow(&mut self, _now: u64) {
+        self.read_health().await;
         if self.read_all().await {
             self.store_works();
+            self.count_silence();
             if let Some(own) = self.own_seen.clone() {
                 let d = self.shared.d.clone();
                 let rules = RuleSet::rules_of(&d, &own);
@@ -453,8 +461,51 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 ));
             }
         }
-        self.read_health().await;
         self.update_view();
+    }
+
+    /// Counts, at a follower's phase tick, how long each peer's record has not changed.
+    fn count_silence(&mut self) {
+        for (rec, slot) in self.peer_records.iter().zip(self.silence.iter_mut()) {
+            let cur = rec.as_ref().map(|r| (r.epoch, r.version));
+            *slot = match (cur, *slot) {
+                (Some(c), (Some(prev), n)) if c == prev => (Some(c), n.saturating_add(1)),
+                (c, _) => (c, 0),
+            };
+        }
+    }
+
+    /// The peers as a follower sees them: silence from its own count, reclaimed when the
+    /// leader's record marks the peer's current epoch as reclaimed.
+    fn follower_peers(&self, own: Option<&RegionRecord>) -> Vec<PeerView> {
+        let d = &self.shared.d;
+        let me = self.shared.me;
+        regions(d.n())
+            .filter(|&r| r != me)
+            .filter_map(|r| {
+                let rec = self.peer_records.get(r.index())?.as_ref()?;
+                let unchanged = self.silence.get(r.index()).map_or(0, |s| s.1);
+                let reclaimed = own.is_some_and(|o| {
+                    o.reclaims[r].is_some_and(|m| m.epoch == o.peer_epochs[r])
+                        && rec.epoch <= o.peer_epochs[r]
+                });
+                let state = if reclaimed {
+                    PeerState::Reclaimed
+                } else if unchanged >= d.silent_after {
+                    PeerState::Silent
+                } else {
+                    PeerState::Live
+                };
+                Some(PeerView {
+                    region: r,
+                    epoch: rec.epoch,
+                    version: rec.version,
+                    unchanged,
+                    state,
+                    written_at_ms: rec.written_at_ms,
+                })
+            })
+            .collect()
     }
 
     fn update_view(&mut self) {
@@ -465,12 +516,11 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 let recs = regions(d.n()).map(|r| c.latest(r).cloned()).collect();
                 ("leader", Some(c.own().clone()), recs, Some(c.peers()))
             }
-            _ => (
-                "follower",
-                self.own_seen.as_deref().cloned(),
-                self.peer_records.clone(),
-                None,
-            ),
+            _ => {
+                let own = self.own_seen.as_deref().cloned();
+                let peers = self.follower_peers(own.as_ref());
+                ("follower", own, self.peer_records.clone(), Some(peers))
+            }
         };
         let view = build_view(ViewInput {
             d: &d,

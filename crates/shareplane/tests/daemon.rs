@@ -358,6 +358,15 @@ async fn a_follower_takes_over_within_two_periods_of_the_leaders_death() {
     settle(60).await;
     assert_eq!(follower.view().role, "follower");
     assert_eq!(follower.metrics.leader.get(), 0);
+    // It follows the peers as the leader does: silence counters and peer states.
+    let fv = follower.view();
+    assert!(
+        fv.peers
+            .iter()
+            .all(|p| p.unchanged == Some(0) && p.state == "live"),
+        "{fv:?}"
+    );
+    assert_eq!(fv.epoch, c.replicas[1][0].shared.view().epoch);
     // A follower serves the rule set of the Region's latest record.
     let leader_rules = c.replicas[1][0].shared.rules();
     assert!(follower.rules().version + 2 >= leader_rules.version && follower.rules().version > 0);
