@@ -29,7 +29,10 @@ pub struct Lease {
 #[derive(Clone, Debug)]
 pub enum Fetched {
     Record(Arc<RegionRecord>),
-    Rejected { region: Option<String>, reason: Rejection },
+    Rejected {
+        region: Option<String>,
+        reason: Rejection,
+    },
 }
 
 /// Why an item could not be turned into a record. Each has a stable cause for metrics.
@@ -87,6 +90,12 @@ pub trait RecordStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Reads every Region's record (the own one included) from the local replica.
+    ///
+    /// A store should also return each Region's last record of its previous epoch, before the
+    /// current records: a survivor that restarted and never saw a peer's epoch end needs it to
+    /// reclaim that epoch (see docs/PROTOCOL.md, "Return"). Without it the survivor keeps the old
+    /// estate frozen: room is stranded, never created. The in-memory store does; the DynamoDB
+    /// store does not yet.
     fn read_all(&self) -> impl Future<Output = Result<Vec<Fetched>, StoreError>> + Send;
 
     /// Reads one Region's record (a restarting daemon reads its own), `None` if never written.

@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 #[derive(Default)]
 struct Inner {
     records: BTreeMap<RegionId, (Arc<RegionRecord>, WriterToken)>,
+    /// Each Region's last record of its previous epoch (see [`RecordStore::read_all`]).
+    previous: BTreeMap<RegionId, Arc<RegionRecord>>,
     leases: BTreeMap<RegionId, Lease>,
     /// When set, every call fails as if the store were unreachable (for outage tests and demos).
     down: bool,
@@ -62,20 +64,37 @@ impl RecordStore for MemoryStore {
                 )));
             }
         }
-        inner.records.insert(record.region, (Arc::new(record.clone()), token));
+        let replaced = inner
+            .records
+            .insert(record.region, (Arc::new(record.clone()), token));
+        if let Some((old, _)) = replaced {
+            if old.epoch < record.epoch {
+                inner.previous.insert(record.region, old);
+            }
+        }
         Ok(())
     }
 
     async fn read_all(&self) -> Result<Vec<Fetched>, StoreError> {
         let inner = self.lock();
         Self::check_up(&inner)?;
-        Ok(inner.records.values().map(|(r, _)| Fetched::Record(r.clone())).collect())
+        // Previous-epoch records first, so that a reader keeping "the last one per Region" ends
+        // with the current record.
+        let previous = inner.previous.values().map(|r| Fetched::Record(r.clone()));
+        let current = inner
+            .records
+            .values()
+            .map(|(r, _)| Fetched::Record(r.clone()));
+        Ok(previous.chain(current).collect())
     }
 
     async fn read_one(&self, region: RegionId) -> Result<Option<Fetched>, StoreError> {
         let inner = self.lock();
         Self::check_up(&inner)?;
-        Ok(inner.records.get(&region).map(|(r, _)| Fetched::Record(r.clone())))
+        Ok(inner
+            .records
+            .get(&region)
+            .map(|(r, _)| Fetched::Record(r.clone())))
     }
 
     async fn acquire_lease(
@@ -98,8 +117,71 @@ impl RecordStore for MemoryStore {
             Some(l) => WriterToken(l.token.0 + 1),
             None => WriterToken(1),
         };
-        let lease = Lease { holder: holder.to_string(), token, expires_at_ms: now_ms + ttl_ms };
+        let lease = Lease {
+            holder: holder.to_string(),
+            token,
+            expires_at_ms: now_ms + ttl_ms,
+        };
         inner.leases.insert(region, lease.clone());
         Ok(lease)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shareplane_core::{Deployment, Design, Fence, SilentPolicy};
+
+    fn rec(epoch: u64, version: u64) -> RegionRecord {
+        let d = Deployment::try_new(Deployment {
+            regions: vec!["A".into(), "B".into()],
+            limits: vec![],
+            design: Design::NamedGrants,
+            policy: SilentPolicy::TwoSignals,
+            fence: Fence::OwnUnhealthy,
+            silent_after: 3,
+            period_ms: 5_000,
+        })
+        .expect("valid");
+        let mut r = RegionRecord::genesis(&d, RegionId::new(0).expect("id"));
+        r.epoch = epoch;
+        r.version = version;
+        r
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        // The memory store never awaits anything, so one poll finishes every call.
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut f = std::pin::pin!(f);
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => panic!("the memory store never waits"),
+        }
+    }
+
+    fn versions(store: &MemoryStore) -> Vec<(u64, u64)> {
+        block_on(store.read_all())
+            .expect("up")
+            .into_iter()
+            .filter_map(|f| match f {
+                Fetched::Record(r) => Some((r.epoch, r.version)),
+                Fetched::Rejected { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keeps_the_last_record_of_the_previous_epoch_before_the_current_one() {
+        let store = MemoryStore::new();
+        block_on(store.put(&rec(1, 1), WriterToken(1))).expect("write");
+        block_on(store.put(&rec(1, 2), WriterToken(1))).expect("write");
+        assert_eq!(versions(&store), vec![(1, 2)]);
+        block_on(store.put(&rec(2, 3), WriterToken(1))).expect("write");
+        assert_eq!(versions(&store), vec![(1, 2), (2, 3)]);
+        assert!(
+            block_on(store.put(&rec(2, 3), WriterToken(1))).is_err(),
+            "same version refused"
+        );
     }
 }

@@ -158,7 +158,10 @@ impl DemandBook {
             return;
         };
         c.received = c.received.saturating_add(count);
-        let bucket = now_ms - now_ms % BUCKET_MS;
+        // A sample is stamped with the END of its bucket: a count that arrived after the window's
+        // start must never fall into the baseline taken at or before that start (stamping with
+        // the bucket's start dropped a whole report arriving in the window's first bucket).
+        let bucket = now_ms.div_ceil(BUCKET_MS).saturating_mul(BUCKET_MS);
         match c.samples.back_mut() {
             Some(last) if last.0 == bucket => last.1 = c.received,
             _ => c.samples.push_back((bucket, c.received)),
@@ -223,6 +226,19 @@ mod tests {
 
     fn totals(v: u64) -> BTreeMap<String, u64> {
         [("k".to_string(), v)].into()
+    }
+
+    #[test]
+    fn a_report_just_after_the_window_start_is_counted() {
+        // Reports every second at 50 ms past the second; the window starts on the second.
+        let mut b = DemandBook::new(vec!["k".into()], 0);
+        let _ = b.report(50, "g1", 1, &totals(0));
+        for s in 1..=9u64 {
+            let _ = b.report(s * 1000 + 50, "g1", 1, &totals(s * 720));
+        }
+        // At 10,000 ms the window (5,000, 10,000] holds the five reports of 5.05 .. 9.05 s.
+        let r = b.rates(10_000)[0];
+        assert_eq!(r, Room::rps(720), "got {r}");
     }
 
     #[test]
