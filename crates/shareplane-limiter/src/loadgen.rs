@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::limiter::{DecisionPath, Limiter};
 
@@ -98,7 +98,7 @@ impl Pattern {
 }
 
 /// One second of a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SecondStats {
     pub second: u64,
     /// Wall-clock start of this second, in milliseconds since the Unix epoch (to line up the

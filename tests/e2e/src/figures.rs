@@ -1,23 +1,11 @@
 //! The figures of an end-to-end run, computed from what the load generators printed and from the
 //! rule sets polled from the daemons. Pure functions, so that they are tested on their own.
 
-use serde::Deserialize;
 use shareplane_limiter::loadgen::worst_window;
 use std::ops::Range;
 
-/// One second of one load generator (`shareplane_limiter::loadgen::SecondStats` as printed).
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-pub struct Second {
-    pub second: u64,
-    pub unix_ms: u64,
-    pub sent: u64,
-    pub admitted: u64,
-    pub admitted_fallback: u64,
-    pub errors: u64,
-    pub dropped: u64,
-    pub rule_version: u64,
-    pub share_milli_rps: u64,
-}
+/// One second of one load generator, as `shareplane-loadgen` prints it.
+pub use shareplane_limiter::loadgen::SecondStats as Second;
 
 /// Parses a load generator's stdout: one JSON object per line.
 pub fn parse_seconds(stdout: &str) -> Result<Vec<Second>, serde_json::Error> {
