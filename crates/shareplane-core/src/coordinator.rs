@@ -380,15 +380,10 @@ impl Coordinator {
             && inputs.health[me] == Health::Unhealthy;
         alarms.fenced = fenced;
         let (states, closures) = self.classify(&rec, inputs.health, fenced);
-        for (i, c) in closures.iter().enumerate() {
-            if !matches!(c, Closure::None) {
-                if let Some(r) = RegionId::new(i) {
-                    if matches!(c, Closure::Reclaim(_) | Closure::Switch(Some(_))) {
-                        alarms.reclaimed.push(r);
-                    }
-                }
-            }
-        }
+        let closing = closing_settlements(&d, me, &states, &closures, &rec);
+        alarms.reclaimed = crate::region::regions(d.n())
+            .filter(|r| closing.get(r.index()).is_some_and(Option::is_some))
+            .collect();
         alarms.stale_view = d.n() > 1
             && crate::region::regions(d.n())
                 .filter(|&r| r != me)
@@ -404,6 +399,7 @@ impl Coordinator {
             peers: &self.peers,
             states: &states,
             closures: &closures,
+            closing: &closing,
             reconciles: &reconciles,
             fenced,
         };
@@ -425,7 +421,7 @@ impl Coordinator {
                 outcomes.push(out.1);
             }
         }
-        let settlements = ctx.settlements(&rec);
+        let settlements = ctx.settlements();
         let drop_settlements = alarms.new_epoch;
         for (j, st) in &settlements {
             rec.reclaims[*j] = Some(ReclaimMark {
@@ -576,28 +572,65 @@ fn start_new_epoch(rec: &mut RegionRecord) {
 
 /// After a reclaim the accounts with the peer's old epoch are closed; after a switch the peer's
 /// new epoch is the one the accounts refer to.
+/// (The reclaim marks are written from the settlements, in `rebalance`.)
 fn close_accounts(rec: &mut RegionRecord, closures: &[Closure], peers: &[Peer]) {
     for (i, c) in closures.iter().enumerate() {
+        if let (Closure::Switch(_), Some(j)) = (c, RegionId::new(i)) {
+            rec.peer_epochs[j] = peers[i].latest.epoch;
+        }
+    }
+}
+
+/// The settlement of every estate this rebalance closes (by index of its owner): the record it
+/// splits, the heirs and this Region's place among them, and whether the accounts line up.
+fn closing_settlements(
+    d: &Deployment,
+    me: RegionId,
+    states: &PerRegion<Option<PeerState>>,
+    closures: &[Closure],
+    rec: &RegionRecord,
+) -> Vec<Option<Settlement>> {
+    let mut out = vec![None; d.n()];
+    for (i, c) in closures.iter().enumerate() {
+        let (Closure::Reclaim(basis) | Closure::Switch(Some(basis))) = c else {
+            continue;
+        };
         let Some(j) = RegionId::new(i) else { continue };
-        match c {
-            Closure::None => {}
-            Closure::Reclaim(basis) => {
-                rec.reclaims[j] = Some(ReclaimMark {
-                    epoch: basis.epoch,
-                    version: basis.version,
-                });
-            }
-            Closure::Switch(basis) => {
-                if let Some(b) = basis {
-                    rec.reclaims[j] = Some(ReclaimMark {
-                        epoch: b.epoch,
-                        version: b.version,
-                    });
-                }
-                rec.peer_epochs[j] = peers[i].latest.epoch;
+        let (heirs, position) = heirs_of(d, me, states, j);
+        let accounts_aligned =
+            basis.peer_epochs[me] == rec.epoch && rec.peer_epochs[j] == basis.epoch;
+        out[i] = Some(Settlement {
+            basis: basis.clone(),
+            heirs,
+            position,
+            accounts_aligned,
+        });
+    }
+    out
+}
+
+/// How many Regions share an estate of `owner`, and `me`'s position among them (by index): `me`
+/// and every other Region it does not count as reclaimed.
+fn heirs_of(
+    d: &Deployment,
+    me: RegionId,
+    states: &PerRegion<Option<PeerState>>,
+    owner: RegionId,
+) -> (usize, usize) {
+    let mut heirs = 1;
+    let mut position = 0;
+    for k in crate::region::regions(d.n()) {
+        if k == me || k == owner {
+            continue;
+        }
+        if matches!(states[k], Some(PeerState::Live | PeerState::Silent)) {
+            heirs += 1;
+            if k < me {
+                position += 1;
             }
         }
     }
+    (heirs, position)
 }
 
 struct LimitCtx<'a> {
@@ -606,6 +639,8 @@ struct LimitCtx<'a> {
     peers: &'a [Peer],
     states: &'a PerRegion<Option<PeerState>>,
     closures: &'a [Closure],
+    /// The settlements of the estates closed by this rebalance, by owner index.
+    closing: &'a [Option<Settlement>],
     reconciles: &'a [Option<(Settlement, Arc<RegionRecord>)>],
     fenced: bool,
 }
@@ -639,7 +674,7 @@ impl LimitCtx<'_> {
             return (e, out);
         }
         self.take(li, rec, &mut e, &mut out);
-        self.reclaim(li, rec, &mut e, &mut out);
+        self.reclaim(li, &mut e, &mut out);
         self.reconcile(li, &mut e, &mut out);
         pay_debt(&mut e);
         let target = self.target(li, &e, demand);
@@ -714,24 +749,21 @@ impl LimitCtx<'_> {
 
     /// Reclaim: split each closed estate's room evenly over its heirs and take back own grants
     /// that the estate never took.
-    fn reclaim(&self, li: usize, rec: &RegionRecord, e: &mut LimitRecord, out: &mut LimitOutcome) {
-        for j in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
-            let basis = match &self.closures[j.index()] {
-                Closure::Reclaim(b) => Some(b),
-                Closure::Switch(b) => b.as_ref(),
-                Closure::None => continue,
-            };
-            if let Some(b) = basis {
-                let src = b.limits.get(li).copied().unwrap_or_default();
+    fn reclaim(&self, li: usize, e: &mut LimitRecord, out: &mut LimitOutcome) {
+        for (i, c) in self.closures.iter().enumerate() {
+            let Some(j) = RegionId::new(i) else { continue };
+            if matches!(c, Closure::None) {
+                continue;
+            }
+            if let Some(st) = &self.closing[i] {
+                let src = st.basis.limits.get(li).copied().unwrap_or_default();
                 let room = (src.share + src.pool).saturating_sub(src.debt);
-                let (heirs, position) = self.heirs_of(j);
-                let portion = even_part(room, heirs, position);
-                let taken_by_it =
-                    if b.peer_epochs[self.me] == rec.epoch && rec.peer_epochs[j] == b.epoch {
-                        src.taken[self.me]
-                    } else {
-                        Room::ZERO
-                    };
+                let portion = even_part(room, st.heirs, st.position);
+                let taken_by_it = if st.accounts_aligned {
+                    src.taken[self.me]
+                } else {
+                    Room::ZERO
+                };
                 let back = e.granted[j].saturating_sub(taken_by_it);
                 e.pool += portion + back;
                 e.reclaimed[j] = portion;
@@ -777,59 +809,24 @@ impl LimitCtx<'_> {
         }
     }
 
-    /// The settlements this rebalance makes: one per new reclaim, one per reconciled reclaim.
-    fn settlements(&self, rec: &RegionRecord) -> Vec<(RegionId, Settlement)> {
+    /// The settlements this rebalance makes: one per estate it closes, one per reclaim it settles
+    /// again (a peer never has both in one rebalance, see `classify`).
+    fn settlements(&self) -> Vec<(RegionId, Settlement)> {
         let mut out = Vec::new();
         for j in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
-            let basis = match &self.closures[j.index()] {
-                Closure::Reclaim(b) | Closure::Switch(Some(b)) => b,
-                _ => match &self.reconciles[j.index()] {
-                    Some((st, late)) => {
-                        out.push((
-                            j,
-                            Settlement {
-                                basis: late.clone(),
-                                ..st.clone()
-                            },
-                        ));
-                        continue;
-                    }
-                    None => continue,
-                },
-            };
-            let (heirs, position) = self.heirs_of(j);
-            let accounts_aligned =
-                basis.peer_epochs[self.me] == rec.epoch && rec.peer_epochs[j] == basis.epoch;
-            out.push((
-                j,
-                Settlement {
-                    basis: basis.clone(),
-                    heirs,
-                    position,
-                    accounts_aligned,
-                },
-            ));
+            if let Some(st) = &self.closing[j.index()] {
+                out.push((j, st.clone()));
+            } else if let Some((st, late)) = &self.reconciles[j.index()] {
+                out.push((
+                    j,
+                    Settlement {
+                        basis: late.clone(),
+                        ..st.clone()
+                    },
+                ));
+            }
         }
         out
-    }
-
-    /// How many Regions share an estate of `owner`, and this Region's position among them (by
-    /// index): this Region and every other Region it does not count as reclaimed.
-    fn heirs_of(&self, owner: RegionId) -> (usize, usize) {
-        let mut heirs = 1;
-        let mut position = 0;
-        for k in crate::region::regions(self.d.n()) {
-            if k == self.me || k == owner {
-                continue;
-            }
-            if matches!(self.states[k], Some(PeerState::Live | PeerState::Silent)) {
-                heirs += 1;
-                if k < self.me {
-                    position += 1;
-                }
-            }
-        }
-        (heirs, position)
     }
 
     /// Step 2's target: `floor + (L − floor × n_live) × demand_i / Σ demand` over the Regions in
