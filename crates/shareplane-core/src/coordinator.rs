@@ -313,7 +313,8 @@ impl Coordinator {
                 && p.latest.epoch <= self.own.peer_epochs[r]
             {
                 PeerState::Reclaimed
-            } else if p.unchanged >= self.d.silent_after {
+            } else if !p.seen || p.unchanged >= self.d.silent_after {
+                // As in `classify`: a peer never heard of is kept in targets but never a grantee.
                 PeerState::Silent
             } else {
                 PeerState::Live
