@@ -1,6 +1,6 @@
 //! The versioned codec between a core [`RegionRecord`] and the DynamoDB items that hold it.
 //!
-//! # Items (schema 1)
+//! # Items (schema 2)
 //!
 //! All items of one Region share the partition key `pk` = the Region's name; only that Region
 //! writes them.
@@ -12,8 +12,11 @@
 //! | `lease`      | written by the store, not by this codec                               |
 //!
 //! The header blob `h` holds the writer's Region names (so that per-Region columns are mapped by
-//! name, not by position), epoch, write time, peer epochs, reclaim marks and, for each shard, the
-//! record version at which that shard was last written. A shard blob `d` holds the limits whose
+//! name, not by position), epoch, write time, the version of the previous epoch's last record,
+//! peer epochs, reclaim marks (peer epoch, basis version, closing epoch) and, for each shard, the
+//! record version at which that shard was last written. Schema 1 (no previous-epoch version, marks
+//! without the closing epoch) is still read for records of epoch 1; a schema-1 record of a later
+//! epoch is rejected, since the estate of its previous epoch could not be closed exactly. A shard blob `d` holds the limits whose
 //! index in the writer's deployment falls in the shard's range of [`LIMITS_PER_SHARD`], keyed by
 //! limit id; limits still at their default (unadopted) are left out. All integers are unsigned
 //! LEB128 varints, so a value can never be negative or non-finite once decoded.
@@ -36,7 +39,7 @@ use shareplane_store::Rejection;
 use std::collections::HashMap;
 
 /// The schema this code writes and the newest it reads.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 /// The sort key of a Region's record header.
 pub const HEADER_SK: &str = "rec";
 /// The sort key of a Region's writer lease.
@@ -62,6 +65,7 @@ pub struct Encoded {
     pub shards: Vec<Vec<u8>>,
     epoch: u64,
     written_at_ms: u64,
+    prev_final: u64,
     peer_epochs: Vec<u64>,
     reclaims: Vec<Option<ReclaimMark>>,
     regions: Vec<String>,
@@ -111,6 +115,7 @@ pub fn encode(d: &Deployment, record: &RegionRecord) -> Encoded {
         shards,
         epoch: record.epoch,
         written_at_ms: record.written_at_ms,
+        prev_final: record.prev_final,
         peer_epochs: record.peer_epochs.0[..n].to_vec(),
         reclaims: record.reclaims.0[..n].to_vec(),
         regions: d.regions.clone(),
@@ -128,6 +133,7 @@ impl Encoded {
         }
         put_varint(&mut h, self.epoch);
         put_varint(&mut h, self.written_at_ms);
+        put_varint(&mut h, self.prev_final);
         for e in &self.peer_epochs {
             put_varint(&mut h, *e);
         }
@@ -135,9 +141,10 @@ impl Encoded {
             match m {
                 None => put_varint(&mut h, 0),
                 Some(m) => {
-                    put_varint(&mut h, 1);
+                    put_varint(&mut h, 2);
                     put_varint(&mut h, m.epoch);
                     put_varint(&mut h, m.version);
+                    put_varint(&mut h, m.by);
                 }
             }
         }
@@ -306,6 +313,7 @@ fn decode_inner(
         epoch: h.epoch,
         version: h.version,
         written_at_ms: h.written_at_ms,
+        prev_final: h.prev_final,
         peer_epochs: h.peer_epochs,
         reclaims: h.reclaims,
         limits,
@@ -358,6 +366,7 @@ struct Header {
     version: u64,
     epoch: u64,
     written_at_ms: u64,
+    prev_final: u64,
     peer_epochs: PerRegion<u64>,
     reclaims: PerRegion<Option<ReclaimMark>>,
     /// For each of the writer's Regions, this reader's index of it (None: not configured here).
@@ -367,6 +376,7 @@ struct Header {
 
 fn parse_header(d: &Deployment, item: &Item) -> Result<Header, Rejection> {
     let version = number(item, "ver")?;
+    let schema = number(item, "sv")?;
     let mut r = Reader::new(blob(item, "h")?);
     let n = r.count(MAX_REGIONS, "Regions")?;
     let mut columns = Vec::with_capacity(n);
@@ -382,6 +392,15 @@ fn parse_header(d: &Deployment, item: &Item) -> Result<Header, Rejection> {
     }
     let epoch = r.varint()?;
     let written_at_ms = r.varint()?;
+    let prev_final = if schema >= 2 {
+        r.varint()?
+    } else if epoch <= 1 {
+        0
+    } else {
+        return Err(malformed(
+            "a schema-1 record of a later epoch does not name its previous epoch's last version",
+        ));
+    };
     let mut peer_epochs = PerRegion::default();
     for col in &columns {
         let e = r.varint()?;
@@ -394,6 +413,12 @@ fn parse_header(d: &Deployment, item: &Item) -> Result<Header, Rejection> {
             1 => Some(ReclaimMark {
                 epoch: r.varint()?,
                 version: r.varint()?,
+                by: epoch,
+            }),
+            2 => Some(ReclaimMark {
+                epoch: r.varint()?,
+                version: r.varint()?,
+                by: r.varint()?,
             }),
             t => return Err(malformed(format!("reclaim tag {t}"))),
         };
@@ -413,6 +438,7 @@ fn parse_header(d: &Deployment, item: &Item) -> Result<Header, Rejection> {
         version,
         epoch,
         written_at_ms,
+        prev_final,
         peer_epochs,
         reclaims,
         columns,

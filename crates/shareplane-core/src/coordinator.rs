@@ -1,9 +1,13 @@
 //! One Region's side of the protocol: the rebalance of SPEC §4 and the silent-Region rules of §6.
+//!
+//! Estates of ended epochs are split by the fixed, view-independent rule of [`crate::estate`].
 
 use crate::config::{Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
+use crate::estate::{estate_room, heir_portion};
 use crate::record::{LimitRecord, ReclaimMark, RecordError, RegionRecord};
 use crate::region::{PerRegion, RegionId, MAX_REGIONS};
-use crate::room::{even_part, split, Room};
+use crate::room::{split, Room};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// An outside health verdict about a Region (SPEC §6). Missing, stale or unreadable health data is
@@ -51,6 +55,8 @@ pub struct LimitOutcome {
     pub unmet: Room,
     pub taken: PerRegion<Room>,
     pub granted: PerRegion<Room>,
+    /// Room received by closing or settling a peer's estate (portion and grants taken back);
+    /// a settlement that paid room back shows as zero.
     pub reclaimed: PerRegion<Room>,
 }
 
@@ -65,8 +71,14 @@ pub struct Alarms {
     pub new_epoch: bool,
     /// The own health verdict is Unhealthy and fencing lowered every capacity share to zero.
     pub fenced: bool,
-    /// Peers whose estate this rebalance reclaimed.
+    /// Peers whose estate this rebalance closed (reclaimed, or closed on their return).
     pub reclaimed: Vec<RegionId>,
+    /// Peers whose estate this rebalance settled again against a newer record.
+    pub settled: Vec<RegionId>,
+    /// Peers that began a newer epoch whose ended epoch this Region cannot close yet, because the
+    /// last record of that epoch has not reached it: their old room is frozen (held by nobody)
+    /// until it does. Lasting, it is stranded room, and an operator should look.
+    pub waiting_for_record: Vec<RegionId>,
 }
 
 /// The result of [`Coordinator::rebalance`]: a record to write and rules to push.
@@ -78,10 +90,6 @@ pub struct Decision {
     /// One outcome per limit when [`Inputs::explain`] was set, else empty.
     pub outcomes: Vec<LimitOutcome>,
     pub alarms: Alarms,
-    /// Reclaims made or settled again by this decision, adopted on commit.
-    settlements: Vec<(RegionId, Settlement)>,
-    /// The decision starts a new epoch: settlements of the old one are moot.
-    drop_settlements: bool,
 }
 
 /// How this Region treats a peer right now.
@@ -117,35 +125,51 @@ struct Peer {
     /// `(epoch, version)` of `latest` at the previous own rebalance.
     prev: Option<(u64, u64)>,
     unchanged: u32,
-    /// The last record of an epoch that ended (the peer came back) before this Region reclaimed it.
-    pending_old: Option<Arc<RegionRecord>>,
-    /// The last reclaim of this peer, kept so that it can be settled again when a newer record
-    /// of the reclaimed epoch turns up (survivors that saw different last records converge on
-    /// the newest one).
-    settlement: Option<Settlement>,
-    /// A newer record of the settled epoch than the settlement's basis, not yet settled.
-    late: Option<Arc<RegionRecord>>,
+    /// The newest record seen of every epoch older than `latest`'s that this Region may still
+    /// have to close or settle (the store keeps every ended epoch's last record until its heirs
+    /// have marked it).
+    ended: BTreeMap<u64, Arc<RegionRecord>>,
 }
 
-/// How this Region split a peer's estate: the basis record and its place among the heirs.
-#[derive(Clone, Debug, Hash)]
-struct Settlement {
-    basis: Arc<RegionRecord>,
-    heirs: usize,
-    position: usize,
-    /// Whether the estate's grants to this Region were addressed to this Region's epoch (so they
-    /// were taken) and its takes counted against this Region's grants.
-    accounts_aligned: bool,
+impl Peer {
+    /// The newest record seen of the peer's epoch `epoch`.
+    fn newest_of(&self, epoch: u64) -> Option<&Arc<RegionRecord>> {
+        if self.latest.epoch == epoch {
+            Some(&self.latest)
+        } else {
+            self.ended.get(&epoch)
+        }
+    }
+
+    /// The version of the last record of epoch `epoch`, once a later epoch's record tells it.
+    fn final_version(&self, epoch: u64) -> Option<u64> {
+        if self.latest.epoch == epoch + 1 {
+            return Some(self.latest.prev_final);
+        }
+        self.ended.get(&(epoch + 1)).map(|r| r.prev_final)
+    }
 }
 
-/// What this rebalance does about one peer's estate.
+/// What this rebalance does about one peer's estate (at most one thing, so that a mark names
+/// one epoch at a time).
 #[derive(Clone)]
 enum Closure {
     None,
-    /// Split this record's room and take back own grants to it.
+    /// Reclaim: take the peer's grants, take own grants back and its fixed portion, from this
+    /// record of the peer's current epoch.
     Reclaim(Arc<RegionRecord>),
-    /// The peer is in a new epoch; reclaim the old one first if it was not reclaimed yet.
+    /// The peer's accounted epoch ended: close it from its last record (unless it was closed
+    /// already) and account with the next epoch.
     Switch(Option<Arc<RegionRecord>>),
+    /// Settle the last close again against this newer record of the same epoch.
+    Settle(Arc<RegionRecord>),
+}
+
+/// This rebalance's plan for one peer.
+#[derive(Clone)]
+struct Plan {
+    state: PeerState,
+    closure: Closure,
 }
 
 /// One Region's protocol state machine.
@@ -155,14 +179,17 @@ enum Closure {
 /// 1. Build it with [`Coordinator::genesis`] (nothing was ever written), [`Coordinator::new`]
 ///    (resume from the Region's own durable record) or [`Coordinator::restart`] (a daemon that was
 ///    down for a while: resume only when that is safe, else start a new epoch).
-/// 2. Hand it every peer record that became visible with [`Coordinator::observe`], in any order;
-///    older versions are ignored, invalid ones are rejected with a reason and never adopted.
+/// 2. Hand it every peer record that became visible with [`Coordinator::observe`], in any order,
+///    including the last records of the peers' ended epochs that the store keeps; older versions
+///    are ignored, invalid ones are rejected with a reason and never adopted.
 /// 3. At each own rebalance call [`Coordinator::rebalance`] with the measured demand and the
 ///    health verdicts. It returns a [`Decision`]: the record to write and the rules to push.
 /// 4. Once the record is durably written, call [`Coordinator::commit`]. If the write failed, do
 ///    not commit: the next rebalance starts again from the last committed record, so no room is
-///    lost or duplicated (reclaims are keyed to the peer's epoch and version and retried).
+///    lost or duplicated (closes are keyed to the peer's epoch and version and retried).
 ///
+/// Everything a later rebalance needs to settle a close again is in the own record (marks,
+/// counters, portions), so a daemon that restarts from its record loses nothing.
 /// The coordinator reads no clock and draws no random number: equal inputs give equal decisions.
 #[derive(Clone)]
 pub struct Coordinator {
@@ -182,9 +209,7 @@ impl Coordinator {
                 latest: Arc::new(RegionRecord::genesis(&d, r)),
                 prev: None,
                 unchanged: 0,
-                pending_old: None,
-                settlement: None,
-                late: None,
+                ended: BTreeMap::new(),
             })
             .collect();
         Coordinator { d, me, own, peers }
@@ -213,12 +238,20 @@ impl Coordinator {
         let Some(own) = durable else {
             return Coordinator::genesis(d, me);
         };
-        let safe_ms = u64::from(d.silent_after.saturating_sub(1)).saturating_mul(d.period_ms);
+        let safe_ms = Self::resume_window_ms(&d);
         let mut c = Coordinator::new(d, me, own);
         if down_ms >= safe_ms {
-            start_new_epoch(&mut c.own);
+            let last = c.own.version;
+            start_new_epoch(&mut c.own, last);
         }
         c
+    }
+
+    /// How long after its last durable write a Region can be sure nobody has reclaimed it yet:
+    /// `(silent_after − 1) × period` on its own clock (a peer that last saw the version before
+    /// the last one can count it silent that much sooner).
+    pub fn resume_window_ms(d: &Deployment) -> u64 {
+        u64::from(d.silent_after.saturating_sub(1)).saturating_mul(d.period_ms)
     }
 
     pub fn me(&self) -> RegionId {
@@ -255,50 +288,46 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Hands over a peer record that became visible. Returns `Ok(true)` if it is newer than what
-    /// was seen and was adopted as the peer's latest, `Ok(false)` if it was older or the same.
+    /// Hands over a peer record that became visible. Returns `Ok(true)` if it told this Region
+    /// something new (a newer latest record, or a newer record of an ended epoch it still has to
+    /// close or settle), `Ok(false)` if it was older or the same.
     pub fn observe(&mut self, record: Arc<RegionRecord>) -> Result<bool, RecordError> {
         record.validate(&self.d, self.me)?;
+        record.validate_towards(&self.own, self.me)?;
         let j = record.region;
-        let acct_epoch = self.own.peer_epochs[j];
-        let marked = self.own.reclaims[j].map(|m| m.epoch) == Some(acct_epoch);
+        let keep_from = self.keep_from(j);
         let Some(peer) = self.peers.get_mut(j.index()) else {
             return Err(RecordError::UnknownRegion(j.index()));
         };
-        let needs_basis = |p: &Peer, r: &RegionRecord| {
-            r.epoch == acct_epoch
-                && !marked
-                && p.pending_old
-                    .as_ref()
-                    .is_none_or(|o| (o.epoch, o.version) < (r.epoch, r.version))
-        };
-        if let Some(st) = &peer.settlement {
-            let newer = |r: &RegionRecord, than: &RegionRecord| {
-                r.epoch == than.epoch && r.version > than.version
-            };
-            let known = peer.late.as_deref().unwrap_or(&st.basis);
-            if newer(&record, known) {
-                peer.late = Some(record.clone());
-            }
-        }
-        if peer.seen && (record.epoch, record.version) <= (peer.latest.epoch, peer.latest.version) {
-            // The store keeps a Region's last record of its previous epoch until the survivors
-            // have reclaimed it, so a restarted daemon can still reclaim an epoch it never saw end.
-            if record.epoch < peer.latest.epoch && needs_basis(peer, &record) {
-                peer.pending_old = Some(record);
-                return Ok(true);
+        let at = (record.epoch, record.version);
+        if peer.seen && at <= (peer.latest.epoch, peer.latest.version) {
+            if record.epoch < peer.latest.epoch && record.epoch >= keep_from {
+                return Ok(remember(&mut peer.ended, record));
             }
             return Ok(false);
         }
         if peer.seen {
             record.validate_successor(&peer.latest)?;
-            if record.epoch > peer.latest.epoch && needs_basis(peer, &peer.latest.clone()) {
-                peer.pending_old = Some(peer.latest.clone());
+        }
+        if record.epoch > peer.latest.epoch && peer.latest.epoch >= keep_from {
+            // The genesis record stands for an epoch 1 that was never written only when the next
+            // epoch says so (its previous epoch ended at version 0).
+            if peer.seen || record.prev_final == 0 {
+                remember(&mut peer.ended, peer.latest.clone());
             }
         }
         peer.seen = true;
         peer.latest = record;
         Ok(true)
+    }
+
+    /// The oldest epoch of peer `j` that this Region may still close or settle.
+    fn keep_from(&self, j: RegionId) -> u64 {
+        let acct = self.own.peer_epochs[j];
+        match self.own.reclaims[j] {
+            Some(m) => m.epoch.min(acct),
+            None => acct,
+        }
     }
 
     /// Every peer as this Region last saw it.
@@ -309,12 +338,10 @@ impl Coordinator {
             if r == self.me {
                 continue;
             }
-            let state = if self.own.reclaims[r].map(|m| m.epoch) == Some(self.own.peer_epochs[r])
-                && p.latest.epoch <= self.own.peer_epochs[r]
-            {
+            let state = if self.is_marked(r) && p.latest.epoch <= self.own.peer_epochs[r] {
                 PeerState::Reclaimed
             } else if !p.seen || p.unchanged >= self.d.silent_after {
-                // As in `classify`: a peer never heard of is kept in targets but never a grantee.
+                // As in `plan`: a peer never heard of is kept in targets but never a grantee.
                 PeerState::Silent
             } else {
                 PeerState::Live
@@ -331,33 +358,18 @@ impl Coordinator {
         out
     }
 
+    /// Whether the epoch this Region accounts with for peer `r` is closed (reclaimed).
+    fn is_marked(&self, r: RegionId) -> bool {
+        self.own.reclaims[r].map(|m| m.epoch) == Some(self.own.peer_epochs[r])
+    }
+
     /// Adopts a decision whose record was durably written.
     pub fn commit(&mut self, decision: &Decision) {
         self.own = decision.record.clone();
-        for (r, st) in &decision.settlements {
-            if let Some(p) = self.peers.get_mut(r.index()) {
-                if p.late
-                    .as_ref()
-                    .is_some_and(|l| l.version <= st.basis.version || l.epoch != st.basis.epoch)
-                {
-                    p.late = None;
-                }
-                p.settlement = Some(st.clone());
-            }
-        }
-        for (i, p) in self.peers.iter_mut().enumerate() {
-            if decision.drop_settlements {
-                p.settlement = None;
-                p.late = None;
-            }
+        for i in 0..self.peers.len() {
             let Some(r) = RegionId::new(i) else { continue };
-            if let Some(old) = &p.pending_old {
-                let closed = self.own.peer_epochs[r] > old.epoch
-                    || self.own.reclaims[r].map(|m| m.epoch) == Some(old.epoch);
-                if closed {
-                    p.pending_old = None;
-                }
-            }
+            let keep_from = self.keep_from(r);
+            self.peers[i].ended.retain(|&e, _| e >= keep_from);
         }
     }
 
@@ -372,7 +384,7 @@ impl Coordinator {
         let mut alarms = Alarms::default();
 
         if self.was_reclaimed() {
-            start_new_epoch(&mut rec);
+            start_new_epoch(&mut rec, self.own.version);
             alarms.new_epoch = true;
         }
         self.count_silence();
@@ -380,28 +392,16 @@ impl Coordinator {
             && d.policy != SilentPolicy::Freeze
             && inputs.health[me] == Health::Unhealthy;
         alarms.fenced = fenced;
-        let (states, closures) = self.classify(&rec, inputs.health, fenced);
-        let closing = closing_settlements(&d, me, &states, &closures, &rec);
-        alarms.reclaimed = crate::region::regions(d.n())
-            .filter(|r| closing.get(r.index()).is_some_and(Option::is_some))
-            .collect();
+        let plans = self.plan(&rec, inputs.health, fenced, &mut alarms);
         alarms.stale_view = d.n() > 1
             && crate::region::regions(d.n())
                 .filter(|&r| r != me)
                 .all(|r| self.peers[r.index()].unchanged > 0);
-        let reconciles = if alarms.new_epoch {
-            vec![None; d.n()]
-        } else {
-            self.reconciles(&rec)
-        };
         let ctx = LimitCtx {
             d: &d,
             me,
             peers: &self.peers,
-            states: &states,
-            closures: &closures,
-            closing: &closing,
-            reconciles: &reconciles,
+            plans: &plans,
             fenced,
         };
         let mut rules = Vec::with_capacity(d.limits.len());
@@ -410,50 +410,24 @@ impl Coordinator {
             .resize(d.limits.len().max(rec.limits.len()), LimitRecord::default());
         for (li, spec) in d.limits.iter().enumerate() {
             let demand = inputs.demand.get(li).copied().unwrap_or_default();
-            let out = ctx.rebalance_limit(li, spec, demand, &rec, &mut alarms);
-            let e = &mut rec.limits[li];
-            *e = out.0;
+            let (e, out) = ctx.rebalance_limit(li, spec, demand, &rec, &mut alarms);
+            rec.limits[li] = e;
             rules.push(Rule {
                 rate: e.share,
                 burst: e.share.mul_div(spec.burst_ms, 1000),
                 shadow: spec.shadow,
             });
             if inputs.explain {
-                outcomes.push(out.1);
+                outcomes.push(out);
             }
         }
-        let settlements = ctx.settlements();
-        let drop_settlements = alarms.new_epoch;
-        for (j, st) in &settlements {
-            rec.reclaims[*j] = Some(ReclaimMark {
-                epoch: st.basis.epoch,
-                version: st.basis.version,
-            });
-        }
-        close_accounts(&mut rec, &closures, &self.peers);
+        apply_marks(&mut rec, &plans);
         Decision {
             record: rec,
             rules,
             outcomes,
             alarms,
-            settlements,
-            drop_settlements,
         }
-    }
-
-    /// Peers whose last reclaim is to be settled again against a newer record of the same epoch.
-    fn reconciles(&self, rec: &RegionRecord) -> Vec<Option<(Settlement, Arc<RegionRecord>)>> {
-        let mut out = vec![None; self.d.n()];
-        for (i, p) in self.peers.iter().enumerate() {
-            let Some(j) = RegionId::new(i) else { continue };
-            if j == self.me || !reconcile_pending(p, rec, j) {
-                continue;
-            }
-            if let (Some(st), Some(late)) = (&p.settlement, &p.late) {
-                out[i] = Some((st.clone(), late.clone()));
-            }
-        }
-        out
     }
 
     /// Whether a peer's latest record says it reclaimed this Region's current epoch.
@@ -481,72 +455,107 @@ impl Coordinator {
         }
     }
 
-    fn classify(
+    /// This rebalance's plan for every peer (indexed by Region; `None` for this Region).
+    fn plan(
         &self,
         rec: &RegionRecord,
         health: &PerRegion<Health>,
         fenced: bool,
-    ) -> (PerRegion<Option<PeerState>>, Vec<Closure>) {
+        alarms: &mut Alarms,
+    ) -> Vec<Option<Plan>> {
         let d = &self.d;
-        let mut states: PerRegion<Option<PeerState>> = PerRegion([None; MAX_REGIONS]);
-        let mut closures = vec![Closure::None; d.n()];
+        let mut plans = vec![None; d.n()];
         for j in crate::region::regions(d.n()).filter(|&r| r != self.me) {
-            let p = &self.peers[j.index()];
-            let acct_epoch = rec.peer_epochs[j];
-            let marked = rec.reclaims[j].map(|m| m.epoch) == Some(acct_epoch);
-            let silent = p.unchanged >= d.silent_after;
-            let (state, closure) = if !p.seen {
-                // Never heard of: kept in targets at its genesis demand, never a grantee, never
-                // reclaimed.
-                (PeerState::Silent, Closure::None)
-            } else if p.latest.epoch > acct_epoch {
-                match (&p.pending_old, marked) {
-                    (_, true) => (PeerState::Live, Closure::Switch(None)),
-                    (Some(old), false) => (PeerState::Live, Closure::Switch(Some(old.clone()))),
-                    // The peer came back but the last record of its old epoch is not known
-                    // here: keep the old estate untouched (frozen) until that record is read.
-                    (None, false) => (PeerState::Silent, Closure::None),
-                }
-            } else if marked {
-                (PeerState::Reclaimed, Closure::None)
-            } else if silent && !fenced && reclaimable(d.policy, health[j]) {
-                // A fenced Region is itself suspect (its own check says unhealthy): it reclaims
-                // nobody, or two Regions cut off from each other and both wrongly called unhealthy
-                // would reclaim each other.
-                (PeerState::Reclaimed, Closure::Reclaim(p.latest.clone()))
-            } else if silent {
-                (PeerState::Silent, Closure::None)
-            } else {
-                (PeerState::Live, Closure::None)
-            };
-            // Settle the previous reclaim against its newer record before closing anything else
-            // of this peer: a mark names one epoch at a time.
-            let (state, closure) =
-                if reconcile_pending(p, rec, j) && !matches!(closure, Closure::None) {
-                    (PeerState::Silent, Closure::None)
-                } else {
-                    (state, closure)
-                };
-            states[j] = Some(state);
-            closures[j.index()] = closure;
+            let plan = self.plan_peer(j, rec, health, fenced);
+            match &plan.closure {
+                Closure::Reclaim(_) | Closure::Switch(Some(_)) => alarms.reclaimed.push(j),
+                Closure::Settle(_) => alarms.settled.push(j),
+                _ => {}
+            }
+            if self.waits_for_record(j, rec) {
+                alarms.waiting_for_record.push(j);
+            }
+            plans[j.index()] = Some(plan);
         }
-        (states, closures)
+        plans
+    }
+
+    fn plan_peer(
+        &self,
+        j: RegionId,
+        rec: &RegionRecord,
+        health: &PerRegion<Health>,
+        fenced: bool,
+    ) -> Plan {
+        let p = &self.peers[j.index()];
+        let plan = |state, closure| Plan { state, closure };
+        if !p.seen {
+            // Never heard of: kept in targets at its genesis demand, never a grantee, never
+            // reclaimed.
+            return plan(PeerState::Silent, Closure::None);
+        }
+        let acct = rec.peer_epochs[j];
+        let mark = rec.reclaims[j].filter(|m| m.epoch == acct);
+        if p.latest.epoch > acct {
+            // The accounted epoch ended. Its last record is known exactly (the next epoch names
+            // its version); close against that record and nothing older.
+            let Some(last) = p
+                .final_version(acct)
+                .and_then(|v| p.newest_of(acct).filter(|r| r.version == v))
+            else {
+                return plan(PeerState::Silent, Closure::None);
+            };
+            return match mark {
+                Some(m) if m.version < last.version => {
+                    plan(PeerState::Silent, Closure::Settle(last.clone()))
+                }
+                Some(_) => plan(PeerState::Live, Closure::Switch(None)),
+                None => plan(PeerState::Live, Closure::Switch(Some(last.clone()))),
+            };
+        }
+        if let Some(m) = mark {
+            return match p.newest_of(acct) {
+                Some(newer) if newer.version > m.version => {
+                    plan(PeerState::Reclaimed, Closure::Settle(newer.clone()))
+                }
+                _ => plan(PeerState::Reclaimed, Closure::None),
+            };
+        }
+        let silent = p.unchanged >= self.d.silent_after;
+        if silent && !fenced && reclaimable(self.d.policy, health[j]) {
+            // A fenced Region is itself suspect (its own check says unhealthy): it reclaims
+            // nobody, or two Regions cut off from each other and both wrongly called unhealthy
+            // would reclaim each other.
+            plan(PeerState::Reclaimed, Closure::Reclaim(p.latest.clone()))
+        } else if silent {
+            plan(PeerState::Silent, Closure::None)
+        } else {
+            plan(PeerState::Live, Closure::None)
+        }
+    }
+
+    /// A peer began a newer epoch but the last record of the epoch this Region accounts with has
+    /// not reached it (so that epoch's room can be neither closed nor settled).
+    fn waits_for_record(&self, j: RegionId, rec: &RegionRecord) -> bool {
+        let p = &self.peers[j.index()];
+        let acct = rec.peer_epochs[j];
+        p.seen
+            && p.latest.epoch > acct
+            && !p
+                .final_version(acct)
+                .is_some_and(|v| p.newest_of(acct).is_some_and(|r| r.version == v))
     }
 }
 
-/// Whether the peer's last reclaim (still the one its mark names) has a newer record to settle
-/// against.
-fn reconcile_pending(p: &Peer, rec: &RegionRecord, j: RegionId) -> bool {
-    let (Some(st), Some(late)) = (&p.settlement, &p.late) else {
-        return false;
-    };
-    rec.reclaims[j]
-        == Some(ReclaimMark {
-            epoch: st.basis.epoch,
-            version: st.basis.version,
-        })
-        && late.epoch == st.basis.epoch
-        && late.version > st.basis.version
+/// Keeps `record` as the newest known record of its (ended) epoch. Returns whether it was newer.
+fn remember(ended: &mut BTreeMap<u64, Arc<RegionRecord>>, record: Arc<RegionRecord>) -> bool {
+    match ended.get(&record.epoch) {
+        Some(known) if known.version >= record.version => false,
+        _ => {
+            ended.insert(record.epoch, record);
+            true
+        }
+    }
 }
 
 fn reclaimable(policy: SilentPolicy, health: Health) -> bool {
@@ -559,95 +568,83 @@ fn reclaimable(policy: SilentPolicy, health: Health) -> bool {
 
 /// A Region that may have been reclaimed comes back with nothing (SPEC §6, "Return"). The version
 /// keeps rising; limit versions are kept because the room of those versions is accounted for
-/// (held by the survivors that reclaimed it).
-fn start_new_epoch(rec: &mut RegionRecord) {
+/// (held by the survivors that reclaimed it). What it may still settle of estates it closed (the
+/// marks, and for those peers the counters and portions) is kept too: an estate is settled by
+/// the Region that closed it, whatever epoch it is in by then.
+fn start_new_epoch(rec: &mut RegionRecord, last_version: u64) {
     rec.epoch += 1;
+    rec.prev_final = last_version;
+    let closed: Vec<bool> = (0..MAX_REGIONS)
+        .map(|i| rec.reclaims.0[i].map(|m| m.epoch) == Some(rec.peer_epochs.0[i]))
+        .collect();
     for l in rec.limits.iter_mut() {
-        *l = LimitRecord {
+        let mut fresh = LimitRecord {
             limit_version: l.limit_version,
             rate: l.rate,
             ..LimitRecord::default()
         };
-    }
-}
-
-/// After a reclaim the accounts with the peer's old epoch are closed; after a switch the peer's
-/// new epoch is the one the accounts refer to.
-/// (The reclaim marks are written from the settlements, in `rebalance`.)
-fn close_accounts(rec: &mut RegionRecord, closures: &[Closure], peers: &[Peer]) {
-    for (i, c) in closures.iter().enumerate() {
-        if let (Closure::Switch(_), Some(j)) = (c, RegionId::new(i)) {
-            rec.peer_epochs[j] = peers[i].latest.epoch;
-        }
-    }
-}
-
-/// The settlement of every estate this rebalance closes (by index of its owner): the record it
-/// splits, the heirs and this Region's place among them, and whether the accounts line up.
-fn closing_settlements(
-    d: &Deployment,
-    me: RegionId,
-    states: &PerRegion<Option<PeerState>>,
-    closures: &[Closure],
-    rec: &RegionRecord,
-) -> Vec<Option<Settlement>> {
-    let mut out = vec![None; d.n()];
-    for (i, c) in closures.iter().enumerate() {
-        let (Closure::Reclaim(basis) | Closure::Switch(Some(basis))) = c else {
-            continue;
-        };
-        let Some(j) = RegionId::new(i) else { continue };
-        let (heirs, position) = heirs_of(d, me, states, j);
-        let accounts_aligned =
-            basis.peer_epochs[me] == rec.epoch && rec.peer_epochs[j] == basis.epoch;
-        out[i] = Some(Settlement {
-            basis: basis.clone(),
-            heirs,
-            position,
-            accounts_aligned,
-        });
-    }
-    out
-}
-
-/// How many Regions share an estate of `owner`, and `me`'s position among them (by index): `me`
-/// and every other Region it does not count as reclaimed.
-fn heirs_of(
-    d: &Deployment,
-    me: RegionId,
-    states: &PerRegion<Option<PeerState>>,
-    owner: RegionId,
-) -> (usize, usize) {
-    let mut heirs = 1;
-    let mut position = 0;
-    for k in crate::region::regions(d.n()) {
-        if k == me || k == owner {
-            continue;
-        }
-        if matches!(states[k], Some(PeerState::Live | PeerState::Silent)) {
-            heirs += 1;
-            if k < me {
-                position += 1;
+        for (i, &c) in closed.iter().enumerate() {
+            if c {
+                fresh.granted.0[i] = l.granted.0[i];
+                fresh.taken.0[i] = l.taken.0[i];
+                fresh.reclaimed.0[i] = l.reclaimed.0[i];
             }
         }
+        *l = fresh;
     }
-    (heirs, position)
+}
+
+/// Writes what the plans closed into the record: a mark for every close and settlement, and the
+/// next accounted epoch for every switch.
+fn apply_marks(rec: &mut RegionRecord, plans: &[Option<Plan>]) {
+    for (i, p) in plans.iter().enumerate() {
+        let (Some(p), Some(j)) = (p, RegionId::new(i)) else {
+            continue;
+        };
+        match &p.closure {
+            Closure::None => {}
+            Closure::Reclaim(basis) | Closure::Switch(Some(basis)) => {
+                rec.reclaims[j] = Some(ReclaimMark {
+                    epoch: basis.epoch,
+                    version: basis.version,
+                    by: rec.epoch,
+                });
+            }
+            Closure::Settle(newer) => {
+                if let Some(m) = rec.reclaims[j].as_mut() {
+                    m.version = newer.version;
+                }
+            }
+            Closure::Switch(None) => {}
+        }
+        if let Closure::Switch(_) = p.closure {
+            rec.peer_epochs[j] += 1;
+        }
+    }
 }
 
 struct LimitCtx<'a> {
     d: &'a Deployment,
     me: RegionId,
     peers: &'a [Peer],
-    states: &'a PerRegion<Option<PeerState>>,
-    closures: &'a [Closure],
-    /// The settlements of the estates closed by this rebalance, by owner index.
-    closing: &'a [Option<Settlement>],
-    reconciles: &'a [Option<(Settlement, Arc<RegionRecord>)>],
+    plans: &'a [Option<Plan>],
     fenced: bool,
 }
 
 impl LimitCtx<'_> {
-    /// Steps 1-4 of SPEC §4 for one limit, with reclaims folded in after the take.
+    fn state(&self, j: RegionId) -> Option<PeerState> {
+        self.plans.get(j.index())?.as_ref().map(|p| p.state)
+    }
+
+    fn closure(&self, j: RegionId) -> &Closure {
+        const NONE: &Closure = &Closure::None;
+        self.plans
+            .get(j.index())
+            .and_then(|p| p.as_ref())
+            .map_or(NONE, |p| &p.closure)
+    }
+
+    /// Steps 1-4 of SPEC §4 for one limit, with closes and settlements folded in after the take.
     fn rebalance_limit(
         &self,
         li: usize,
@@ -675,8 +672,8 @@ impl LimitCtx<'_> {
             return (e, out);
         }
         self.take(li, rec, &mut e, &mut out);
-        self.reclaim(li, &mut e, &mut out);
-        self.reconcile(li, &mut e, &mut out);
+        self.close(li, rec, &mut e, &mut out);
+        self.settle(li, rec, &mut e, &mut out);
         pay_debt(&mut e);
         let target = self.target(li, &e, demand);
         e.target = target;
@@ -692,6 +689,7 @@ impl LimitCtx<'_> {
                 e.unmet = Room::ZERO;
             }
             Design::NamedGrants => {
+                let held = e.held();
                 if target < e.share {
                     e.pool += e.share.saturating_sub(target);
                     e.share = target;
@@ -703,10 +701,18 @@ impl LimitCtx<'_> {
                     e.share += raise;
                     e.pool = e.pool.saturating_sub(raise);
                 }
+                debug_assert_eq!(held, e.held(), "lowering or raising changed the room held");
                 // A Region in debt after a downgrade asks for its debt too; otherwise a Region
                 // whose target is zero could never repay it.
                 e.unmet = target.saturating_sub(e.share) + e.debt;
+                let held = e.held();
                 self.grant(li, rec, &mut e, &mut out);
+                let granted: u64 = out.granted.0.iter().map(|g| g.0).sum();
+                debug_assert_eq!(
+                    held - granted as i128,
+                    e.held(),
+                    "granting changed the room"
+                );
             }
         }
         if self.seen_sum(li, e.share) > e.rate.0 as u128 {
@@ -721,10 +727,11 @@ impl LimitCtx<'_> {
 
     /// The peer record that this rebalance takes grants from, if any.
     fn source(&self, j: RegionId) -> Option<&Arc<RegionRecord>> {
-        match &self.closures[j.index()] {
+        match self.closure(j) {
             Closure::Reclaim(b) => Some(b),
             Closure::Switch(b) => b.as_ref(),
-            Closure::None => match self.states[j] {
+            Closure::Settle(_) => None,
+            Closure::None => match self.state(j) {
                 Some(PeerState::Live | PeerState::Silent) => Some(&self.peers[j.index()].latest),
                 _ => None,
             },
@@ -735,7 +742,7 @@ impl LimitCtx<'_> {
     fn take(&self, li: usize, rec: &RegionRecord, e: &mut LimitRecord, out: &mut LimitOutcome) {
         for j in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
             let Some(src) = self.source(j) else { continue };
-            if src.peer_epochs[self.me] != rec.epoch || rec.peer_epochs[j] != src.epoch {
+            if !accounts_with(src, self.me, rec.epoch) || rec.peer_epochs[j] != src.epoch {
                 continue;
             }
             let Some(sl) = src.limits.get(li) else {
@@ -748,86 +755,75 @@ impl LimitCtx<'_> {
         }
     }
 
-    /// Reclaim: split each closed estate's room evenly over its heirs and take back own grants
-    /// that the estate never took.
-    fn reclaim(&self, li: usize, e: &mut LimitRecord, out: &mut LimitOutcome) {
-        for (i, c) in self.closures.iter().enumerate() {
-            let Some(j) = RegionId::new(i) else { continue };
-            if matches!(c, Closure::None) {
-                continue;
+    /// Closes each estate this rebalance closes: this Region's fixed portion of the basis
+    /// record's room, and its own grants that the basis shows untaken back. The counters are left
+    /// as the basis tells them (this Region took everything the estate granted it, and the estate
+    /// took exactly what the basis says), so a settlement later needs only the newer record.
+    /// A switch whose old epoch was closed before starts the account with the next epoch afresh.
+    fn close(&self, li: usize, rec: &RegionRecord, e: &mut LimitRecord, out: &mut LimitOutcome) {
+        let n = self.d.n();
+        for j in crate::region::regions(n).filter(|&r| r != self.me) {
+            let basis = match self.closure(j) {
+                Closure::Reclaim(b) | Closure::Switch(Some(b)) => b,
+                Closure::Switch(None) => {
+                    reset_account(e, j);
+                    continue;
+                }
+                _ => continue,
+            };
+            let src = basis.limits.get(li).copied().unwrap_or_default();
+            let portion = heir_portion(estate_room(&src), n, j, self.me);
+            let mut back = Room::ZERO;
+            if accounts_with(basis, self.me, rec.epoch) && rec.peer_epochs[j] == basis.epoch {
+                back = e.granted[j].saturating_sub(src.taken[self.me]);
+                e.granted[j] = src.taken[self.me];
+            } else {
+                debug_assert!(e.granted[j].is_zero() && e.taken[j].is_zero());
+                reset_account(e, j);
             }
-            if let Some(st) = &self.closing[i] {
-                let src = st.basis.limits.get(li).copied().unwrap_or_default();
-                let room = (src.share + src.pool).saturating_sub(src.debt);
-                let portion = even_part(room, st.heirs, st.position);
-                let taken_by_it = if st.accounts_aligned {
-                    src.taken[self.me]
-                } else {
-                    Room::ZERO
-                };
-                let back = e.granted[j].saturating_sub(taken_by_it);
-                e.pool += portion + back;
-                e.reclaimed[j] = portion;
-                out.reclaimed[j] = portion + back;
+            e.pool += portion + back;
+            e.reclaimed[j] = portion;
+            out.reclaimed[j] = portion + back;
+            if matches!(self.closure(j), Closure::Switch(_)) {
+                // The old epoch's last record was final: nothing is left to settle.
+                reset_account(e, j);
             }
-            e.granted[j] = Room::ZERO;
-            e.taken[j] = Room::ZERO;
         }
     }
 
-    /// Settles a reclaim again against a newer record of the same epoch: the difference in this
-    /// Region's portion, in the grants the estate made to it and in what it took of this Region's
-    /// grants. A negative difference is paid from the pool, the rest becomes debt.
-    fn reconcile(&self, li: usize, e: &mut LimitRecord, out: &mut LimitOutcome) {
-        for (i, r) in self.reconciles.iter().enumerate() {
-            let Some((st, late)) = r else { continue };
-            let Some(j) = RegionId::new(i) else { continue };
-            let old = st.basis.limits.get(li).copied().unwrap_or_default();
-            let new = late.limits.get(li).copied().unwrap_or_default();
-            let portion = |l: &LimitRecord| {
-                even_part(
-                    (l.share + l.pool).saturating_sub(l.debt),
-                    st.heirs,
-                    st.position,
-                )
+    /// Settles the last close of a peer's epoch again against a newer record of that epoch: the
+    /// difference in this Region's portion and, when the newer record accounts with the epoch of
+    /// this Region that closed it, in the grants each side took. A negative difference is paid
+    /// from the pool, the rest becomes debt.
+    fn settle(&self, li: usize, rec: &RegionRecord, e: &mut LimitRecord, out: &mut LimitOutcome) {
+        let n = self.d.n();
+        for j in crate::region::regions(n).filter(|&r| r != self.me) {
+            let Closure::Settle(newer) = self.closure(j) else {
+                continue;
             };
-            let (p_old, p_new) = (portion(&old), portion(&new));
-            let mut delta = p_new.0 as i128 - p_old.0 as i128;
-            if st.accounts_aligned {
-                delta += new.granted[self.me].0 as i128 - old.granted[self.me].0 as i128;
-                delta -= new.taken[self.me].0 as i128 - old.taken[self.me].0 as i128;
+            let Some(mark) = rec.reclaims[j] else {
+                continue;
+            };
+            let new = newer.limits.get(li).copied().unwrap_or_default();
+            let portion = heir_portion(estate_room(&new), n, j, self.me);
+            let mut delta = portion.0 as i128 - e.reclaimed[j].0 as i128;
+            if accounts_with(newer, self.me, mark.by) {
+                delta += new.granted[self.me].0 as i128 - e.taken[j].0 as i128;
+                delta -= new.taken[self.me].0 as i128 - e.granted[j].0 as i128;
+                e.taken[j] = new.granted[self.me];
+                e.granted[j] = new.taken[self.me];
             }
+            e.reclaimed[j] = portion;
             if delta >= 0 {
                 e.pool += Room(delta as u64);
+                out.reclaimed[j] = Room(delta as u64);
             } else {
                 let owe = Room(delta.unsigned_abs() as u64);
                 let from_pool = owe.min(e.pool);
                 e.pool = e.pool.saturating_sub(from_pool);
                 e.debt += owe.saturating_sub(from_pool);
             }
-            e.reclaimed[j] = p_new;
-            out.reclaimed[j] = Room(out.reclaimed[j].0.saturating_add_signed(delta as i64));
         }
-    }
-
-    /// The settlements this rebalance makes: one per estate it closes, one per reclaim it settles
-    /// again (a peer never has both in one rebalance, see `classify`).
-    fn settlements(&self) -> Vec<(RegionId, Settlement)> {
-        let mut out = Vec::new();
-        for j in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
-            if let Some(st) = &self.closing[j.index()] {
-                out.push((j, st.clone()));
-            } else if let Some((st, late)) = &self.reconciles[j.index()] {
-                out.push((
-                    j,
-                    Settlement {
-                        basis: late.clone(),
-                        ..st.clone()
-                    },
-                ));
-            }
-        }
-        out
     }
 
     /// Step 2's target: `floor + (L − floor × n_live) × demand_i / Σ demand` over the Regions in
@@ -841,7 +837,7 @@ impl LimitCtx<'_> {
                 mine = members;
                 demand.0
             } else {
-                match self.states[r] {
+                match self.state(r) {
                     Some(PeerState::Live | PeerState::Silent) => {
                         let latest = &self.peers[r.index()].latest;
                         latest.limits.get(li).map_or(0, |l| l.demand.0)
@@ -874,13 +870,11 @@ impl LimitCtx<'_> {
         let mut needs = [0u64; MAX_REGIONS];
         let mut total: u128 = 0;
         for j in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
-            if self.states[j] != Some(PeerState::Live)
-                || !matches!(self.closures[j.index()], Closure::None)
-            {
+            if self.state(j) != Some(PeerState::Live) || !matches!(self.closure(j), Closure::None) {
                 continue;
             }
             let p = &self.peers[j.index()].latest;
-            if p.peer_epochs[self.me] != rec.epoch || p.epoch != rec.peer_epochs[j] {
+            if !accounts_with(p, self.me, rec.epoch) || p.epoch != rec.peer_epochs[j] {
                 continue;
             }
             let Some(pl) = p.limits.get(li) else { continue };
@@ -919,13 +913,26 @@ impl LimitCtx<'_> {
     fn seen_sum(&self, li: usize, own_share: Room) -> u128 {
         let mut sum = own_share.0 as u128;
         for r in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
-            if matches!(self.states[r], Some(PeerState::Live | PeerState::Silent)) {
+            if matches!(self.state(r), Some(PeerState::Live | PeerState::Silent)) {
                 let latest = &self.peers[r.index()].latest;
                 sum += latest.limits.get(li).map_or(0, |l| l.share.0 as u128);
             }
         }
         sum
     }
+}
+
+/// Whether `r`'s record accounts with epoch `epoch` of Region `me` (its grants to `me` and its
+/// takes from `me` refer to that epoch).
+fn accounts_with(r: &RegionRecord, me: RegionId, epoch: u64) -> bool {
+    r.peer_epochs[me] == epoch
+}
+
+/// Clears the account with peer `j` (a new pair of epochs starts from zero).
+fn reset_account(e: &mut LimitRecord, j: RegionId) {
+    e.granted[j] = Room::ZERO;
+    e.taken[j] = Room::ZERO;
+    e.reclaimed[j] = Room::ZERO;
 }
 
 /// Adopts a new limit version: room arrives or leaves in this Region's static part, so the sum of

@@ -8,18 +8,18 @@
 //!
 //! The entry point is [`Coordinator`]; its documentation gives the calling protocol.
 
-mod audit;
 mod config;
 mod coordinator;
+mod estate;
 mod record;
 mod region;
 mod room;
 
-pub use audit::{conservation, in_flight, remaining, Conservation};
 pub use config::{ConfigError, Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
 pub use coordinator::{
     Alarms, Coordinator, Decision, Health, Inputs, LimitOutcome, PeerState, PeerView, Rule,
 };
-pub use record::{LimitRecord, ReclaimMark, RecordError, RegionRecord};
+pub use estate::{audit, estate_room, heir_portion, Audit, Truth};
+pub use record::{LimitRecord, ReclaimMark, RecordError, RegionRecord, MAX_COUNTER, MAX_EPOCH};
 pub use region::{regions, PerRegion, RegionId, MAX_REGIONS};
 pub use room::{even_part, split, Room, RoomError, MAX_RATE_RPS, MILLI_PER_RPS};

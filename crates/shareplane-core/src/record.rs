@@ -9,12 +9,23 @@ use crate::region::{PerRegion, RegionId, MAX_REGIONS};
 use crate::room::Room;
 use std::fmt;
 
-/// Which record of a peer a reclaim was keyed to. Reclaim is idempotent per `(region, epoch)`.
+/// Which record of a peer's epoch this Region closed (reclaimed or settled) that epoch's estate
+/// against. An estate is closed once per `(peer, epoch)` by each other Region, whatever epoch that
+/// Region is in: the mark is kept across the Region's own epochs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReclaimMark {
+    /// The peer's epoch whose estate was closed.
     pub epoch: u64,
+    /// The version of the peer's record it was closed (or last settled) against.
     pub version: u64,
+    /// This Region's epoch that closed it: the grant counters kept for the peer refer to it.
+    pub by: u64,
 }
+
+/// The largest epoch a record may carry: a Region starts at most one epoch per restart.
+pub const MAX_EPOCH: u64 = 1 << 32;
+/// The largest version a record may carry, and the largest cumulative counter (in milli-req/s).
+pub const MAX_COUNTER: u64 = 1 << 62;
 
 /// One Region's state for all limits, as written to the global table.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -26,6 +37,9 @@ pub struct RegionRecord {
     pub version: u64,
     /// Informational only: no decision compares clocks of two Regions.
     pub written_at_ms: u64,
+    /// The version of the last record of this Region's previous epoch (0 in epoch 1): survivors
+    /// close an ended epoch against exactly that record, never an older one.
+    pub prev_final: u64,
     /// The epoch of each peer that this record's grants to it and takes from it refer to.
     pub peer_epochs: PerRegion<u64>,
     /// The latest reclaim of each peer's estate made by this Region.
@@ -150,6 +164,7 @@ impl RegionRecord {
             epoch: 1,
             version: 0,
             written_at_ms: 0,
+            prev_final: 0,
             peer_epochs,
             reclaims: PerRegion([None; MAX_REGIONS]),
             limits,
@@ -170,6 +185,36 @@ impl RegionRecord {
             return Err(RecordError::ZeroEpoch);
         }
         let contradiction = |limit, what| Err(RecordError::Contradiction { limit, what });
+        if self.epoch > MAX_EPOCH || self.version > MAX_COUNTER {
+            return contradiction(None, "epoch or version out of range");
+        }
+        if (self.epoch == 1 && self.prev_final != 0)
+            || (self.epoch > 1 && self.version > 0 && self.prev_final >= self.version)
+        {
+            return contradiction(
+                None,
+                "the previous epoch's last version is not before this one",
+            );
+        }
+        for r in 0..n {
+            if self.peer_epochs.0[r] > MAX_EPOCH {
+                return contradiction(None, "a peer epoch is out of range");
+            }
+            if let Some(m) = self.reclaims.0[r] {
+                if m.epoch == 0 || m.epoch > MAX_EPOCH || m.version > MAX_COUNTER {
+                    return contradiction(None, "a reclaim mark is out of range");
+                }
+                if m.by == 0 || m.by > self.epoch {
+                    return contradiction(None, "a reclaim mark names a later epoch of its writer");
+                }
+                if m.epoch > self.peer_epochs.0[r] {
+                    return contradiction(
+                        None,
+                        "a reclaim mark is ahead of the epoch it accounts with",
+                    );
+                }
+            }
+        }
         for i in n..MAX_REGIONS {
             if self.peer_epochs.0[i] != 0 || self.reclaims.0[i].is_some() {
                 return contradiction(None, "names a Region that is not configured");
@@ -202,6 +247,13 @@ impl RegionRecord {
             if l.rate > max || l.pool > max || l.debt > max || l.demand > max {
                 return contradiction(at, "an amount is out of range");
             }
+            let counters = l.granted.0.iter().chain(l.taken.0.iter());
+            if counters.copied().any(|c| c.0 > MAX_COUNTER) {
+                return contradiction(at, "a cumulative counter is out of range");
+            }
+            if l.reclaimed.0.iter().any(|c| *c > max) {
+                return contradiction(at, "a reclaimed amount is out of range");
+            }
             let own = self.region;
             if !l.granted[own].is_zero() || !l.taken[own].is_zero() || !l.reclaimed[own].is_zero() {
                 return contradiction(at, "grants to or takes from itself");
@@ -213,6 +265,45 @@ impl RegionRecord {
                 {
                     return contradiction(at, "names a Region that is not configured");
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks what this record says about the reading Region `me` against the reader's own record:
+    /// nobody can account with, or have reclaimed, an epoch of `me` that `me` never reached, and
+    /// nobody can have taken more of `me`'s grants than `me` made, or be granting it more room
+    /// than the limit has.
+    pub fn validate_towards(&self, own: &RegionRecord, me: RegionId) -> Result<(), RecordError> {
+        let contradiction = |limit, what| Err(RecordError::Contradiction { limit, what });
+        if self.peer_epochs[me] > own.epoch {
+            return contradiction(
+                None,
+                "accounts with an epoch of this Region that never existed",
+            );
+        }
+        if self.reclaims[me].is_some_and(|m| m.epoch > own.epoch) {
+            return contradiction(
+                None,
+                "marks an epoch of this Region that never existed as reclaimed",
+            );
+        }
+        let aligned = self.peer_epochs[me] == own.epoch
+            && own.peer_epochs[self.region] == self.epoch
+            && own.reclaims[self.region].is_none_or(|m| m.epoch < self.epoch);
+        for (i, l) in self.limits.iter().enumerate() {
+            let mine = own.limits.get(i).copied().unwrap_or_default();
+            let bound = crate::room::Room::rps(crate::room::MAX_RATE_RPS as u64);
+            if !aligned {
+                continue;
+            }
+            if l.taken[me] > mine.granted[self.region] {
+                return contradiction(Some(i), "took more of this Region's grants than it made");
+            }
+            // While a limit change is under way a pool may hold room of the older, larger rate, so
+            // the bound is the largest rate any limit may have.
+            if l.granted[me].saturating_sub(mine.taken[self.region]) > bound {
+                return contradiction(Some(i), "grants this Region more room than the limit has");
             }
         }
         Ok(())

@@ -9,8 +9,8 @@
 use crate::scenario::{Action, Scenario};
 use crate::table::Table;
 use shareplane_core::{
-    conservation, Coordinator, Deployment, Health, Inputs, LimitKind, LimitOutcome, LimitRecord,
-    LimitSpec, PeerState, PerRegion, ReclaimMark, RegionId, RegionRecord, Room, MAX_REGIONS,
+    audit, Audit, Coordinator, Deployment, Health, Inputs, LimitKind, LimitOutcome, LimitSpec,
+    PeerState, PerRegion, RegionId, RegionRecord, Room, Truth,
 };
 use std::sync::Arc;
 
@@ -48,8 +48,10 @@ pub struct Row<'a> {
     pub sum_shares: Room,
     pub admitted_micro: u64,
     pub regions: &'a [RegionRow],
-    /// Exact conservation held (see [`Ledger`]).
+    /// Exact conservation held by the physical audit (`shareplane_core::audit`).
     pub conserved: bool,
+    /// The physical audit in force (room above the limit shows in `audit.over`).
+    pub audit: Audit,
     /// A Region that is alive is reported unhealthy.
     pub false_verdict: bool,
     /// Some Region is lost or cut off, or a verdict says unhealthy.
@@ -92,9 +94,11 @@ pub struct Outcome {
     /// Peer records a coordinator refused (always a bug: every simulated record is honest).
     pub rejected_records: u64,
     pub conservation_violations: u64,
-    /// At the end: room (milli-requests per second) still counted in epochs that ended and that
-    /// no Region can reclaim any more, e.g. grants in flight between two ended epochs.
-    pub stranded: i128,
+    /// The largest room above the limit the audit counted at any tick (taken twice).
+    pub max_over: i128,
+    /// The audit at the end: room outside the running Regions' own hands is in
+    /// `end.outside_live()`, the part nobody can take any more in `end.between_ended`.
+    pub end: Audit,
 }
 
 struct Reg {
@@ -117,17 +121,6 @@ struct Reg {
 impl Reg {
     fn alive(&self) -> bool {
         self.coord.is_some()
-    }
-
-    fn written(&self, epoch: u64, version: Option<u64>) -> Option<&Arc<RegionRecord>> {
-        match version {
-            Some(v) => self
-                .history
-                .iter()
-                .rev()
-                .find(|r| r.epoch == epoch && r.version == v),
-            None => self.history.iter().rev().find(|r| r.epoch == epoch),
-        }
     }
 }
 
@@ -172,28 +165,21 @@ pub fn targets(limit: Room, floor: Room, demands: &[Room]) -> Vec<Room> {
     parts.into_iter().map(|p| floor + p).collect()
 }
 
-fn initial_record(sc: &Scenario, i: usize, id: RegionId, share: Room) -> RegionRecord {
-    let mut peer_epochs = PerRegion::<u64>::default();
-    for e in peer_epochs.0.iter_mut().take(sc.regions.len()) {
-        *e = 1;
+fn initial_record(
+    d: &Deployment,
+    sc: &Scenario,
+    i: usize,
+    id: RegionId,
+    share: Room,
+) -> RegionRecord {
+    let mut rec = RegionRecord::genesis(d, id);
+    rec.version = 1;
+    if let Some(l) = rec.limits.first_mut() {
+        l.demand = sc.regions[i].demand;
+        l.share = share;
+        l.target = share;
     }
-    let demand = sc.regions[i].demand;
-    RegionRecord {
-        region: id,
-        epoch: 1,
-        version: 1,
-        written_at_ms: 0,
-        peer_epochs,
-        reclaims: PerRegion([None::<ReclaimMark>; MAX_REGIONS]),
-        limits: vec![LimitRecord {
-            limit_version: 1,
-            rate: sc.limit,
-            demand,
-            share,
-            target: share,
-            ..LimitRecord::default()
-        }],
-    }
+    rec
 }
 
 /// Runs a scenario, handing every tick's row to `sink`.
@@ -205,7 +191,9 @@ pub fn run(sc: &Scenario, sink: &mut dyn FnMut(&Row<'_>)) -> Result<Outcome, Sim
         sim.rebalances(tick);
         let (sum, admitted) = sim.flow(&mut rows);
         if sim.dirty {
-            sim.conserved = sim.ledger.check(&sim.d, &sim.regs);
+            sim.last_audit = sim.audit();
+            sim.conserved = sim.last_audit.holds();
+            sim.max_over = sim.max_over.max(sim.last_audit.over);
             sim.dirty = false;
         }
         if !sim.conserved {
@@ -222,6 +210,7 @@ pub fn run(sc: &Scenario, sink: &mut dyn FnMut(&Row<'_>)) -> Result<Outcome, Sim
             admitted_micro: admitted,
             regions: &rows,
             conserved: sim.conserved,
+            audit: sim.last_audit,
             false_verdict,
             faulted,
         });
@@ -235,7 +224,8 @@ struct Sim<'a> {
     regs: Vec<Reg>,
     table: Table,
     health: PerRegion<Health>,
-    ledger: Ledger,
+    last_audit: Audit,
+    max_over: i128,
     next_event: usize,
     dirty: bool,
     conserved: bool,
@@ -258,7 +248,7 @@ impl<'a> Sim<'a> {
         for (i, share) in shares.iter().enumerate() {
             let id =
                 RegionId::new(i).ok_or_else(|| SimError::Scenario("too many Regions".into()))?;
-            let rec = Arc::new(initial_record(sc, i, id, *share));
+            let rec = Arc::new(initial_record(&d, sc, i, id, *share));
             table.write(i, rec.clone(), sc.start_tick);
             records.push((id, rec));
         }
@@ -298,7 +288,8 @@ impl<'a> Sim<'a> {
             regs,
             table,
             health,
-            ledger: Ledger::default(),
+            last_audit: Audit::default(),
+            max_over: 0,
             next_event: 0,
             dirty: true,
             conserved: true,
@@ -378,13 +369,9 @@ impl<'a> Sim<'a> {
             }
             Action::Restore(r) => {
                 let reg = &mut self.regs[*r];
-                let own = reg
-                    .lost_own
+                reg.lost_own
                     .take()
                     .ok_or_else(|| lifecycle("restore", &self.sc.regions[*r].name))?;
-                if reg.written(own.epoch, None).is_some() {
-                    self.ledger.end(*r, own.epoch);
-                }
                 let last = (*reg.last_written).clone();
                 reg.coord = Some(Coordinator::restart(
                     self.d.clone(),
@@ -441,7 +428,6 @@ impl<'a> Sim<'a> {
             let Some(coord) = reg.coord.as_mut() else {
                 continue;
             };
-            let old_epoch = coord.own().epoch;
             let now_ms = ((tick - self.sc.start_tick) as u64).saturating_mul(self.sc.tick_ms);
             let inputs = Inputs {
                 now_ms,
@@ -464,9 +450,6 @@ impl<'a> Sim<'a> {
                 Vec::new()
             };
             let rec = Arc::new(decision.record);
-            if rec.epoch > old_epoch && reg.written(old_epoch, None).is_some() {
-                self.ledger.end(r, old_epoch);
-            }
             reg.history.push(rec.clone());
             reg.last_written = rec.clone();
             self.table.write(r, rec.clone(), tick + reg.visibility);
@@ -526,8 +509,21 @@ impl<'a> Sim<'a> {
         (sum, admitted_total)
     }
 
+    /// The physical audit of the one limit over everything written and the running Regions.
+    fn audit(&self) -> Audit {
+        let truth: Vec<Truth<'_>> = self
+            .regs
+            .iter()
+            .map(|reg| Truth {
+                written: &reg.history,
+                running: reg.coord.as_ref().map(|c| c.own()),
+            })
+            .collect();
+        audit(&self.d, 0, &truth)
+    }
+
     fn finish(self) -> Outcome {
-        let stranded = self.ledger.stranded(&self.d, &self.regs);
+        let end = self.audit();
         let finals = self
             .regs
             .iter()
@@ -552,157 +548,8 @@ impl<'a> Sim<'a> {
             finals,
             rejected_records: self.rejected,
             conservation_violations: self.violations,
-            stranded,
+            max_over: self.max_over,
+            end,
         }
     }
-}
-
-/// The estates the conservation audit looks at (see `shareplane_core::conservation`).
-///
-/// Every Region contributes its current record: the coordinator's committed record while alive;
-/// while lost, the record of its last epoch that the survivors act on. Each epoch that ended
-/// (lost and restored, or replaced by a new epoch) stays as an estate, at the version the
-/// survivors' reclaim marks name (or its last record before any reclaim), until its room is fully
-/// accounted for; it is then retired, and any reclaim of it by a Region that had not reclaimed it
-/// before counts against conservation (room reclaimed twice).
-#[derive(Default)]
-pub struct Ledger {
-    ended: Vec<(usize, u64)>,
-    retired: Vec<Retired>,
-}
-
-struct Retired {
-    region: usize,
-    epoch: u64,
-    reclaimers: u8,
-}
-
-fn marker(reg: &Reg) -> &RegionRecord {
-    match &reg.coord {
-        Some(c) => c.own(),
-        None => &reg.last_written,
-    }
-}
-
-/// Every Region's current record (see [`Ledger`]).
-fn current_estates(regs: &[Reg]) -> Vec<&RegionRecord> {
-    let mut estates: Vec<&RegionRecord> = Vec::with_capacity(regs.len() * 2);
-    for (r, reg) in regs.iter().enumerate() {
-        match (&reg.coord, &reg.lost_own) {
-            (Some(c), _) => estates.push(c.own()),
-            (None, Some(own)) => estates.push(acted_on(regs, r, own.epoch).unwrap_or(own)),
-            (None, None) => {}
-        }
-    }
-    estates
-}
-
-/// The record of `(r, epoch)` that the others act on.
-fn acted_on(regs: &[Reg], r: usize, epoch: u64) -> Option<&RegionRecord> {
-    let id = regs[r].id;
-    let mut version = None;
-    for (x, reg) in regs.iter().enumerate() {
-        if x == r {
-            continue;
-        }
-        if let Some(m) = marker(reg).reclaims[id] {
-            if m.epoch == epoch {
-                version = version.max(Some(m.version));
-            }
-        }
-    }
-    let reg = &regs[r];
-    reg.written(epoch, version)
-        .or_else(|| reg.written(epoch, None))
-        .map(|a| &**a)
-}
-
-impl Ledger {
-    fn end(&mut self, r: usize, epoch: u64) {
-        if !self.ended.contains(&(r, epoch))
-            && !self
-                .retired
-                .iter()
-                .any(|t| t.region == r && t.epoch == epoch)
-        {
-            self.ended.push((r, epoch));
-        }
-    }
-
-    /// Room held by estates other than the Regions' current records.
-    fn stranded(&self, d: &Deployment, regs: &[Reg]) -> i128 {
-        let current = current_estates(regs);
-        let mut all = current.clone();
-        all.extend(self.ended.iter().filter_map(|&(r, e)| acted_on(regs, r, e)));
-        conservation(d, 0, &all).actual - conservation(d, 0, &current).actual
-    }
-
-    fn check(&mut self, d: &Deployment, regs: &[Reg]) -> bool {
-        let mut estates = current_estates(regs);
-        let current = estates.len();
-        let mut ended_at = Vec::new();
-        for (k, &(r, e)) in self.ended.iter().enumerate() {
-            if let Some(rec) = acted_on(regs, r, e) {
-                ended_at.push((k, estates.len()));
-                estates.push(rec);
-            }
-        }
-        let c = conservation(d, 0, &estates);
-        let mut retire = Vec::new();
-        for &(k, pos) in &ended_at {
-            let e = estates[pos];
-            let newer = estates[..current]
-                .iter()
-                .any(|o| o.region == e.region && o.epoch > e.epoch);
-            if !newer {
-                continue;
-            }
-            let without: Vec<&RegionRecord> = estates
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != pos)
-                .map(|(_, r)| *r)
-                .collect();
-            if conservation(d, 0, &without) == c {
-                retire.push(k);
-            }
-        }
-        let mut extra: i128 = 0;
-        for t in &self.retired {
-            extra += twice_reclaimed(regs, t);
-        }
-        for k in retire.into_iter().rev() {
-            let (r, epoch) = self.ended.remove(k);
-            let id = regs[r].id;
-            let reclaimers = regs
-                .iter()
-                .enumerate()
-                .filter(|(x, reg)| {
-                    *x != r && marker(reg).reclaims[id].is_some_and(|m| m.epoch == epoch)
-                })
-                .fold(0u8, |m, (x, _)| m | 1 << x);
-            self.retired.push(Retired {
-                region: r,
-                epoch,
-                reclaimers,
-            });
-        }
-        c.expected == c.actual - extra
-    }
-}
-
-/// Room that Regions other than the original heirs reclaimed from a retired estate.
-fn twice_reclaimed(regs: &[Reg], t: &Retired) -> i128 {
-    let id = regs[t.region].id;
-    let mut extra = 0;
-    for (x, reg) in regs.iter().enumerate() {
-        if x == t.region || t.reclaimers >> x & 1 == 1 {
-            continue;
-        }
-        let m = marker(reg);
-        if m.reclaims[id].is_some_and(|mk| mk.epoch == t.epoch) {
-            extra += m.limits.first().map_or(0, |l| l.reclaimed[id].0 as i128);
-        }
-    }
-    extra
 }

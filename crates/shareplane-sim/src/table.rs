@@ -6,7 +6,7 @@
 //! starts never crosses it, and one written during a cut never crosses either. Records written
 //! after the heal cross normally. A reader's replica holds the newest record that reached it.
 //!
-//! Like the real table, the writer's last record of its previous epoch is kept next to the current
+//! Like the real table, the writer's last record of each earlier epoch is kept next to the current
 //! one and travels with it: a survivor that never saw that epoch end needs it to reclaim the old
 //! estate (see `Coordinator::observe`).
 
@@ -18,8 +18,9 @@ struct Entry {
     visible_tick: i64,
     /// Readers (bit per Region) this record never reaches.
     blocked: u8,
-    /// The writer's last record of its previous epoch when this one was written.
-    previous: Option<Arc<RegionRecord>>,
+    /// The writer's last record of every earlier epoch when this one was written (the real
+    /// table keeps each until every heir has marked it).
+    previous: Vec<Arc<RegionRecord>>,
 }
 
 /// Per (writer, reader): how far the reader's replica has been brought up to date.
@@ -35,7 +36,7 @@ struct Cursor {
 
 /// What a reader finds of one writer.
 pub struct Visible {
-    pub previous: Option<Arc<RegionRecord>>,
+    pub previous: Vec<Arc<RegionRecord>>,
     pub latest: Arc<RegionRecord>,
 }
 
@@ -72,9 +73,13 @@ impl Table {
         let blocked = self.separated_from(w);
         if let Some(list) = self.entries.get_mut(w) {
             let previous = match list.last() {
-                Some(last) if last.record.epoch < record.epoch => Some(last.record.clone()),
+                Some(last) if last.record.epoch < record.epoch => {
+                    let mut p = last.previous.clone();
+                    p.push(last.record.clone());
+                    p
+                }
                 Some(last) => last.previous.clone(),
-                None => None,
+                None => Vec::new(),
             };
             list.push(Entry {
                 record,
@@ -118,7 +123,7 @@ impl Table {
     }
 
     /// The newest record of `w` in `reader`'s replica at `now` that the reader's coordinator has
-    /// not been handed yet, with the writer's last record of its previous epoch (if any).
+    /// not been handed yet, with the writer's last record of each earlier epoch.
     pub fn newly_visible(&mut self, w: usize, reader: usize, now: i64) -> Option<Visible> {
         let list = self.entries.get(w)?;
         let c = self.cursors.get_mut(w)?.get_mut(reader)?;
@@ -154,6 +159,7 @@ mod tests {
             epoch,
             version,
             written_at_ms: 0,
+            prev_final: 0,
             peer_epochs: PerRegion::default(),
             reclaims: PerRegion([None; MAX_REGIONS]),
             limits: Vec::new(),
@@ -211,6 +217,7 @@ mod tests {
         t.write(0, rec(0, 2, 4), 4);
         let v = t.newly_visible(0, 1, 4).expect("visible");
         assert_eq!((v.latest.epoch, v.latest.version), (2, 4));
-        assert_eq!(v.previous.map(|p| (p.epoch, p.version)), Some((1, 2)));
+        let previous: Vec<_> = v.previous.iter().map(|p| (p.epoch, p.version)).collect();
+        assert_eq!(previous, vec![(1, 2)]);
     }
 }

@@ -91,11 +91,11 @@ pub trait RecordStore: Send + Sync + 'static {
 
     /// Reads every Region's record (the own one included) from the local replica.
     ///
-    /// A store should also return each Region's last record of its previous epoch, before the
-    /// current records: a survivor that restarted and never saw a peer's epoch end needs it to
-    /// reclaim that epoch (see docs/PROTOCOL.md, "Return"). Without it the survivor keeps the old
-    /// estate frozen: room is stranded, never created. The in-memory store does; the DynamoDB
-    /// store does not yet.
+    /// A store must also return each Region's last record of **every** ended epoch, before the
+    /// current records, until every heir has marked it: a survivor that restarted, or was cut off
+    /// while a peer ended several epochs, closes those epochs one by one from exactly those
+    /// records (see docs/PROTOCOL.md, "Return"). Without them the survivor keeps the old estates
+    /// frozen: room is stranded, never created.
     fn read_all(&self) -> impl Future<Output = Result<Vec<Fetched>, StoreError>> + Send;
 
     /// Reads one Region's record (a restarting daemon reads its own), `None` if never written.

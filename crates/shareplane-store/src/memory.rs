@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 #[derive(Default)]
 struct Inner {
     records: BTreeMap<RegionId, (Arc<RegionRecord>, WriterToken)>,
-    /// Each Region's last record of its previous epoch (see [`RecordStore::read_all`]).
-    previous: BTreeMap<RegionId, Arc<RegionRecord>>,
+    /// Each Region's last record of every ended epoch (see [`RecordStore::read_all`]).
+    previous: BTreeMap<(RegionId, u64), Arc<RegionRecord>>,
     leases: BTreeMap<RegionId, Lease>,
     /// When set, every call fails as if the store were unreachable (for outage tests and demos).
     down: bool,
@@ -69,7 +69,7 @@ impl RecordStore for MemoryStore {
             .insert(record.region, (Arc::new(record.clone()), token));
         if let Some((old, _)) = replaced {
             if old.epoch < record.epoch {
-                inner.previous.insert(record.region, old);
+                inner.previous.insert((record.region, old.epoch), old);
             }
         }
         Ok(())

@@ -7,7 +7,7 @@ use shareplane::health::SimHealth;
 use shareplane::state::Shared;
 use shareplane::table::SimTable;
 use shareplane_core::{
-    conservation, Deployment, Health, PerRegion, RegionId, RegionRecord, MAX_REGIONS,
+    audit, Deployment, Health, PerRegion, RegionId, RegionRecord, Truth, MAX_REGIONS,
 };
 use shareplane_store::{Fetched, RecordStore};
 use std::sync::{Arc, Mutex};
@@ -150,8 +150,23 @@ impl Cluster {
                 }
             }
         }
-        let refs: Vec<&RegionRecord> = recs.iter().map(|r| r.as_ref()).collect();
-        let c = conservation(&self.d, 0, &refs);
+        // Every daemon runs here: each Region's records as the store keeps them (the last of each
+        // ended epoch, then the current one), the current one being what its daemon holds.
+        let mut by_region: Vec<Vec<Arc<RegionRecord>>> = vec![Vec::new(); self.d.n()];
+        for r in recs {
+            by_region[r.region.index()].push(r);
+        }
+        for rs in by_region.iter_mut() {
+            rs.sort_by_key(|r| (r.epoch, r.version));
+        }
+        let truth: Vec<Truth<'_>> = by_region
+            .iter()
+            .map(|rs| Truth {
+                written: rs,
+                running: rs.last().map(|r| r.as_ref()),
+            })
+            .collect();
+        let c = audit(&self.d, 0, &truth);
         assert!(c.holds(), "conservation broken: {c:?}");
     }
 }

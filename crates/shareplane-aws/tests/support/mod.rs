@@ -59,6 +59,7 @@ pub fn record(d: &Deployment, region: usize, version: u64) -> RegionRecord {
     r.reclaims.0[victim] = Some(ReclaimMark {
         epoch: 1,
         version: 40 + version,
+        by: 1,
     });
     for (i, (l, spec)) in r.limits.iter_mut().zip(&d.limits).enumerate() {
         if i % 7 == 3 {

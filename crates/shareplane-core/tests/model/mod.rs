@@ -75,16 +75,12 @@ struct World {
     lost: Vec<bool>,
     cut: Vec<bool>,
     unhealthy: Vec<bool>,
-    /// Every record ever committed (for the version a reclaim mark names).
-    written: Vec<Arc<RegionRecord>>,
-    /// `(region, epoch)` of epochs that ended, with their final record.
-    ended: Vec<Arc<RegionRecord>>,
+    /// Every record each Region wrote, in order: what the audit judges by, and what the store
+    /// keeps of ended epochs (their last records).
+    history: Vec<Vec<Arc<RegionRecord>>>,
     faults: u8,
     false_verdict: bool,
     trace: Vec<String>,
-    /// Portions reclaimed from an estate by a Region whose mark has since moved on to a later
-    /// epoch of the same owner: the record no longer shows them, the observer remembers them.
-    frozen: Vec<(RegionId, u64, i128)>,
 }
 
 impl World {
@@ -95,9 +91,43 @@ impl World {
         self.lost.hash(&mut h);
         self.cut.hash(&mut h);
         self.unhealthy.hash(&mut h);
-        self.ended.hash(&mut h);
+        self.faults.hash(&mut h);
         self.false_verdict.hash(&mut h);
+        // The history matters to the audit only through the records a mark can name: every
+        // epoch's records, identified by their versions.
+        for hist in &self.history {
+            for r in hist {
+                (r.epoch, r.version).hash(&mut h);
+            }
+        }
         h.finish()
+    }
+
+    /// The physical audit of the one limit.
+    fn audit(&self, d: &Deployment) -> Audit {
+        let truth: Vec<Truth<'_>> = self
+            .coords
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Truth {
+                written: &self.history[i],
+                running: (!self.lost[i]).then(|| c.own()),
+            })
+            .collect();
+        audit(d, 0, &truth)
+    }
+
+    /// The last record of every ended epoch of every Region, as the store keeps them.
+    fn ended_records(&self) -> Vec<Arc<RegionRecord>> {
+        let mut out = Vec::new();
+        for hist in &self.history {
+            for (k, r) in hist.iter().enumerate() {
+                if hist.get(k + 1).is_some_and(|next| next.epoch > r.epoch) {
+                    out.push(r.clone());
+                }
+            }
+        }
+        out
     }
 
     fn linked(&self, a: usize, b: usize) -> bool {
@@ -180,12 +210,10 @@ fn initial(d: &Arc<Deployment>, s: &Settings) -> World {
         lost: vec![false; n],
         cut: vec![false; n],
         unhealthy: vec![false; n],
-        written: recs,
-        ended: Vec::new(),
+        history: recs.iter().map(|r| vec![r.clone()]).collect(),
         faults: 0,
         false_verdict: false,
         trace: Vec::new(),
-        frozen: Vec::new(),
     }
 }
 
@@ -252,9 +280,9 @@ fn replica_view(w: &World, i: usize) -> Vec<Arc<RegionRecord>> {
             }
         }
     }
-    for e in &w.ended {
+    for e in w.ended_records() {
         if e.region != rid(i) {
-            v.push(e.clone());
+            v.push(e);
         }
     }
     v
@@ -262,12 +290,14 @@ fn replica_view(w: &World, i: usize) -> Vec<Arc<RegionRecord>> {
 
 fn restart(w: &mut World, i: usize, down_ms: u64) {
     let view = replica_view(w, i);
-    let old = w.coords[i].own().clone();
+    // A daemon starts again from its durable record: the last one it wrote, not what it held in
+    // memory (a new epoch it began but never wrote is gone with the process).
+    let old = match w.history[i].last() {
+        Some(r) => (**r).clone(),
+        None => w.coords[i].own().clone(),
+    };
     let d = w.coords[i].deployment().clone();
     let mut c = Coordinator::restart(d, rid(i), Some(old.clone()), down_ms);
-    if c.own().epoch != old.epoch {
-        w.ended.push(Arc::new(old));
-    }
     for r in view {
         // A record of a Region seen before may be older than what the view holds; that is fine.
         let _ = c.observe(r);
@@ -298,20 +328,9 @@ fn apply(w: &mut World, a: Action) -> Option<String> {
                     return Some(format!("{i} reclaimed {j} twice under one mark"));
                 }
             }
-            if d.record.epoch != before.epoch {
-                w.ended.push(Arc::new(before.clone()));
-            }
-            for j in regions(n) {
-                if let Some(m) = before.reclaims[j] {
-                    if d.record.reclaims[j].map(|x| x.epoch) != Some(m.epoch) {
-                        w.frozen
-                            .push((j, m.epoch, before.limits[0].reclaimed[j].0 as i128));
-                    }
-                }
-            }
             w.coords[i].commit(&d);
             let rec = Arc::new(w.coords[i].own().clone());
-            w.written.push(rec.clone());
+            w.history[i].push(rec.clone());
             for j in 0..n {
                 if j != i && w.linked(i, j) {
                     w.wire[i][j].push(rec.clone());
@@ -359,83 +378,11 @@ fn apply(w: &mut World, a: Action) -> Option<String> {
         }
     }
     w.note_verdicts();
-    settle(w);
     None
 }
 
-/// Stops listing ended epochs that are fully accounted for and can no longer change.
-fn frozen_of(frozen: &[(RegionId, u64, i128)], e: &RegionRecord) -> i128 {
-    frozen
-        .iter()
-        .filter(|(r, ep, _)| *r == e.region && *ep == e.epoch)
-        .map(|(_, _, a)| a)
-        .sum()
-}
-
-fn settle(w: &mut World) {
-    let frozen = w.frozen.clone();
-    let est = estates(w);
-    let refs: Vec<&RegionRecord> = est.iter().map(|r| r.as_ref()).collect();
-    let current: Vec<RegionRecord> = w.coords.iter().map(|c| c.own().clone()).collect();
-    w.ended.retain(|e| {
-        let marks_final = current
-            .iter()
-            .filter(|o| o.region != e.region)
-            .filter_map(|o| o.reclaims[e.region].filter(|m| m.epoch == e.epoch))
-            .all(|m| m.version == e.version);
-        let live_marks = current
-            .iter()
-            .filter(|o| o.region != e.region)
-            .any(|o| o.reclaims[e.region].is_some_and(|m| m.epoch == e.epoch))
-            || frozen_of(&frozen, e) != 0;
-        // Still needed: grants in flight with another listed estate, or portions it reclaimed
-        // from a listed estate (they are subtracted there).
-        let entangled = refs.iter().any(|o| {
-            in_flight(e, o, 0) != 0
-                || in_flight(o, e, 0) != 0
-                || (o.region != e.region
-                    && e.reclaims[o.region].is_some_and(|m| m.epoch == o.epoch)
-                    && !e.limits[0].reclaimed[o.region].is_zero())
-        });
-        !(marks_final
-            && live_marks
-            && !entangled
-            && remaining(0, e, &refs) - frozen_of(&frozen, e) == 0)
-    });
-}
-
-/// The records whose room may still exist (see `shareplane_core::conservation`).
-fn estates(w: &World) -> Vec<Arc<RegionRecord>> {
-    let mut candidates: Vec<Arc<RegionRecord>> =
-        w.coords.iter().map(|c| Arc::new(c.own().clone())).collect();
-    candidates.extend(w.ended.iter().cloned());
-    let mut out = Vec::new();
-    for c in &candidates {
-        let marked = candidates
-            .iter()
-            .filter(|o| o.region != c.region)
-            .filter_map(|o| o.reclaims[c.region].filter(|m| m.epoch == c.epoch))
-            .map(|m| m.version)
-            .max();
-        let rec = match marked {
-            Some(v) if v != c.version => w
-                .written
-                .iter()
-                .find(|r| r.region == c.region && r.epoch == c.epoch && r.version == v)
-                .cloned()
-                .unwrap_or_else(|| c.clone()),
-            _ => c.clone(),
-        };
-        out.push(rec);
-    }
-    out
-}
-
 fn check_state(w: &World, d: &Deployment) -> Option<String> {
-    let est = estates(w);
-    let refs: Vec<&RegionRecord> = est.iter().map(|r| r.as_ref()).collect();
-    let mut c = conservation(d, 0, &refs);
-    c.actual -= est.iter().map(|e| frozen_of(&w.frozen, e)).sum::<i128>();
+    let c = w.audit(d);
     if !c.holds() && !w.false_verdict {
         return Some(format!("conservation broken: {c:?}"));
     }
@@ -472,7 +419,7 @@ fn check_state(w: &World, d: &Deployment) -> Option<String> {
 /// verdict was in force, or a reclaimer ended before it could settle again).
 fn check_recovery(w: &World, s: &Settings) -> Option<(String, bool)> {
     let w = recover(w, s);
-    let residual = w.false_verdict || unsettled_by_ended_reclaimer(&w);
+    let residual = w.false_verdict;
     converged(&w, s, residual).map(|v| (v, residual))
 }
 
@@ -503,7 +450,7 @@ fn run_rounds(w: &mut World, s: &Settings, rounds: usize) {
                     }
                 }
             }
-            for e in w.ended.clone() {
+            for e in w.ended_records() {
                 for to in 0..n {
                     if rid(to) != e.region {
                         let _ = w.coords[to].observe(e.clone());
@@ -524,21 +471,7 @@ fn converged(w: &World, s: &Settings, residual: bool) -> Option<String> {
     }
     if !residual {
         if let Some(v) = check_state(w, &deployment(s)) {
-            let est = estates(w);
-            let refs: Vec<&RegionRecord> = est.iter().map(|r| r.as_ref()).collect();
-            let list: Vec<String> = est
-                .iter()
-                .map(|e| {
-                    format!(
-                        "{}e{}v{}:{}",
-                        e.region,
-                        e.epoch,
-                        e.version,
-                        remaining(0, e, &refs) - frozen_of(&w.frozen, e)
-                    )
-                })
-                .collect();
-            return Some(format!("after recovery: {v} estates [{}]", list.join(" ")));
+            return Some(format!("after recovery: {v}"));
         }
     }
     let settled = w
@@ -548,10 +481,14 @@ fn converged(w: &World, s: &Settings, residual: bool) -> Option<String> {
     if settled {
         return None;
     }
-    // The one residual the protocol admits (docs/PROTOCOL.md): room granted by an epoch that
-    // ended to another epoch that ended before taking it stays stranded. It must be exactly the
-    // room missing, and nothing may sit idle in pools.
-    let stranded = stranded(w);
+    // The one residual the protocol admits (docs/PROTOCOL.md): grants in flight between two
+    // epochs that both ended before either settled them stay stranded. Everything outside the
+    // live Regions' hands must be exactly that, and nothing may sit idle in pools.
+    let a = w.audit(&deployment(s));
+    if a.outside_live() != a.between_ended {
+        return Some(format!("after recovery room is outside live hands: {a:?}"));
+    }
+    let stranded = a.between_ended;
     let sum: Room = w.coords.iter().map(|c| c.own().limits[0].share).sum();
     let pools: Room = w.coords.iter().map(|c| c.own().limits[0].pool).sum();
     if stranded > 0
@@ -577,44 +514,6 @@ fn converged(w: &World, s: &Settings, residual: bool) -> Option<String> {
             shares.join(", ")
         ))
     }
-}
-
-/// Whether an epoch that ended had reclaimed an estate from an older record than the estate's
-/// newest one, so it can never settle again (residual risk 3 of docs/PROTOCOL.md).
-fn unsettled_by_ended_reclaimer(w: &World) -> bool {
-    w.ended.iter().any(|e| {
-        regions(w.coords.len()).any(|s| {
-            e.reclaims[s].is_some_and(|m| {
-                w.written
-                    .iter()
-                    .any(|r| r.region == s && r.epoch == m.epoch && r.version > m.version)
-            })
-        })
-    })
-}
-
-/// Room in flight between two epochs that have both ended (lost or replaced by a new epoch).
-fn stranded(w: &World) -> i128 {
-    let mut dead: Vec<Arc<RegionRecord>> = w.ended.clone();
-    for (i, c) in w.coords.iter().enumerate() {
-        if w.lost[i] {
-            dead.push(Arc::new(c.own().clone()));
-        }
-    }
-    let mut total = 0;
-    for g in &dead {
-        for r in &dead {
-            if g.region != r.region
-                && g.peer_epochs[r.region] == r.epoch
-                && r.peer_epochs[g.region] == g.epoch
-            {
-                total += (g.limits[0].granted[r.region].0 as i128
-                    - r.limits[0].taken[g.region].0 as i128)
-                    .max(0);
-            }
-        }
-    }
-    total
 }
 
 /// Explores every interleaving to `s.depth`.

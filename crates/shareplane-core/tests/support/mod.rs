@@ -54,6 +54,11 @@ pub struct World {
     pub d: Arc<Deployment>,
     pub coords: Vec<Coordinator>,
     pub health: PerRegion<Health>,
+    /// Every record each Region wrote (a commit counts as a durable write here).
+    pub written: Vec<Vec<Arc<RegionRecord>>>,
+    /// Regions that are lost: their daemon and gateways are gone (the audit counts their room as
+    /// an estate, not as live room).
+    pub lost: Vec<bool>,
 }
 
 impl World {
@@ -75,7 +80,20 @@ impl World {
         for r in regions(d.n()) {
             health[r] = Health::Healthy;
         }
-        World { d, coords, health }
+        let written = records.iter().map(|r| vec![Arc::new(r.clone())]).collect();
+        let lost = vec![false; records.len()];
+        World {
+            d,
+            coords,
+            health,
+            written,
+            lost,
+        }
+    }
+
+    /// Region `i` is lost: it stops, and its room is an estate for the audit.
+    pub fn lose(&mut self, i: usize) {
+        self.lost[i] = true;
     }
 
     /// Region `i` rebalances with `demand_rps`, commits, and returns the decision.
@@ -88,6 +106,7 @@ impl World {
             explain: true,
         });
         self.coords[i].commit(&decision);
+        self.written[i].push(Arc::new(decision.record.clone()));
         decision
     }
 
@@ -114,9 +133,18 @@ impl World {
         (0..self.coords.len()).map(|i| self.share(i)).sum()
     }
 
-    pub fn conservation(&self) -> Conservation {
-        let recs: Vec<&RegionRecord> = self.coords.iter().map(|c| c.own()).collect();
-        conservation(&self.d, 0, &recs)
+    /// The physical audit over everything written and every Region that is not lost.
+    pub fn conservation(&self) -> Audit {
+        let truth: Vec<Truth<'_>> = self
+            .coords
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Truth {
+                written: &self.written[i],
+                running: (!self.lost[i]).then(|| c.own()),
+            })
+            .collect();
+        audit(&self.d, 0, &truth)
     }
 }
 

@@ -1,0 +1,324 @@
+//! Estates: the room of an epoch that ended, who inherits it, and the physical audit.
+//!
+//! An **estate** is what one epoch of a Region held when it ended (the Region was lost, or came
+//! back in a newer epoch). This module owns the rules that decide who inherits it, and the one
+//! audit that every observer (simulator, model checker, property and daemon tests) judges by.
+//!
+//! # Who inherits (view-independent)
+//!
+//! The estate's room (`share + pool − debt` of its last record) is split into `n − 1` **fixed
+//! portions**, one for every other Region of the static Region list, by [`heir_portion`]: an even
+//! split by index, remainder units to the lowest indices. A portion is addressed to a *Region*, not
+//! to one of its epochs: whichever epoch of that Region first closes the estate takes it, and the
+//! mark in its record (kept across its own epochs) says so. A portion whose heir is down waits
+//! for the heir's next epoch. No Region's view of who is alive enters the rule, so no combination
+//! of views can make the portions add up to more than the estate held.
+//!
+//! Grants in flight between an ended epoch and a live one are settled pairwise: the survivor
+//! that closes the estate takes every grant the estate's record made to it and takes back every
+//! grant of its own that the record shows untaken, which leaves the pair's account exactly as the
+//! estate's record tells it. If the estate later turns out to have a newer record (late
+//! replication), the survivor settles again against it, to the last unit.
+//!
+//! # The audit (physical truth)
+//!
+//! [`audit`] counts the room that exists, for one limit, from what an omniscient observer knows:
+//! every record each Region wrote and which daemons run. It never subtracts one Region's claims
+//! from another Region's room:
+//!
+//! - **live**: `share + pool − debt` of every running Region's committed record;
+//! - **estate pieces**: for every ended epoch and every other Region, what that Region is still
+//!   owed by the estate: its fixed portion of the estate's *last* record, less the portion of the
+//!   basis record its mark names (nothing if it has not closed the estate), plus the grants in
+//!   flight between the estate and that Region's live epoch (settled together with the portion,
+//!   as one amount). Each piece is clamped at zero: a heir that took more than it is owed shows as
+//!   room above `L`, never cancelled by another heir's shortfall. A portion taken from an epoch
+//!   that is still live (a false verdict, silence alone under a cut) is room above `L` in full:
+//!   the live Region still holds it;
+//! - **pairs**: for every other pair of epochs, the grants in flight between them in both
+//!   directions, each side read from its own newest record in that epoch or, once it has closed
+//!   the pair, from the other side's record it settled against. Clamped at zero likewise.
+//!
+//! `expected` is the sum of every Region's static part at the limit version its newest record
+//! has adopted. Every rebalance of the core moves room between these places without creating or
+//! destroying any, so `actual == expected` at every instant, and `over` (the room counted above
+//! `L` because a piece or pair went negative) stays zero.
+
+use crate::config::{Deployment, LimitKind, LimitSpec};
+use crate::record::{LimitRecord, RegionRecord};
+use crate::region::{regions, RegionId};
+use crate::room::{even_part, Room};
+
+/// Region `heir`'s fixed portion of `room`, an estate of Region `owner` in a deployment of `n`
+/// Regions: an even split over the `n − 1` other Regions in index order.
+pub fn heir_portion(room: Room, n: usize, owner: RegionId, heir: RegionId) -> Room {
+    if n < 2 || heir == owner {
+        return Room::ZERO;
+    }
+    let position = heir.index() - usize::from(heir > owner);
+    even_part(room, n - 1, position)
+}
+
+/// The room an estate's record leaves to its heirs: `share + pool − debt`, never below zero.
+pub fn estate_room(l: &LimitRecord) -> Room {
+    (l.share + l.pool).saturating_sub(l.debt)
+}
+
+/// What an omniscient observer knows of one Region.
+#[derive(Clone, Copy, Debug)]
+pub struct Truth<'a> {
+    /// Every record the Region wrote durably, in write order (versions rise).
+    pub written: &'a [std::sync::Arc<RegionRecord>],
+    /// The committed record of its running daemon; `None` while the Region is lost. A record
+    /// newer than the last written one (committed, not yet durable) is allowed.
+    pub running: Option<&'a RegionRecord>,
+}
+
+/// The audit of one limit (amounts in milli-requests per second).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Audit {
+    /// Σ static parts at the limit version each Region's newest record adopted.
+    pub expected: i128,
+    /// live + estates + pairs, each piece clamped at zero.
+    pub actual: i128,
+    /// Room held by running Regions (share + pool − debt).
+    pub live: i128,
+    /// Room of ended epochs that their heirs have not taken yet.
+    pub estates: i128,
+    /// Grants in flight between epochs, both directions.
+    pub pairs: i128,
+    /// The part of `pairs` between two epochs that have both ended: each side's successor closed
+    /// the other's epoch without either settling the account between them. Nobody can take it
+    /// (stranded, under the limit; docs/PROTOCOL.md, residual risks).
+    pub between_ended: i128,
+    /// Room that some heir or grantee took beyond what it was owed (pieces that went negative),
+    /// plus debts of ended epochs that nobody pays. Included in `actual` (it exists), but any
+    /// amount here is room above `L`.
+    pub over: i128,
+    /// Records a mark names that no Region wrote (an observer's or the core's bug).
+    pub missing_basis: u32,
+}
+
+impl Audit {
+    /// Exact conservation: the room that exists is the limit, to the last unit.
+    pub fn holds(&self) -> bool {
+        self.expected == self.actual && self.over == 0 && self.missing_basis == 0
+    }
+
+    /// Room that exists outside running Regions' own hands: estates and grants that involve an
+    /// ended epoch. After every fault has healed and every heir has acted, this is zero.
+    pub fn outside_live(&self) -> i128 {
+        self.actual - self.live
+    }
+}
+
+struct Epoch<'a> {
+    region: RegionId,
+    epoch: u64,
+    /// This epoch's records in version order (running's committed record last, if newer).
+    records: Vec<&'a RegionRecord>,
+    live: bool,
+}
+
+impl Epoch<'_> {
+    fn last(&self) -> &RegionRecord {
+        self.records[self.records.len() - 1]
+    }
+
+    fn at(&self, version: u64) -> Option<&RegionRecord> {
+        self.records.iter().copied().find(|r| r.version == version)
+    }
+}
+
+/// Audits limit `li` over `world` (one entry per Region of `d`, in order).
+pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
+    let n = d.n().min(world.len());
+    let epochs = epochs_of(world, n);
+    let mut a = Audit {
+        expected: expected(d, li, world, n),
+        ..Audit::default()
+    };
+    let limit = |r: &RegionRecord| r.limits.get(li).copied().unwrap_or_default();
+    for e in epochs.iter().filter(|e| e.live) {
+        a.live += limit(e.last()).held();
+    }
+    // Grants in flight between every pair of epochs. A pair between an ended epoch and a live
+    // one is what the live Region will settle with that estate: it is netted with its portion.
+    let mut owed: Vec<Vec<i128>> = vec![vec![0; n]; epochs.len()];
+    for (i, g) in epochs.iter().enumerate() {
+        for (k, r) in epochs.iter().enumerate().skip(i + 1) {
+            if r.region == g.region {
+                continue;
+            }
+            let flow = side(world, g, r, li, &mut a) + side(world, r, g, li, &mut a);
+            match (g.live, r.live) {
+                (true, true) => add_piece(&mut a.pairs, &mut a.over, flow),
+                (false, false) => {
+                    add_piece(&mut a.pairs, &mut a.over, flow);
+                    a.between_ended += flow.max(0);
+                }
+                (false, true) => owed[i][r.region.index()] += flow,
+                (true, false) => owed[k][g.region.index()] += flow,
+            }
+        }
+    }
+    for (xi, x) in epochs.iter().enumerate() {
+        // A live epoch still holds all its room (counted above): any portion taken from it is
+        // room that exists twice.
+        let last = limit(x.last());
+        let room = if x.live {
+            Room::ZERO
+        } else {
+            if last.held() < 0 {
+                a.over += -last.held();
+            }
+            estate_room(&last)
+        };
+        for h in regions(n).filter(|&h| h != x.region) {
+            let portion = heir_portion(room, n, x.region, h).0 as i128;
+            let took = match latest_mark(world, h, x.region, x.epoch) {
+                None => 0,
+                Some(v) => match x.at(v) {
+                    Some(basis) => {
+                        heir_portion(estate_room(&limit(basis)), n, x.region, h).0 as i128
+                    }
+                    None => {
+                        a.missing_basis += 1;
+                        0
+                    }
+                },
+            };
+            if x.live {
+                a.over += took;
+            } else {
+                add_piece(
+                    &mut a.estates,
+                    &mut a.over,
+                    portion - took + owed[xi][h.index()],
+                );
+            }
+        }
+    }
+    a.actual = a.live + a.estates + a.pairs + a.over;
+    a
+}
+
+fn add_piece(sum: &mut i128, over: &mut i128, piece: i128) {
+    if piece >= 0 {
+        *sum += piece;
+    } else {
+        *over += -piece;
+    }
+}
+
+/// Every epoch of every Region, with its records.
+fn epochs_of<'a>(world: &[Truth<'a>], n: usize) -> Vec<Epoch<'a>> {
+    let mut out: Vec<Epoch<'a>> = Vec::new();
+    for (i, t) in world.iter().enumerate().take(n) {
+        let Some(region) = RegionId::new(i) else {
+            continue;
+        };
+        let mut all: Vec<&'a RegionRecord> = t.written.iter().map(|r| &**r).collect();
+        if let Some(run) = t.running {
+            if all
+                .last()
+                .is_none_or(|l| (l.epoch, l.version) < (run.epoch, run.version))
+            {
+                all.push(run);
+            }
+        }
+        let current = all.last().map(|r| r.epoch);
+        for rec in all {
+            match out.last_mut() {
+                Some(e) if e.region == region && e.epoch == rec.epoch => e.records.push(rec),
+                _ => out.push(Epoch {
+                    region,
+                    epoch: rec.epoch,
+                    records: vec![rec],
+                    live: t.running.is_some() && Some(rec.epoch) == current,
+                }),
+            }
+        }
+    }
+    out
+}
+
+/// The version of `owner`'s epoch `epoch` named by the newest mark any record of `heir` carries.
+fn latest_mark(world: &[Truth<'_>], heir: RegionId, owner: RegionId, epoch: u64) -> Option<u64> {
+    let t = world.get(heir.index())?;
+    let mut found = None;
+    for rec in t.written.iter().map(|r| &**r).chain(t.running) {
+        if let Some(m) = rec.reclaims[owner] {
+            if m.epoch == epoch {
+                found = Some(m.version);
+            }
+        }
+    }
+    found
+}
+
+/// `g`'s side of the account between epochs `g` and `r`: what it sent `r` net (granted to it
+/// less taken from it). Once `g` has closed `r`'s epoch, its side is the settlement it made:
+/// exactly the opposite of `r`'s side as the basis record tells it.
+fn side(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Audit) -> i128 {
+    let out = |rec: &RegionRecord, to: RegionId| {
+        rec.limits
+            .get(li)
+            .map_or(0, |l| l.granted[to].0 as i128 - l.taken[to].0 as i128)
+    };
+    // A close of r's epoch made by g's epoch: the newest mark any record of g carries for it
+    // (a Region that closed an estate and then began a new epoch may still settle it).
+    let mut close = None;
+    if let Some(t) = world.get(g.region.index()) {
+        for rec in t.written.iter().map(|r| &**r).chain(t.running) {
+            if let Some(m) = rec.reclaims[r.region].filter(|m| m.epoch == r.epoch) {
+                close = Some(m);
+            }
+        }
+    }
+    match close {
+        Some(m) if m.by == g.epoch => {
+            return match r.at(m.version) {
+                Some(basis) if basis.peer_epochs[g.region] == g.epoch => -out(basis, g.region),
+                Some(_) => 0,
+                None => {
+                    a.missing_basis += 1;
+                    0
+                }
+            };
+        }
+        // An earlier epoch of g closed r's epoch; the counters g's later epochs keep for r are
+        // that earlier epoch's settlement, not an account of their own.
+        Some(m) if m.by < g.epoch => return 0,
+        _ => {}
+    }
+    g.records
+        .iter()
+        .rev()
+        .find(|rec| rec.peer_epochs[r.region] == r.epoch)
+        .map_or(0, |rec| out(rec, r.region))
+}
+
+fn expected(d: &Deployment, li: usize, world: &[Truth<'_>], n: usize) -> i128 {
+    let mut sum = 0;
+    for r in regions(n) {
+        let t = &world[r.index()];
+        let newest = t
+            .running
+            .into_iter()
+            .chain(t.written.last().map(|r| &**r))
+            .max_by_key(|rec| (rec.epoch, rec.version));
+        let Some(l) = newest.and_then(|rec| rec.limits.get(li)) else {
+            continue;
+        };
+        let part = match d.limits.get(li).map(|s| s.kind) {
+            Some(LimitKind::Security { .. }) => d
+                .limits
+                .get(li)
+                .map_or(Room::ZERO, |s| s.security_share(n, r)),
+            _ => LimitSpec::static_part(l.rate, n, r),
+        };
+        sum += part.0 as i128;
+    }
+    sum
+}
