@@ -1,4 +1,4 @@
-//! A bigger model-checking run than CI's: `model_check [DEPTH] [FAULTS]`.
+//! A bigger model-checking run than CI's: `model_check [DEPTH] [FAULTS] [REGIONS]` (3 or 4).
 
 #[path = "../tests/model/mod.rs"]
 mod model;
@@ -7,11 +7,17 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let depth = args.next().and_then(|a| a.parse().ok()).unwrap_or(9);
     let faults = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
-    let s = model::Settings::small(depth, faults);
+    let regions: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
+    let s = if regions == 4 {
+        model::Settings::four(depth, faults)
+    } else {
+        model::Settings::small(depth, faults)
+    };
     let t = std::time::Instant::now();
     let r = model::explore(&s);
     println!(
-        "depth {} faults<={}: {} states, {} transitions, {} recoveries checked, {} states after a false verdict, {:.1} s",
+        "{} Regions, depth {} faults<={}: {} states, {} transitions, {} recoveries checked, {} states after a false verdict, {:.1} s",
+        s.n,
         r.depth_reached,
         faults,
         r.states,
@@ -20,7 +26,10 @@ fn main() {
         r.false_verdict_states,
         t.elapsed().as_secs_f64()
     );
-    println!("recoveries that stranded room after a false verdict or a reclaimer that ended unsettled: {}", r.false_verdict_recovery_failures);
+    println!(
+        "recoveries in a residual class (after a false verdict, or grants stranded between two ended epochs): {}",
+        r.false_verdict_recovery_failures
+    );
     for v in r.false_verdict_examples.iter().take(2) {
         println!("  e.g. {v}");
     }

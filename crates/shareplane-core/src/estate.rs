@@ -79,7 +79,8 @@ pub struct Truth<'a> {
 pub struct Audit {
     /// Σ static parts at the limit version each Region's newest record adopted.
     pub expected: i128,
-    /// live + estates + pairs, each piece clamped at zero.
+    /// live + estates + pairs, each piece clamped at zero: the room that exists. Room taken
+    /// twice is in `live` (someone holds it) and shows as `actual − over == expected`.
     pub actual: i128,
     /// Room held by running Regions (share + pool − debt).
     pub live: i128,
@@ -92,9 +93,12 @@ pub struct Audit {
     /// (stranded, under the limit; docs/PROTOCOL.md, residual risks).
     pub between_ended: i128,
     /// Room that some heir or grantee took beyond what it was owed (pieces that went negative),
-    /// plus debts of ended epochs that nobody pays. Included in `actual` (it exists), but any
-    /// amount here is room above `L`.
+    /// plus debts of ended epochs that nobody pays: room above `L`.
     pub over: i128,
+    /// The part of `over` held by heirs that closed an estate against an older record than its
+    /// last one and hold more than that last record leaves them. Their settlement against the
+    /// last record (once they see it) pays it back; docs/PROTOCOL.md, residual risks.
+    pub over_stale: i128,
     /// Records a mark names that no Region wrote (an observer's or the core's bug).
     pub missing_basis: u32,
 }
@@ -176,7 +180,8 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
         };
         for h in regions(n).filter(|&h| h != x.region) {
             let portion = heir_portion(room, n, x.region, h).0 as i128;
-            let took = match latest_mark(world, h, x.region, x.epoch) {
+            let mark = latest_mark(world, h, x.region, x.epoch);
+            let took = match mark {
                 None => 0,
                 Some(v) => match x.at(v) {
                     Some(basis) => {
@@ -190,16 +195,16 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
             };
             if x.live {
                 a.over += took;
-            } else {
-                add_piece(
-                    &mut a.estates,
-                    &mut a.over,
-                    portion - took + owed[xi][h.index()],
-                );
+                continue;
             }
+            let piece = portion - took + owed[xi][h.index()];
+            if piece < 0 && mark.is_some_and(|v| v < x.last().version) {
+                a.over_stale += -piece;
+            }
+            add_piece(&mut a.estates, &mut a.over, piece);
         }
     }
-    a.actual = a.live + a.estates + a.pairs + a.over;
+    a.actual = a.live + a.estates + a.pairs;
     a
 }
 

@@ -401,9 +401,24 @@ impl<'a> Sim<'a> {
                     .collect();
                 format!("cut {}", names.join(","))
             }
+            Action::OneWayCut(from, to) => {
+                self.table.cut_one_way(*from, *to, tick);
+                let names = |mask: u8| {
+                    (0..self.regs.len())
+                        .filter(|r| mask >> r & 1 == 1)
+                        .map(|r| self.name(r).to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                format!("cut {} -> {}", names(*from), names(*to))
+            }
             Action::Heal => {
                 self.table.heal();
                 "heal".into()
+            }
+            Action::Unknown(r) => {
+                self.health.0[*r] = Health::Unknown;
+                format!("{} health unknown", self.name(*r))
             }
             Action::Unhealthy(r) => {
                 self.health.0[*r] = Health::Unhealthy;

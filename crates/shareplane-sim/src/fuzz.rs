@@ -24,6 +24,10 @@ use std::fmt::Write as _;
 /// (docs/PROTOCOL.md, residual risks). Beyond it a seed fails.
 pub const STRANDED_BOUND_PERCENT: u64 = 50;
 
+/// The most room that heirs which reclaimed from a stale record may hold twice, in percent of
+/// the limit (docs/PROTOCOL.md, residual risks). Beyond it a seed fails.
+pub const STALE_BOUND_PERCENT: u64 = 25;
+
 /// The tick of generated scenarios (coarse, so that a few hundred seeds run quickly).
 const TICK_MS: u64 = 100;
 
@@ -157,6 +161,7 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
         .collect();
     times.sort_unstable();
     let mut lost = vec![false; n];
+    // Health verdicts other than healthy (unhealthy or unknown), to be cleared at the end.
     let mut unhealthy = vec![false; n];
     let mut cut = false;
     let mut events = Vec::new();
@@ -202,6 +207,32 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
             line: 0,
         });
     }
+    // Fault kinds added later come from a stream of their own, so that every older seed still
+    // draws the schedule it drew before (the regression list keeps its meaning).
+    let mut x = Rng::new(g.next_u64() ^ 0x6f6e_652d_7761_7921);
+    let all = ((1u16 << n) - 1) as u8;
+    for _ in 0..x.range(0, 3) {
+        let at_tick = x.range(0, end as u64 - 1) as i64;
+        let r = x.range(0, n as u64 - 1) as usize;
+        let action = if x.chance(50) {
+            unhealthy[r] = true;
+            Action::Unknown(r)
+        } else {
+            let from = x.range(1, u64::from(all) - 1) as u8;
+            let to = all & !from & (x.range(1, u64::from(all)) as u8);
+            if to == 0 {
+                continue;
+            }
+            cut = true;
+            Action::OneWayCut(from, to)
+        };
+        events.push(Event {
+            at_tick,
+            action,
+            line: 0,
+        });
+    }
+    events.sort_by_key(|e| e.at_tick);
     // A lost Region is usually reported unhealthy some time after it was lost (the true verdict).
     if cut {
         events.push(Event {
@@ -245,6 +276,10 @@ pub struct Report {
     pub stranded_rps: f64,
     /// The scenario fences a Region whose own verdict is unhealthy.
     pub fenced: bool,
+    /// Largest room held twice by heirs that closed an estate against a stale record, per second
+    /// (docs/PROTOCOL.md, residual risk 4), and the seconds it lasted.
+    pub stale_over_rps: f64,
+    pub stale_over_s: f64,
 }
 
 /// Runs one scenario and checks it. `Err` describes the first failed check.
@@ -272,7 +307,32 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
         }
         let relaxed = first_false.is_some_and(|f| row.tick >= f) && row.tick < relaxed_until;
         let t = sc.seconds(row.tick);
-        if row.sum_shares > limit {
+        let a = &row.audit;
+        // Room taken twice only by heirs that closed an estate against an older record than its
+        // last one (a partition hid the last one): measured, and bounded. Every other count must
+        // add up exactly, and the shares may pass L by no more than that room.
+        let stale = !relaxed
+            && row.tick < relaxed_until
+            && a.over_stale > 0
+            && a.over == a.over_stale
+            && a.actual - a.over == a.expected
+            && a.missing_basis == 0;
+        if stale {
+            report.stale_over_rps = report.stale_over_rps.max(a.over_stale as f64 / 1000.0);
+            report.stale_over_s += sc.tick_ms as f64 / 1000.0;
+            let excess = row.sum_shares.0 as i128 - limit.0 as i128;
+            if a.over_stale * 100 > STALE_BOUND_PERCENT as i128 * limit.0 as i128 {
+                failure = Some(format!(
+                    "at {t} s {} is held twice by heirs that reclaimed from stale records, beyond the stated bound of {STALE_BOUND_PERCENT}% of the limit",
+                    Room(a.over_stale as u64)
+                ));
+            } else if excess > a.over_stale {
+                failure = Some(format!(
+                    "at {t} s the sum of shares {} exceeds the limit {} by more than the {} taken from stale records",
+                    row.sum_shares, limit, Room(a.over_stale as u64)
+                ));
+            }
+        } else if row.sum_shares > limit {
             if relaxed {
                 let excess = row.sum_shares.saturating_sub(limit).as_rps();
                 report.false_excess_rps = report.false_excess_rps.max(excess);
@@ -284,15 +344,15 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
                 ));
             }
         }
-        if !row.conserved && !relaxed {
-            let a = &row.audit;
+        if !row.conserved && !relaxed && !stale {
             failure = Some(format!(
-                "at {t} s conservation does not hold (expected {}, live {}, estates {}, grants in flight {}, taken twice {})",
+                "at {t} s conservation does not hold (expected {}, live {}, estates {}, grants in flight {}, taken twice {}, of it from stale records {})",
                 Room(a.expected.max(0) as u64),
                 Room(a.live.max(0) as u64),
                 Room(a.estates.max(0) as u64),
                 Room(a.pairs.max(0) as u64),
-                Room(a.over.max(0) as u64)
+                Room(a.over.max(0) as u64),
+                Room(a.over_stale.max(0) as u64)
             ));
         }
         if row.tick >= faults_end {
@@ -391,14 +451,24 @@ pub struct Totals {
     /// Largest settle time as a fraction of its seed's bound.
     pub max_settle_ratio: f64,
     pub ticks: u64,
+    /// Seeds in which heirs held room taken from stale records, the largest amount as a fraction
+    /// of that seed's limit, and the longest it lasted.
+    pub with_stale: u64,
+    pub max_stale_ratio: f64,
+    pub max_stale_s: f64,
     /// Seeds that ended with room stranded in ended epochs, and the largest amount.
     pub stranded: Vec<u64>,
     pub max_stranded_rps: f64,
 }
 
 impl Totals {
-    pub fn add(&mut self, seed: u64, r: &Report) {
+    pub fn add(&mut self, seed: u64, r: &Report, limit: Room) {
         self.passed += 1;
+        if r.stale_over_rps > 0.0 {
+            self.with_stale += 1;
+            self.max_stale_ratio = self.max_stale_ratio.max(r.stale_over_rps / limit.as_rps());
+            self.max_stale_s = self.max_stale_s.max(r.stale_over_s);
+        }
         if r.stranded_rps > 0.0 {
             self.stranded.push(seed);
             self.max_stranded_rps = self.max_stranded_rps.max(r.stranded_rps);
@@ -427,6 +497,8 @@ impl Totals {
              longest total time above L {:.1} s (with fencing: {:.3}/s, {:.1} s)\n\
              liveness: every share within 1% of target at most {:.1} s after the last fault ended \
              ({:.0}% of that seed's stated bound)\n\
+             heirs that reclaimed from a stale record (a partition hid the estate's last record) in {} seeds: \
+             room held twice at most {:.1}% of L, for at most {:.1} s\n\
              room stranded in ended epochs (under the limit, never over; liveness not checked) in {} seeds, \
              at most {:.3}/s{}",
             self.passed,
@@ -438,6 +510,9 @@ impl Totals {
             self.fenced_false_excess_s,
             self.max_settled_after_s,
             self.max_settle_ratio * 100.0,
+            self.with_stale,
+            self.max_stale_ratio * 100.0,
+            self.max_stale_s,
             self.stranded.len(),
             self.max_stranded_rps,
             if self.stranded.is_empty() {
@@ -523,6 +598,21 @@ pub fn to_toml(sc: &Scenario) -> String {
                     .collect();
                 format!("cut = [{}]", names.join(", "))
             }
+            Action::OneWayCut(from, to) => {
+                let list = |mask: &u8| {
+                    (0..sc.regions.len())
+                        .filter(|r| mask >> r & 1 == 1)
+                        .map(name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                format!(
+                    "one_way_cut = {{ from = [{}], to = [{}] }}",
+                    list(from),
+                    list(to)
+                )
+            }
+            Action::Unknown(r) => format!("unknown = {}", name(*r)),
             Action::Heal => "heal = true".into(),
             Action::Unhealthy(r) => format!("unhealthy = {}", name(*r)),
             Action::Healthy(r) => format!("healthy = {}", name(*r)),

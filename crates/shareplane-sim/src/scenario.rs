@@ -61,9 +61,14 @@ pub enum Action {
     Restore(usize),
     /// The Regions in the mask are cut off from the others.
     Cut(u8),
+    /// Records written by the Regions of the first mask no longer reach those of the second (the
+    /// other way still works).
+    OneWayCut(u8, u8),
     Heal,
     Unhealthy(usize),
     Healthy(usize),
+    /// The health check's data for the Region is missing or unreadable (never read as unhealthy).
+    Unknown(usize),
     /// The Region's daemon restarts at once and resumes from its own record.
     Restart(usize),
 }
@@ -250,6 +255,19 @@ struct RawEvent {
     healthy: Option<Spanned<String>>,
     #[serde(default)]
     restart: Option<Spanned<String>>,
+    /// Added field: the Region's health data is missing ("unknown" verdict).
+    #[serde(default)]
+    unknown: Option<Spanned<String>>,
+    /// Added field: `{ from = [...], to = [...] }`, a cut in one direction only.
+    #[serde(default)]
+    one_way_cut: Option<Spanned<RawOneWay>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOneWay {
+    from: Vec<String>,
+    to: Vec<String>,
 }
 
 /// Added table: the window the plot shows.
@@ -548,6 +566,16 @@ impl Checker<'_> {
             actions.extend(one(self, &e.unhealthy, "unhealthy", Action::Unhealthy));
             actions.extend(one(self, &e.healthy, "healthy", Action::Healthy));
             actions.extend(one(self, &e.restart, "restart", Action::Restart));
+            actions.extend(one(self, &e.unknown, "unknown", Action::Unknown));
+            if let Some(c) = &e.one_way_cut {
+                let field = format!("{at}.one_way_cut");
+                let from = self.mask(c, names, &c.get_ref().from, &format!("{field}.from"));
+                let to = self.mask(c, names, &c.get_ref().to, &format!("{field}.to"));
+                if from & to != 0 {
+                    self.bad(c, &field, "from and to must not share a Region");
+                }
+                actions.push(Action::OneWayCut(from, to));
+            }
             if let Some(c) = &e.cut {
                 let mut mask = 0u8;
                 for n in c.get_ref() {
@@ -591,6 +619,21 @@ impl Checker<'_> {
         out.sort_by_key(|e| e.at_tick);
         self.check_lifecycle(&out, names);
         out
+    }
+
+    /// The mask of the named Regions (at least one, all of them configured).
+    fn mask<T>(&mut self, at: &Spanned<T>, names: &[String], list: &[String], field: &str) -> u8 {
+        let mut mask = 0u8;
+        for n in list {
+            match names.iter().position(|x| x == n) {
+                Some(r) => mask |= 1 << r,
+                None => self.bad(at, field, format!("names {n:?}, which is not a [[region]]")),
+            }
+        }
+        if list.is_empty() {
+            self.bad(at, field, "must name at least one Region");
+        }
+        mask
     }
 
     fn demand_action(&mut self, d: &Spanned<toml::Table>, names: &[String], at: &str) -> Action {

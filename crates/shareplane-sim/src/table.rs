@@ -45,7 +45,8 @@ pub struct Table {
     entries: Vec<Vec<Entry>>,
     cursors: Vec<[Cursor; MAX_REGIONS]>,
     /// Masks of the groups currently cut off from the rest.
-    cuts: Vec<u8>,
+    /// Directed cuts: records written by a Region of `.0` do not reach a Region of `.1`.
+    cuts: Vec<(u8, u8)>,
 }
 
 impl Table {
@@ -58,8 +59,11 @@ impl Table {
         }
     }
 
-    fn connected(&self, a: usize, b: usize) -> bool {
-        self.cuts.iter().all(|m| (m >> a) & 1 == (m >> b) & 1)
+    /// Whether records written by `w` reach `r`.
+    fn connected(&self, w: usize, r: usize) -> bool {
+        self.cuts
+            .iter()
+            .all(|&(from, to)| !((from >> w) & 1 == 1 && (to >> r) & 1 == 1))
     }
 
     fn separated_from(&self, w: usize) -> u8 {
@@ -91,8 +95,16 @@ impl Table {
     }
 
     /// A cut starts at `now`: records not yet visible never cross it.
+    /// The Regions in `mask` are cut off from the others, both ways.
     pub fn cut(&mut self, mask: u8, now: i64) {
-        self.cuts.push(mask);
+        let all = ((1u16 << self.n) - 1) as u8;
+        self.cut_one_way(mask, all & !mask, now);
+        self.cut_one_way(all & !mask, mask, now);
+    }
+
+    /// Records written by the Regions in `from` stop reaching those in `to`.
+    pub fn cut_one_way(&mut self, from: u8, to: u8, now: i64) {
+        self.cuts.push((from, to));
         for w in 0..self.n {
             let sep = self.separated_from(w);
             for e in self.entries[w].iter_mut().rev() {

@@ -2,7 +2,7 @@
 
 use shareplane_core::Design;
 use shareplane_sim::fuzz;
-use shareplane_sim::scenario::Scenario;
+use shareplane_sim::scenario::{Action, Scenario};
 use std::path::PathBuf;
 
 /// Seeds (first column) of a list in simulations/.
@@ -29,53 +29,68 @@ fn every_regression_seed_passes() {
     }
 }
 
-/// A CI-sized run. Only the seeds listed in simulations/fuzz-open-failures.txt (open protocol
-/// findings) may fail; any other failure fails the test with its replay command.
+/// How many seeds the CI-sized run checks: `SHAREPLANE_FUZZ_SEEDS`, or 400 for a plain
+/// `cargo test` (tests/run-all.sh runs it with 20,000 on a release build), from
+/// `SHAREPLANE_FUZZ_START` (default 1).
+fn ci_seeds() -> (u64, u64) {
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    (
+        var("SHAREPLANE_FUZZ_START", 1),
+        var("SHAREPLANE_FUZZ_SEEDS", 400),
+    )
+}
+
+/// A CI-sized run. Every seed must pass: a finding fails CI (there is no list of seeds allowed
+/// to fail). The residual risks the checker measures instead of failing (false verdicts while
+/// they last, grants stranded between two ended epochs) have stated bounds it enforces.
 #[test]
 fn ci_sized_fuzz_run() {
-    let open = seeds("fuzz-open-failures.txt");
+    let (start, seeds) = ci_seeds();
     let mut totals = fuzz::Totals::default();
-    let mut unexpected = Vec::new();
-    let mut now_passing = Vec::new();
-    for seed in 1..=400u64 {
-        match fuzz::check(&fuzz::generate(seed)) {
-            Ok(r) => {
-                totals.add(seed, &r);
-                if open.contains(&seed) {
-                    now_passing.push(seed);
-                }
-            }
-            Err(f) if open.contains(&seed) => println!("seed {seed}: open finding: {f}"),
-            Err(f) => unexpected.push(format!(
+    let mut failed = Vec::new();
+    for seed in start..start.saturating_add(seeds) {
+        let sc = fuzz::generate(seed);
+        match fuzz::check(&sc) {
+            Ok(r) => totals.add(seed, &r, sc.limit),
+            Err(f) => failed.push(format!(
                 "seed {seed}: {f} (replay: shareplane sim fuzz --seeds 1 --start {seed})"
             )),
         }
     }
-    println!("{}", totals.report(400, 400 - totals.passed));
-    if !now_passing.is_empty() {
-        println!(
-            "open findings that pass now (move them to fuzz-regressions.txt): {now_passing:?}"
-        );
-    }
-    assert!(unexpected.is_empty(), "{}", unexpected.join("\n"));
+    println!("{}", totals.report(seeds, failed.len() as u64));
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
     assert!(
         totals.with_false_verdict > 0,
         "the generator draws false verdicts"
     );
-    assert!(totals.passed > 300);
+    // Stranding is a residual with a bound, not the common case.
+    assert!(
+        (totals.stranded.len() as u64) * 20 <= seeds,
+        "{} of {seeds} seeds ended with grants stranded between ended epochs",
+        totals.stranded.len()
+    );
 }
 
 #[test]
 fn the_checker_catches_an_overshooting_design() {
-    // Jump-to-target overshoots while views disagree: the same checks must reject it.
+    // Jump-to-target overshoots while views disagree: the same checks must reject it. Without
+    // "unhealthy" verdicts nothing is measured instead of checked, so every tick is judged.
     let mut caught = 0;
     for seed in 1..=20u64 {
         let mut sc = fuzz::generate(seed);
         sc.design = Design::JumpToTarget;
+        sc.events
+            .retain(|e| !matches!(e.action, Action::Unhealthy(_)));
         if fuzz::check(&sc).is_err() {
             caught += 1;
         }
     }
+    println!("jump-to-target caught in {caught} of 20 seeds");
     assert!(
         caught > 10,
         "only {caught} of 20 jump-to-target runs failed the checks"

@@ -379,6 +379,43 @@ fn silence_alone_passes_the_limit_when_b_is_only_cut_off() {
             .any(|b| b.reclaimed.get("B").is_some()),
         "and is reclaimed"
     );
+    // The physical audit sees the room taken twice: B still holds what A and C took from it.
+    assert!(
+        r.summary.conservation_violations > 0,
+        "the audit must count the duplicated room"
+    );
+}
+
+#[test]
+fn a_restore_racing_another_reclaim_never_duplicates_room() {
+    // Issue: B is lost and reclaimed, C is lost, B comes back 14 s later while A reclaims C.
+    // Heirs that derive a divisor from their own view took C's room one and a half times
+    // (12,500 held of 10,000, for good). Fixed portions cannot.
+    let r = run("restore-race.toml");
+    assert!(
+        r.ticks.iter().all(|t| t.sum <= 10_000.0 + 1e-9),
+        "the sum of shares passed the limit"
+    );
+    assert_eq!(r.summary.conservation_violations, 0);
+    let held: f64 = r
+        .summary
+        .r#final
+        .0
+        .iter()
+        .map(|(_, f)| f)
+        .filter(|f| f.alive)
+        .map(|f| f.share + f.pool)
+        .sum();
+    assert!(
+        (held - 10_000.0).abs() < 0.01,
+        "the alive Regions end holding {held}, not exactly the limit"
+    );
+    let last = r.ticks.last().expect("ticks");
+    assert!(
+        (last.sum - 10_000.0).abs() < 0.01,
+        "shares end at {}",
+        last.sum
+    );
 }
 
 #[test]

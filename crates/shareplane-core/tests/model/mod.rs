@@ -34,6 +34,15 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// 4 Regions, L = 12, floor 1, step cap 3, silence after one unchanged rebalance.
+    pub fn four(depth: usize, max_faults: u8) -> Settings {
+        Settings {
+            n: 4,
+            demands_rps: vec![6, 3, 2, 1],
+            ..Settings::small(depth, max_faults)
+        }
+    }
+
     /// 3 Regions, L = 12, floor 1, step cap 3, silence after one unchanged rebalance (so that
     /// silence is reachable within a small depth; the adversarial scheduler already delays
     /// records arbitrarily).
@@ -65,6 +74,9 @@ pub struct Report {
     /// of docs/PROTOCOL.md: room can be stranded, never created).
     pub false_verdict_recovery_failures: usize,
     pub false_verdict_examples: Vec<String>,
+    /// Recoveries that converged except for grants stranded between two ended epochs
+    /// (docs/PROTOCOL.md, residual risk 2: exactly that room missing, nothing idle).
+    pub stranded_recoveries: usize,
 }
 
 #[derive(Clone)]
@@ -225,6 +237,9 @@ pub enum Action {
     Lose(usize),
     Restore(usize),
     Restart(usize),
+    /// A daemon restart that resumes its epoch from its durable record: explored only while no
+    /// peer can have counted the Region silent (every peer saw its last write change its record).
+    Resume(usize),
     Cut(usize),
     Heal,
     Flip(usize),
@@ -253,6 +268,9 @@ fn actions(w: &World, s: &Settings) -> Vec<Action> {
             if !w.lost[i] {
                 out.push(Action::Lose(i));
                 out.push(Action::Restart(i));
+                if resumable(w, i) {
+                    out.push(Action::Resume(i));
+                }
             }
             if !w.cut.iter().any(|&c| c) {
                 out.push(Action::Cut(i));
@@ -264,6 +282,23 @@ fn actions(w: &World, s: &Settings) -> Vec<Action> {
         out.push(Action::Heal);
     }
     out
+}
+
+/// Whether Region `i` may resume: its committed record was written, and every peer has seen that
+/// record and counted no silence of it since.
+fn resumable(w: &World, i: usize) -> bool {
+    let Some(last) = w.history[i].last() else {
+        return false;
+    };
+    if (last.epoch, last.version) != (w.coords[i].own().epoch, w.coords[i].own().version) {
+        return false;
+    }
+    w.coords.iter().enumerate().all(|(j, c)| {
+        j == i
+            || c.peers()
+                .iter()
+                .any(|p| p.region == rid(i) && p.version == last.version && p.unchanged == 0)
+    })
 }
 
 /// What a restarted daemon reads from its Region's replica: every peer's newest record it had
@@ -359,7 +394,17 @@ fn apply(w: &mut World, a: Action) -> Option<String> {
         }
         Action::Restart(i) => {
             w.faults += 1;
-            restart(w, i, 0);
+            restart(w, i, u64::MAX);
+        }
+        Action::Resume(i) => {
+            w.faults += 1;
+            let view = replica_view(w, i);
+            let d = w.coords[i].deployment().clone();
+            let mut c = Coordinator::new(d, rid(i), w.coords[i].own().clone());
+            for r in view {
+                let _ = c.observe(r);
+            }
+            w.coords[i] = c;
         }
         Action::Cut(i) => {
             w.faults += 1;
@@ -414,12 +459,20 @@ fn check_state(w: &World, d: &Deployment) -> Option<String> {
     None
 }
 
+thread_local! {
+    /// Recoveries that ended with grants stranded between two ended epochs (counted per run).
+    static STRANDED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Heal everything, restore every lost Region, tell the truth about health, and run full rounds.
 /// Returns the failure and whether it belongs to a documented residual class (a false health
 /// verdict was in force, or a reclaimer ended before it could settle again).
 fn check_recovery(w: &World, s: &Settings) -> Option<(String, bool)> {
     let w = recover(w, s);
     let residual = w.false_verdict;
+    if w.audit(&deployment(s)).between_ended > 0 {
+        STRANDED.with(|c| c.set(c.get() + 1));
+    }
     converged(&w, s, residual).map(|v| (v, residual))
 }
 
@@ -524,6 +577,7 @@ pub fn explore(s: &Settings) -> Report {
     let start = initial(&d, s);
     seen.insert(start.key());
     let mut frontier = vec![start];
+    STRANDED.with(|c| c.set(0));
     for depth in 0..=s.depth {
         report.depth_reached = depth;
         let mut next = Vec::new();
@@ -578,6 +632,7 @@ pub fn explore(s: &Settings) -> Report {
             break;
         }
     }
+    report.stranded_recoveries = STRANDED.with(|c| c.get());
     report
 }
 
