@@ -10,6 +10,7 @@
 //! | `rec`        | `sv` (N, schema), `ver` (N, record version), `tok` (N, writer token), `h` (B, header) |
 //! | `rec#0000`…  | `sv`, `ver` (N, the record version the shard was last written at), `tok`, `d` (B, limits) |
 //! | `lease`      | written by the store, not by this codec                               |
+//! | `prev#0000000007`, `prev#0000000007#0000`… | a copy of the header and shards of the Region's last record of its ended epoch 7 (attributes as above), kept until every heir has closed that epoch ([`crate::dynamo`]) |
 //!
 //! The header blob `h` holds the writer's Region names (so that per-Region columns are mapped by
 //! name, not by position), epoch, write time, the version of the previous epoch's last record,
@@ -28,6 +29,11 @@
 //!
 //! Every item carries `sv`; an item with a higher schema is rejected with
 //! [`Rejection::FutureSchema`], never misread.
+//!
+//! A kept set (`prev#E…`) is decoded exactly like the current one ([`split`] maps its sort keys
+//! back to `rec`/`rec#NNNN`), with the same consistency rule, and must hold a record of epoch `E`.
+//! Only the canonical spelling of a kept key (10-digit epoch, 4-digit shard) is read; any other
+//! `prev…` key is ignored like every unknown sort key.
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -36,7 +42,7 @@ use shareplane_core::{
     MAX_REGIONS,
 };
 use shareplane_store::Rejection;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The schema this code writes and the newest it reads.
 pub const SCHEMA_VERSION: u32 = 2;
@@ -85,6 +91,119 @@ pub enum Decoded {
 /// The sort key of shard `i`.
 pub fn shard_sk(i: usize) -> String {
     format!("{HEADER_SK}#{i:04}")
+}
+
+/// The shard a current sort key (`rec#NNNN`) names, as [`decode`] reads it.
+fn shard_index(sk: &str) -> Option<usize> {
+    sk.strip_prefix("rec#")?.parse().ok()
+}
+
+/// The first sort key of the kept sets: every kept key starts with it.
+pub const KEPT_PREFIX: &str = "prev#";
+
+/// The sort key of the kept header of ended epoch `epoch`.
+pub fn kept_sk(epoch: u64) -> String {
+    format!("{KEPT_PREFIX}{epoch:010}")
+}
+
+/// The sort key of kept shard `i` of ended epoch `epoch`.
+pub fn kept_shard_sk(epoch: u64, i: usize) -> String {
+    format!("{KEPT_PREFIX}{epoch:010}#{i:04}")
+}
+
+/// The epoch (and the shard, `None` for the header) of a kept sort key in its canonical spelling.
+pub fn parse_kept_sk(sk: &str) -> Option<(u64, Option<usize>)> {
+    let rest = sk.strip_prefix(KEPT_PREFIX)?;
+    let (epoch, shard) = match rest.split_once('#') {
+        Some((e, i)) => (e, Some(i)),
+        None => (rest, None),
+    };
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(epoch, 10) || !shard.is_none_or(|i| digits(i, 4)) {
+        return None;
+    }
+    let epoch = epoch.parse().ok()?;
+    match shard {
+        None => Some((epoch, None)),
+        Some(i) => Some((epoch, Some(i.parse().ok()?))),
+    }
+}
+
+/// One Region's items, split into its current record's items and the kept sets of its ended
+/// epochs (with their sort keys mapped back to `rec`/`rec#NNNN`, ready for [`decode`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sets {
+    /// Every item that is not a kept one (the lease and unknown keys included: [`decode`] skips
+    /// them, and reports an item without a string sort key).
+    pub current: Vec<Item>,
+    /// By ended epoch, in epoch order.
+    pub kept: BTreeMap<u64, Vec<Item>>,
+    /// The stored sort keys of each kept set, as they are in the table (to delete them).
+    pub kept_keys: BTreeMap<u64, Vec<String>>,
+}
+
+/// Splits one Region's items into the current record's and the kept sets.
+pub fn split(items: Vec<Item>) -> Sets {
+    let mut sets = Sets::default();
+    for mut item in items {
+        let kept = match item.get("sk") {
+            Some(AttributeValue::S(sk)) => parse_kept_sk(sk).map(|k| (k, sk.clone())),
+            _ => None,
+        };
+        let Some(((epoch, shard), stored)) = kept else {
+            sets.current.push(item);
+            continue;
+        };
+        let sk = match shard {
+            None => HEADER_SK.to_string(),
+            Some(i) => shard_sk(i),
+        };
+        item.insert("sk".into(), AttributeValue::S(sk));
+        sets.kept.entry(epoch).or_default().push(item);
+        sets.kept_keys.entry(epoch).or_default().push(stored);
+    }
+    sets
+}
+
+/// Copies of a record's stored items (`rec` and `rec#NNNN`, as read) under the kept keys of its
+/// epoch `epoch`, carrying writer token `token`. Other items (the lease, unknown keys) are left.
+pub fn keep(items: &[Item], epoch: u64, token: u64) -> Vec<Item> {
+    let mut out = Vec::new();
+    for item in items {
+        let Some(AttributeValue::S(sk)) = item.get("sk") else {
+            continue;
+        };
+        let kept = if sk == HEADER_SK {
+            kept_sk(epoch)
+        } else if let Some(i) = shard_index(sk) {
+            kept_shard_sk(epoch, i)
+        } else {
+            continue;
+        };
+        let mut copy = item.clone();
+        copy.insert("sk".into(), AttributeValue::S(kept));
+        copy.insert("tok".into(), AttributeValue::N(token.to_string()));
+        out.push(copy);
+    }
+    out
+}
+
+/// Decodes the kept set of Region `region`'s ended epoch `epoch` (items as [`split`] gives
+/// them). As [`decode`], and the record must be of epoch `epoch`.
+pub fn decode_kept(
+    d: &Deployment,
+    me: RegionId,
+    region: RegionId,
+    epoch: u64,
+    items: &[Item],
+) -> Decoded {
+    match decode(d, me, region, items) {
+        Decoded::Record(r) if r.epoch != epoch => Decoded::Rejected(malformed(format!(
+            "the items kept for epoch {epoch} hold a record of epoch {}",
+            r.epoch
+        ))),
+        other => other,
+    }
 }
 
 /// Encodes a Region's own record. Limits and Region columns follow `d`'s order.
@@ -251,10 +370,7 @@ fn decode_inner(
         };
         let slot = if sk == HEADER_SK {
             None
-        } else if let Some(i) = sk
-            .strip_prefix("rec#")
-            .and_then(|s| s.parse::<usize>().ok())
-        {
+        } else if let Some(i) = shard_index(sk) {
             Some(i)
         } else {
             continue; // the lease, or an item of a later feature: not part of the record

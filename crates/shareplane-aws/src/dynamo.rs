@@ -20,15 +20,54 @@
 //! lease, always through that Region's replica (a global table resolves concurrent writes to one
 //! item in different Regions by last writer wins, which no condition could stop).
 //!
+//! # Ended epochs
+//!
+//! A survivor closes a peer's ended epochs one by one, each against exactly the record whose
+//! version the next epoch names (`prev_final`); one that restarted, or was cut off while the peer
+//! ended several epochs, needs those records from the table. So a write that starts a new epoch
+//! (its epoch is higher than the stored record's) also copies the stored header and shards,
+//! exactly as stored, to `prev#<epoch>` and `prev#<epoch>#NNNN` (same partition key; the writer
+//! token of the write). The store first reads its own items with a consistent read (only when it
+//! does not know the stored epoch already: after a restart, a token change or a failure), and the
+//! header put (and every earlier transaction's check) is then conditioned on `ver = :pv` as
+//! well, so the copy is exactly the record the new epoch replaces. The copies travel in the
+//! first transactions of the write (they count toward the 100 actions and 4 MB of a transaction
+//! like every other action, and the batching above spreads them): a kept shard never changes
+//! again, so it may land before the header that switches epochs, never after it. If the stored set is not consistent (a write of
+//! several transactions failed half-way, overwriting shards the header still names), there is
+//! nothing exact to keep: the store logs an error and writes the new epoch; heirs then keep that
+//! estate frozen (`waiting_for_record`): room is stranded, never created.
+//!
+//! A kept epoch is collected by its owner, in its normal writes, at most
+//! [`MAX_COLLECT_PER_WRITE`] deletes per write (shards first, the header last, so a partly
+//! collected set reads as inconsistent and is left out), once **every other configured Region's
+//! latest record** (as this store last read it) accounts with a later epoch of the owner and marks
+//! that epoch or a later one. Accounting with a later epoch is the stricter test and the one that
+//! matters: a heir moves its accounting past epoch `E` only by closing `E` against exactly its
+//! last record, whereas a heir that reclaimed `E`'s last record before it saw the next epoch
+//! marks `E` but, after a restart, still needs the kept record to switch its accounting. A Region
+//! that never wrote, or whose record is rejected, has marked nothing: its peers' kept epochs stay.
+//! A record claiming an epoch of the owner beyond the owner's current one counts as not marking.
+//!
 //! # Reading
 //!
-//! One `Query` per configured Region (`pk = name AND begins_with(sk, "rec")`), run concurrently.
-//! Each Region's items are decoded and validated; a rejected record is counted and logged once
-//! per cause; an inconsistent set (a write still replicating) yields the last consistent record
-//! this store read for that Region, if any.
+//! One `Query` per configured Region, run concurrently: `pk = name AND sk BETWEEN "prev#" AND
+//! "rec$"` covers the kept sets and the current record and leaves out the lease (`'$'` is the
+//! byte after `'#'`; moto refuses an empty `begins_with` prefix, which rules out one prefix for
+//! both). Each Region's items are decoded and validated; a rejected record is counted and logged
+//! once per cause; an inconsistent current set (a write still replicating) yields the last
+//! consistent record this store read for that Region, if any. The kept sets are decoded the same
+//! way and returned in epoch order (at most [`MAX_KEPT_EPOCHS_READ`], the oldest first) **before**
+//! the Region's current record, and only those of epochs older than that current record's: a
+//! copy that replicated before the header that switched epochs names the record the reader still
+//! sees as current. An inconsistent kept set is left out (it is replicating, or being
+//! collected); a rejected one is reported, never adopted. `read_one` reads the current record
+//! only (`begins_with(sk, "rec")`).
 
 use crate::client::{describe, store_error};
-use crate::codec::{self, Decoded, Encoded, Item, HEADER_SK, LEASE_SK, MAX_ITEM_BYTES};
+use crate::codec::{
+    self, Decoded, Encoded, Item, HEADER_SK, KEPT_PREFIX, LEASE_SK, MAX_ITEM_BYTES,
+};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, Delete, KeySchemaElement,
@@ -46,9 +85,25 @@ const MAX_TRANSACTION_ACTIONS: usize = 100;
 const MAX_TRANSACTION_BYTES: usize = 3_500_000;
 /// Query pages per Region read; a record needs at most a few (1 MB each).
 const MAX_QUERY_PAGES: usize = 512;
+/// Deletes of kept items per write (a kept epoch of 10,000 limits is 41 items).
+pub const MAX_COLLECT_PER_WRITE: usize = 48;
+/// Kept epochs returned per Region per read, the oldest first (a survivor closes them in order).
+pub const MAX_KEPT_EPOCHS_READ: usize = 64;
 
 const HEADER_CONDITION: &str = "attribute_not_exists(pk) OR (ver < :v AND tok <= :t)";
+/// The header condition of a write that starts a new epoch: the stored header is still the one
+/// whose items it keeps.
+const SWITCH_CONDITION: &str = "ver = :pv AND ver < :v AND tok <= :t";
 const SHARD_CONDITION: &str = "attribute_not_exists(pk) OR tok <= :t";
+
+/// Which of a Region's items a query reads.
+#[derive(Clone, Copy)]
+enum Keys {
+    /// `rec` and `rec#NNNN`.
+    Current,
+    /// The kept sets too (`prev#…`).
+    WithKept,
+}
 
 /// The record store on one Region's replica of the table. Cheap to share behind an `Arc`.
 pub struct DynamoStore {
@@ -58,12 +113,25 @@ pub struct DynamoStore {
     me: RegionId,
     written: Mutex<Option<Written>>,
     max_actions: usize,
+    max_collect: usize,
     last_good: Mutex<BTreeMap<RegionId, Arc<RegionRecord>>>,
+    /// The stored sort keys of this Region's kept sets, by ended epoch, as last read or written.
+    kept: Mutex<BTreeMap<u64, Vec<String>>>,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// One transaction action and the bytes it writes.
 type SizedAction = (TransactWriteItem, usize);
+
+/// The copies a write that starts a new epoch makes of the stored record of the ending one.
+struct Carry {
+    /// The ending epoch, and the version of its stored (last) record.
+    epoch: u64,
+    version: u64,
+    actions: Vec<SizedAction>,
+    /// The kept items' sort keys.
+    keys: Vec<String>,
+}
 
 /// What this store last wrote successfully, so that unchanged shards need not be written again.
 #[derive(Clone)]
@@ -71,6 +139,7 @@ struct Written {
     region: RegionId,
     token: WriterToken,
     version: u64,
+    epoch: u64,
     shard_versions: Vec<u64>,
     shards: Vec<Vec<u8>>,
 }
@@ -90,7 +159,9 @@ impl DynamoStore {
             me,
             written: Mutex::new(None),
             max_actions: MAX_TRANSACTION_ACTIONS,
+            max_collect: MAX_COLLECT_PER_WRITE,
             last_good: Mutex::new(BTreeMap::new()),
+            kept: Mutex::new(BTreeMap::new()),
             rejections: Mutex::new(BTreeMap::new()),
         }
     }
@@ -99,6 +170,13 @@ impl DynamoStore {
     /// exercise records written in several transactions without 25,000 limits.
     pub fn with_max_transaction_actions(mut self, actions: usize) -> Self {
         self.max_actions = actions.clamp(2, MAX_TRANSACTION_ACTIONS);
+        self
+    }
+
+    /// Caps the deletes of kept items per write below [`MAX_COLLECT_PER_WRITE`] (at least 1), so
+    /// that tests can watch a kept epoch being collected over several writes.
+    pub fn with_max_collect_per_write(mut self, deletes: usize) -> Self {
+        self.max_collect = deletes.clamp(1, MAX_COLLECT_PER_WRITE);
         self
     }
 
@@ -126,7 +204,182 @@ impl DynamoStore {
 
     /// Every item of `region` whose sort key starts with `rec`.
     async fn query(&self, name: &str, consistent: bool) -> Result<Vec<Item>, StoreError> {
-        query_items(&self.client, &self.table, name, consistent).await
+        query_items(&self.client, &self.table, name, consistent, Keys::Current).await
+    }
+
+    /// One Region's kept records (epoch order, older than its current one), then its current one.
+    fn fetched_with_kept(&self, region: RegionId, items: Vec<Item>) -> Vec<Fetched> {
+        let sets = codec::split(items);
+        let current = self.fetched(region, &sets.current);
+        if region == self.me {
+            *lock(&self.kept) = sets.kept_keys;
+        }
+        let reference = lock(&self.last_good)
+            .get(&region)
+            .map(|r| (r.epoch, r.version));
+        let mut out = Vec::new();
+        if let Some((epoch, version)) = reference {
+            let older = sets.kept.iter().filter(|(e, _)| **e < epoch);
+            for (e, items) in older.take(MAX_KEPT_EPOCHS_READ) {
+                out.extend(self.kept_fetched(region, *e, version, items));
+            }
+        }
+        out.extend(current);
+        out
+    }
+
+    /// Decodes the kept set of `region`'s epoch `epoch`; `current` is the version of the
+    /// Region's current record, which every kept record must precede.
+    fn kept_fetched(
+        &self,
+        region: RegionId,
+        epoch: u64,
+        current: u64,
+        items: &[Item],
+    ) -> Option<Fetched> {
+        let name = self.deployment.region_name(region).to_string();
+        let reason = match codec::decode_kept(&self.deployment, self.me, region, epoch, items) {
+            Decoded::Record(r) if r.version < current => {
+                return Some(Fetched::Record(Arc::from(r)))
+            }
+            Decoded::Record(r) => Rejection::Malformed(format!(
+                "the record kept for epoch {epoch} is at version {}, not before the current {current}",
+                r.version
+            )),
+            // Only shards left: the set is being collected.
+            Decoded::Absent => return None,
+            Decoded::Inconsistent(why) => {
+                tracing::debug!(region = %name, epoch, %why, "kept record still replicating or being collected; left out");
+                return None;
+            }
+            Decoded::Rejected(reason) => reason,
+        };
+        self.count_rejection(&name, &reason);
+        Some(Fetched::Rejected {
+            region: Some(name),
+            reason,
+        })
+    }
+
+    /// When `record` starts a new epoch over the stored record, the copies that keep the stored
+    /// record (see the module doc). `None` when the epoch does not change or nothing exact is
+    /// stored.
+    async fn carry(
+        &self,
+        record: &RegionRecord,
+        token: WriterToken,
+    ) -> Result<Option<Carry>, StoreError> {
+        let known = lock(&self.written)
+            .as_ref()
+            .filter(|w| w.region == record.region && w.token == token)
+            .map(|w| w.epoch);
+        if known == Some(record.epoch) {
+            return Ok(None);
+        }
+        let name = self.region_name(record.region)?;
+        let items = self.query(&name, true).await?;
+        // Decoded as its own Region's: the writer's record is not checked as a foreign one.
+        let why = match codec::decode(&self.deployment, record.region, record.region, &items) {
+            Decoded::Record(stored) if stored.epoch < record.epoch => {
+                return self.copies(record, token, &stored, &items).map(Some)
+            }
+            Decoded::Record(_) | Decoded::Absent => return Ok(None),
+            Decoded::Inconsistent(why) => why,
+            Decoded::Rejected(reason) => reason.to_string(),
+        };
+        tracing::error!(
+            region = %name,
+            %why,
+            "the stored record of the ending epoch is not consistent and cannot be kept; heirs keep its estate frozen"
+        );
+        Ok(None)
+    }
+
+    fn copies(
+        &self,
+        record: &RegionRecord,
+        token: WriterToken,
+        stored: &RegionRecord,
+        items: &[Item],
+    ) -> Result<Carry, StoreError> {
+        if stored.version >= record.version {
+            return Err(StoreError::Conflict(format!(
+                "version {} is not higher than the stored {}",
+                record.version, stored.version
+            )));
+        }
+        let mut actions = Vec::new();
+        let mut keys = Vec::new();
+        for item in codec::keep(items, stored.epoch, token.0) {
+            let size = codec::item_bytes(&item);
+            if size > MAX_ITEM_BYTES {
+                return Err(StoreError::Fatal(format!(
+                    "a kept item would take {size} bytes"
+                )));
+            }
+            if let Some(AttributeValue::S(sk)) = item.get("sk") {
+                keys.push(sk.clone());
+            }
+            let put = self.conditional_put(item, SHARD_CONDITION, &[(":t", token.0)])?;
+            actions.push((TransactWriteItem::builder().put(put).build(), size));
+        }
+        Ok(Carry {
+            epoch: stored.epoch,
+            version: stored.version,
+            actions,
+            keys,
+        })
+    }
+
+    /// The kept items this write of `record` deletes: of epochs every heir has closed for good
+    /// (never `carried`, the epoch this write keeps), shards before their header, at most
+    /// `max_collect`. Only the owner collects, and only what its last read listed.
+    fn collectable(&self, record: &RegionRecord, carried: Option<u64>) -> Vec<(u64, String)> {
+        if record.region != self.me {
+            return Vec::new();
+        }
+        let kept = lock(&self.kept).clone();
+        let latest = lock(&self.last_good).clone();
+        let mut out = Vec::new();
+        for (epoch, mut keys) in kept {
+            if Some(epoch) == carried
+                || !closed_by_every_heir(
+                    &self.deployment,
+                    record.region,
+                    record.epoch,
+                    epoch,
+                    &latest,
+                )
+            {
+                continue;
+            }
+            // The header's key is a prefix of its shards' keys: reversed, it comes last.
+            keys.sort_unstable_by(|a, b| b.cmp(a));
+            for key in keys {
+                if out.len() >= self.max_collect {
+                    return out;
+                }
+                out.push((epoch, key));
+            }
+        }
+        out
+    }
+
+    /// Brings the list of this Region's kept items up to date after a successful write.
+    fn wrote_kept(&self, record: &RegionRecord, carry: Option<Carry>, collected: &[(u64, String)]) {
+        if record.region != self.me {
+            return;
+        }
+        let mut kept = lock(&self.kept);
+        for (epoch, key) in collected {
+            if let Some(keys) = kept.get_mut(epoch) {
+                keys.retain(|k| k != key);
+            }
+        }
+        kept.retain(|_, keys| !keys.is_empty());
+        if let Some(c) = carry {
+            kept.insert(c.epoch, c.keys);
+        }
     }
 
     /// Decodes one Region's items into what the trait returns, counting rejections and serving the
@@ -157,17 +410,34 @@ impl DynamoStore {
         }
     }
 
-    /// The transactions that write `enc` under `token`, and the shard versions the header names.
+    /// The transactions that write `enc` under `token` (first the copies of `carry`, then the
+    /// shards, the deletes of `collected`, and last the header), and the shard versions the
+    /// header names.
     fn plan(
         &self,
         record: &RegionRecord,
         enc: &Encoded,
         token: WriterToken,
+        carry: Option<&Carry>,
+        collected: &[(u64, String)],
     ) -> Result<(Vec<Vec<TransactWriteItem>>, Vec<u64>), StoreError> {
         let prev = lock(&self.written).clone().filter(|w| {
             w.region == record.region && w.token == token && w.version < record.version
         });
-        let (actions, shard_versions) = self.shard_actions(enc, token, prev.as_ref())?;
+        let (shards, shard_versions) = self.shard_actions(enc, token, prev.as_ref())?;
+        let mut actions = carry.map(|c| c.actions.clone()).unwrap_or_default();
+        actions.extend(shards);
+        for (_, sk) in collected {
+            actions.push((self.fenced_delete(&enc.region, sk, token)?, 100));
+        }
+        let mut cond = vec![(":v", record.version), (":t", token.0)];
+        let condition = match carry {
+            Some(c) => {
+                cond.push((":pv", c.version));
+                SWITCH_CONDITION
+            }
+            None => HEADER_CONDITION,
+        };
         let header = enc.header_item(token.0, &shard_versions);
         let header_size = codec::item_bytes(&header);
         if header_size > MAX_ITEM_BYTES {
@@ -181,14 +451,14 @@ impl DynamoStore {
         for (action, size) in actions {
             let full = batch.len() + 1 >= self.max_actions || bytes + size > MAX_TRANSACTION_BYTES;
             if full && !batch.is_empty() {
-                batch.push(self.header_check(enc, token)?);
+                batch.push(self.header_check(&enc.region, condition, &cond)?);
                 batches.push(std::mem::take(&mut batch));
                 bytes = header_size;
             }
             bytes += size;
             batch.push(action);
         }
-        let put = self.conditional_put(header, HEADER_CONDITION, Some(record.version), token)?;
+        let put = self.conditional_put(header, condition, &cond)?;
         batch.push(TransactWriteItem::builder().put(put).build());
         batches.push(batch);
         Ok((batches, shard_versions))
@@ -222,52 +492,65 @@ impl DynamoStore {
                     "shard {i} would take {size} bytes"
                 )));
             }
-            let put = self.conditional_put(item, SHARD_CONDITION, None, token)?;
+            let put = self.conditional_put(item, SHARD_CONDITION, &[(":t", token.0)])?;
             actions.push((TransactWriteItem::builder().put(put).build(), size));
         }
         for i in enc.shards.len()..prev.map(|w| w.shards.len()).unwrap_or(0) {
-            let del = Delete::builder()
-                .table_name(&self.table)
-                .set_key(Some(key(&enc.region, &codec::shard_sk(i))))
-                .condition_expression(SHARD_CONDITION)
-                .expression_attribute_values(":t", num(token.0))
-                .build()
-                .map_err(|e| StoreError::Fatal(e.to_string()))?;
-            actions.push((TransactWriteItem::builder().delete(del).build(), 100));
+            let del = self.fenced_delete(&enc.region, &codec::shard_sk(i), token)?;
+            actions.push((del, 100));
         }
         Ok((actions, shard_versions))
     }
 
-    /// A put under `condition`, which may use `:t` (the token) and `:v` (when `version` is given).
+    /// A delete of item `sk` of Region `pk`, unless a higher writer token wrote it.
+    fn fenced_delete(
+        &self,
+        pk: &str,
+        sk: &str,
+        token: WriterToken,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let del = Delete::builder()
+            .table_name(&self.table)
+            .set_key(Some(key(pk, sk)))
+            .condition_expression(SHARD_CONDITION)
+            .expression_attribute_values(":t", num(token.0))
+            .build()
+            .map_err(|e| StoreError::Fatal(e.to_string()))?;
+        Ok(TransactWriteItem::builder().delete(del).build())
+    }
+
+    /// A put under `condition`, whose placeholders `values` fills (every one must be used).
     fn conditional_put(
         &self,
         item: Item,
         condition: &str,
-        version: Option<u64>,
-        token: WriterToken,
+        values: &[(&str, u64)],
     ) -> Result<Put, StoreError> {
         let mut put = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression(condition)
-            .expression_attribute_values(":t", num(token.0));
-        if let Some(v) = version {
-            put = put.expression_attribute_values(":v", num(v));
+            .condition_expression(condition);
+        for (name, v) in values {
+            put = put.expression_attribute_values(*name, num(*v));
         }
         put.build().map_err(|e| StoreError::Fatal(e.to_string()))
     }
 
+    /// A check of the header of Region `pk` under the header put's condition.
     fn header_check(
         &self,
-        enc: &Encoded,
-        token: WriterToken,
+        pk: &str,
+        condition: &str,
+        values: &[(&str, u64)],
     ) -> Result<TransactWriteItem, StoreError> {
-        let check = ConditionCheck::builder()
+        let mut check = ConditionCheck::builder()
             .table_name(&self.table)
-            .set_key(Some(key(&enc.region, HEADER_SK)))
-            .condition_expression(HEADER_CONDITION)
-            .expression_attribute_values(":v", num(enc.version))
-            .expression_attribute_values(":t", num(token.0))
+            .set_key(Some(key(pk, HEADER_SK)))
+            .condition_expression(condition);
+        for (name, v) in values {
+            check = check.expression_attribute_values(*name, num(*v));
+        }
+        let check = check
             .build()
             .map_err(|e| StoreError::Fatal(e.to_string()))?;
         Ok(TransactWriteItem::builder().condition_check(check).build())
@@ -329,21 +612,55 @@ fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
     ])
 }
 
+/// Whether every other configured Region's latest record (`latest`, by Region) shows `owner`'s
+/// ended epoch `epoch` closed for good: it accounts with a later epoch of `owner` and marks
+/// `epoch` or a later one (see the module doc). A record that claims an epoch of `owner` beyond
+/// `owner_epoch`, the owner's current one, counts as not closed.
+fn closed_by_every_heir(
+    d: &Deployment,
+    owner: RegionId,
+    owner_epoch: u64,
+    epoch: u64,
+    latest: &BTreeMap<RegionId, Arc<RegionRecord>>,
+) -> bool {
+    let plausible = |e: u64| e >= epoch && e <= owner_epoch;
+    epoch < owner_epoch
+        && shareplane_core::regions(d.n())
+            .filter(|&r| r != owner)
+            .all(|r| {
+                latest.get(&r).is_some_and(|rec| {
+                    let acct = rec.peer_epochs[owner];
+                    acct > epoch
+                        && plausible(acct)
+                        && rec.reclaims[owner].is_some_and(|m| plausible(m.epoch))
+                })
+            })
+}
+
 async fn query_items(
     client: &Client,
     table: &str,
     name: &str,
     consistent: bool,
+    keys: Keys,
 ) -> Result<Vec<Item>, StoreError> {
     let mut items = Vec::new();
     let mut start = None;
     for _ in 0..MAX_QUERY_PAGES {
-        let page = client
+        let query = client
             .query()
             .table_name(table)
-            .key_condition_expression("pk = :p AND begins_with(sk, :r)")
-            .expression_attribute_values(":p", AttributeValue::S(name.to_string()))
-            .expression_attribute_values(":r", AttributeValue::S(HEADER_SK.to_string()))
+            .expression_attribute_values(":p", AttributeValue::S(name.to_string()));
+        let query = match keys {
+            Keys::Current => query
+                .key_condition_expression("pk = :p AND begins_with(sk, :r)")
+                .expression_attribute_values(":r", AttributeValue::S(HEADER_SK.to_string())),
+            Keys::WithKept => query
+                .key_condition_expression("pk = :p AND sk BETWEEN :lo AND :hi")
+                .expression_attribute_values(":lo", AttributeValue::S(KEPT_PREFIX.to_string()))
+                .expression_attribute_values(":hi", AttributeValue::S(format!("{HEADER_SK}$"))),
+        };
+        let page = query
             .consistent_read(consistent)
             .set_exclusive_start_key(start)
             .send()
@@ -412,7 +729,10 @@ impl RecordStore for DynamoStore {
                 codec::MAX_SHARDS
             )));
         }
-        let (batches, shard_versions) = self.plan(record, &enc, token)?;
+        let carry = self.carry(record, token).await?;
+        let collected = self.collectable(record, carry.as_ref().map(|c| c.epoch));
+        let (batches, shard_versions) =
+            self.plan(record, &enc, token, carry.as_ref(), &collected)?;
         *lock(&self.written) = None;
         for batch in batches {
             self.transact(batch, record, token).await?;
@@ -421,9 +741,11 @@ impl RecordStore for DynamoStore {
             region: record.region,
             token,
             version: record.version,
+            epoch: record.epoch,
             shard_versions,
             shards: enc.shards,
         });
+        self.wrote_kept(record, carry, &collected);
         Ok(())
     }
 
@@ -435,7 +757,10 @@ impl RecordStore for DynamoStore {
                 self.table.clone(),
                 self.region_name(r)?,
             );
-            tasks.spawn(async move { (r, query_items(&client, &table, &name, false).await) });
+            tasks.spawn(async move {
+                let items = query_items(&client, &table, &name, false, Keys::WithKept).await;
+                (r, items)
+            });
         }
         let mut by_region = BTreeMap::new();
         while let Some(done) = tasks.join_next().await {
@@ -443,10 +768,11 @@ impl RecordStore for DynamoStore {
                 done.map_err(|e| StoreError::Fatal(format!("a read task failed: {e}")))?;
             by_region.insert(r, items?);
         }
-        Ok(by_region
-            .into_iter()
-            .filter_map(|(r, items)| self.fetched(r, &items))
-            .collect())
+        let mut out = Vec::new();
+        for (r, items) in by_region {
+            out.extend(self.fetched_with_kept(r, items));
+        }
+        Ok(out)
     }
 
     async fn read_one(&self, region: RegionId) -> Result<Option<Fetched>, StoreError> {
@@ -537,5 +863,85 @@ fn parse_lease(item: &Item) -> Result<Lease, StoreError> {
         _ => Err(StoreError::Fatal(
             "the lease item is malformed; delete it to recover".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shareplane_core::{Design, Fence, ReclaimMark, SilentPolicy};
+
+    fn deployment() -> Deployment {
+        let d = Deployment {
+            regions: vec!["A".into(), "B".into(), "C".into()],
+            limits: vec![],
+            design: Design::NamedGrants,
+            policy: SilentPolicy::TwoSignals,
+            fence: Fence::OwnUnhealthy,
+            silent_after: 3,
+            period_ms: 5_000,
+        };
+        Deployment::try_new(d).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    fn id(i: usize) -> RegionId {
+        RegionId::new(i).unwrap_or_else(|| panic!("Region {i}"))
+    }
+
+    /// A heir's latest record: `(Region, accounts with A's epoch, marks A's epoch)`.
+    type View = (usize, u64, Option<u64>);
+
+    fn heirs(d: &Deployment, views: &[View]) -> BTreeMap<RegionId, Arc<RegionRecord>> {
+        views
+            .iter()
+            .map(|&(r, acct, mark)| {
+                let mut rec = RegionRecord::genesis(d, id(r));
+                rec.peer_epochs.0[0] = acct;
+                rec.reclaims.0[0] = mark.map(|epoch| ReclaimMark {
+                    epoch,
+                    version: 9,
+                    by: 1,
+                });
+                (id(r), Arc::new(rec))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_epoch_is_closed_for_good_only_when_every_heir_accounts_past_it_and_marks_it() {
+        let d = deployment();
+        // (heir views, A's current epoch, kept epoch, collectable?)
+        let cases: &[(&[View], u64, u64, bool)] = &[
+            (&[(1, 3, Some(2)), (2, 3, Some(2))], 3, 2, true),
+            (&[(1, 3, Some(2)), (2, 4, Some(3))], 4, 2, true),
+            // C marks epoch 2 at its last version but still accounts with it.
+            (&[(1, 3, Some(2)), (2, 2, Some(2))], 3, 2, false),
+            // C never wrote.
+            (&[(1, 3, Some(2))], 3, 2, false),
+            // C accounts past epoch 2 without a mark of it (cannot happen; kept all the same).
+            (&[(1, 3, Some(2)), (2, 3, Some(1))], 3, 2, false),
+            (&[(1, 3, Some(2)), (2, 3, None)], 3, 2, false),
+            // C claims an epoch of A that A never reached.
+            (&[(1, 3, Some(2)), (2, 9, Some(8))], 3, 2, false),
+            // Not an ended epoch of A.
+            (&[(1, 3, Some(3)), (2, 3, Some(3))], 3, 3, false),
+        ];
+        for (i, (views, now, epoch, want)) in cases.iter().enumerate() {
+            let latest = heirs(&d, views);
+            assert_eq!(
+                closed_by_every_heir(&d, id(0), *now, *epoch, &latest),
+                *want,
+                "case {i}"
+            );
+        }
+        let single = Deployment::try_new(Deployment {
+            regions: vec!["A".into()],
+            ..deployment()
+        })
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(
+            closed_by_every_heir(&single, id(0), 2, 1, &BTreeMap::new()),
+            "a lone Region has no heirs to wait for"
+        );
     }
 }

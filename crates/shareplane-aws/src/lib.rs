@@ -3,9 +3,11 @@
 //!
 //! - [`DynamoStore`] implements [`shareplane_store::RecordStore`] on a DynamoDB (global) table
 //!   with partition key `pk` (S, the Region's name) and sort key `sk` (S). Each Region writes only
-//!   items under its own name: a header `sk = "rec"`, shards `sk = "rec#0000"…` and its writer
-//!   lease `sk = "lease"`. The item layout and its validation are in [`codec`]; the write and read
-//!   protocols in [`dynamo`].
+//!   items under its own name: a header `sk = "rec"`, shards `sk = "rec#0000"…`, its writer
+//!   lease `sk = "lease"`, and a copy of the last record of each ended epoch `E` that some heir
+//!   may still need (`sk = "prev#E"`, `"prev#E#0000"`…, `E` in 10 digits). The item layout and
+//!   its validation are in [`codec`]; the write and read protocols, and when a kept epoch is
+//!   deleted, in [`dynamo`].
 //! - [`HealthReader`] reads Route 53 health check status from CloudWatch in us-east-1.
 //! - [`MetricsPublisher`] publishes the alarm metrics ([`metrics`] lists them).
 //! - [`client`] builds SDK clients (explicit endpoint for tests, default chain for production)
@@ -61,9 +63,20 @@
 //! # The table (for the infrastructure code)
 //!
 //! One DynamoDB global table with a replica in every Region of the deployment: partition key
-//! `pk` (S), sort key `sk` (S), no secondary index, no TTL. The daemon needs `dynamodb:Query`,
-//! `GetItem`, `PutItem`, `TransactWriteItems` (with `ConditionCheck`, `Put`, `Delete`) on it,
-//! `cloudwatch:GetMetricData` (in us-east-1) and `cloudwatch:PutMetricData` (its own Region).
+//! `pk` (S), sort key `sk` (S), no secondary index, no TTL (kept epochs are deleted by their
+//! owner once every heir has moved past them, never by age). The daemon needs `dynamodb:Query`
+//! and `GetItem` on every Region's items, and for its `TransactWriteItems` calls (whose actions
+//! are authorized one by one) `dynamodb:PutItem`, `DeleteItem` (old shards, collected kept
+//! epochs) and `ConditionCheckItem` on its own Region's items only (`dynamodb:LeadingKeys` = its
+//! name; infra/ grants exactly that), `cloudwatch:GetMetricData` (in us-east-1) and
+//! `cloudwatch:PutMetricData` (its own Region).
+//!
+//! A kept epoch costs its record's bytes once more when the epoch ends (the copy travels in the
+//! write that starts the next epoch, together with the first full write of the new one: 82
+//! items, two transactions, for 10,000 limits), and its read units at every read of every
+//! Region until it is collected (about 62 RCU per reader per period for 10,000 limits), plus one
+//! consistent read of the own record at the first write after a restart, a lease change or a
+//! failed write (the store must learn the stored epoch).
 
 pub mod client;
 pub mod codec;

@@ -189,3 +189,59 @@ fn a_header_naming_an_unconfigured_region_with_data_is_rejected() {
         ))
     ));
 }
+
+#[test]
+fn kept_keys_round_trip_and_only_the_canonical_spelling_is_read() {
+    assert_eq!(codec::kept_sk(7), "prev#0000000007");
+    assert_eq!(codec::kept_shard_sk(7, 12), "prev#0000000007#0012");
+    assert_eq!(
+        codec::parse_kept_sk(&codec::kept_sk(1 << 32)),
+        Some((1 << 32, None))
+    );
+    assert_eq!(
+        codec::parse_kept_sk(&codec::kept_shard_sk(3, 4095)),
+        Some((3, Some(4095)))
+    );
+    for odd in [
+        "prev#7",
+        "prev#000000007",
+        "prev#0000000007#12",
+        "prev#00000000x7",
+        "prev#",
+        "rec#0000",
+        "prev#0000000007#0012#1",
+        "prev#+000000007",
+    ] {
+        assert_eq!(codec::parse_kept_sk(odd), None, "{odd}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A record's items kept under its epoch and split again decode to the same record.
+    #[test]
+    fn kept_items_split_back_into_the_record(limits in 1usize..700, epoch in 1u64..1_000, region in 0usize..3) {
+        let d = deployment(limits);
+        let mut r = record(&d, region, 5);
+        r.epoch = epoch;
+        r.prev_final = if epoch == 1 { 0 } else { 4 };
+        let enc = codec::encode(&d, &r);
+        let mut items: Vec<Item> = (0..enc.shards.len())
+            .filter_map(|i| enc.shard_item(i, 3))
+            .collect();
+        items.push(enc.header_item(3, &vec![5; enc.shards.len()]));
+        let kept = codec::keep(&items, epoch, 3);
+        prop_assert_eq!(kept.len(), items.len());
+        let mut all = kept;
+        all.extend(items.iter().cloned());
+        let sets = codec::split(all);
+        prop_assert_eq!(sets.current.len(), items.len());
+        prop_assert_eq!(sets.kept.keys().copied().collect::<Vec<_>>(), vec![epoch]);
+        let me = rid((region + 1) % 3);
+        let got = codec::decode_kept(&d, me, rid(region), epoch, &sets.kept[&epoch]);
+        prop_assert_eq!(got, Decoded::Record(Box::new(r.clone())));
+        let wrong = codec::decode_kept(&d, me, rid(region), epoch + 1, &sets.kept[&epoch]);
+        prop_assert!(matches!(wrong, Decoded::Rejected(_)));
+    }
+}

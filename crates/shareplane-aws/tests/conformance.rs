@@ -9,7 +9,7 @@ use shareplane_core::{Deployment, RegionRecord};
 use shareplane_store::memory::MemoryStore;
 use shareplane_store::{Fetched, RecordStore, StoreError, WriterToken};
 use std::sync::Arc;
-use support::{deployment, record, rid};
+use support::{deployment, heir_at, owner_at, record, rid};
 
 fn records(fetched: Vec<Fetched>) -> Vec<Arc<RegionRecord>> {
     fetched
@@ -159,6 +159,93 @@ async fn ten_thousand_limits_round_trip<S: RecordStore>(s: S, d: Arc<Deployment>
     }
 }
 
+/// Region 0's records in the order `read_all` returns them (after it wrote `written`).
+async fn owner_records<S: RecordStore>(s: &S) -> Vec<RegionRecord> {
+    let all = records(s.read_all().await.expect("read_all"));
+    all.iter()
+        .filter(|r| r.region == rid(0))
+        .map(|r| (**r).clone())
+        .collect()
+}
+
+/// Writes Region 0's `record` as its daemon does: after a read of every record.
+async fn owner_writes<S: RecordStore>(s: &S, record: &RegionRecord) {
+    s.read_all().await.expect("read_all before the write");
+    s.put(record, WriterToken(1)).await.expect("owner put");
+}
+
+/// The last record of every ended epoch is returned, exactly, in epoch order and before the
+/// current record, and is never dropped while some heir has not closed that epoch for good (it
+/// accounts with a later epoch of the owner); a store may drop it once every heir has.
+async fn ended_epochs_kept_until_every_heir_has_closed_them<S: RecordStore>(
+    s: S,
+    d: Arc<Deployment>,
+) {
+    s.put(&heir_at(&d, 1, 10, 2, (1, 1)), WriterToken(1))
+        .await
+        .expect("heir 1");
+    s.put(&heir_at(&d, 2, 10, 2, (1, 1)), WriterToken(1))
+        .await
+        .expect("heir 2");
+    let e2 = owner_at(&d, 2, 2, 1);
+    let e3 = owner_at(&d, 3, 4, 2);
+    for r in [owner_at(&d, 2, 1, 0), e2.clone()] {
+        owner_writes(&s, &r).await;
+    }
+    assert_eq!(
+        owner_records(&s).await,
+        vec![e2.clone()],
+        "no epoch ended yet"
+    );
+    owner_writes(&s, &owner_at(&d, 3, 3, 2)).await;
+    owner_writes(&s, &e3).await;
+    let e4 = owner_at(&d, 4, 5, 4);
+    owner_writes(&s, &e4).await;
+    assert_eq!(
+        owner_records(&s).await,
+        vec![e2.clone(), e3.clone(), e4],
+        "both ended epochs' last records, in epoch order, before the current one"
+    );
+    // Both heirs close epoch 2 for good; heir 1 marks epoch 3 at its last version but still
+    // accounts with it (it reclaimed it before it saw epoch 4): it may still need the record.
+    s.put(&heir_at(&d, 1, 11, 3, (3, 4)), WriterToken(1))
+        .await
+        .expect("heir 1 closes");
+    s.put(&heir_at(&d, 2, 11, 4, (3, 4)), WriterToken(1))
+        .await
+        .expect("heir 2 closes");
+    for v in 6..=9 {
+        owner_writes(&s, &owner_at(&d, 4, v, 4)).await;
+    }
+    let current = owner_at(&d, 4, 9, 4);
+    let got = owner_records(&s).await;
+    let kept_e2 = got.first() == Some(&e2);
+    let expect = if kept_e2 {
+        vec![e2, e3.clone(), current.clone()]
+    } else {
+        vec![e3.clone(), current.clone()]
+    };
+    assert_eq!(
+        got, expect,
+        "epoch 3 is kept: heir 1 still accounts with it"
+    );
+    // Once heir 1 accounts with epoch 4 too, a store may drop epoch 3; the current record stays.
+    s.put(&heir_at(&d, 1, 12, 4, (3, 4)), WriterToken(1))
+        .await
+        .expect("heir 1 switches");
+    for v in 10..=12 {
+        owner_writes(&s, &owner_at(&d, 4, v, 4)).await;
+    }
+    let got = owner_records(&s).await;
+    assert_eq!(got.last(), Some(&owner_at(&d, 4, 12, 4)));
+    assert!(
+        got[..got.len() - 1].iter().all(|r| r.epoch < 4)
+            && got.windows(2).all(|w| w[0].epoch < w[1].epoch),
+        "whatever is still kept comes in epoch order before the current record: {:?}",
+        got.iter().map(|r| (r.epoch, r.version)).collect::<Vec<_>>()
+    );
+}
+
 async fn dynamo(test: &str, d: &Arc<Deployment>) -> Option<DynamoStore> {
     let url = support::moto_url(test)?;
     let config = support::moto_config(&url).await;
@@ -196,4 +283,5 @@ conformance! {
     stale_writer_refused: 50;
     lease_take_renew_expire_takeover: 1;
     ten_thousand_limits_round_trip: 10_000;
+    ended_epochs_kept_until_every_heir_has_closed_them: 600;
 }

@@ -10,7 +10,7 @@ use shareplane_aws::{create_table, DynamoStore};
 use shareplane_core::{Deployment, RecordError};
 use shareplane_store::{Fetched, RecordStore, Rejection, WriterToken};
 use std::sync::Arc;
-use support::{deployment, record, rid};
+use support::{deployment, heir_at, owner_at, record, rid};
 
 struct Setup {
     client: Client,
@@ -106,9 +106,9 @@ async fn foreign_garbage_is_rejected_with_its_cause_and_counted() {
         (
             "future schema",
             Box::new(move |i: &mut Item| {
-                i.insert("sv".into(), n("2"));
+                i.insert("sv".into(), n(&(codec::SCHEMA_VERSION + 1).to_string()));
             }),
-            Rejection::FutureSchema(2),
+            Rejection::FutureSchema(codec::SCHEMA_VERSION + 1),
         ),
         (
             "negative version",
@@ -363,4 +363,287 @@ async fn a_deposed_writer_cannot_overwrite_a_successors_shards() {
         shard_tokens,
         vec![Some(AttributeValue::N("5".into())); enc.shards.len()]
     );
+}
+
+impl Setup {
+    /// The sort keys of `region`'s kept items, in key order.
+    async fn kept_keys(&self, region: &str) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .items(region)
+            .await
+            .iter()
+            .filter_map(|i| match i.get("sk") {
+                Some(AttributeValue::S(sk)) if sk.starts_with(codec::KEPT_PREFIX) => {
+                    Some(sk.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// Puts a copy of every item of `region` whose sort key starts with `from` under `to` + the
+    /// rest of its key, changed by `spoil`.
+    async fn copy_items(&self, region: &str, from: &str, to: &str, spoil: impl Fn(&mut Item)) {
+        for mut item in self.items(region).await {
+            let Some(AttributeValue::S(sk)) = item.get("sk").cloned() else {
+                continue;
+            };
+            let Some(rest) = sk.strip_prefix(from) else {
+                continue;
+            };
+            item.insert("sk".into(), AttributeValue::S(format!("{to}{rest}")));
+            spoil(&mut item);
+            self.raw_put(item).await;
+        }
+    }
+}
+
+/// Every sort key of kept epoch `epoch` with `shards` shards.
+fn kept_set(epoch: u64, shards: usize) -> Vec<String> {
+    let mut keys = vec![codec::kept_sk(epoch)];
+    keys.extend((0..shards).map(|i| codec::kept_shard_sk(epoch, i)));
+    keys
+}
+
+/// `region`'s records, in the order `read_all` gives them, with every rejection of it.
+async fn region_reads(store: &DynamoStore, region: usize) -> (Vec<(u64, u64)>, Vec<Rejection>) {
+    let name = support::REGIONS[region];
+    let mut records = Vec::new();
+    let mut rejected = Vec::new();
+    for f in store.read_all().await.expect("read_all") {
+        match f {
+            Fetched::Record(r) if r.region == rid(region) => records.push((r.epoch, r.version)),
+            Fetched::Rejected {
+                region: Some(n),
+                reason,
+            } if n == name => rejected.push(reason),
+            _ => {}
+        }
+    }
+    (records, rejected)
+}
+
+/// Both heirs of Region 0 write a record at `version` that accounts with its epoch `acct` and
+/// marks `mark`.
+async fn heirs(s: &Setup, version: u64, acct: u64, mark: (u64, u64)) {
+    for heir in [1, 2] {
+        s.store()
+            .put(&heir_at(&s.d, heir, version, acct, mark), WriterToken(1))
+            .await
+            .expect("heir put");
+    }
+}
+
+async fn owner_writes(store: &DynamoStore, record: &shareplane_core::RegionRecord) {
+    store.read_all().await.expect("read_all before the write");
+    store.put(record, WriterToken(1)).await.expect("owner put");
+}
+
+#[tokio::test]
+async fn kept_epochs_are_collected_a_few_items_a_write_once_every_heir_has_moved_past_them() {
+    let Some(s) = setup("kept_epochs_are_collected", 600).await else {
+        return;
+    };
+    let d = s.d.clone();
+    let owner = s.store().with_max_collect_per_write(3);
+    heirs(&s, 10, 2, (1, 1)).await;
+    for (e, v, pf) in [(2, 1, 0), (2, 2, 1), (3, 3, 2), (3, 4, 2), (4, 5, 4)] {
+        owner_writes(&owner, &owner_at(&d, e, v, pf)).await;
+    }
+    let both: Vec<String> = [kept_set(2, 3), kept_set(3, 3)].concat();
+    assert_eq!(s.kept_keys("us-east-1").await, both);
+    owner_writes(&owner, &owner_at(&d, 4, 6, 4)).await;
+    assert_eq!(
+        s.kept_keys("us-east-1").await,
+        both,
+        "no heir has closed anything"
+    );
+
+    heirs(&s, 11, 3, (2, 2)).await;
+    owner_writes(&owner, &owner_at(&d, 4, 7, 4)).await;
+    let header_left: Vec<String> = [vec![codec::kept_sk(2)], kept_set(3, 3)].concat();
+    assert_eq!(
+        s.kept_keys("us-east-1").await,
+        header_left,
+        "three deletes: the shards first"
+    );
+    assert_eq!(
+        region_reads(&owner, 0).await,
+        (vec![(3, 4), (4, 7)], vec![]),
+        "a partly collected set is left out, not rejected"
+    );
+    owner_writes(&owner, &owner_at(&d, 4, 8, 4)).await;
+    assert_eq!(s.kept_keys("us-east-1").await, kept_set(3, 3));
+    owner_writes(&owner, &owner_at(&d, 4, 9, 4)).await;
+    assert_eq!(
+        s.kept_keys("us-east-1").await,
+        kept_set(3, 3),
+        "epoch 3: the heirs still account with it"
+    );
+
+    // Heir 1 marks epoch 3 at its last version, heir 2 moves past it: heir 1 may still need it.
+    s.store()
+        .put(&heir_at(&d, 1, 12, 3, (3, 4)), WriterToken(1))
+        .await
+        .expect("heir 1 marks");
+    s.store()
+        .put(&heir_at(&d, 2, 12, 4, (3, 4)), WriterToken(1))
+        .await
+        .expect("heir 2 moves on");
+    owner_writes(&owner, &owner_at(&d, 4, 10, 4)).await;
+    assert_eq!(s.kept_keys("us-east-1").await, kept_set(3, 3));
+    s.store()
+        .put(&heir_at(&d, 1, 13, 4, (3, 4)), WriterToken(1))
+        .await
+        .expect("heir 1 moves on");
+    for v in 11..=12 {
+        owner_writes(&owner, &owner_at(&d, 4, v, 4)).await;
+    }
+    assert!(s.kept_keys("us-east-1").await.is_empty());
+    assert_eq!(region_reads(&owner, 0).await, (vec![(4, 12)], vec![]));
+    assert!(
+        s.kept_keys("eu-west-1").await.is_empty() && s.items("eu-west-1").await.len() == 4,
+        "nobody else's items were touched"
+    );
+}
+
+#[tokio::test]
+async fn a_kept_set_is_read_only_when_consistent_and_a_spoiled_one_is_rejected() {
+    let Some(s) = setup("a_kept_set_is_read_only_when_consistent", 600).await else {
+        return;
+    };
+    let mut v1 = record(&s.d, 1, 1);
+    v1.epoch = 3;
+    let mut v2 = record(&s.d, 1, 2);
+    v2.epoch = 4;
+    v2.prev_final = 1;
+    s.store().put(&v1, WriterToken(1)).await.expect("v1");
+    s.store()
+        .put(&v2, WriterToken(1))
+        .await
+        .expect("v2 starts epoch 4");
+    let reader = s.store();
+    let all = reader.read_all().await.expect("read_all");
+    let theirs: Vec<&shareplane_core::RegionRecord> = all
+        .iter()
+        .filter_map(|f| match f {
+            Fetched::Record(r) if r.region == rid(1) => Some(&**r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        theirs,
+        vec![&v1, &v2],
+        "the kept record, exactly, then the current one"
+    );
+
+    // A kept shard at another version than its header names: still replicating, left out.
+    let kept3 = codec::kept_sk(3);
+    let shard1 = codec::kept_shard_sk(3, 1);
+    let original = s
+        .items("eu-west-1")
+        .await
+        .into_iter()
+        .find(|i| i.get("sk") == Some(&AttributeValue::S(shard1.clone())))
+        .expect("kept shard 1");
+    let mut lagging = original.clone();
+    lagging.insert("ver".into(), AttributeValue::N("0".into()));
+    s.raw_put(lagging).await;
+    assert_eq!(region_reads(&reader, 1).await, (vec![(4, 2)], vec![]));
+    s.raw_put(original).await;
+
+    // A kept set labelled with another epoch than its record's is rejected; the rest still reads.
+    s.copy_items("eu-west-1", &kept3, &codec::kept_sk(2), |_| {})
+        .await;
+    let (records, rejected) = region_reads(&reader, 1).await;
+    assert_eq!(records, vec![(3, 1), (4, 2)]);
+    assert_eq!(
+        rejected,
+        vec![Rejection::Malformed(
+            "the items kept for epoch 2 hold a record of epoch 3".into()
+        )]
+    );
+    // A garbage kept header is rejected too, never adopted.
+    s.copy_items("eu-west-1", &kept3, &kept3, |i| {
+        if i.contains_key("h") {
+            i.insert("h".into(), AttributeValue::B(Blob::new(vec![0xff; 11])));
+        }
+    })
+    .await;
+    let (records, rejected) = region_reads(&reader, 1).await;
+    assert_eq!(records, vec![(4, 2)]);
+    assert_eq!(rejected.len(), 2, "{rejected:?}");
+    assert!(rejected.contains(&Rejection::Malformed("a varint overflows 64 bits".into())));
+    assert_eq!(
+        reader.rejections().get("malformed"),
+        Some(&3),
+        "each rejection is counted"
+    );
+}
+
+#[tokio::test]
+async fn an_epoch_switch_in_several_transactions_after_a_restart_keeps_the_last_record() {
+    let Some(s) = setup("an_epoch_switch_in_several_transactions", 1_000).await else {
+        return;
+    };
+    let d = s.d.clone();
+    let v1 = owner_at(&d, 2, 1, 0);
+    s.store()
+        .with_max_transaction_actions(2)
+        .put(&v1, WriterToken(5))
+        .await
+        .expect("v1");
+    // A deposed writer's switch fails in its first transaction: nothing is kept.
+    let refused = s
+        .store()
+        .with_max_transaction_actions(2)
+        .put(&owner_at(&d, 3, 2, 1), WriterToken(4))
+        .await;
+    assert!(
+        matches!(refused, Err(shareplane_store::StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+    assert!(s.kept_keys("us-east-1").await.is_empty());
+    // A restarted writer (a new store knows nothing of the stored epoch) switches epochs.
+    let v2 = owner_at(&d, 3, 2, 1);
+    s.store()
+        .with_max_transaction_actions(2)
+        .put(&v2, WriterToken(5))
+        .await
+        .expect("v2, in several transactions");
+    assert_eq!(s.kept_keys("us-east-1").await, kept_set(2, 4));
+    let reader = DynamoStore::new(s.client.clone(), s.table.clone(), d.clone(), rid(1));
+    let all = reader.read_all().await.expect("read_all");
+    let got: Vec<&shareplane_core::RegionRecord> = all
+        .iter()
+        .filter_map(|f| match f {
+            Fetched::Record(r) if r.region == rid(0) => Some(&**r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got, vec![&v1, &v2]);
+}
+
+#[tokio::test]
+async fn an_inconsistent_stored_record_is_not_kept_and_the_new_epoch_is_still_written() {
+    let Some(s) = setup("an_inconsistent_stored_record_is_not_kept", 600).await else {
+        return;
+    };
+    let d = s.d.clone();
+    s.store()
+        .put(&owner_at(&d, 2, 1, 0), WriterToken(1))
+        .await
+        .expect("v1");
+    // Shard 1 overwritten by a write whose header never landed.
+    let mut half = record(&d, 0, 7);
+    half.epoch = 2;
+    s.raw_put(codec::encode(&d, &half).shard_item(1, 1).expect("shard 1"))
+        .await;
+    let v2 = owner_at(&d, 3, 8, 1);
+    s.store().put(&v2, WriterToken(1)).await.expect("v2");
+    assert!(s.kept_keys("us-east-1").await.is_empty());
+    let reader = DynamoStore::new(s.client.clone(), s.table.clone(), d.clone(), rid(1));
+    assert_eq!(region_reads(&reader, 0).await, (vec![(3, 8)], vec![]));
 }

@@ -87,6 +87,33 @@ pub fn record(d: &Deployment, region: usize, version: u64) -> RegionRecord {
     r
 }
 
+/// Region 0's record at `version` in `epoch`, whose previous epoch ended at `prev_final`.
+pub fn owner_at(d: &Deployment, epoch: u64, version: u64, prev_final: u64) -> RegionRecord {
+    let mut r = record(d, 0, version);
+    r.epoch = epoch;
+    r.prev_final = prev_final;
+    r
+}
+
+/// Heir `region`'s record at `version`: it accounts with Region 0's epoch `acct` and marks its
+/// epoch `mark` (at version `at`) as closed.
+pub fn heir_at(
+    d: &Deployment,
+    region: usize,
+    version: u64,
+    acct: u64,
+    mark: (u64, u64),
+) -> RegionRecord {
+    let mut r = record(d, region, version);
+    r.peer_epochs.0[0] = acct;
+    r.reclaims.0[0] = Some(ReclaimMark {
+        epoch: mark.0,
+        version: mark.1,
+        by: r.epoch,
+    });
+    r
+}
+
 /// The moto endpoint, or `None` (after saying so) when it is not configured and not required.
 pub fn moto_url(test: &str) -> Option<String> {
     match std::env::var("SHAREPLANE_TEST_MOTO_URL") {
