@@ -11,6 +11,7 @@
 mod config;
 mod coordinator;
 mod estate;
+pub mod lease;
 mod record;
 mod region;
 mod room;
@@ -20,6 +21,7 @@ pub use coordinator::{
     Alarms, Coordinator, Decision, Health, Inputs, LimitOutcome, PeerState, PeerView, Rule,
 };
 pub use estate::{audit, estate_room, heir_portion, Audit, Truth};
+pub use lease::{lease_bound, LeaseBound};
 pub use record::{LimitRecord, ReclaimMark, RecordError, RegionRecord, MAX_COUNTER, MAX_EPOCH};
 pub use region::{regions, PerRegion, RegionId, MAX_REGIONS};
 pub use room::{even_part, split, Room, RoomError, MAX_RATE_RPS, MILLI_PER_RPS};
