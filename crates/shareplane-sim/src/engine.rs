@@ -106,6 +106,12 @@ struct Reg {
     coord: Option<Coordinator>,
     /// The coordinator's own record when the Region was lost (it may be of an unwritten epoch).
     lost_own: Option<RegionRecord>,
+    /// The daemon died while the Region's gateways live on (`kill_daemon`): they enforce the
+    /// last written record's shares until `gateways_until`, then fence.
+    daemon_dead: bool,
+    gateways_until: i64,
+    /// When the last record was written (the lease of the rules pushed after it counts from it).
+    last_write_tick: i64,
     last_written: Arc<RegionRecord>,
     /// Every record written, in (epoch, version) order.
     history: Vec<Arc<RegionRecord>>,
@@ -119,8 +125,24 @@ struct Reg {
 }
 
 impl Reg {
+    /// The daemon runs.
     fn alive(&self) -> bool {
         self.coord.is_some()
+    }
+
+    /// The Region is not lost: its gateways admit (or refuse, once fenced).
+    fn gateways_up(&self) -> bool {
+        self.coord.is_some() || self.daemon_dead
+    }
+
+    /// The record whose shares the gateways enforce at `tick`, if any: the daemon's committed
+    /// record, or after the daemon died its last written one until the lease runs out.
+    fn enforced(&self, tick: i64) -> Option<&RegionRecord> {
+        match &self.coord {
+            Some(c) => Some(c.own()),
+            None if self.daemon_dead && tick < self.gateways_until => Some(&self.last_written),
+            None => None,
+        }
     }
 }
 
@@ -189,9 +211,9 @@ pub fn run(sc: &Scenario, sink: &mut dyn FnMut(&Row<'_>)) -> Result<Outcome, Sim
     for tick in sc.start_tick..sc.end_tick {
         sim.apply_events(tick)?;
         sim.rebalances(tick);
-        let (sum, admitted) = sim.flow(&mut rows);
+        let (sum, admitted) = sim.flow(tick, &mut rows);
         if sim.dirty {
-            sim.last_audit = sim.audit();
+            sim.last_audit = sim.audit(tick);
             sim.conserved = sim.last_audit.holds();
             sim.max_over = sim.max_over.max(sim.last_audit.over);
             sim.dirty = false;
@@ -199,8 +221,9 @@ pub fn run(sc: &Scenario, sink: &mut dyn FnMut(&Row<'_>)) -> Result<Outcome, Sim
         if !sim.conserved {
             sim.violations += 1;
         }
+        // The health check probes the daemon: "unhealthy" is false only while the daemon runs.
         let false_verdict =
-            (0..rows.len()).any(|i| rows[i].alive && sim.health.0[i] == Health::Unhealthy);
+            (0..rows.len()).any(|i| sim.regs[i].alive() && sim.health.0[i] == Health::Unhealthy);
         let faulted = sim.table.any_cut()
             || rows.iter().any(|r| !r.alive)
             || sim.health.0.contains(&Health::Unhealthy);
@@ -226,6 +249,9 @@ struct Sim<'a> {
     health: PerRegion<Health>,
     last_audit: Audit,
     max_over: i128,
+    /// The gateways' lease in ticks (`shareplane_core::lease_bound`), or why there is none.
+    lease_ticks: Option<i64>,
+    lease_problem: String,
     next_event: usize,
     dirty: bool,
     conserved: bool,
@@ -240,6 +266,7 @@ impl<'a> Sim<'a> {
         sc.validate()
             .map_err(|e| SimError::Scenario(e.to_string()))?;
         let d = Arc::new(deployment(sc)?);
+        let lease = shareplane_core::lease_bound(&d);
         let n = sc.regions.len();
         let demands: Vec<Room> = sc.regions.iter().map(|r| r.demand).collect();
         let shares = targets(sc.limit, sc.floor, &demands);
@@ -267,6 +294,9 @@ impl<'a> Sim<'a> {
                 id: *id,
                 coord: Some(coord),
                 lost_own: None,
+                daemon_dead: false,
+                gateways_until: i64::MIN,
+                last_write_tick: sc.start_tick,
                 last_written: rec.clone(),
                 history: vec![rec.clone()],
                 demand: spec.demand,
@@ -290,6 +320,11 @@ impl<'a> Sim<'a> {
             health,
             last_audit: Audit::default(),
             max_over: 0,
+            lease_ticks: lease
+                .as_ref()
+                .ok()
+                .map(|b| (b.lease_ms / sc.tick_ms) as i64),
+            lease_problem: lease.err().map(|e| e.to_string()).unwrap_or_default(),
             next_event: 0,
             dirty: true,
             conserved: true,
@@ -358,11 +393,13 @@ impl<'a> Sim<'a> {
             }
             Action::Lose(r) => {
                 let reg = &mut self.regs[*r];
-                let coord = reg
-                    .coord
-                    .take()
-                    .ok_or_else(|| lifecycle("lose", &self.sc.regions[*r].name))?;
-                reg.lost_own = Some(coord.own().clone());
+                let own = match reg.coord.take() {
+                    Some(c) => c.own().clone(),
+                    None if reg.daemon_dead => (*reg.last_written).clone(),
+                    None => return Err(lifecycle("lose", &self.sc.regions[*r].name)),
+                };
+                reg.daemon_dead = false;
+                reg.lost_own = Some(own);
                 reg.tokens = 0;
                 self.dirty = true;
                 format!("{} lost", self.name(*r))
@@ -383,6 +420,40 @@ impl<'a> Sim<'a> {
                 self.table.forget_observed(*r);
                 self.dirty = true;
                 format!("{} restored", self.name(*r))
+            }
+            Action::KillDaemon(r) => {
+                let lease = self.lease_ticks.ok_or_else(|| {
+                    SimError::Scenario(format!(
+                        "kill_daemon needs gateways that can hold a lease: {}",
+                        self.lease_problem
+                    ))
+                })?;
+                let reg = &mut self.regs[*r];
+                reg.coord
+                    .take()
+                    .ok_or_else(|| lifecycle("kill_daemon", &self.sc.regions[*r].name))?;
+                reg.daemon_dead = true;
+                reg.gateways_until = reg.last_write_tick + lease;
+                self.dirty = true;
+                format!("{} daemon killed", self.name(*r))
+            }
+            Action::RestartDaemon(r) => {
+                let reg = &mut self.regs[*r];
+                if !reg.daemon_dead {
+                    return Err(lifecycle("restart_daemon", &self.sc.regions[*r].name));
+                }
+                let down_ms = ((tick - reg.last_write_tick).max(0) as u64) * self.sc.tick_ms;
+                let last = (*reg.last_written).clone();
+                reg.coord = Some(Coordinator::restart(
+                    self.d.clone(),
+                    reg.id,
+                    Some(last),
+                    down_ms,
+                ));
+                reg.daemon_dead = false;
+                self.table.forget_observed(*r);
+                self.dirty = true;
+                format!("{} daemon restarted", self.name(*r))
             }
             Action::Restart(r) => {
                 let reg = &mut self.regs[*r];
@@ -467,6 +538,7 @@ impl<'a> Sim<'a> {
             let rec = Arc::new(decision.record);
             reg.history.push(rec.clone());
             reg.last_written = rec.clone();
+            reg.last_write_tick = tick;
             self.table.write(r, rec.clone(), tick + reg.visibility);
             self.dirty = true;
             if tick >= 0 {
@@ -484,19 +556,27 @@ impl<'a> Sim<'a> {
     }
 
     /// Runs every bucket for one tick; returns Σ shares of the Regions not lost and Σ admitted.
-    fn flow(&mut self, rows: &mut [RegionRow]) -> (Room, u64) {
+    fn flow(&mut self, tick: i64, rows: &mut [RegionRow]) -> (Room, u64) {
+        let dirty = &mut self.dirty;
         let tick_ms = self.sc.tick_ms as u128;
         let burst_ms = self.sc.burst_ms as u128;
         let mut sum = Room::ZERO;
         let mut admitted_total: u64 = 0;
         for (reg, row) in self.regs.iter_mut().zip(rows.iter_mut()) {
-            let alive = reg.coord.is_some();
+            let alive = reg.gateways_up();
             let rec: &RegionRecord = match &reg.coord {
                 Some(c) => c.own(),
                 None => &reg.last_written,
             };
             let l = rec.limits.first().copied().unwrap_or_default();
-            let share = if alive { l.share } else { Room::ZERO };
+            let share = match reg.enforced(tick) {
+                Some(e) => e.limits.first().map_or(Room::ZERO, |l| l.share),
+                None => Room::ZERO,
+            };
+            if reg.daemon_dead && tick == reg.gateways_until {
+                // The lease ran out: the gateways fence and the room is the estate's alone.
+                *dirty = true;
+            }
             let received = if alive { reg.demand } else { Room::ZERO };
             let cap = share.0 as u128 * burst_ms;
             let tokens = reg.tokens.min(cap);
@@ -525,20 +605,22 @@ impl<'a> Sim<'a> {
     }
 
     /// The physical audit of the one limit over everything written and the running Regions.
-    fn audit(&self) -> Audit {
+    /// Physical truth: a Region holds room while its gateways enforce it (its daemon runs, or
+    /// died and the lease of its last rules has not run out).
+    fn audit(&self, tick: i64) -> Audit {
         let truth: Vec<Truth<'_>> = self
             .regs
             .iter()
             .map(|reg| Truth {
                 written: &reg.history,
-                running: reg.coord.as_ref().map(|c| c.own()),
+                running: reg.enforced(tick),
             })
             .collect();
         audit(&self.d, 0, &truth)
     }
 
     fn finish(self) -> Outcome {
-        let end = self.audit();
+        let end = self.audit(self.sc.end_tick);
         let finals = self
             .regs
             .iter()
@@ -552,7 +634,7 @@ impl<'a> Sim<'a> {
                     share: l.share,
                     pool: l.pool,
                     target: l.target,
-                    alive: reg.alive(),
+                    alive: reg.gateways_up(),
                     epoch: rec.epoch,
                 }
             })

@@ -232,7 +232,47 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
             line: 0,
         });
     }
+    // Daemon deaths (the gateways live on under their lease), where the deployment admits one.
+    let lease_ticks = crate::engine::deployment(sc)
+        .ok()
+        .and_then(|d| shareplane_core::lease_bound(&d).ok())
+        .map(|b| (b.lease_ms / sc.tick_ms) as i64);
+    let kills = x.range(0, 2);
+    for _ in 0..kills {
+        let at_tick = x.range(0, end as u64 - 1) as i64;
+        let r = x.range(0, n as u64 - 1) as usize;
+        let back = at_tick + x.range(1, (end - at_tick).max(1) as u64) as i64;
+        let truthful = x.chance(70);
+        let detect = x.range(0, sc.period_ticks) as i64;
+        let Some(lease) = lease_ticks else {
+            continue;
+        };
+        events.push(Event {
+            at_tick,
+            action: Action::KillDaemon(r),
+            line: 0,
+        });
+        if truthful && at_tick + lease + detect < end {
+            // Its health check probes the daemon: it turns unhealthy (a true verdict), no sooner
+            // than the lease after the death (docs/PROTOCOL.md: the deployment's health check
+            // must take at least the lease to detect a failure).
+            events.push(Event {
+                at_tick: at_tick + lease + detect,
+                action: Action::Unhealthy(r),
+                line: 0,
+            });
+            unhealthy[r] = true;
+        }
+        if back < end {
+            events.push(Event {
+                at_tick: back,
+                action: Action::RestartDaemon(r),
+                line: 0,
+            });
+        }
+    }
     events.sort_by_key(|e| e.at_tick);
+    let dead = keep_lifecycle(&mut events, n);
     // A lost Region is usually reported unhealthy some time after it was lost (the true verdict).
     if cut {
         events.push(Event {
@@ -242,6 +282,13 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
         });
     }
     for r in 0..n {
+        if dead[r] {
+            events.push(Event {
+                at_tick: end,
+                action: Action::RestartDaemon(r),
+                line: 0,
+            });
+        }
         if lost[r] {
             events.push(Event {
                 at_tick: end,
@@ -258,6 +305,37 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
         }
     }
     events
+}
+
+/// Drops the events that the daemon deaths drawn on their own stream made out of order (a kill
+/// of a lost Region or of a dead daemon, a restart of a dead daemon, a daemon restart of a Region
+/// whose daemon runs); returns the Regions whose daemon is still dead at the end.
+fn keep_lifecycle(events: &mut Vec<Event>, n: usize) -> Vec<bool> {
+    let mut lost = vec![false; n];
+    let mut dead = vec![false; n];
+    events.retain(|e| match e.action {
+        Action::Lose(r) => {
+            lost[r] = true;
+            dead[r] = false;
+            true
+        }
+        Action::Restore(r) => {
+            lost[r] = false;
+            true
+        }
+        Action::Restart(r) => !dead[r],
+        Action::KillDaemon(r) if !lost[r] && !dead[r] => {
+            dead[r] = true;
+            true
+        }
+        Action::RestartDaemon(r) if dead[r] && !lost[r] => {
+            dead[r] = false;
+            true
+        }
+        Action::KillDaemon(_) | Action::RestartDaemon(_) => false,
+        _ => true,
+    });
+    dead
 }
 
 /// What one seed measured.
@@ -613,6 +691,8 @@ pub fn to_toml(sc: &Scenario) -> String {
                 )
             }
             Action::Unknown(r) => format!("unknown = {}", name(*r)),
+            Action::KillDaemon(r) => format!("kill_daemon = {}", name(*r)),
+            Action::RestartDaemon(r) => format!("restart_daemon = {}", name(*r)),
             Action::Heal => "heal = true".into(),
             Action::Unhealthy(r) => format!("unhealthy = {}", name(*r)),
             Action::Healthy(r) => format!("healthy = {}", name(*r)),

@@ -71,6 +71,11 @@ pub enum Action {
     Unknown(usize),
     /// The Region's daemon restarts at once and resumes from its own record.
     Restart(usize),
+    /// The Region's daemon dies; its gateways keep enforcing their last rules for the lease,
+    /// then fence (capacity limits refuse everything).
+    KillDaemon(usize),
+    /// A killed daemon starts again from its last written record.
+    RestartDaemon(usize),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -255,6 +260,12 @@ struct RawEvent {
     healthy: Option<Spanned<String>>,
     #[serde(default)]
     restart: Option<Spanned<String>>,
+    /// Added field: the Region's daemon dies, its gateways live on.
+    #[serde(default)]
+    kill_daemon: Option<Spanned<String>>,
+    /// Added field: a killed daemon starts again.
+    #[serde(default)]
+    restart_daemon: Option<Spanned<String>>,
     /// Added field: the Region's health data is missing ("unknown" verdict).
     #[serde(default)]
     unknown: Option<Spanned<String>>,
@@ -567,6 +578,13 @@ impl Checker<'_> {
             actions.extend(one(self, &e.healthy, "healthy", Action::Healthy));
             actions.extend(one(self, &e.restart, "restart", Action::Restart));
             actions.extend(one(self, &e.unknown, "unknown", Action::Unknown));
+            actions.extend(one(self, &e.kill_daemon, "kill_daemon", Action::KillDaemon));
+            actions.extend(one(
+                self,
+                &e.restart_daemon,
+                "restart_daemon",
+                Action::RestartDaemon,
+            ));
             if let Some(c) = &e.one_way_cut {
                 let field = format!("{at}.one_way_cut");
                 let from = self.mask(c, names, &c.get_ref().from, &format!("{field}.from"));
@@ -664,11 +682,26 @@ impl Checker<'_> {
     /// Lose, restore and restart must make sense in time order.
     fn check_lifecycle(&mut self, events: &[Event], names: &[String]) {
         let mut lost = vec![false; names.len()];
+        let mut dead = vec![false; names.len()];
         for e in events {
             let (r, ok, what) = match e.action {
                 Action::Lose(r) => (r, !lost[r], "loses a Region that is already lost"),
                 Action::Restore(r) => (r, lost[r], "restores a Region that is not lost"),
-                Action::Restart(r) => (r, !lost[r], "restarts a Region that is lost"),
+                Action::Restart(r) => (
+                    r,
+                    !lost[r] && !dead[r],
+                    "restarts a Region that is lost or whose daemon is dead",
+                ),
+                Action::KillDaemon(r) => (
+                    r,
+                    !lost[r] && !dead[r],
+                    "kills the daemon of a Region that is lost or whose daemon is dead",
+                ),
+                Action::RestartDaemon(r) => (
+                    r,
+                    dead[r] && !lost[r],
+                    "restarts a daemon that was not killed",
+                ),
                 _ => continue,
             };
             if !ok {
@@ -678,8 +711,15 @@ impl Checker<'_> {
                     problem: what.into(),
                 });
             }
-            if let Action::Lose(r) | Action::Restore(r) = e.action {
-                lost[r] = matches!(e.action, Action::Lose(_));
+            match e.action {
+                Action::Lose(r) => {
+                    lost[r] = true;
+                    dead[r] = false;
+                }
+                Action::Restore(r) => lost[r] = false,
+                Action::KillDaemon(r) => dead[r] = true,
+                Action::RestartDaemon(r) => dead[r] = false,
+                _ => {}
             }
         }
     }

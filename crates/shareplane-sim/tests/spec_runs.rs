@@ -430,3 +430,44 @@ fn same_input_same_bytes() {
     };
     assert_eq!(once(), once());
 }
+
+#[test]
+fn a_daemon_that_dies_leaves_gateways_that_fence_before_anyone_reclaims() {
+    // Issue "the gateways inside the safety proof": B's daemon dies at 300 s, its gateways live
+    // on. They enforce B's last share for the lease, then fence; A and C reclaim at 330 s and
+    // later. What gateways enforce never sums above the limit, and the audit counts B's room as
+    // B's while its gateways enforce it.
+    let r = run("g2-daemon-death.toml");
+    assert!(
+        r.ticks.iter().all(|t| t.sum <= 10_000.0 + 1e-9),
+        "the shares enforced passed the limit"
+    );
+    assert_eq!(r.summary.conservation_violations, 0);
+    let b_at = |s: f64| {
+        r.ticks
+            .iter()
+            .find(|t| t.t_s >= s)
+            .map(|t| t.shares[1])
+            .expect("tick")
+    };
+    assert!(
+        b_at(300.5) > 2_000.0,
+        "B's gateways still enforce its share"
+    );
+    assert_eq!(b_at(329.0), 0.0, "B's gateways fenced before any reclaim");
+    let reclaims: Vec<f64> = r
+        .summary
+        .rebalances
+        .iter()
+        .filter(|b| b.reclaimed.get("B").is_some())
+        .map(|b| b.at_s)
+        .collect();
+    assert!(!reclaims.is_empty() && reclaims.iter().all(|&t| t >= 330.0));
+    // Back: B's daemon restarts in a new epoch at zero and the limit is held exactly again.
+    let last = r.ticks.last().expect("ticks");
+    assert!(
+        (last.sum - 10_000.0).abs() < 0.01,
+        "shares end at {}",
+        last.sum
+    );
+}
