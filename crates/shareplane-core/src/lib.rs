@@ -10,6 +10,7 @@
 
 mod config;
 mod coordinator;
+mod demand;
 mod estate;
 pub mod lease;
 mod record;
@@ -19,6 +20,9 @@ mod room;
 pub use config::{ConfigError, Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
 pub use coordinator::{
     Alarms, Coordinator, Decision, Health, Inputs, LimitOutcome, PeerState, PeerView, Rule,
+};
+pub use demand::{
+    band as demand_band, published_demand, DEMAND_BAND_MIN_PERMILLE_OF_RATE, DEMAND_BAND_PERMILLE,
 };
 pub use estate::{audit, estate_room, heir_portion, Audit, Truth};
 pub use lease::{lease_bound, LeaseBound};
