@@ -3,7 +3,7 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /v1/rules` | the rule set; `ETag`, `If-None-Match` → 304; long-poll `?after=V&wait_ms=W` |
-//! | `POST /v1/demand` | a gateway's running totals (bearer token; body ≤ 64 KiB) |
+//! | `POST /v1/demand` | a gateway's running totals (bearer token; body ≤ 64 KiB); 422 names implausible totals |
 //! | `GET /v1/state` | why each share is what it is |
 //! | `GET /v1/limits/{id}/explain` | one limit: demand, target, share, pool, grants in flight, peers, health, policy |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness latch, Prometheus text |
@@ -190,7 +190,7 @@ async fn demand(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Response, ApiError> {
     if let Err(e) = authorized(&s, &headers) {
         s.metrics.demand_rejected.inc("unauthorized");
         return Err(e);
@@ -203,30 +203,66 @@ async fn demand(
         s.metrics.demand_rejected.inc("bad_json");
         err(StatusCode::BAD_REQUEST, format!("bad demand report: {e}"))
     })?;
-    let now = s.clock.now_ms();
     let outcome = {
         let mut book = s.demand();
+        // Stamped on receipt, under the book's lock, so that stamps follow the order of updates.
+        let now = s.clock.now_ms();
         let o = book.report(now, &report.gateway, report.incarnation, &report.totals);
         s.metrics.gateways.set(book.gateways() as u64);
         o
     };
-    match outcome {
-        Ok(o) => {
-            s.metrics.demand_reports.inc();
-            let mut body = serde_json::json!({ "ok": true });
-            if !o.unknown.is_empty() {
-                body["ignored"] = serde_json::json!(o.unknown);
-            }
-            if o.stale {
-                body["stale"] = serde_json::json!(true);
-            }
-            Ok(Json(body))
-        }
+    let o = match outcome {
+        Ok(o) => o,
         Err(e) => {
             s.metrics.demand_rejected.inc("invalid");
-            Err(err(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))
+            return Err(err(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()));
         }
+    };
+    if !o.refused.is_empty() {
+        return Ok(refused_totals(&s, &report.gateway, &o));
     }
+    s.metrics.demand_reports.inc();
+    let mut body = serde_json::json!({ "ok": true });
+    if !o.unknown.is_empty() {
+        body["ignored"] = serde_json::json!(o.unknown);
+    }
+    if o.stale {
+        body["stale"] = serde_json::json!(true);
+    }
+    Ok(Json(body).into_response())
+}
+
+/// 422 for a report with implausible totals: each refused limit with its reason. The report's
+/// other totals were adopted (totals of different limits are independent, as in a report split
+/// into several posts). Counted per total, logged once per gateway.
+fn refused_totals(s: &Shared, gateway: &str, o: &crate::demand::ReportOutcome) -> Response {
+    s.metrics.demand_rejected.inc("implausible");
+    for (_, r) in &o.refused {
+        s.metrics.demand_totals_refused.inc(r.reason());
+    }
+    let named: Vec<String> = o.refused.iter().map(|(l, r)| format!("{l}: {r}")).collect();
+    if o.first_refusal {
+        tracing::warn!(region = %s.region, gateway, refused = %named.join("; "),
+            "implausible demand totals refused and not adopted (logged once per gateway)");
+    } else {
+        tracing::debug!(region = %s.region, gateway, refused = %named.join("; "), "implausible demand totals refused");
+    }
+    let refused: serde_json::Map<String, serde_json::Value> = o
+        .refused
+        .iter()
+        .map(|(l, r)| {
+            (
+                l.clone(),
+                serde_json::json!({ "reason": r.reason(), "detail": r.to_string() }),
+            )
+        })
+        .collect();
+    let body = serde_json::json!({
+        "error": format!("implausible demand totals, not adopted: {}", named.join("; ")),
+        "refused": refused,
+        "counted": o.counted,
+    });
+    (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response()
 }
 
 async fn state(State(s): State<Arc<Shared>>) -> Response {

@@ -1,30 +1,78 @@
 //! The Region's demand per limit, from gateways' running totals of received requests (SPEC §7).
 //!
-//! Each gateway reports, per limit, how many requests it has received since it started
-//! (`incarnation` names that start). Only increases over the last accepted total count, so a
-//! repeated or older report changes nothing. A gateway seen for the first time, or in a new
-//! incarnation, sets its baseline: its history before that is not counted as received now (which
-//! would make a burst of demand out of a daemon restart).
+//! # What is measured
 //!
-//! Demand is what was received in the last [`WINDOW_MS`] divided by the window.
+//! Each gateway reports, per limit, how many requests it has received since it started
+//! (`incarnation` names that start). The book stamps every report with the daemon's own
+//! monotonic clock **when it is received** and never uses any other time. When a gateway's total
+//! for a limit rises from `n` (known at `a`) to `m` (received at `b`), the `m − n` requests are
+//! spread evenly over `[a, b)` on a per-limit timeline of [`BUCKET_MS`] buckets. Demand is the
+//! content of the last [`WINDOW_MS`] of whole buckets that every active gateway has already
+//! covered (the *frontier*: the oldest receipt among gateways heard from within [`GRACE_MS`]),
+//! divided by the window.
+//!
+//! So the window can never lose its baseline, whatever the order of reports, store calls and
+//! rebalances: a report only adds counts to the buckets its own interval covers, a rebalance only
+//! reads, and the window ends where every active gateway's reports already reach, never after
+//! the report that is counted. For a gateway with a steady rate the count in any window is exact
+//! up to how much the gateways' report delays vary.
+//!
+//! # What is refused
+//!
+//! Per gateway and limit (see [`Refusal`]): a total below the last accepted one of the same
+//! incarnation, and a rise of more than [`RISE_FACTOR`] × the limit's rate over the time since
+//! the total was last known plus [`RISE_SLACK_MS`]. A refused total is never adopted; the
+//! gateway's later totals are measured against its last accepted one, so a counter that jumped
+//! stays refused until the gateway restarts (a new incarnation), while a spike that was only
+//! early is accepted once the average is plausible again. A new incarnation starts a new
+//! baseline: nothing before its first report is counted.
+//!
+//! # Ageing
+//!
+//! A gateway that stops reporting stops holding the frontier after [`GRACE_MS`]; the window then
+//! moves on without it and its requests leave the window within [`WINDOW_MS`] more: demand ages
+//! out instead of freezing at the last rate.
 //!
 //! Behind a load balancer each replica of a Region may get only some of a gateway's reports.
 //! Because reports carry running totals, the increase between any two reports a replica gets is
 //! exactly what the gateway received in between, so every replica that hears from a gateway at
-//! least once per window measures the same demand (a follower that takes over needs no hand-off).
+//! least once per [`GRACE_MS`] measures the same demand.
+//!
+//! A book younger than [`MATURE_AFTER_MS`] undercounts (it has not seen a whole window of every
+//! gateway); [`DemandBook::is_mature`] says so and the daemon uses the demand of its own last
+//! durable record until then.
 
-use shareplane_core::Room;
+use shareplane_core::{Deployment, LimitKind, Room, MAX_RATE_RPS, MILLI_PER_RPS};
 use std::collections::{BTreeMap, VecDeque};
 
 /// The demand averaging window (SPEC §2: the last 5 s).
 pub const WINDOW_MS: u64 = 5_000;
-/// Samples are coalesced into buckets of this width, so a limit keeps at most ~51 samples.
-const BUCKET_MS: u64 = 100;
+/// Width of one bucket of a limit's timeline; the window ends on a bucket boundary.
+pub const BUCKET_MS: u64 = 100;
+/// A gateway heard from within this long still holds the window's end back to its last report;
+/// gateways should report at least this often (the limiter's default is every second).
+pub const GRACE_MS: u64 = 2_500;
+/// A book has a whole window of every gateway that reports at least every [`GRACE_MS`] this long
+/// after it was opened.
+pub const MATURE_AFTER_MS: u64 = WINDOW_MS + 2 * GRACE_MS;
+/// A gateway not heard from for this long is forgotten (it is out of every window long before).
+pub const FORGET_AFTER_MS: u64 = 60_000;
+/// A total may rise by at most `RISE_FACTOR × rate × (elapsed + RISE_SLACK_MS)` between two
+/// reports of one gateway: received requests can exceed the limit (refused ones count), but not
+/// a few times the whole limit on one gateway.
+pub const RISE_FACTOR: u64 = 4;
+/// Allowance for the variation of report delays in the rise bound.
+pub const RISE_SLACK_MS: u64 = 1_000;
 /// At most this many gateways are tracked; the least recently seen is forgotten first.
 pub const MAX_GATEWAYS: usize = 4_096;
+/// At most this many (gateway, limit) totals are tracked over all gateways.
+pub const MAX_SLOTS: usize = 1 << 21;
 pub const MAX_GATEWAY_ID_CHARS: usize = 128;
 /// At most this many limit totals in one report.
 pub const MAX_TOTALS: usize = 1_024;
+
+/// Buckets kept per limit: the oldest window start ([`GRACE_MS`] before now) and two spare.
+const KEEP_BUCKETS: u64 = (WINDOW_MS + GRACE_MS) / BUCKET_MS + 2;
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DemandError {
@@ -32,6 +80,48 @@ pub enum DemandError {
     BadGateway,
     #[error("too many totals in one report (at most {MAX_TOTALS})")]
     TooManyTotals,
+}
+
+/// Why one total of a report was refused (and not adopted).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Below the last accepted total of the same incarnation.
+    WentDown { last: u64, got: u64 },
+    /// A rise larger than the limit's rate allows over the time since the last known total.
+    TooFast {
+        rise: u64,
+        allowed: u64,
+        elapsed_ms: u64,
+    },
+}
+
+impl Refusal {
+    /// A stable name for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::WentDown { .. } => "went_down",
+            Refusal::TooFast { .. } => "too_fast",
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::WentDown { last, got } => write!(
+                f,
+                "total went down from {last} to {got} without a new incarnation"
+            ),
+            Refusal::TooFast {
+                rise,
+                allowed,
+                elapsed_ms,
+            } => write!(
+                f,
+                "total rose by {rise} in {elapsed_ms} ms, more than the {allowed} the limit's rate allows"
+            ),
+        }
+    }
 }
 
 /// What a report did.
@@ -43,49 +133,98 @@ pub struct ReportOutcome {
     pub unknown: Vec<String>,
     /// The report was from an older incarnation and was ignored.
     pub stale: bool,
+    /// Totals refused, by limit id; none of them was adopted (the others were).
+    pub refused: Vec<(String, Refusal)>,
+    /// The first refusal ever for this gateway (log it once).
+    pub first_refusal: bool,
+}
+
+/// One limit as the book needs it.
+#[derive(Clone, Debug)]
+pub struct TrackedLimit {
+    pub id: String,
+    /// The rate the rise bound is taken from: the limit's rate for a capacity limit; the largest
+    /// rate for a security limit, whose demand moves no room.
+    pub plausible_rate: Room,
+}
+
+impl TrackedLimit {
+    pub fn of(d: &Deployment) -> Vec<TrackedLimit> {
+        d.limits
+            .iter()
+            .map(|l| TrackedLimit {
+                id: l.id.clone(),
+                plausible_rate: match l.kind {
+                    LimitKind::Capacity => l.rate,
+                    LimitKind::Security { .. } => max_rate(),
+                },
+            })
+            .collect()
+    }
+}
+
+/// One gateway's last accepted total for one limit.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    total: u64,
+    /// The last receipt at which the total was known to be `total` (an equal total moves it).
+    known_ms: u64,
 }
 
 struct Gateway {
     incarnation: u64,
-    totals: Vec<Option<u64>>,
     last_seen_ms: u64,
+    /// A refusal was logged for this gateway.
+    warned: bool,
+    slots: BTreeMap<usize, Slot>,
 }
 
+/// One limit's received requests over time, in milli-requests per bucket.
 #[derive(Default)]
-struct Counter {
-    received: u64,
-    /// `(bucket start ms, received at the end of that bucket)`, oldest first.
-    samples: VecDeque<(u64, u64)>,
+struct Timeline {
+    /// Bucket number (`ms / BUCKET_MS`) of `buckets[0]`.
+    first: u64,
+    buckets: VecDeque<u64>,
 }
 
 /// Running totals of every gateway and the Region's demand derived from them.
 pub struct DemandBook {
-    limit_ids: Vec<String>,
+    limits: Vec<TrackedLimit>,
     created_ms: u64,
+    /// The latest time the book was told; times told later but lower are raised to it.
+    latest_ms: u64,
     gateways: BTreeMap<String, Gateway>,
-    counters: Vec<Counter>,
+    slots: usize,
+    timelines: Vec<Timeline>,
+    /// Synthetic demand ([`DemandBook::add`]) per limit: when it was last added.
+    synthetic: Vec<Option<u64>>,
 }
 
 impl DemandBook {
-    /// A book opened at `now_ms`: it has a full window of data from `now_ms + WINDOW_MS` on.
-    pub fn new(limit_ids: Vec<String>, now_ms: u64) -> DemandBook {
-        let counters = limit_ids.iter().map(|_| Counter::default()).collect();
+    /// A book opened at `now_ms`; it is mature from `now_ms + MATURE_AFTER_MS` on.
+    pub fn new(limits: Vec<TrackedLimit>, now_ms: u64) -> DemandBook {
+        let n = limits.len();
         DemandBook {
-            limit_ids,
+            limits,
             created_ms: now_ms,
+            latest_ms: now_ms,
             gateways: BTreeMap::new(),
-            counters,
+            slots: 0,
+            timelines: (0..n).map(|_| Timeline::default()).collect(),
+            synthetic: vec![None; n],
         }
     }
 
-    /// Whether a whole window has passed since the book was opened. Before that the rates
-    /// undercount (a restarted daemon would otherwise publish a demand near zero and give its
-    /// share away), so the daemon uses the demand in its own last record instead.
+    /// Whether every gateway that reports at least every [`GRACE_MS`] has had a whole window
+    /// since the book was opened. Before that the rates undercount (a restarted daemon would
+    /// publish a demand near zero and give its share away), so the daemon uses the demand in
+    /// its own last record instead.
     pub fn is_mature(&self, now_ms: u64) -> bool {
-        now_ms >= self.created_ms.saturating_add(WINDOW_MS)
+        now_ms >= self.created_ms.saturating_add(MATURE_AFTER_MS)
     }
 
-    /// Applies one gateway report.
+    /// Applies one gateway report received at `now_ms`. Totals are independent per limit: the
+    /// refused ones are listed in the outcome and not adopted, the others are.
     pub fn report(
         &mut self,
         now_ms: u64,
@@ -102,121 +241,290 @@ impl DemandBook {
         if totals.len() > MAX_TOTALS {
             return Err(DemandError::TooManyTotals);
         }
+        let now = self.advance(now_ms);
         let mut out = ReportOutcome::default();
         let mut indexed = Vec::with_capacity(totals.len());
         for (id, &t) in totals {
-            match self.limit_ids.iter().position(|l| l == id) {
+            match self.limits.iter().position(|l| l.id == *id) {
                 Some(i) => indexed.push((i, t)),
                 None => out.unknown.push(id.clone()),
             }
         }
-        if !self.gateways.contains_key(gateway) {
-            self.make_room();
-        }
-        let n = self.limit_ids.len();
+        self.make_room(gateway, indexed.len());
         let g = self
             .gateways
             .entry(gateway.to_string())
             .or_insert_with(|| Gateway {
                 incarnation,
-                totals: vec![None; n],
-                last_seen_ms: now_ms,
+                last_seen_ms: now,
+                warned: false,
+                slots: BTreeMap::new(),
             });
-        if incarnation < g.incarnation {
-            out.stale = true;
-            return Ok(out);
-        }
-        if incarnation > g.incarnation {
+        if incarnation != g.incarnation {
+            // An older incarnation is a late report of a gateway that restarted, unless the
+            // newer one has gone quiet: then a gateway whose clock was once far ahead (or one
+            // bogus report) cannot lock the real one out for longer than a window.
+            let quiet = now.saturating_sub(g.last_seen_ms) > WINDOW_MS + GRACE_MS;
+            if incarnation < g.incarnation && !quiet {
+                out.stale = true;
+                return Ok(out);
+            }
+            // A new baseline: what the old incarnation reported stays on the timelines.
+            self.slots = self.slots.saturating_sub(g.slots.len());
+            g.slots.clear();
             g.incarnation = incarnation;
-            g.totals = vec![None; n];
         }
-        g.last_seen_ms = now_ms;
-        let mut deltas = Vec::new();
-        for (i, t) in indexed {
-            let Some(slot) = g.totals.get_mut(i) else {
+        g.last_seen_ms = now;
+        let mut adopted = Vec::new();
+        for (li, total) in indexed {
+            let id = self
+                .limits
+                .get(li)
+                .map(|l| l.id.clone())
+                .unwrap_or_default();
+            let plausible = self.limits.get(li).map_or(Room::ZERO, |l| l.plausible_rate);
+            let Some(s) = g.slots.get_mut(&li) else {
+                g.slots.insert(
+                    li,
+                    Slot {
+                        total,
+                        known_ms: now,
+                    },
+                );
+                self.slots += 1;
                 continue;
             };
-            match *slot {
-                None => *slot = Some(t),
-                Some(last) if t > last => {
-                    deltas.push((i, t - last));
-                    *slot = Some(t);
+            match judge(s, total, now, plausible) {
+                Judged::Same => s.known_ms = now,
+                Judged::Rise(rise) => {
+                    adopted.push((li, s.known_ms, rise));
+                    *s = Slot {
+                        total,
+                        known_ms: now,
+                    };
                 }
-                Some(_) => {}
+                Judged::Refused(r) => out.refused.push((id, r)),
             }
         }
-        for (i, d) in deltas {
-            out.counted = out.counted.saturating_add(d);
-            self.add(now_ms, i, d);
+        if !out.refused.is_empty() && !g.warned {
+            g.warned = true;
+            out.first_refusal = true;
+        }
+        for (li, from, rise) in adopted {
+            out.counted = out.counted.saturating_add(rise);
+            self.spread(li, from, now, rise);
         }
         Ok(out)
     }
 
-    /// Counts `count` requests received for the limit at `limit_index` (synthetic demand).
+    /// Counts `count` requests received for the limit at `limit_index` since the previous call
+    /// (synthetic demand: the demo and tests; the first call counts from the book's opening).
     pub fn add(&mut self, now_ms: u64, limit_index: usize, count: u64) {
-        let Some(c) = self.counters.get_mut(limit_index) else {
+        let now = self.advance(now_ms);
+        let created = self.created_ms;
+        let Some(last) = self.synthetic.get_mut(limit_index) else {
             return;
         };
-        c.received = c.received.saturating_add(count);
-        // A sample is stamped with the END of its bucket: a count that arrived after the window's
-        // start must never fall into the baseline taken at or before that start (stamping with
-        // the bucket's start dropped a whole report arriving in the window's first bucket).
-        let bucket = now_ms.div_ceil(BUCKET_MS).saturating_mul(BUCKET_MS);
-        match c.samples.back_mut() {
-            Some(last) if last.0 == bucket => last.1 = c.received,
-            _ => c.samples.push_back((bucket, c.received)),
-        }
-        prune(c, now_ms);
+        let from = last.unwrap_or(created);
+        *last = Some(now);
+        self.spread(limit_index, from, now, count);
     }
 
-    /// Demand per limit (by limit index): received in the last window / window.
+    /// Demand per limit (by limit index): the last whole window behind the frontier, per second.
     pub fn rates(&mut self, now_ms: u64) -> Vec<Room> {
-        self.counters
-            .iter_mut()
-            .map(|c| {
-                prune(c, now_ms);
-                let start = now_ms.saturating_sub(WINDOW_MS);
-                // After pruning, only the front sample may lie at or before the window start.
-                let base = c
-                    .samples
-                    .front()
-                    .filter(|s| s.0 <= start)
-                    .map_or(0, |s| s.1);
-                let count = c.received.saturating_sub(base);
-                // count requests / 5 s in milli-requests per second, capped at the largest rate
-                // the core accepts (a gateway reporting absurd totals cannot overflow anything).
-                let max = (shareplane_core::MAX_RATE_RPS as u128)
-                    * shareplane_core::MILLI_PER_RPS as u128;
-                Room((count as u128 * 1_000_000 / WINDOW_MS as u128).min(max) as u64)
-            })
-            .collect()
+        let now = self.advance(now_ms);
+        self.forget(now);
+        let active_after = now.saturating_sub(GRACE_MS);
+        let mut frontier: Vec<Option<u64>> = self
+            .synthetic
+            .iter()
+            .map(|s| s.filter(|&t| t >= active_after))
+            .collect();
+        for g in self.gateways.values() {
+            for (&li, s) in &g.slots {
+                if s.known_ms < active_after {
+                    continue;
+                }
+                if let Some(f) = frontier.get_mut(li) {
+                    *f = Some(f.map_or(s.known_ms, |x| x.min(s.known_ms)));
+                }
+            }
+        }
+        let max = max_rate().0 as u128;
+        let mut out = Vec::with_capacity(self.timelines.len());
+        for (tl, f) in self.timelines.iter_mut().zip(frontier) {
+            tl.prune(now);
+            let end = f.unwrap_or(active_after).max(active_after) / BUCKET_MS;
+            let count = tl.sum(end.saturating_sub(WINDOW_MS / BUCKET_MS), end);
+            // milli-requests over the window → milli-requests per second.
+            let rate = count * 1_000 / WINDOW_MS as u128;
+            out.push(Room(rate.min(max) as u64));
+        }
+        out
     }
 
     pub fn gateways(&self) -> usize {
         self.gateways.len()
     }
 
-    fn make_room(&mut self) {
-        while self.gateways.len() >= MAX_GATEWAYS {
+    /// The book's time: `now_ms`, or the latest time it was told if that is later (two reports
+    /// stamped before they took the lock may arrive in either order).
+    fn advance(&mut self, now_ms: u64) -> u64 {
+        self.latest_ms = self.latest_ms.max(now_ms);
+        self.latest_ms
+    }
+
+    /// Spreads `count` requests evenly over `[from_ms, to_ms)` of a limit's timeline (into the
+    /// bucket of `to_ms` if the interval is empty). What falls before the kept buckets is
+    /// outside every future window and dropped.
+    fn spread(&mut self, li: usize, from_ms: u64, to_ms: u64, count: u64) {
+        let Some(tl) = self.timelines.get_mut(li) else {
+            return;
+        };
+        tl.prune(self.latest_ms);
+        let milli = count as u128 * MILLI_PER_RPS as u128;
+        if to_ms <= from_ms {
+            tl.add(to_ms / BUCKET_MS, milli);
+            return;
+        }
+        let span = (to_ms - from_ms) as u128;
+        // Cumulative share of `milli` up to `t`, so that the parts add up exactly.
+        let upto = |t: u64| milli * (t.clamp(from_ms, to_ms) - from_ms) as u128 / span;
+        let start = from_ms.max(tl.first * BUCKET_MS);
+        let mut b = start / BUCKET_MS;
+        while b * BUCKET_MS < to_ms {
+            let part = upto((b + 1) * BUCKET_MS) - upto(b * BUCKET_MS);
+            tl.add(b, part);
+            b += 1;
+        }
+    }
+
+    /// Forgets gateways not heard from for [`FORGET_AFTER_MS`].
+    fn forget(&mut self, now: u64) {
+        let before = now.saturating_sub(FORGET_AFTER_MS);
+        let mut dropped = 0;
+        self.gateways.retain(|_, g| {
+            let keep = g.last_seen_ms >= before;
+            if !keep {
+                dropped += g.slots.len();
+            }
+            keep
+        });
+        self.slots = self.slots.saturating_sub(dropped);
+    }
+
+    /// Makes room for a report of `gateway` with `totals` totals: forgets the least recently
+    /// seen other gateways while the book is full.
+    fn make_room(&mut self, gateway: &str, totals: usize) {
+        loop {
+            let known = self.gateways.contains_key(gateway);
+            let full = (!known && self.gateways.len() >= MAX_GATEWAYS)
+                || self.slots.saturating_add(totals) > MAX_SLOTS;
+            if !full {
+                return;
+            }
             let oldest = self
                 .gateways
                 .iter()
+                .filter(|(k, _)| k.as_str() != gateway)
                 .min_by_key(|(_, g)| g.last_seen_ms)
                 .map(|(k, _)| k.clone());
-            match oldest {
-                Some(k) => self.gateways.remove(&k),
-                None => break,
-            };
+            let Some(k) = oldest else { return };
+            if let Some(g) = self.gateways.remove(&k) {
+                self.slots = self.slots.saturating_sub(g.slots.len());
+            }
         }
     }
 }
 
-/// Keeps the newest sample at or before the window start (the baseline) and everything after.
-/// The window is `(now − WINDOW_MS, now]` at the granularity of one bucket.
-fn prune(c: &mut Counter, now_ms: u64) {
-    let start = now_ms.saturating_sub(WINDOW_MS);
-    while c.samples.len() >= 2 && c.samples[1].0 <= start {
-        c.samples.pop_front();
+enum Judged {
+    Same,
+    Rise(u64),
+    Refused(Refusal),
+}
+
+/// Whether `total`, received at `now`, may follow the slot's last accepted total.
+fn judge(s: &Slot, total: u64, now: u64, rate: Room) -> Judged {
+    if total == s.total {
+        return Judged::Same;
+    }
+    if total < s.total {
+        return Judged::Refused(Refusal::WentDown {
+            last: s.total,
+            got: total,
+        });
+    }
+    let rise = total - s.total;
+    let elapsed_ms = now.saturating_sub(s.known_ms);
+    let allowed = allowed_rise(rate, elapsed_ms);
+    if rise > allowed {
+        Judged::Refused(Refusal::TooFast {
+            rise,
+            allowed,
+            elapsed_ms,
+        })
+    } else {
+        Judged::Rise(rise)
+    }
+}
+
+/// `RISE_FACTOR × rate × (elapsed + RISE_SLACK_MS)` in whole requests, rounded up.
+pub fn allowed_rise(rate: Room, elapsed_ms: u64) -> u64 {
+    let ms = elapsed_ms.saturating_add(RISE_SLACK_MS) as u128;
+    let milli = (rate.0 as u128)
+        .saturating_mul(RISE_FACTOR as u128)
+        .saturating_mul(ms);
+    // milli-requests/s × ms → requests: / 1,000 (milli) / 1,000 (ms per s).
+    u64::try_from(milli.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+fn max_rate() -> Room {
+    Room::from_rps(MAX_RATE_RPS).unwrap_or(Room(u64::MAX))
+}
+
+impl Timeline {
+    /// Drops buckets before the oldest window start that can still be asked for at `now`.
+    fn prune(&mut self, now: u64) {
+        let keep_from = (now / BUCKET_MS).saturating_sub(KEEP_BUCKETS);
+        while self.first < keep_from {
+            if self.buckets.pop_front().is_none() {
+                self.first = keep_from;
+                break;
+            }
+            self.first += 1;
+        }
+    }
+
+    /// Adds to one bucket. The caller pruned at the book's latest time and `bucket` is not
+    /// after it, so the timeline holds at most `KEEP_BUCKETS + 1` buckets.
+    fn add(&mut self, bucket: u64, milli: u128) {
+        let Some(i) = bucket.checked_sub(self.first) else {
+            return;
+        };
+        if i > KEEP_BUCKETS {
+            return;
+        }
+        let i = i as usize;
+        while self.buckets.len() <= i {
+            self.buckets.push_back(0);
+        }
+        if let Some(v) = self.buckets.get_mut(i) {
+            *v = v.saturating_add(u64::try_from(milli).unwrap_or(u64::MAX));
+        }
+    }
+
+    /// Milli-requests in buckets `[from, to)`.
+    fn sum(&self, from: u64, to: u64) -> u128 {
+        let lo = from.max(self.first);
+        (lo..to)
+            .filter_map(|b| self.buckets.get((b - self.first) as usize))
+            .map(|&v| v as u128)
+            .sum()
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.buckets.len()
     }
 }
 
@@ -224,67 +532,307 @@ fn prune(c: &mut Counter, now_ms: u64) {
 mod tests {
     use super::*;
 
+    const K: &str = "k";
+
+    /// One capacity limit `k` of 10,000/s.
+    fn book(now: u64) -> DemandBook {
+        DemandBook::new(
+            vec![TrackedLimit {
+                id: K.into(),
+                plausible_rate: Room::rps(10_000),
+            }],
+            now,
+        )
+    }
+
     fn totals(v: u64) -> BTreeMap<String, u64> {
-        [("k".to_string(), v)].into()
+        [(K.to_string(), v)].into()
     }
 
-    #[test]
-    fn a_report_just_after_the_window_start_is_counted() {
-        // Reports every second at 50 ms past the second; the window starts on the second.
-        let mut b = DemandBook::new(vec!["k".into()], 0);
-        let _ = b.report(50, "g1", 1, &totals(0));
-        for s in 1..=9u64 {
-            let _ = b.report(s * 1000 + 50, "g1", 1, &totals(s * 720));
+    fn rate(b: &mut DemandBook, now: u64) -> Room {
+        b.rates(now).first().copied().unwrap_or(Room(u64::MAX))
+    }
+
+    /// `gw` reports `rps` steadily every `every_ms` from `from` to `to` (inclusive), with its
+    /// total starting at `base`.
+    fn steady(
+        b: &mut DemandBook,
+        gw: &str,
+        rps: u64,
+        every_ms: u64,
+        from: u64,
+        to: u64,
+        base: u64,
+    ) {
+        together(b, &[(gw, rps, every_ms, from, to, base)]);
+    }
+
+    /// Several gateways as [`steady`], their reports applied in time order.
+    fn together(b: &mut DemandBook, gws: &[(&str, u64, u64, u64, u64, u64)]) {
+        let mut events = Vec::new();
+        for &(gw, rps, every, from, to, base) in gws {
+            let mut t = from;
+            while t <= to {
+                events.push((t, gw, base + rps * (t - from) / 1_000));
+                t += every;
+            }
         }
-        // At 10,000 ms the window (5,000, 10,000] holds the five reports of 5.05 .. 9.05 s.
-        let r = b.rates(10_000)[0];
-        assert_eq!(r, Room::rps(720), "got {r}");
-    }
-
-    #[test]
-    fn running_totals_give_a_five_second_average() {
-        let mut b = DemandBook::new(vec!["k".into()], 0);
-        let _ = b.report(0, "g1", 1, &totals(1_000));
-        for s in 1..=10u64 {
-            let _ = b.report(s * 1000, "g1", 1, &totals(1_000 + s * 700));
+        events.sort();
+        for (t, gw, total) in events {
+            let _ = b.report(t, gw, 1, &totals(total));
         }
-        // The last 5 s held 5 × 700 requests: 700/s.
-        assert_eq!(b.rates(10_000), vec![Room::rps(700)]);
     }
 
     #[test]
-    fn repeated_older_and_reset_reports_change_nothing() {
-        let mut b = DemandBook::new(vec!["k".into()], 0);
-        let _ = b.report(0, "g", 5, &totals(100));
-        let _ = b.report(1000, "g", 5, &totals(600));
-        let again = b.report(1500, "g", 5, &totals(600));
-        let older = b.report(1600, "g", 5, &totals(300));
-        let stale = b.report(1700, "g", 4, &totals(9_000));
-        let fresh = b.report(1800, "g", 6, &totals(50));
-        assert_eq!(again.map(|o| o.counted), Ok(0));
-        assert_eq!(older.map(|o| o.counted), Ok(0));
-        assert_eq!(stale.map(|o| o.stale), Ok(true));
-        assert_eq!(fresh.map(|o| o.counted), Ok(0));
-        assert_eq!(b.rates(2000), vec![Room::rps(100)]);
+    fn a_steady_gateway_is_measured_exactly() {
+        let mut b = book(0);
+        steady(&mut b, "g", 720, 1_000, 50, 20_050, 1_000);
+        assert_eq!(rate(&mut b, 20_060), Room::rps(720));
+        // Whenever asked between its reports.
+        steady(&mut b, "g", 720, 1_000, 21_050, 21_050, 1_000 + 720 * 21);
+        assert_eq!(rate(&mut b, 21_900), Room::rps(720));
     }
 
     #[test]
-    fn absurd_totals_are_capped_at_the_largest_rate() {
-        let mut b = DemandBook::new(vec!["k".into()], 0);
-        let _ = b.report(0, "g", 1, &totals(0));
-        let _ = b.report(1000, "g", 1, &totals(u64::MAX));
-        let cap = Room::from_rps(shareplane_core::MAX_RATE_RPS).map_err(|e| e.to_string());
-        assert_eq!(
-            b.rates(1000).first().copied().ok_or("no rate".to_string()),
-            cap
+    fn gateways_on_different_phases_and_intervals_add_up_exactly() {
+        let mut b = book(0);
+        together(
+            &mut b,
+            &[
+                ("a", 500, 1_000, 130, 30_130, 0),
+                ("b", 300, 100, 70, 30_070, 77),
+                ("c", 200, 700, 610, 30_010, 5),
+            ],
+        );
+        for now in [30_200, 30_300, 30_800] {
+            assert_eq!(rate(&mut b, now), Room::rps(1_000), "at {now}");
+        }
+    }
+
+    #[test]
+    fn a_report_between_taking_now_and_asking_cannot_remove_the_baseline() {
+        // Issue 13 case 1: the daemon took `now` before its store calls and a report arrived
+        // meanwhile. Whatever time the book is asked at, the window is the same.
+        let mut b = book(0);
+        steady(&mut b, "g", 1_200, 100, 0, 30_000, 0);
+        let taken = 30_000;
+        let _ = b.report(30_040, "g", 1, &totals(1_200 * 30_040 / 1_000));
+        let r = rate(&mut b, taken);
+        assert!(
+            r.0.abs_diff(Room::rps(1_200).0) <= Room::rps(1_200).0 / 100,
+            "{r}"
         );
     }
 
     #[test]
+    fn duplicated_and_reordered_reports_change_nothing() {
+        let mut b = book(0);
+        steady(&mut b, "g", 400, 500, 0, 10_000, 0);
+        let before = rate(&mut b, 10_000);
+        let dup = b.report(10_000, "g", 1, &totals(4_000));
+        let older = b.report(10_001, "g", 1, &totals(3_800));
+        assert_eq!(dup.as_ref().map(|o| o.refused.len()), Ok(0));
+        assert_eq!(
+            older.map(|o| o.refused),
+            Ok(vec![(
+                K.to_string(),
+                Refusal::WentDown {
+                    last: 4_000,
+                    got: 3_800
+                }
+            )])
+        );
+        assert_eq!(rate(&mut b, 10_001), before);
+        assert_eq!(before, Room::rps(400));
+    }
+
+    #[test]
+    fn hostile_totals_are_refused_and_do_not_move_demand() {
+        // Issue 13 case 2: 0, then u64::MAX, then 0 again from a gateway `evil`.
+        let mut b = book(0);
+        steady(&mut b, "real", 7_200, 100, 0, 20_000, 0);
+        let first = b.report(20_000, "evil", 1, &totals(0));
+        let max = b.report(20_010, "evil", 1, &totals(u64::MAX));
+        assert_eq!(first.map(|o| o.refused.len()), Ok(0));
+        let max = max.unwrap_or_default();
+        assert_eq!(max.refused.first().map(|r| r.1.reason()), Some("too_fast"));
+        assert!(max.first_refusal);
+        let again = b.report(20_020, "evil", 1, &totals(u64::MAX - 1));
+        assert_eq!(again.as_ref().map(|o| o.first_refusal), Ok(false));
+        assert_eq!(again.map(|o| o.refused.len()), Ok(1));
+        // A high total and then 0 (the other order).
+        let _ = b.report(20_030, "evil2", 1, &totals(1 << 40));
+        let zero = b.report(20_040, "evil2", 1, &totals(0));
+        assert_eq!(
+            zero.map(|o| o.refused.first().map(|r| r.1.reason())),
+            Ok(Some("went_down"))
+        );
+        steady(
+            &mut b,
+            "real",
+            7_200,
+            100,
+            20_100,
+            40_000,
+            7_200 * 20_100 / 1_000,
+        );
+        for now in [20_100, 25_000, 40_000] {
+            let r = rate(&mut b, now);
+            assert!(
+                r.0.abs_diff(Room::rps(7_200).0) <= Room::rps(72).0,
+                "{r} at {now}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_rise_bound_is_four_times_the_rate_over_the_elapsed_time_plus_a_second() {
+        // 10,000/s over 1 s + 1 s slack: 80,000.
+        assert_eq!(allowed_rise(Room::rps(10_000), 1_000), 80_000);
+        assert_eq!(allowed_rise(Room::rps(10_000), 0), 40_000);
+        assert_eq!(allowed_rise(Room(u64::MAX), u64::MAX), u64::MAX);
+        let mut b = book(0);
+        let _ = b.report(0, "g", 1, &totals(0));
+        let ok = b.report(1_000, "g", 1, &totals(80_000));
+        let no = b.report(2_000, "g", 1, &totals(80_000 + 80_001));
+        assert_eq!(ok.map(|o| (o.counted, o.refused.len())), Ok((80_000, 0)));
+        assert_eq!(no.map(|o| o.refused.len()), Ok(1));
+        // Measured from the last accepted total: plausible again once the average is.
+        let later = b.report(3_000, "g", 1, &totals(80_000 + 80_001));
+        assert_eq!(later.map(|o| o.counted), Ok(80_001));
+    }
+
+    #[test]
+    fn a_security_limit_is_bounded_by_the_largest_rate_only() {
+        let d = crate::demo::deployment(5_000).unwrap_or_else(|e| panic!("{e}"));
+        let mut limits = TrackedLimit::of(&d);
+        limits.push(TrackedLimit {
+            id: "login".into(),
+            plausible_rate: max_rate(),
+        });
+        let mut b = DemandBook::new(limits, 0);
+        let t = |v: u64| BTreeMap::from([("login".to_string(), v)]);
+        let _ = b.report(0, "g", 1, &t(0));
+        let o = b.report(1_000, "g", 1, &t(1_000_000_000));
+        assert_eq!(o.map(|o| o.refused.len()), Ok(0));
+    }
+
+    #[test]
+    fn a_new_incarnation_starts_a_new_baseline_and_keeps_what_the_old_one_counted() {
+        let mut b = book(0);
+        steady(&mut b, "g", 600, 200, 0, 20_000, 0);
+        // Restarts at 20 s: its totals start again near zero; nothing of its first total counts.
+        let first = b.report(20_200, "g", 2, &totals(120));
+        assert_eq!(first.map(|o| o.counted), Ok(0));
+        steady_inc(&mut b, 2, 600, 200, 20_400, 22_000, 240);
+        // The window still holds the old incarnation's requests up to 20 s; only the restart's
+        // 0.2 s gap (120 requests) is missing from it.
+        let r = rate(&mut b, 22_000);
+        assert!(r.0.abs_diff(Room::rps(576).0) <= Room::rps(6).0, "{r}");
+        let stale = b.report(22_001, "g", 1, &totals(99_999));
+        assert_eq!(stale.map(|o| o.stale), Ok(true));
+    }
+
+    fn steady_inc(
+        b: &mut DemandBook,
+        inc: u64,
+        rps: u64,
+        every: u64,
+        from: u64,
+        to: u64,
+        base: u64,
+    ) {
+        let mut t = from;
+        while t <= to {
+            let _ = b.report(t, "g", inc, &totals(base + rps * (t - from) / 1_000));
+            t += every;
+        }
+    }
+
+    #[test]
+    fn a_bogus_high_incarnation_locks_a_gateway_out_for_a_window_at_most() {
+        let mut b = book(0);
+        let _ = b.report(0, "g", u64::MAX, &totals(0));
+        let locked = b.report(1_000, "g", 7, &totals(0));
+        assert_eq!(locked.map(|o| o.stale), Ok(true));
+        let back = b.report(WINDOW_MS + GRACE_MS + 1, "g", 7, &totals(0));
+        assert_eq!(back.map(|o| o.stale), Ok(false));
+    }
+
+    #[test]
+    fn a_gateway_that_stops_reporting_ages_out_instead_of_freezing() {
+        let mut b = book(0);
+        steady(&mut b, "g", 1_000, 100, 0, 20_000, 0);
+        let mut last = rate(&mut b, 20_000);
+        assert_eq!(last, Room::rps(1_000));
+        for now in (20_000..=20_000 + GRACE_MS + WINDOW_MS + 200).step_by(100) {
+            let r = rate(&mut b, now);
+            assert!(r <= last, "rose at {now}: {r} after {last}");
+            last = r;
+        }
+        assert_eq!(last, Room::ZERO);
+        // Forgotten a while later.
+        let _ = rate(&mut b, 20_000 + FORGET_AFTER_MS + 1);
+        assert_eq!(b.gateways(), 0);
+    }
+
+    #[test]
+    fn one_active_gateway_does_not_keep_a_silent_one_counted() {
+        let mut b = book(0);
+        together(
+            &mut b,
+            &[("a", 500, 100, 0, 20_000, 0), ("b", 500, 100, 0, 10_000, 0)],
+        );
+        assert_eq!(rate(&mut b, 20_000), Room::rps(500));
+    }
+
+    #[test]
+    fn synthetic_demand_counts_from_the_opening_of_the_book() {
+        let mut b = book(1_000);
+        for k in 1..=60u64 {
+            b.add(1_000 + k * 100, 0, 72);
+        }
+        assert_eq!(rate(&mut b, 7_000), Room::rps(720));
+        // Half a window after the opening: half the window's worth.
+        let mut b = book(1_000);
+        for k in 1..=25u64 {
+            b.add(1_000 + k * 100, 0, 72);
+        }
+        assert_eq!(rate(&mut b, 3_500), Room::rps(360));
+    }
+
+    #[test]
+    fn maturity_comes_a_window_and_two_graces_after_opening() {
+        let b = book(1_000);
+        assert!(!b.is_mature(1_000 + MATURE_AFTER_MS - 1));
+        assert!(b.is_mature(1_000 + MATURE_AFTER_MS));
+    }
+
+    #[test]
+    fn memory_stays_bounded() {
+        let mut b = book(0);
+        steady(&mut b, "g", 100, 100, 0, 100_000, 0);
+        let _ = b.rates(100_000);
+        assert!(b
+            .timelines
+            .iter()
+            .all(|t| t.len() as u64 <= KEEP_BUCKETS + 1));
+        for i in 0..(MAX_GATEWAYS + 10) {
+            let _ = b.report(200_000 + i as u64, &format!("gw-{i}"), 1, &totals(0));
+        }
+        assert_eq!(b.gateways(), MAX_GATEWAYS);
+        assert!(b.slots <= MAX_GATEWAYS);
+    }
+
+    #[test]
     fn unknown_limits_and_bad_gateways_are_reported() {
-        let mut b = DemandBook::new(vec!["k".into()], 0);
+        let mut b = book(0);
         let o = b.report(0, "g", 1, &[("nope".to_string(), 3)].into());
         assert_eq!(o.map(|o| o.unknown), Ok(vec!["nope".to_string()]));
         assert_eq!(b.report(0, "", 1, &totals(1)), Err(DemandError::BadGateway));
+        assert_eq!(
+            b.report(0, "a\nb", 1, &totals(1)),
+            Err(DemandError::BadGateway)
+        );
     }
 }

@@ -70,7 +70,7 @@ pub struct Extra {
 }
 
 /// Every replica-wide metric, defined here and nowhere else.
-const SCALARS: [Scalar; 15] = [
+const SCALARS: [Scalar; 16] = [
     (
         "shareplane_rebalances_total",
         "counter",
@@ -156,6 +156,12 @@ const SCALARS: [Scalar; 15] = [
         |_, x| u64::from(x.store_ok),
     ),
     (
+        "shareplane_demand_window_full",
+        "gauge",
+        "1 once the demand book has a whole window; before, the leader uses the demand of its last durable record.",
+        |m, _| m.demand_window_full.get(),
+    ),
+    (
         "shareplane_demand_gateways",
         "gauge",
         "Gateways whose demand reports are tracked.",
@@ -163,7 +169,7 @@ const SCALARS: [Scalar; 15] = [
     ),
 ];
 
-const BY_LABEL: [ByLabel; 4] = [
+const BY_LABEL: [ByLabel; 5] = [
     (
         "shareplane_record_writes_failed_total",
         "reason",
@@ -187,6 +193,12 @@ const BY_LABEL: [ByLabel; 4] = [
         "reason",
         "Demand reports refused.",
         |m| &m.demand_rejected,
+    ),
+    (
+        "shareplane_demand_totals_refused_total",
+        "reason",
+        "Running totals in demand reports refused as implausible and never adopted (went_down, too_fast).",
+        |m| &m.demand_totals_refused,
     ),
 ];
 
@@ -238,6 +250,8 @@ pub struct Metrics {
     pub stepped_down: Counter,
     pub demand_reports: Counter,
     pub demand_rejected: Labeled,
+    pub demand_totals_refused: Labeled,
+    pub demand_window_full: Counter,
     pub gateways: Counter,
     pub metric_publish_failed: Counter,
     pub stale_rebalances: Counter,

@@ -3,7 +3,7 @@
 //! metrics.
 
 use crate::clock::Clock;
-use crate::demand::DemandBook;
+use crate::demand::{DemandBook, TrackedLimit};
 use crate::metrics::Metrics;
 use crate::rules::RuleSet;
 use shareplane_core::{
@@ -40,7 +40,6 @@ impl Shared {
         shutdown: watch::Receiver<bool>,
     ) -> Arc<Shared> {
         let region = d.region_name(me).to_string();
-        let ids = d.limits.iter().map(|l| l.id.clone()).collect();
         let view = StateView::starting(&d, me);
         Arc::new(Shared {
             region,
@@ -49,7 +48,7 @@ impl Shared {
             api_token,
             metrics: Metrics::new(),
             rules: watch::channel(Arc::new(RuleSet::none())).0,
-            demand: Mutex::new(DemandBook::new(ids, clock.now_ms())),
+            demand: Mutex::new(DemandBook::new(TrackedLimit::of(&d), clock.now_ms())),
             view: RwLock::new(Arc::new(view)),
             ready: AtomicBool::new(false),
             shutdown,

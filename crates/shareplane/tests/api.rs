@@ -144,7 +144,7 @@ async fn a_long_poll_answers_as_soon_as_a_newer_version_exists() {
     assert!(json(&body)["error"].is_string());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn demand_needs_the_token_and_valid_json_and_is_idempotent() {
     let (s, _tx) = shared();
     let app = api::router(s.clone());
@@ -166,15 +166,21 @@ async fn demand_needs_the_token_and_valid_json_and_is_idempotent() {
         (status, json(&body)),
         (StatusCode::OK, serde_json::json!({"ok": true}))
     );
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let (status, _, _) = call(&app, demand_req(Some(TOKEN), report(6_000, 1))).await;
+    assert_eq!(status, StatusCode::OK);
+    // The same total again a little later: nothing new counted, the window reaches it.
+    tokio::time::advance(Duration::from_millis(200)).await;
     let (status, _, _) = call(&app, demand_req(Some(TOKEN), report(6_000, 1))).await;
     assert_eq!(status, StatusCode::OK);
     let now = s.clock.now_ms();
     let once = s.demand().rates(now);
-    // The same report again, and an older one: nothing changes.
-    for r in [report(6_000, 1), report(2_000, 1)] {
-        let (status, _, _) = call(&app, demand_req(Some(TOKEN), r)).await;
-        assert_eq!(status, StatusCode::OK);
-    }
+    // Again, and an older (lower) one, which is refused naming the limit: nothing changes.
+    let (status, _, _) = call(&app, demand_req(Some(TOKEN), report(6_000, 1))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, body) = call(&app, demand_req(Some(TOKEN), report(2_000, 1))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(json(&body)["refused"]["k-big"]["reason"], "went_down");
     assert_eq!(s.demand().rates(now), once);
     assert_eq!(
         once,
