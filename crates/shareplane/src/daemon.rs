@@ -31,6 +31,7 @@ use crate::rules::{lowered, RuleSet};
 use crate::state::{build_view, Shared, ViewInput};
 use shareplane_core::{
     regions, Alarms, Coordinator, Health, Inputs, PeerState, PeerView, PerRegion, RegionRecord,
+    Room,
 };
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::future::Future;
@@ -80,6 +81,9 @@ pub struct Daemon<S, H> {
     own_seen: Option<Arc<RegionRecord>>,
     alarms: Vec<String>,
     paused: watch::Receiver<bool>,
+    /// The demand in the own record this replica last resumed from, by limit index: used
+    /// instead of the demand book until the book has a whole window (SPEC §7).
+    durable_demand: Option<Vec<Room>>,
 }
 
 impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
@@ -101,6 +105,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             own_seen: None,
             alarms: Vec::new(),
             paused: watch::channel(false).1,
+            durable_demand: None,
         }
     }
 
@@ -240,6 +245,9 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 let down_ms = durable
                     .as_ref()
                     .map_or(0, |r| now.saturating_sub(r.written_at_ms));
+                self.durable_demand = durable
+                    .as_ref()
+                    .map(|r| r.limits.iter().map(|l| l.demand).collect());
                 let c = Coordinator::restart(d, me, durable, down_ms);
                 info!(region = %self.shared.region, epoch = c.own().epoch, version = c.own().version,
                       down_ms, "resumed from the own durable record");
@@ -348,6 +356,30 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         h
     }
 
+    /// The demand to rebalance with, measured as late as possible: the book's rates at this
+    /// instant (the book stamps reports on receipt, so no report that arrived during the store
+    /// calls can fall outside the window), or, while the book has not seen a whole window yet,
+    /// the demand in the own durable record this replica resumed from.
+    fn demand(&self) -> Vec<Room> {
+        let mut book = self.shared.demand();
+        let now = self.shared.clock.now_ms();
+        let measured = book.rates(now);
+        let mature = book.is_mature(now);
+        drop(book);
+        self.shared
+            .metrics
+            .demand_window_full
+            .set(u64::from(mature));
+        match (&self.durable_demand, mature) {
+            (Some(last), false) => measured
+                .iter()
+                .enumerate()
+                .map(|(i, &m)| last.get(i).copied().unwrap_or(m))
+                .collect(),
+            _ => measured,
+        }
+    }
+
     async fn rebalance(&mut self, now: u64) {
         if !self.read_all().await {
             self.shared
@@ -357,8 +389,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             self.update_view();
             return;
         }
-        let demand = self.shared.demand().rates(now);
         let health = self.read_health().await;
+        let demand = self.demand();
         let Some(coord) = self.coord.as_mut() else {
             return;
         };
