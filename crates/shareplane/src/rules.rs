@@ -105,30 +105,25 @@ impl RuleSet {
 }
 
 /// The early push before writing a decision: every limit at the lower of what is published and
-/// what was decided. `None` when nothing is lower (or nothing was published yet).
+/// what was decided. `None` when nothing is lower (or nothing was published yet). A limit that
+/// is not lowered keeps its published rule exactly (recomputing its burst could round it
+/// differently and change a rule set for nothing).
 pub fn lowered(current: &RuleSet, decided: &[Rule]) -> Option<Vec<Rule>> {
-    if current.version == 0 || current.rates.len() != decided.len() {
+    if current.version == 0 || current.rules.len() != decided.len() {
         return None;
     }
     let mut any = false;
     let rules = decided
         .iter()
-        .zip(&current.rates)
-        .map(|(r, &cur)| {
-            if r.rate < cur {
+        .zip(&current.rules)
+        .map(|(r, cur)| {
+            if r.rate < cur.rate {
                 any = true;
                 *r
             } else {
-                // Keep the published rate; its burst follows the same ratio as the decision's.
-                let burst = if r.rate.is_zero() {
-                    Room::ZERO
-                } else {
-                    cur.mul_div(r.burst.0, r.rate.0)
-                };
                 Rule {
-                    rate: cur,
-                    burst,
                     shadow: r.shadow,
+                    ..*cur
                 }
             }
         })
