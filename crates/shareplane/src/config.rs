@@ -50,6 +50,8 @@ pub struct RawConfig {
     pub listen: Option<String>,
     pub api_token: Option<String>,
     pub replica_id: Option<String>,
+    /// Tests only: every store call waits this long first (see [`crate::slow_store`]).
+    pub test_store_delay_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, serde::Deserialize)]
@@ -116,6 +118,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub api_token: Option<String>,
     pub replica_id: String,
+    /// Tests only: the delay before every store call (zero in production).
+    pub test_store_delay: std::time::Duration,
 }
 
 pub const DEFAULT_PERIOD_MS: u64 = 5_000;
@@ -302,6 +306,14 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         period_ms,
     };
     let d = Deployment::try_new(d).map_err(|es| errors.extend(es)).ok();
+    let test_store_delay_ms = raw.test_store_delay_ms.unwrap_or(0);
+    // Every store call is bounded by half a period; the delay must leave room for the call.
+    if test_store_delay_ms >= period_ms / 4 {
+        errors.push(problem(
+            "test_store_delay_ms",
+            format!("tests only; must be below a quarter of period_ms ({period_ms})"),
+        ));
+    }
     let replica_id = raw.replica_id.clone().unwrap_or_else(default_replica_id);
     if replica_id.is_empty() || replica_id.len() > 128 {
         errors.push(problem("replica_id", "1 to 128 characters"));
@@ -324,6 +336,7 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         listen,
         api_token,
         replica_id,
+        test_store_delay: std::time::Duration::from_millis(test_store_delay_ms),
         region,
     })
 }
@@ -564,6 +577,21 @@ kind = "weird"
         ] {
             assert!(errs.iter().any(|e| e == f), "{f} missing in {errs:?}");
         }
+    }
+
+    #[test]
+    fn the_test_store_delay_is_off_by_default_and_bounded() {
+        let c = parse(GOOD, &BTreeMap::new()).map(|c| c.test_store_delay);
+        assert_eq!(c.ok(), Some(std::time::Duration::ZERO));
+        let slow = format!("test_store_delay_ms = 40\n{GOOD}");
+        let c = parse(&slow, &BTreeMap::new()).map(|c| c.test_store_delay);
+        assert_eq!(c.ok(), Some(std::time::Duration::from_millis(40)));
+        let too = format!("test_store_delay_ms = 1250\n{GOOD}");
+        let errs = match parse(&too, &BTreeMap::new()) {
+            Err(e) => e.0.into_iter().map(|e| e.field).collect::<Vec<_>>(),
+            Ok(_) => vec![],
+        };
+        assert_eq!(errs, vec!["test_store_delay_ms".to_string()]);
     }
 
     #[test]

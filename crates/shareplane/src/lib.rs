@@ -5,6 +5,7 @@
 //! - [`api`]: the HTTP API (rules, demand, state, explain, health, metrics).
 //! - [`demo`]: three Regions in one process with a web dashboard (`shareplane demo`).
 //! - [`table`]: a simulated global table with visibility delay and cuts (demo and tests).
+//! - [`slow_store`]: the test-only store delay (`test_store_delay_ms`).
 //!
 //! `main.rs` only parses the command line and calls [`run`] or [`demo::run`].
 
@@ -18,12 +19,14 @@ pub mod demo;
 pub mod health;
 pub mod metrics;
 pub mod rules;
+pub mod slow_store;
 pub mod state;
 pub mod table;
 
 use crate::config::{Config, StoreKind};
 use crate::daemon::{Daemon, DaemonOptions};
 use crate::health::NoHealth;
+use crate::slow_store::SlowStore;
 use crate::state::Shared;
 use shareplane_store::memory::MemoryStore;
 use std::time::Duration;
@@ -60,15 +63,23 @@ pub async fn run(cfg: Config) -> Result<(), RunError> {
         rx.clone(),
     );
     let opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
+    if !cfg.test_store_delay.is_zero() {
+        warn!(
+            delay_ms = cfg.test_store_delay.as_millis() as u64,
+            "test_store_delay_ms is set: every store call waits this long first (tests only)"
+        );
+    }
     let loop_task = match cfg.store {
         StoreKind::Memory => {
             warn!("store = \"memory\": records live in this process only; no other Region or replica sees them");
-            tokio::spawn(Daemon::new(shared.clone(), MemoryStore::new(), NoHealth, opts).run())
+            let store = SlowStore::new(MemoryStore::new(), cfg.test_store_delay);
+            tokio::spawn(Daemon::new(shared.clone(), store, NoHealth, opts).run())
         }
         StoreKind::DynamoDb => {
             let aws = aws::connect(&cfg).await.map_err(RunError::Aws)?;
             tokio::spawn(aws::publish_metrics(aws.publisher, shared.clone()));
-            tokio::spawn(Daemon::new(shared.clone(), aws.store, aws.health, opts).run())
+            let store = SlowStore::new(aws.store, cfg.test_store_delay);
+            tokio::spawn(Daemon::new(shared.clone(), store, aws.health, opts).run())
         }
     };
     let listener = tokio::net::TcpListener::bind(cfg.listen)
