@@ -359,25 +359,29 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     /// The demand to rebalance with, measured as late as possible: the book's rates at this
     /// instant (the book stamps reports on receipt, so no report that arrived during the store
     /// calls can fall outside the window), or, while the book has not seen a whole window yet,
-    /// the demand in the own durable record this replica resumed from.
+    /// the demand in the own durable record this replica resumed from. Then the deadband
+    /// ([`shareplane_core::published_demand`]) against the demand of the last committed record,
+    /// so that noise does not change targets, shares and the rule set every period.
     fn demand(&self) -> Vec<Room> {
         let mut book = self.shared.demand();
         let now = self.shared.clock.now_ms();
         let measured = book.rates(now);
         let mature = book.is_mature(now);
         drop(book);
-        self.shared
-            .metrics
-            .demand_window_full
-            .set(u64::from(mature));
-        match (&self.durable_demand, mature) {
-            (Some(last), false) => measured
-                .iter()
-                .enumerate()
-                .map(|(i, &m)| last.get(i).copied().unwrap_or(m))
-                .collect(),
-            _ => measured,
-        }
+        self.shared.metrics.demand_window_full.set(u64::from(mature));
+        let last = self.durable_demand.as_deref().filter(|_| !mature);
+        let own = self.coord.as_ref().map(|c| c.own());
+        measured
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| {
+                let m = last.and_then(|l| l.get(i).copied()).unwrap_or(m);
+                match own.and_then(|o| o.limits.get(i)) {
+                    Some(l) => shareplane_core::published_demand(l.demand, m, l.rate),
+                    None => m,
+                }
+            })
+            .collect()
     }
 
     async fn rebalance(&mut self, now: u64) {
