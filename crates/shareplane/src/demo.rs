@@ -149,6 +149,11 @@ impl Demo {
         Ok(demo)
     }
 
+    /// The bearer token of the Regions' demand endpoints (printed at start).
+    pub fn api_token(&self) -> &str {
+        &self.api_token
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<RegionCtl>> {
         self.regions.lock().unwrap_or_else(|e| e.into_inner())
     }
