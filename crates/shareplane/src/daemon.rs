@@ -368,7 +368,10 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         let measured = book.rates(now);
         let mature = book.is_mature(now);
         drop(book);
-        self.shared.metrics.demand_window_full.set(u64::from(mature));
+        self.shared
+            .metrics
+            .demand_window_full
+            .set(u64::from(mature));
         let last = self.durable_demand.as_deref().filter(|_| !mature);
         let own = self.coord.as_ref().map(|c| c.own());
         measured

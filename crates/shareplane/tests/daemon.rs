@@ -4,6 +4,7 @@
 use shareplane::clock::Clock;
 use shareplane::daemon::{Daemon, DaemonOptions};
 use shareplane::health::SimHealth;
+use shareplane::slow_store::SlowStore;
 use shareplane::state::Shared;
 use shareplane::table::SimTable;
 use shareplane_core::{
@@ -37,6 +38,10 @@ struct Cluster {
     /// Synthetic demand per Region in requests/s, fed into the serving replica's demand book.
     demand: Arc<Mutex<[u64; 3]>>,
     replicas: Vec<Vec<Replica>>,
+    /// Every store call of replicas started from now on waits this long first.
+    store_delay: Duration,
+    /// The running totals of each Region's gateway (a new feed goes on from them).
+    totals: Arc<Mutex<[u64; 3]>>,
 }
 
 impl Cluster {
@@ -50,6 +55,8 @@ impl Cluster {
             health: SimHealth::new(PerRegion([Health::Healthy; MAX_REGIONS])),
             demand: Arc::new(Mutex::new([7_200, 3_600, 1_200])),
             replicas: vec![Vec::new(), Vec::new(), Vec::new()],
+            store_delay: Duration::ZERO,
+            totals: Arc::new(Mutex::new([0; 3])),
         }
     }
 
@@ -57,12 +64,8 @@ impl Cluster {
         let (stop, rx) = watch::channel(false);
         let shared = Shared::new(self.d.clone(), rid(region), clock, Some("t".repeat(16)), rx);
         let opts = DaemonOptions::new(replica, PHASES_MS[region], PERIOD_MS);
-        let daemon = Daemon::new(
-            shared.clone(),
-            self.table.view(rid(region)),
-            self.health.clone(),
-            opts,
-        );
+        let store = SlowStore::new(self.table.view(rid(region)), self.store_delay);
+        let daemon = Daemon::new(shared.clone(), store, self.health.clone(), opts);
         let task = tokio::spawn(daemon.run());
         self.replicas[region].push(Replica {
             shared: shared.clone(),
@@ -95,6 +98,36 @@ impl Cluster {
                 for (i, rs) in books.iter().enumerate() {
                     for s in rs {
                         s.demand().add(clock.now_ms(), 0, d[i] / 10);
+                    }
+                }
+            }
+        })
+    }
+
+    /// Every 100 ms from `offset_ms` on, one gateway per Region reports its running total of
+    /// received requests to every running replica of its Region (stamped on receipt, as the API
+    /// does). Rebalances fall on multiples of 100 ms, so an offset puts reports inside them.
+    fn feed_reports(&self, offset_ms: u64) -> JoinHandle<()> {
+        let demand = self.demand.clone();
+        let books: Vec<Vec<Arc<Shared>>> = self
+            .replicas
+            .iter()
+            .map(|rs| rs.iter().map(|r| r.shared.clone()).collect())
+            .collect();
+        let clock = self.clock;
+        let totals = self.totals.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(offset_ms)).await;
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let d = *demand.lock().unwrap_or_else(|e| e.into_inner());
+                let mut totals = totals.lock().unwrap_or_else(|e| e.into_inner());
+                for (i, rs) in books.iter().enumerate() {
+                    totals[i] += d[i] / 10;
+                    let report = [("k-big".to_string(), totals[i])].into();
+                    for s in rs {
+                        let mut book = s.demand();
+                        let _ = book.report(clock.now_ms(), &format!("gw-{i}"), 1, &report);
                     }
                 }
             }
@@ -603,4 +636,137 @@ async fn a_leader_that_stops_cleanly_hands_the_lease_over_at_once() {
     settle(30).await;
     assert_eq!(standby.view().epoch, 1);
     c.assert_conserved().await;
+}
+
+/// The published share (req/s) of one replica, `None` before it published anything.
+fn share_of(s: &Shared) -> Option<f64> {
+    let r = s.rules();
+    (r.version > 0).then(|| r.rates.first().map_or(0.0, |x| x.as_rps()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_resumes_at_its_share_not_the_floor() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let mut feed = c.feed_reports(20);
+    settle(120).await;
+    let before = c.published();
+    assert!(
+        close(&before, &[5_600.0, 3_050.0, 1_350.0], 1.0),
+        "{before:?}"
+    );
+    // A clean stop (the lease is handed back: the new process leads at once, its demand book
+    // empty), then a kill -9 (the new process waits for the lease to run out).
+    for (n, kill) in [false, true].into_iter().enumerate() {
+        let old = c.replicas[1].remove(0);
+        if kill {
+            old.task.abort();
+        } else {
+            let _ = old.stop.send(true);
+            let _ = old.task.await;
+        }
+        let b = c.start(1, &format!("r1-restart-{n}"), c.clock);
+        feed.abort();
+        feed = c.feed_reports(20);
+        let (mut lowest, mut demand_low) = (f64::MAX, f64::MAX);
+        for _ in 0..200 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if let Some(x) = share_of(&b) {
+                lowest = lowest.min(x);
+            }
+            if b.view().role == "leader" {
+                demand_low = demand_low.min(b.view().limits[0].demand);
+            }
+        }
+        let v = b.view();
+        assert_eq!((v.role, v.epoch), ("leader", 1), "kill {kill}: {v:?}");
+        assert!(
+            (lowest - before[1]).abs() < 1.0,
+            "kill {kill}: B's share fell to {lowest} after the restart (was {})",
+            before[1]
+        );
+        assert!(
+            (demand_low - 3_600.0).abs() <= 36.0,
+            "kill {kill}: B published a demand of {demand_low}"
+        );
+        assert!(close(&c.published(), &before, 1.0), "{:?}", c.published());
+    }
+    c.assert_conserved().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn reports_during_slow_store_calls_never_spike_the_demand() {
+    // Issue 13 case 1: reports every 100 ms, 40 ms per store call, reports landing inside the
+    // rebalances' store calls.
+    let mut c = Cluster::new();
+    c.store_delay = Duration::from_millis(40);
+    c.start_all();
+    let _feed = c.feed_reports(20);
+    let truth = [7_200.0, 3_600.0, 1_200.0];
+    // The first window (5 s), and the daemons' first records.
+    settle(12).await;
+    let (mut worst, mut seen) = (0.0f64, std::collections::BTreeSet::new());
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for (i, rs) in c.replicas.iter().enumerate() {
+            let v = rs[0].shared.view();
+            seen.insert((i, v.record_version));
+            let d = v.limits[0].demand;
+            worst = worst.max((d - truth[i]).abs() / truth[i]);
+        }
+    }
+    assert!(seen.len() >= 3 * 11, "too few records: {}", seen.len());
+    assert!(
+        worst <= 0.01,
+        "a published demand was {:.2}% off",
+        worst * 100.0
+    );
+    assert!(
+        close(&c.published(), &[5_600.0, 3_050.0, 1_350.0], 1.0),
+        "{:?}",
+        c.published()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn demand_noise_within_the_band_changes_no_share_and_no_rule_set() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_reports(20);
+    settle(120).await;
+    let shares = c.published();
+    let versions: Vec<u64> = c
+        .replicas
+        .iter()
+        .map(|rs| rs[0].shared.rules().version)
+        .collect();
+    let base = [7_200u64, 3_600, 1_200];
+    // ±0.4% every 1.3 s for 100 s: the measured demands wobble, the published ones stay.
+    for k in 0..77u64 {
+        for (i, b) in base.iter().enumerate() {
+            let wobble = b * 4 / 1_000;
+            let d = if (k + i as u64) % 2 == 0 {
+                b + wobble
+            } else {
+                b - wobble
+            };
+            c.set_demand(i, d);
+        }
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+    }
+    let after: Vec<u64> = c
+        .replicas
+        .iter()
+        .map(|rs| rs[0].shared.rules().version)
+        .collect();
+    assert_eq!(after, versions, "a rule set was published for noise");
+    assert_eq!(c.published(), shares);
+    // Beyond the band the demand moves the shares again, the lowered ones first.
+    c.set_demand(2, 7_200);
+    settle(60).await;
+    assert!(
+        close(&c.published(), &[3_900.0, 2_200.0, 3_900.0], 1.0),
+        "{:?}",
+        c.published()
+    );
 }
