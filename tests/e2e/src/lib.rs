@@ -62,3 +62,24 @@ pub fn unique(prefix: &str) -> String {
         shareplane_limiter::loadgen::unix_ms_now()
     )
 }
+
+/// Where tests write their figures too (tests/run-all.sh prints the file, since cargo test hides
+/// the output of tests that pass).
+pub const REPORT_ENV: &str = "SHAREPLANE_E2E_REPORT";
+
+/// Appends `text` to the file named by [`REPORT_ENV`], if set (several tests share the file;
+/// tests/run-all.sh removes it before the run).
+pub fn append_report(text: &str) {
+    let Some(path) = std::env::var_os(REPORT_ENV) else {
+        return;
+    };
+    use std::io::Write;
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| writeln!(f, "{text}"));
+    if let Err(e) = written {
+        eprintln!("cannot write the report to {path:?}: {e}");
+    }
+}

@@ -83,3 +83,15 @@ pub async fn put_healthy(
             why: client::describe(&e),
         })
 }
+
+/// The record table `table` on the moto server at `url`, read as Region `me` of `deployment`
+/// reads it (to see the records the daemons really wrote).
+pub async fn store(
+    url: &str,
+    table: &str,
+    deployment: std::sync::Arc<shareplane_core::Deployment>,
+    me: shareplane_core::RegionId,
+) -> shareplane_aws::DynamoStore {
+    let c = client::dynamodb(&client::sdk_config(&endpoint(url), limits()).await);
+    shareplane_aws::DynamoStore::new(c, table, deployment, me)
+}

@@ -33,9 +33,6 @@ const DURATION_S: u64 = 50;
 /// demand window plus step-capped raises, SPEC §9: about four periods, with ample margin).
 const CONVERGED: [std::ops::Range<usize>; 2] =
     [JUMP_S - 8..JUMP_S, JUMP_S + 15..DURATION_S as usize];
-/// Where to write the figures too (tests/run-all.sh prints them, since cargo test hides the
-/// output of tests that pass).
-const REPORT_ENV: &str = "SHAREPLANE_E2E_REPORT";
 const TOKEN: &str = "e2e-token-0123456789abcdef";
 
 struct Region {
@@ -282,11 +279,7 @@ async fn three_regions_hold_the_limit_end_to_end() {
     }
     report.push_str(&format!("logs: {}\n", dir.display()));
     println!("{report}");
-    if let Some(path) = std::env::var_os(REPORT_ENV) {
-        if let Err(e) = std::fs::write(&path, &report) {
-            eprintln!("cannot write the report to {path:?}: {e}");
-        }
-    }
+    shareplane_e2e::append_report(&report);
     assert_eq!(total.len(), DURATION_S as usize, "seconds measured");
     // The scenario's premise: every daemon read its records and every Region healthy.
     for (r, st) in regions.iter().zip(&states) {
