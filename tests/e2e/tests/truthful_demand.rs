@@ -510,7 +510,7 @@ async fn published_demand_stays_within_two_percent_with_slow_store_calls() {
             REGIONS[me]
         );
         assert!(
-            f.checked >= 10,
+            f.checked >= 5,
             "{}: only {} records without a machine stall in their window: too busy a machine to judge\n{report}",
             REGIONS[me],
             f.checked
