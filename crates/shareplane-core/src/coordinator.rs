@@ -541,9 +541,8 @@ impl Coordinator {
         let acct = rec.peer_epochs[j];
         p.seen
             && p.latest.epoch > acct
-            && !p
-                .final_version(acct)
-                .is_some_and(|v| p.newest_of(acct).is_some_and(|r| r.version == v))
+            && p.final_version(acct)
+                .is_none_or(|v| p.newest_of(acct).is_none_or(|r| r.version != v))
     }
 }
 

@@ -25,17 +25,29 @@ fn check(s: &model::Settings) -> model::Report {
     r
 }
 
+/// The depth of a run: `var` (tests/run-all.sh sets the CI depths on a release build), or
+/// `quick` for a plain `cargo test` on a debug build.
+fn depth(var: &str, quick: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(quick)
+}
+
 #[test]
 fn every_interleaving_to_the_ci_depth_is_safe_and_recovers() {
-    check(&model::Settings::small(6, 2));
+    check(&model::Settings::small(
+        depth("SHAREPLANE_MODEL_DEPTH_3", 5),
+        2,
+    ));
 }
 
 /// Four Regions and three faults: the class of the restore race (a Region restored while a second
 /// one is lost and reclaimed) needs both.
 #[test]
 fn four_regions_three_faults() {
-    check(&model::Settings::four(FOUR_DEPTH, 3));
+    check(&model::Settings::four(
+        depth("SHAREPLANE_MODEL_DEPTH_4", 4),
+        3,
+    ));
 }
-
-/// Deep enough to reach lose, lose, restore with the rebalances between them.
-const FOUR_DEPTH: usize = 5;

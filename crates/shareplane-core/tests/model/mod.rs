@@ -444,7 +444,7 @@ fn check_state(w: &World, d: &Deployment) -> Option<String> {
         for t in &w.coords {
             let (g, t) = (g.own(), t.own());
             if g.region != t.region
-                && !g.reclaims[t.region].is_some_and(|m| m.epoch == t.epoch)
+                && g.reclaims[t.region].is_none_or(|m| m.epoch != t.epoch)
                 && g.peer_epochs[t.region] == t.epoch
                 && t.peer_epochs[g.region] == g.epoch
                 && t.limits[0].taken[g.region] > g.limits[0].granted[t.region]
