@@ -183,7 +183,7 @@ step "image context: the workspace loads and builds there with --locked --offlin
 CTX=$WORK/image-context
 rm -rf "$CTX"
 cp -a "$ASSET" "$CTX"
-(cd "$CTX" && cargo metadata --locked --offline --format-version 1 >/dev/null)
+(cd "$CTX" && cargo metadata --locked --offline --format-version 1 --filter-platform "$(rustc -vV | sed -n "s/^host: //p")" >/dev/null)
 echo "    cargo metadata --locked --offline: every workspace member loads from the staged context"
 if [ "$(id -u)" = 0 ] && command -v buildah >/dev/null 2>&1 && command -v podman >/dev/null 2>&1 \
   && command -v debootstrap >/dev/null 2>&1 && [ "${SHAREPLANE_IMAGE_BUILD:-1}" != 0 ]; then

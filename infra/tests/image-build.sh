@@ -28,20 +28,21 @@ SYSROOT=$(rustc --print sysroot)
 CARGO_HOME=${CARGO_HOME:-$HOME/.cargo}
 T0=$SECONDS
 say() { printf '    [image %3ds] %s\n' "$((SECONDS - T0))" "$*"; }
+# shellcheck source=tests/lib/progress.sh
+. "$(dirname "$0")/../../tests/lib/progress.sh"
 
 have_image() { buildah "${STORAGE[@]}" inspect --type image "$1" >/dev/null 2>&1; }
 
 if ! have_image "$BUILD_BASE"; then
   ROOTFS=$(mktemp -d /var/tmp/shareplane-build-base.XXXXXX)
   say "build base: debootstrap bookworm (minbase, gcc, libc6-dev) into $ROOTFS; a few minutes, once per machine"
-  debootstrap --variant=minbase --include=gcc,libc6-dev,ca-certificates bookworm "$ROOTFS" >"$ROOTFS.log" 2>&1 \
-    || { tail -20 "$ROOTFS.log" >&2; exit 1; }
+  long "debootstrap bookworm" debootstrap --variant=minbase --include=gcc,libc6-dev,ca-certificates bookworm "$ROOTFS"
   c=$(buildah "${STORAGE[@]}" from scratch)
   buildah "${STORAGE[@]}" copy --quiet "$c" "$ROOTFS" / >/dev/null
   buildah "${STORAGE[@]}" config --env CARGO_HOME=/usr/local/cargo \
     --env PATH=/usr/local/rust/bin:/usr/local/cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin "$c"
   buildah "${STORAGE[@]}" commit --quiet --rm "$c" "$BUILD_BASE" >/dev/null
-  rm -rf "$ROOTFS" "$ROOTFS.log"
+  rm -rf "$ROOTFS"
   say "build base ready"
 fi
 
@@ -67,17 +68,17 @@ fi
 
 say "buildah bud -f infra/Dockerfile on the staged context (release build: minutes on 2 cores)"
 LOG=$(mktemp /tmp/shareplane-image-build.XXXXXX.log)
-if ! buildah "${STORAGE[@]}" bud --isolation chroot --layers=false --platform linux/amd64 \
-  -f "$CTX/infra/Dockerfile" \
-  --build-arg RUST_IMAGE="$BUILD_BASE" --build-arg RUNTIME_IMAGE="$RUNTIME_BASE" \
-  --volume "$SYSROOT:/usr/local/rust:ro" --volume "$CARGO_HOME/registry:/usr/local/cargo/registry" \
-  --volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
-  -t "$IMAGE" "$CTX" >"$LOG" 2>&1; then
-  tail -40 "$LOG" >&2
-  echo "image build FAILED (full log: $LOG)" >&2
-  exit 1
-fi
-grep -E '^(STEP|COMMIT)|Finished' "$LOG" | sed 's/^/    /'
+bud() {
+  buildah "${STORAGE[@]}" bud --isolation chroot --layers=false --platform linux/amd64 \
+    -f "$CTX/infra/Dockerfile" \
+    --build-arg RUST_IMAGE="$BUILD_BASE" --build-arg RUNTIME_IMAGE="$RUNTIME_BASE" \
+    --volume "$SYSROOT:/usr/local/rust:ro" --volume "$CARGO_HOME/registry:/usr/local/cargo/registry" \
+    --volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
+    -t "$IMAGE" "$CTX" 2>&1 | tee "$LOG"
+  return "${PIPESTATUS[0]}"
+}
+long "buildah bud" bud
+grep -E 'STEP [0-9]+/|Finished' "$LOG" | sed 's/^/    /'
 say "image built"
 
 user=$(buildah "${STORAGE[@]}" inspect --type image --format '{{.OCIv1.Config.User}}' "$IMAGE")
