@@ -480,7 +480,7 @@ class Parity(unittest.TestCase):
         self.assertEqual((tf["rules_url"]["value"], tf["demand_url"]["value"]), ("${local.api_url}/v1/rules", "${local.api_url}/v1/demand"))
         self.assertEqual(self.tf_region["locals"]["api_url"], "https://${local.api_name}")
         self.assertEqual(tf["valkey_url"]["value"], "${local.valkey_url}")
-        self.assertTrue(self.tf_region["locals"]["valkey_url"].startswith('${try("rediss://${'))
+        self.assertIn('"rediss://${c.endpoint[0].address}:${c.endpoint[0].port}"', self.tf_region["locals"]["valkey_url"])
         self.assertEqual(cdk["ValkeyUrl"]["Value"]["Fn::Join"][1][0], "rediss://")
 
     def test_same_gateway_settings(self):

@@ -32,7 +32,7 @@ export function annotateCdkProviders(stack: Stack): void {
     validate: () => {
       for (const node of stack.node.findAll()) {
         if (!(node instanceof CfnResource) || node.cfnResourceType !== 'AWS::Lambda::Function') continue;
-        const provider = node.node.path.includes('CustomResourceProvider') || node.node.path.includes('/CustomCDKBucketDeployment');
+        const provider = node.node.path.includes('CustomResourceProvider') || node.node.path.includes('/Custom::CDKBucketDeployment');
         if (!provider || node.getMetadata('checkov') !== undefined) continue;
         skipCheckov(node, PROVIDER_SKIPS);
         // CDK adds an explicit DependsOn on the role that the GetAtt already implies.

@@ -8,7 +8,7 @@
  */
 import { createHash } from 'node:crypto';
 import * as path from 'node:path';
-import { ArnFormat, CfnOutput, Duration, Fn, IgnoreMode, RemovalPolicy, Stack, StackProps } from 'aws-cdk-lib';
+import { Annotations, ArnFormat, CfnOutput, Duration, Fn, IgnoreMode, RemovalPolicy, Stack, StackProps } from 'aws-cdk-lib';
 import * as acm from 'aws-cdk-lib/aws-certificatemanager';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
@@ -228,8 +228,14 @@ export class RegionStack extends Stack {
       // The operator's VPC: its flow logs, routes and endpoints are theirs. Only ids are known
       // at synth time (no lookup), which is all the resources below need.
       const vpc = ec2.Vpc.fromVpcAttributes(this, 'Vpc', { vpcId: existing.vpcId, availabilityZones: Fn.getAzs() });
+      // Nothing here selects subnets by zone or reads their route tables: every part names its subnets.
+      Annotations.of(vpc).acknowledgeWarning('@aws-cdk/aws-ec2:vpcAttributeIsListTokenavailabilityZones', 'subnets are given by id');
       const subnets = (kind: string, ids: readonly string[]) => ({
-        subnets: ids.map((sid, i) => ec2.Subnet.fromSubnetId(this, `${kind}Subnet${i}`, sid)),
+        subnets: ids.map((sid, i) => {
+          const subnet = ec2.Subnet.fromSubnetId(this, `${kind}Subnet${i}`, sid);
+          Annotations.of(subnet).acknowledgeWarning('@aws-cdk/aws-ec2:noSubnetRouteTableId', 'no route table is read');
+          return subnet;
+        }),
       });
       return {
         vpc,

@@ -14,19 +14,19 @@ import { build, cdkContext, only, rawSettings } from './fixture';
 import { groupId, reaches } from './network';
 
 const REGION = 'eu-west-1';
-const EXISTING = {
-  vpcId: 'vpc-0123456789abcdef0',
-  publicSubnetIds: ['subnet-0000000000000001a', 'subnet-0000000000000002a'],
-  privateSubnetIds: ['subnet-0000000000000003a', 'subnet-0000000000000004a'],
-  gatewaySecurityGroupIds: ['sg-0123456789abcdef0'],
-};
+/** The variant infra/test.sh synthesizes too: an existing VPC in eu-west-1, the config in S3, arm64. */
+const VARIANT = JSON.parse(fs.readFileSync(path.resolve(__dirname, '..', '..', 'test', 'variant.json'), 'utf8'));
+const EXISTING = VARIANT.existingVpcs[REGION];
+// Each synthesis of the whole app takes seconds: build each variant once.
+const plain = build();
+const variant = build((raw) => Object.assign(raw, VARIANT));
 
 function typesOf(t: Template): Set<string> {
   return new Set(Object.values(t.toJSON().Resources).map((r: any) => r.Type));
 }
 
 test('an existing VPC: no network resources, the given subnets for each part, existing gateways admitted', () => {
-  const built = build((raw) => (raw.existingVpcs = { [REGION]: EXISTING }));
+  const built = variant;
   const t = built.regions.get(REGION) as Template;
   for (const type of ['AWS::EC2::VPC', 'AWS::EC2::Subnet', 'AWS::EC2::NatGateway', 'AWS::EC2::InternetGateway', 'AWS::EC2::FlowLog', 'AWS::EC2::Route']) {
     assert.ok(!typesOf(t).has(type), `${type} is the operator's`);
@@ -55,7 +55,7 @@ test('an existing VPC: no network resources, the given subnets for each part, ex
 });
 
 test('the config in S3: a KMS-encrypted, versioned, TLS-only bucket, written at deploy time, read by an init container', () => {
-  const t = build((raw) => (raw.configSource = 's3')).regions.get(REGION) as Template;
+  const t = variant.regions.get(REGION) as Template;
   assert.equal(Object.values(t.findResources('AWS::SSM::Parameter')).filter((p: any) => p.Properties.Name.endsWith('/config')).length, 0);
   const buckets = Object.entries(t.findResources('AWS::S3::Bucket')) as [string, any][];
   const [bucketId, bucket] = buckets.find(([id]) => id.startsWith('ConfigBucket')) as [string, any];
@@ -119,18 +119,16 @@ test('past 8 KB the parameter refuses and says to use S3; S3 takes 200 limits', 
 });
 
 test('arm64: Graviton tasks and an arm64 image asset', () => {
-  const built = build((raw) => (raw.cpuArchitecture = 'arm64'));
-  const t = built.regions.get(REGION) as Template;
+  const t = variant.regions.get(REGION) as Template;
   assert.deepEqual(only(t, 'AWS::ECS::TaskDefinition').props.RuntimePlatform, { CpuArchitecture: 'ARM64', OperatingSystemFamily: 'LINUX' });
-  assert.deepEqual(imageAssets(built).map((a) => a.platform), ['linux/arm64']);
-  const x86 = build();
+  assert.deepEqual(imageAssets(variant).map((a) => a.platform), ['linux/arm64']);
+  const x86 = plain;
   assert.deepEqual(only(x86.regions.get(REGION) as Template, 'AWS::ECS::TaskDefinition').props.RuntimePlatform.CpuArchitecture, 'X86_64');
   assert.deepEqual(imageAssets(x86).map((a) => a.platform), ['linux/amd64']);
 });
 
 test('the image asset stages exactly what infra/Dockerfile copies: the workspace, tests/e2e, no build output', () => {
-  const built = build();
-  const [asset] = imageAssets(built);
+  const [asset] = imageAssets(plain);
   assert.equal(asset.file, 'infra/Dockerfile');
   const files = listFiles(asset.dir);
   const top = [...new Set(files.map((f) => f.split('/')[0]))].sort();

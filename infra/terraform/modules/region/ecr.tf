@@ -30,7 +30,7 @@ resource "aws_ecr_lifecycle_policy" "daemon" {
 }
 
 locals {
-  image = var.image_uri != "" ? var.image_uri : "${try(aws_ecr_repository.daemon[0].repository_url, "")}:${var.image_tag}"
+  image = var.image_uri != "" ? var.image_uri : "${join("", aws_ecr_repository.daemon[*].repository_url)}:${var.image_tag}"
   # The execution role pulls from this Region's repository only (or, with var.image_uri, from
   # any repository of the account, which is where such an image usually lives).
   image_repository_arns = var.image_uri == "" ? aws_ecr_repository.daemon[*].arn : ["arn:${data.aws_partition.current.partition}:ecr:*:${data.aws_caller_identity.current.account_id}:repository/*"]

@@ -7,7 +7,7 @@ locals {
   config_in_s3      = var.config_source == "s3"
   config_object_key = "daemon.toml"
   config_file       = "/etc/shareplane/config.toml"
-  config_bucket     = try(aws_s3_bucket.config[0].id, "")
+  config_bucket     = join("", aws_s3_bucket.config[*].id)
 }
 
 resource "aws_cloudwatch_log_group" "daemon" {
@@ -193,7 +193,7 @@ locals {
     command     = ["run"]
     mountPoints = [local.tmp_mount]
     secrets = [
-      { name = "SHAREPLANE_CONFIG_TOML", valueFrom = try(aws_ssm_parameter.config[0].arn, "") },
+      { name = "SHAREPLANE_CONFIG_TOML", valueFrom = join("", aws_ssm_parameter.config[*].arn) },
       local.api_token_secret,
     ]
   })]
