@@ -36,7 +36,7 @@ venv() {
     step "installing $want into ${dir#"$INFRA"/}"
     rm -rf "$dir"
     python3 -m venv "$dir"
-    long "pip install $want" "$dir/bin/pip" install --disable-pip-version-check "$@"
+    long "pip install $want" "$dir/bin/pip" install --disable-pip-version-check --progress-bar off "$@"
     echo "$want" >"$dir/.requirements"
   fi
 }

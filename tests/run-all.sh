@@ -70,7 +70,7 @@ step "moto server (local DynamoDB and CloudWatch)"
 if [ ! -x "$ROOT/.venv-moto/bin/moto_server" ]; then
   rm -rf "$ROOT/.venv-moto"
   python3 -m venv "$ROOT/.venv-moto"
-  long "pip install moto[server]" "$ROOT/.venv-moto/bin/pip" install --disable-pip-version-check 'moto[server]'
+  long "pip install moto[server]" "$ROOT/.venv-moto/bin/pip" install --disable-pip-version-check --progress-bar off 'moto[server]'
 fi
 MOTO_PORT=$(free_port)
 "$ROOT/.venv-moto/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$WORK/moto.log" 2>&1 &
