@@ -7,8 +7,8 @@
 # Terraform modules, terraform fmt -check and validate (when terraform and an AWS provider are at
 # hand offline), the test that the Terraform modules declare the same resources, rules and IAM
 # conditions as the CDK app, and the image test: the context the CDK asset stages is the one
-# `docker build` sends, the workspace loads there with --locked --offline, and it builds (with
-# buildah into an image that podman runs, as root; else with cargo).
+# `docker build` sends, the workspace loads there with --locked --offline, and it builds (as root
+# with buildah into an image that runs; else with cargo).
 #
 # Nothing here talks to AWS: synth runs with every AWS credential unset, so the CDK CLI cannot
 # even look up a default account, and checkov runs with --skip-download.
@@ -185,13 +185,16 @@ rm -rf "$CTX"
 cp -a "$ASSET" "$CTX"
 (cd "$CTX" && cargo metadata --locked --offline --format-version 1 --filter-platform "$(rustc -vV | sed -n "s/^host: //p")" >/dev/null)
 echo "    cargo metadata --locked --offline: every workspace member loads from the staged context"
-if [ "$(id -u)" = 0 ] && command -v buildah >/dev/null 2>&1 && command -v podman >/dev/null 2>&1 \
-  && command -v debootstrap >/dev/null 2>&1 && [ "${SHAREPLANE_IMAGE_BUILD:-1}" != 0 ]; then
+if [ "$(id -u)" = 0 ] && command -v buildah >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 \
+  && [ "${SHAREPLANE_IMAGE_BUILD:-1}" != 0 ]; then
   "$INFRA/tests/image-build.sh" "$CTX"
 else
-  echo "    no buildah/podman/debootstrap as root (or SHAREPLANE_IMAGE_BUILD=0): building the staged context with cargo instead"
-  (cd "$CTX" && CARGO_TARGET_DIR="$WORK/image-target" cargo build --locked --offline -p shareplane --bin shareplane)
-  version=$("$WORK/image-target/debug/shareplane" --version)
+  echo "    no buildah/debootstrap as root (or SHAREPLANE_IMAGE_BUILD=0): building the staged context with cargo instead"
+  # In the workspace's target directory: the dependencies are built already (the staged crates
+  # have other paths, so they are compiled anew; the repository's next build re-links its own
+  # binaries over the one this uplifts).
+  (cd "$CTX" && CARGO_TARGET_DIR="$ROOT/target" cargo build --locked --offline -p shareplane --bin shareplane)
+  version=$("$ROOT/target/debug/shareplane" --version)
   [[ "$version" =~ ^shareplane\ [0-9] ]] || { echo "unexpected --version: $version" >&2; exit 1; }
   echo "    built from the staged context: $version"
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need (Redis and Python's
-# venv from Debian, moto's server from PyPI, Chromium for the dashboard test, buildah and podman
-# for the image test, npm packages and linters for infra/), starts the local servers on
+# venv from Debian, moto's server from PyPI, Chromium for the dashboard test, buildah and
+# debootstrap for the image test, npm packages and linters for infra/), starts the local servers on
 # 127.0.0.1, runs every test, and stops the servers again.
 #
 # Runs as root, or as a user with sudo (only the Debian installs use it). Every step prints a
@@ -101,9 +101,9 @@ cargo build -p shareplane --locked
 (cd tests/browser && long "npm ci (tests/browser)" npm ci --no-audit --no-fund && timeout 300 node dashboard.test.mjs)
 
 if [ -x infra/test.sh ]; then
-  step "container tools for the image test (buildah, podman, debootstrap)"
+  step "container tools for the image test (buildah, debootstrap)"
   if [ "$(id -u)" = 0 ]; then
-    apt_install buildah podman debootstrap
+    apt_install buildah debootstrap
   else
     # Rootless builds would write root-owned files into this user's cargo cache; infra/test.sh
     # builds the staged context with cargo instead and says so.
