@@ -2,21 +2,30 @@
 # The infrastructure's offline tests (tests/run-all.sh calls this). Installs what it needs on
 # first run: the npm packages pinned in cdk/package-lock.json, cfn-lint and python-hcl2 in
 # infra/.venv-cfnlint, checkov in infra/.venv-checkov (separate: checkov pins an old boto3).
-# Then: TypeScript build, cdk synth, the CDK assertion tests, cfn-lint, checkov on the templates
-# and the Terraform modules, terraform fmt -check (when terraform is installed), and the test that
-# the Terraform modules declare the same resources and IAM conditions as the CDK app.
+# Then: TypeScript build, cdk synth of the example and of a variant with the other options
+# (cdk/test/variant.json), the CDK assertion tests, cfn-lint and checkov on both, checkov on the
+# Terraform modules, terraform fmt -check and validate (when terraform and an AWS provider are at
+# hand offline), the test that the Terraform modules declare the same resources, rules and IAM
+# conditions as the CDK app, and the image test: the context the CDK asset stages is the one
+# `docker build` sends, the workspace loads there with --locked --offline, and it builds (as root
+# with buildah into an image that runs; else with cargo).
 #
 # Nothing here talks to AWS: synth runs with every AWS credential unset, so the CDK CLI cannot
 # even look up a default account, and checkov runs with --skip-download.
 set -euo pipefail
 cd "$(dirname "$0")"
 INFRA=$PWD
+ROOT=$(dirname "$INFRA")
+WORK=$INFRA/.work
+mkdir -p "$WORK"
+PROGRESS_MARK="--> infra"
+# shellcheck source=tests/lib/progress.sh
+. "$ROOT/tests/lib/progress.sh"
+trap 'timing_summary "infra/test.sh"' EXIT
 
 CFN_LINT_VERSION=1.58.0
 PYTHON_HCL2_VERSION=8.1.4
 CHECKOV_VERSION=3.3.30
-
-step() { printf '\n--> infra: %s\n' "$*"; }
 
 # A venv at $1 with the pip requirements $2...; reinstalled only when the requirements change.
 venv() {
@@ -27,7 +36,7 @@ venv() {
     step "installing $want into ${dir#"$INFRA"/}"
     rm -rf "$dir"
     python3 -m venv "$dir"
-    "$dir/bin/pip" install -q --disable-pip-version-check "$@"
+    long "pip install $want" "$dir/bin/pip" install --disable-pip-version-check --progress-bar off "$@"
     echo "$want" >"$dir/.requirements"
   fi
 }
@@ -35,7 +44,7 @@ venv() {
 step "npm packages (package-lock.json)"
 cd "$INFRA/cdk"
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  npm ci --no-audit --no-fund --loglevel=error
+  long "npm ci (infra/cdk)" npm ci --no-audit --no-fund
 fi
 venv "$INFRA/.venv-cfnlint" "cfn-lint==$CFN_LINT_VERSION" "python-hcl2==$PYTHON_HCL2_VERSION"
 venv "$INFRA/.venv-checkov" "checkov==$CHECKOV_VERSION"
@@ -51,19 +60,24 @@ step "tsc"
 rm -rf dist
 npx tsc -p .
 
-step "cdk synth (offline: --no-lookups, availability zones from cdk.json)"
-rm -rf cdk.out
+step "cdk synth (offline: --no-lookups, availability zones and prefix lists from cdk.json)"
+rm -rf cdk.out cdk.out.variant
 npx cdk synth --quiet --no-lookups >/dev/null
 ls cdk.out/*.template.json
+step "cdk synth of the variant (existing VPC, config in S3, arm64: cdk/test/variant.json)"
+npx cdk synth --quiet --no-lookups -o cdk.out.variant \
+  --context shareplane="$(python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))' test/variant.json)" >/dev/null
+ls cdk.out.variant/*.template.json
 
 step "CDK assertion tests (node --test)"
 node --test dist/test/*.test.js
 
 step "cfn-lint on the synthesized templates"
-"$INFRA/.venv-cfnlint/bin/cfn-lint" cdk.out/*.template.json
+"$INFRA/.venv-cfnlint/bin/cfn-lint" cdk.out/*.template.json cdk.out.variant/*.template.json
 
 step "checkov on the synthesized templates (skips are justified in each resource's Metadata)"
 "$INFRA/.venv-checkov/bin/checkov" -d cdk.out --framework cloudformation --skip-download --quiet --compact
+"$INFRA/.venv-checkov/bin/checkov" -d cdk.out.variant --framework cloudformation --skip-download --quiet --compact
 
 step "checkov on the Terraform modules and example (skips are justified in #checkov:skip comments)"
 "$INFRA/.venv-checkov/bin/checkov" -d "$INFRA/terraform" --framework terraform --skip-download --quiet --compact
@@ -72,6 +86,7 @@ step "terraform fmt -check"
 TERRAFORM=${TERRAFORM:-/usr/local/bin/terraform}
 if [ -x "$TERRAFORM" ]; then
   TF_CLI_CONFIG_FILE=/dev/null "$TERRAFORM" fmt -check -recursive -diff "$INFRA/terraform"
+  TF_CLI_CONFIG_FILE=/dev/null "$TERRAFORM" fmt -check -recursive -diff "$INFRA/tests"
   echo "terraform fmt: clean"
 else
   echo "terraform not found at $TERRAFORM: fmt check NOT run (the HCL parity test below still runs)"
@@ -80,9 +95,10 @@ fi
 TF_CONFIGS=
 if [ -x "$TERRAFORM" ]; then
   step "render every Region's daemon config with the Terraform config module (no provider: offline)"
-  WORK=$(mktemp -d)
-  trap 'rm -rf "$WORK"' EXIT
-  python3 - "$INFRA/cdk/cdk.json" >"$WORK/vars.json" <<'PY'
+  RENDER=$WORK/tf-render
+  rm -rf "$RENDER"
+  mkdir -p "$RENDER"
+  python3 - "$INFRA/cdk/cdk.json" >"$RENDER/vars.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["context"]["shareplane"]
 print(json.dumps({
@@ -95,19 +111,92 @@ print(json.dumps({
     "daemon_settings": s.get("daemon", {}),
 }))
 PY
-  export TF_CLI_CONFIG_FILE=/dev/null TF_DATA_DIR="$WORK/.terraform" TF_IN_AUTOMATION=1
+  export TF_CLI_CONFIG_FILE=/dev/null TF_DATA_DIR="$RENDER/.terraform" TF_IN_AUTOMATION=1
   "$TERRAFORM" -chdir="$INFRA/tests/tf-render" init -input=false -backend=false >/dev/null
-  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" apply -input=false -auto-approve -state="$WORK/state" \
-    -var-file="$WORK/vars.json" >/dev/null
-  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" output -state="$WORK/state" -json configs >"$WORK/configs.json"
-  TF_CONFIGS="$WORK/configs.json"
+  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" apply -input=false -auto-approve -state="$RENDER/state" \
+    -var-file="$RENDER/vars.json" >/dev/null
+  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" output -state="$RENDER/state" -json configs >"$RENDER/configs.json"
+  TF_CONFIGS="$RENDER/configs.json"
 else
   echo "terraform not found at $TERRAFORM: the Terraform config module is NOT rendered (its keys are still compared)"
 fi
 
-step "Terraform declares the same resources, IAM conditions and config as the CDK app (HCL parse)"
+step "terraform validate of the example and of every option (tests/tf-validate), offline"
+# No provider can be downloaded here; a machine may carry one in a local mirror. Validation then
+# runs on a copy whose version constraint names the mirror's version (the modules ask for >= 6.0;
+# the resources they use have the same schema in 5.100).
+MIRROR=${SHAREPLANE_TF_PROVIDER_MIRROR:-/opt/tf-plugins}
+PROVIDER_DIR=$(ls -d "$MIRROR"/registry.terraform.io/hashicorp/aws/*/ 2>/dev/null | sort -V | tail -n 1 || true)
+if [ -x "$TERRAFORM" ] && [ -n "$PROVIDER_DIR" ]; then
+  VERSION=$(basename "$PROVIDER_DIR")
+  VALIDATE=$(mktemp -d)
+  mkdir -p "$VALIDATE/infra"
+  cp -r "$INFRA/terraform" "$INFRA/tests" "$VALIDATE/infra/"
+  grep -rl 'version = ">= 6.0"' "$VALIDATE" | xargs -r sed -i "s/version = \">= 6.0\"/version = \"$VERSION\"/"
+  printf 'provider_installation {\n  filesystem_mirror {\n    path = "%s"\n  }\n}\n' "$MIRROR" >"$VALIDATE/tfrc"
+  for dir in terraform/examples/three-regions tests/tf-validate; do
+    (cd "$VALIDATE/infra/$dir" && TF_CLI_CONFIG_FILE="$VALIDATE/tfrc" TF_DATA_DIR="$VALIDATE/$(basename "$dir").terraform" \
+      "$TERRAFORM" init -input=false -backend=false >/dev/null &&
+      TF_CLI_CONFIG_FILE="$VALIDATE/tfrc" TF_DATA_DIR="$VALIDATE/$(basename "$dir").terraform" "$TERRAFORM" validate -no-color |
+      sed "s|^|    $dir (aws provider $VERSION): |")
+  done
+  rm -rf "$VALIDATE"
+else
+  echo "terraform or an AWS provider in $MIRROR missing: terraform validate NOT run (the HCL parity test below still runs)"
+fi
+
+step "Terraform declares the same resources, rules, IAM conditions and config as the CDK app (HCL parse)"
 cd "$INFRA"
-SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
+SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_OUT_VARIANT="$INFRA/cdk/cdk.out.variant" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
   "$INFRA/.venv-cfnlint/bin/python" -m unittest -v tests/test_parity.py
+
+step "image context: what the CDK asset stages is what docker build sends"
+ASSET=$(python3 - "$INFRA/cdk/cdk.out" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+dirs = set()
+for manifest in out.glob("Shareplane-*.assets.json"):
+    for image in json.loads(manifest.read_text()).get("dockerImages", {}).values():
+        assert image["source"]["dockerFile"] == "infra/Dockerfile", image
+        dirs.add(image["source"]["directory"])
+assert len(dirs) == 1, f"expected one image asset for every Region, found {sorted(dirs)}"
+print(out / dirs.pop())
+PY
+)
+(cd "$ASSET" && find . -type f ! -name .dockerignore | sed 's|^\./||' | LC_ALL=C sort) >"$WORK/context-cdk.txt"
+echo "    the CDK asset stages $(wc -l <"$WORK/context-cdk.txt") files: $(cut -d/ -f1 "$WORK/context-cdk.txt" | sort -u | tr '\n' ' ')"
+grep -qx 'tests/e2e/Cargo.toml' "$WORK/context-cdk.txt" || { echo "the image context lacks tests/e2e/Cargo.toml" >&2; exit 1; }
+if command -v buildah >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  # buildah reads /.dockerignore as docker does: copy the context into an empty image and list it.
+  printf 'FROM scratch\nCOPY . /context\n' >"$WORK/Context.Dockerfile"
+  buildah --storage-driver vfs bud --quiet --layers=false -f "$WORK/Context.Dockerfile" -t localhost/shareplane-test/context "$ROOT" >/dev/null
+  c=$(buildah --storage-driver vfs from localhost/shareplane-test/context)
+  (cd "$(buildah --storage-driver vfs mount "$c")/context" && find . -type f | sed 's|^\./||' | LC_ALL=C sort) >"$WORK/context-docker.txt"
+  buildah --storage-driver vfs rm "$c" >/dev/null
+  diff -u "$WORK/context-docker.txt" "$WORK/context-cdk.txt" || { echo "the CDK asset and docker build send different contexts" >&2; exit 1; }
+  echo "    docker build (as buildah reads /.dockerignore) sends the same $(wc -l <"$WORK/context-docker.txt") files"
+else
+  echo "    buildah not installed (or not root): docker build's own reading of /.dockerignore NOT compared (the CDK test checks the staged files)"
+fi
+
+step "image context: the workspace loads and builds there with --locked --offline"
+CTX=$WORK/image-context
+rm -rf "$CTX"
+cp -a "$ASSET" "$CTX"
+(cd "$CTX" && cargo metadata --locked --offline --format-version 1 --filter-platform "$(rustc -vV | sed -n "s/^host: //p")" >/dev/null)
+echo "    cargo metadata --locked --offline: every workspace member loads from the staged context"
+if [ "$(id -u)" = 0 ] && command -v buildah >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 \
+  && [ "${SHAREPLANE_IMAGE_BUILD:-1}" != 0 ]; then
+  "$INFRA/tests/image-build.sh" "$CTX"
+else
+  echo "    no buildah/debootstrap as root (or SHAREPLANE_IMAGE_BUILD=0): building the staged context with cargo instead"
+  # In the workspace's target directory: the dependencies are built already (the staged crates
+  # have other paths, so they are compiled anew; the repository's next build re-links its own
+  # binaries over the one this uplifts).
+  (cd "$CTX" && CARGO_TARGET_DIR="$ROOT/target" cargo build --locked --offline -p shareplane --bin shareplane)
+  version=$("$ROOT/target/debug/shareplane" --version)
+  [[ "$version" =~ ^shareplane\ [0-9] ]] || { echo "unexpected --version: $version" >&2; exit 1; }
+  echo "    built from the staged context: $version"
+fi
 
 step "all infra tests passed"

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: installs what the tests need (Redis from Debian,
-# moto's server from PyPI, Chromium for the dashboard test, npm packages and linters for infra/),
-# starts the local servers on 127.0.0.1, runs every test, and stops the servers again.
+# The whole test suite, from a fresh machine: installs what the tests need (Redis and Python's
+# venv from Debian, moto's server from PyPI, Chromium for the dashboard test, buildah and
+# debootstrap for the image test, npm packages and linters for infra/), starts the local servers on
+# 127.0.0.1, runs every test, and stops the servers again.
+#
+# Runs as root, or as a user with sudo (only the Debian installs use it). Every step prints a
+# line with the time since the start, long installs print a line at least every 15 s, and the
+# end says how long each step took.
 #
 # Nothing here reaches AWS: every AWS client gets an explicit 127.0.0.1 endpoint and test keys.
 set -euo pipefail
@@ -9,35 +14,63 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 WORK=$ROOT/tests/.work
 mkdir -p "$WORK"
+# shellcheck source=tests/lib/progress.sh
+. "$ROOT/tests/lib/progress.sh"
+export PROGRESS_T0 # infra/test.sh's clock continues this one
 export AWS_EC2_METADATA_DISABLED=true AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
 export AWS_REGION=us-east-1 CDK_DISABLE_CLI_TELEMETRY=true
 # Tests that need a local server fail (rather than skip) when it is missing.
 export SHAREPLANE_REQUIRE_SERVICES=1
 
-step() { printf '\n==> %s\n' "$*"; }
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
+finish() {
+  local rc=$?
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  timing_summary "tests/run-all.sh $([ "$rc" = 0 ] && echo passed || echo "FAILED (exit $rc)")"
+}
+trap finish EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-apt_install() {
-  local missing=()
-  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
-  if [ ${#missing[@]} -gt 0 ]; then
-    step "installing Debian packages: ${missing[*]}"
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+# Root as it is, or through sudo; nothing else here needs root.
+as_root() {
+  if [ "$(id -u)" = 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    echo "installing Debian packages needs root or sudo: run as root, or install sudo, or install by hand: $*" >&2
+    exit 1
   fi
 }
 
-step "system packages"
-apt_install redis-server
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+APT_UPDATED=
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "    installed already: $*"
+    return
+  fi
+  # A long command runs in the background, where sudo cannot ask for a password: ask here.
+  if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo -v; fi
+  if [ -z "$APT_UPDATED" ]; then
+    long "apt-get update" as_root apt-get update
+    APT_UPDATED=1
+  fi
+  long "apt-get install ${missing[*]}" as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+echo "tests/run-all.sh as $(id -un) (uid $(id -u)) on $(nproc) cores"
+
+step "system packages (Redis, Python venv)"
+apt_install redis-server python3-venv ca-certificates
 
 step "moto server (local DynamoDB and CloudWatch)"
 if [ ! -x "$ROOT/.venv-moto/bin/moto_server" ]; then
+  rm -rf "$ROOT/.venv-moto"
   python3 -m venv "$ROOT/.venv-moto"
-  "$ROOT/.venv-moto/bin/pip" install -q 'moto[server]'
+  long "pip install moto[server]" "$ROOT/.venv-moto/bin/pip" install --disable-pip-version-check --progress-bar off 'moto[server]'
 fi
 MOTO_PORT=$(free_port)
 "$ROOT/.venv-moto/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$WORK/moto.log" 2>&1 &
@@ -65,10 +98,18 @@ cat "$SHAREPLANE_E2E_REPORT" || { echo "tests/e2e wrote no figures: did the end-
 step "dashboard in a headless browser (chromium + playwright-core)"
 apt_install chromium
 cargo build -p shareplane --locked
-(cd tests/browser && npm ci --no-audit --no-fund --silent && timeout 300 node dashboard.test.mjs)
+(cd tests/browser && long "npm ci (tests/browser)" npm ci --no-audit --no-fund && timeout 300 node dashboard.test.mjs)
 
 if [ -x infra/test.sh ]; then
-  step "infra tests"
+  step "container tools for the image test (buildah, debootstrap)"
+  if [ "$(id -u)" = 0 ]; then
+    apt_install buildah debootstrap
+  else
+    # Rootless builds would write root-owned files into this user's cargo cache; infra/test.sh
+    # builds the staged context with cargo instead and says so.
+    echo "    not root: infra/test.sh builds the image context with cargo instead of buildah"
+  fi
+  step "infra tests (infra/test.sh)"
   infra/test.sh
 fi
 

@@ -25,6 +25,9 @@ import hcl2
 INFRA = Path(__file__).resolve().parent.parent
 MODULES = INFRA / "terraform" / "modules"
 CDK_OUT = Path(os.environ.get("SHAREPLANE_CDK_OUT", INFRA / "cdk" / "cdk.out"))
+# The same app synthesized with the options the example leaves off (infra/cdk/test/variant.json:
+# an existing VPC, the config in S3, arm64), so that their resources are compared too.
+CDK_OUT_VARIANT = Path(os.environ.get("SHAREPLANE_CDK_OUT_VARIANT", INFRA / "cdk" / "cdk.out.variant"))
 CDK_JSON = INFRA / "cdk" / "cdk.json"
 
 # Each CloudFormation type the CDK app emits => the Terraform types that declare the same thing.
@@ -64,12 +67,16 @@ SAME = {
     "AWS::SNS::Topic": {"aws_sns_topic"},
     "AWS::SNS::Subscription": {"aws_sns_topic_subscription"},
     "AWS::CloudWatch::Alarm": {"aws_cloudwatch_metric_alarm"},
+    "AWS::ElastiCache::ServerlessCache": {"aws_elasticache_serverless_cache"},
+    # The config object in S3: CDK writes it at deploy time with its deployment function.
+    "Custom::CDKBucketDeployment": {"aws_s3_object"},
 }
 
 # CloudFormation types with no Terraform counterpart, and why.
 CDK_ONLY = {
     # Terraform passes the health check ids from the global module to each region module directly.
-    "AWS::Lambda::Function": "CDK's cross-Region reference provider",
+    "AWS::Lambda::Function": "CDK's cross-Region reference provider, and its S3 deployment function",
+    "AWS::Lambda::LayerVersion": "the AWS CLI layer of CDK's S3 deployment function",
     "Custom::CrossRegionExportWriter": "CDK's cross-Region reference writer",
     "Custom::CrossRegionExportReader": "CDK's cross-Region reference reader",
     # Terraform's aws_internet_gateway takes the VPC id itself.
@@ -84,6 +91,9 @@ TF_ONLY = {
     "aws_s3_bucket_versioning": "a property of AWS::S3::Bucket",
     "aws_s3_bucket_server_side_encryption_configuration": "a property of AWS::S3::Bucket",
     "aws_s3_bucket_lifecycle_configuration": "a property of AWS::S3::Bucket",
+    "aws_s3_bucket_logging": "a property of AWS::S3::Bucket",
+    "aws_ecr_repository": "CDK builds infra/Dockerfile as an asset and pushes it to its bootstrap repository",
+    "aws_ecr_lifecycle_policy": "CDK builds infra/Dockerfile as an asset and pushes it to its bootstrap repository",
     "aws_appautoscaling_target": "AWS::DynamoDB::GlobalTable holds its autoscaling settings",
     "aws_appautoscaling_policy": "AWS::DynamoDB::GlobalTable holds its autoscaling settings",
     "aws_default_security_group": "Terraform can empty the default group without a Lambda; CDK would need one",
@@ -119,13 +129,21 @@ def load_module(name: str) -> dict[str, dict]:
     return out
 
 
-def load_templates() -> dict[str, dict]:
+def load_templates(out: Path = CDK_OUT) -> dict[str, dict]:
     templates = {}
-    for path in sorted(CDK_OUT.glob("*.template.json")):
+    for path in sorted(out.glob("*.template.json")):
         templates[path.name.removesuffix(".template.json")] = json.loads(path.read_text())
     if not templates:
-        raise AssertionError(f"no templates in {CDK_OUT}: run cdk synth first")
+        raise AssertionError(f"no templates in {out}: run cdk synth first (infra/test.sh)")
     return templates
+
+
+def config_parameter(template: dict) -> dict:
+    """The SSM parameter holding the daemon's config (the other one holds the gateways' settings)."""
+    found = [r for r in resources(template, "AWS::SSM::Parameter").values() if r["Properties"]["Name"].endswith("/config")]
+    if len(found) != 1:
+        raise AssertionError(f"expected one config parameter, found {len(found)}")
+    return found[0]
 
 
 def resources(template: dict, rtype: str) -> dict[str, dict]:
@@ -148,6 +166,9 @@ class Parity(unittest.TestCase):
         cls.tf_global = load_module("global")
         cls.tf_region = load_module("region")
         cls.tf_types = set(cls.tf_global["resource"]) | set(cls.tf_region["resource"])
+        cls.variant = load_templates(CDK_OUT_VARIANT)
+        cls.variant_settings = json.loads((INFRA / "cdk" / "test" / "variant.json").read_text())
+        cls.variant_tpl = cls.variant[f"Shareplane-{cls.region}"]
 
     def tf(self, rtype: str, name: str) -> dict:
         for mod in (self.tf_global, self.tf_region):
@@ -156,7 +177,7 @@ class Parity(unittest.TestCase):
         self.fail(f"Terraform declares no {rtype}.{name}")
 
     def test_same_resource_types(self):
-        cfn_types = {r["Type"] for t in self.templates.values() for r in t["Resources"].values()}
+        cfn_types = {r["Type"] for t in [*self.templates.values(), *self.variant.values()] for r in t["Resources"].values()}
         # The e-mail subscription exists only when an address is set; its Terraform twin is counted.
         cfn_types.add("AWS::SNS::Subscription")
         unknown = cfn_types - set(SAME) - set(CDK_ONLY)
@@ -194,6 +215,27 @@ class Parity(unittest.TestCase):
             return s["sid"], sorted(s["actions"]), resource, conds
 
         self.assertEqual([tf_statement(s) for s in doc], [cfn_statement(s) for s in cfn])
+        # With the config in S3 (the variant) the role reads its one object: Terraform's dynamic statements.
+        task_v = next(iter(resources(self.variant_tpl, "AWS::ECS::TaskDefinition").values()))
+        role_v = self.variant_tpl["Resources"][task_v["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0]]
+        cfn_v = role_v["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        extra_cfn = [x for x in cfn_v if x["Sid"] not in {y["Sid"] for y in cfn}]
+        dynamic = self.tf_region["data"]["aws_iam_policy_document"]["task"]["dynamic"]
+        extra_tf = []
+        for block in dynamic:
+            d = block["statement"]
+            self.assertEqual(d["for_each"], f'${{local.config_in_s3 ? ["{sid_of(d)}"] : []}}')
+            self.assertEqual(d["content"][0]["sid"], "${statement.value}")
+            c = d["content"][0]
+            conds = sorted((k["test"], k["variable"], tuple(v.replace("${var.region}", self.region) for v in k["values"]))
+                           for k in c.get("condition", []))
+            extra_tf.append((sid_of(d), sorted(c["actions"]), conds))
+        symbols_v = {f"s3.{self.region}.amazonaws.com": f"s3.{self.region}.amazonaws.com"}
+        self.assertEqual(extra_tf, [
+            (x["Sid"], sorted(as_list(x["Action"])),
+             sorted((t, v, tuple(symbols_v.get(w, w) for w in as_list(ws))) for t, by in x.get("Condition", {}).items() for v, ws in by.items()))
+            for x in extra_cfn])
+        self.assertEqual([x["Sid"] for x in extra_cfn], ["ReadOwnConfigObject", "DecryptOwnConfigObject"])
         # The two conditions the issue names, spelled out.
         conds = {s["sid"]: s.get("condition") for s in doc}
         self.assertEqual(conds["WriteOwnRegionItemsOnly"], [
@@ -289,12 +331,43 @@ class Parity(unittest.TestCase):
         self.assertEqual(s["deployment_circuit_breaker"], [{"enable": True, "rollback": True}])
         self.assertEqual(s["network_configuration"][0]["assign_public_ip"], False)
         td = self.tf("aws_ecs_task_definition", "daemon")
-        body = td["container_definitions"]
-        for needle in ('"SHAREPLANE_CONFIG_TOML"', '"SHAREPLANE_API_TOKEN"', '"SHAREPLANE_CONFIG_DIGEST"',
-                       "readonlyRootFilesystem = true", 'command                = ["run"]', '"awslogs"'):
-            self.assertIn(needle.replace(" ", ""), body.replace(" ", ""), needle)
+        self.assertEqual(td["container_definitions"],
+                         "${local.config_in_s3 ? jsonencode(local.containers_s3) : jsonencode(local.containers_parameter)}")
+        loc = self.tf_region["locals"]
+        base = loc["daemon_container"]
+        self.assertIs(base["readonlyRootFilesystem"], c["ReadonlyRootFilesystem"])
+        self.assertEqual(base["logConfiguration"]["logDriver"], c["LogConfiguration"]["LogDriver"])
+        self.assertEqual([e["name"] for e in base["environment"]], [e["Name"] for e in c["Environment"]])
+        self.assertEqual(base["stopTimeout"], c["StopTimeout"])
+        # The parameter variant (the example) and the S3 variant: command, secrets, init container.
+        param = re.sub(r"\s+", "", loc["containers_parameter"][0])
+        self.assertIn('command=["run"]', param)
+        self.assertIn('name="SHAREPLANE_CONFIG_TOML"', param)
+        self.assertIn("local.api_token_secret", param)
         self.assertEqual([x["Name"] for x in c["Secrets"]], ["SHAREPLANE_CONFIG_TOML", "SHAREPLANE_API_TOKEN"])
         self.assertEqual(c["Command"], ["run"])
+        cv = next(iter(resources(self.variant_tpl, "AWS::ECS::TaskDefinition").values()))["Properties"]["ContainerDefinitions"]
+        s3_daemon = re.sub(r"\s+", "", loc["containers_s3"][0])
+        self.assertIn('command=["run","--config",local.config_file]', s3_daemon)
+        self.assertEqual(cv[0]["Command"], ["run", "--config", "/etc/shareplane/config.toml"])
+        self.assertEqual(loc["config_file"], "/etc/shareplane/config.toml")
+        self.assertIn('dependsOn=[{containerName="fetch-config",condition="SUCCESS"}]', s3_daemon)
+        self.assertEqual(cv[0]["DependsOn"], [{"Condition": "SUCCESS", "ContainerName": "fetch-config"}])
+        fetch = loc["containers_s3"][1]
+        self.assertEqual((fetch["name"], fetch["essential"], fetch["readonlyRootFilesystem"]),
+                         (cv[1]["Name"], cv[1]["Essential"], cv[1]["ReadonlyRootFilesystem"]))
+        self.assertEqual(fetch["command"][:2] + fetch["command"][3:], cv[1]["Command"][:2] + cv[1]["Command"][3:])
+        variables = {**variables}
+        self.assertEqual(variables["config_fetch_image"]["default"], cv[1]["Image"])
+        self.assertEqual(variables["cpu_architecture"]["default"].upper(), task["RuntimePlatform"]["CpuArchitecture"])
+        tv = next(iter(resources(self.variant_tpl, "AWS::ECS::TaskDefinition").values()))["Properties"]
+        self.assertEqual(tv["RuntimePlatform"]["CpuArchitecture"], "ARM64")
+        self.assertEqual(self.tf("aws_ecs_task_definition", "daemon")["runtime_platform"][0]["cpu_architecture"],
+                         "${upper(var.cpu_architecture)}")
+        # Both load balancers' target groups take the tasks.
+        self.assertEqual(len(svc["LoadBalancers"]), 2)
+        self.assertEqual([lb["target_group_arn"] for lb in s["load_balancer"]],
+                         ["${aws_lb_target_group.daemon.arn}", "${aws_lb_target_group.api.arn}"])
         tg = next(iter(resources(self.region_tpl, "AWS::ElasticLoadBalancingV2::TargetGroup").values()))["Properties"]
         ttg = self.tf("aws_lb_target_group", "daemon")
         self.assertEqual(ttg["health_check"][0]["path"], tg["HealthCheckPath"])
@@ -305,7 +378,7 @@ class Parity(unittest.TestCase):
         self.assertEqual(trule["condition"][0]["path_pattern"][0]["values"], rule["Conditions"][0]["PathPatternConfig"]["Values"])
 
     def test_same_config_keys(self):
-        param = next(iter(resources(self.region_tpl, "AWS::SSM::Parameter").values()))["Properties"]["Value"]
+        param = config_parameter(self.region_tpl)["Properties"]["Value"]
         parts = param["Fn::Join"][1]
         cdk_text = "".join(p if isinstance(p, str) else "ID" for p in parts)
         tftpl = (MODULES / "region" / "config" / "config.toml.tftpl").read_text()
@@ -333,6 +406,241 @@ class Parity(unittest.TestCase):
         self.assertEqual(keys(tftpl)["[[limits]]"], [k for k in cdk["[[limits]]"] if k not in limit_extra])
 
 
+    # ---- The network: security groups, who reaches whom, the two endpoints ---------------------
+
+    def test_same_security_groups_and_rules(self):
+        cdk = cdk_rules(self.region_tpl, self.region)
+        tf = tf_rules(self.tf_region)
+        tf_default = {r for r in tf if r[2] != "existing"}
+        self.assertEqual(tf_default, cdk, "the same rules between the same groups")
+        # The existing gateways' groups (variant: an existing VPC) get the same ingress as the gateway group.
+        variant = cdk_rules(self.variant_tpl, self.region)
+        self.assertEqual({r for r in tf if r[2] == "existing"}, {r for r in variant if r[2] == "existing"})
+        self.assertTrue(any(r[2] == "existing" for r in tf))
+        # Each group described alike.
+        groups = self.tf_region["resource"]["aws_security_group"]
+        cdk_groups = {role_of(g["Properties"]["GroupDescription"]): g["Properties"]["GroupDescription"]
+                      for g in resources(self.region_tpl, "AWS::EC2::SecurityGroup").values()}
+        self.assertEqual({name: g["description"] for name, g in groups.items()}, cdk_groups)
+        pl = self.tf_region["data"]["aws_ec2_managed_prefix_list"]["route53_healthchecks"]
+        self.assertEqual(pl["name"], "com.amazonaws.${var.region}.route53-healthchecks")
+
+    def test_gateways_reach_the_api_and_valkey_and_the_internet_does_not(self):
+        for name, rules in (("CDK", cdk_rules(self.region_tpl, self.region)), ("Terraform", tf_rules(self.tf_region))):
+            with self.subTest(app=name):
+                self.assertTrue(reaches(rules, "gateway", "api_lb", 443))
+                self.assertTrue(reaches(rules, "gateway", "valkey", 6379))
+                self.assertTrue(reaches(rules, "api_lb", "daemon", 8080))
+                self.assertTrue(reaches(rules, "lb", "daemon", 8080))
+                self.assertTrue(reaches(rules, "prefix:route53-healthchecks", "lb", 443))
+                for target, port in (("api_lb", 443), ("valkey", 6379), ("daemon", 8080), ("lb", 443)):
+                    self.assertFalse(reaches(rules, "0.0.0.0/0", target, port), f"the internet reaches {target}:{port}")
+                self.assertFalse(reaches(rules, "gateway", "daemon", 8080), "only through the load balancer")
+                self.assertFalse(reaches(rules, "prefix:route53-healthchecks", "api_lb", 443))
+                self.assertEqual([r for r in rules if r[1] == "ingress" and "/" in r[2]], [], "no ingress from addresses")
+
+    def test_same_endpoints(self):
+        lbs = {r["Properties"]["Scheme"]: r["Properties"] for r in resources(self.region_tpl, "AWS::ElasticLoadBalancingV2::LoadBalancer").values()}
+        self.assertEqual(sorted(lbs), ["internal", "internet-facing"])
+        api, pub = self.tf("aws_lb", "api"), self.tf("aws_lb", "endpoint")
+        self.assertEqual((api["internal"], pub["internal"]), (True, False))
+        self.assertEqual((api["subnets"], pub["subnets"]), ("${local.private_subnet_ids}", "${local.public_subnet_ids}"))
+        attrs = {a["Key"]: a["Value"] for a in lbs["internal"]["LoadBalancerAttributes"]}
+        self.assertEqual(str(api["idle_timeout"]), attrs["idle_timeout.timeout_seconds"])
+        self.assertEqual(api["access_logs"][0]["prefix"], attrs["access_logs.s3.prefix"])
+        rules = [r["Properties"] for r in resources(self.region_tpl, "AWS::ElasticLoadBalancingV2::ListenerRule").values()]
+        cdk_paths = sorted(tuple(r["Conditions"][0]["PathPatternConfig"]["Values"]) for r in rules)
+        tf_paths = sorted(tuple(self.tf("aws_lb_listener_rule", n)["condition"][0]["path_pattern"][0]["values"]) for n in ("api", "health"))
+        self.assertEqual(tf_paths, cdk_paths)
+        self.assertIn(("/v1/*", "/readyz", "/healthz"), tf_paths)
+        for listener in resources(self.region_tpl, "AWS::ElasticLoadBalancingV2::Listener").values():
+            self.assertEqual(listener["Properties"]["Protocol"], "HTTPS")
+        self.assertEqual([self.tf("aws_lb_listener", n)["protocol"] for n in ("api", "https")], ["HTTPS", "HTTPS"])
+        cert = next(iter(resources(self.region_tpl, "AWS::CertificateManager::Certificate").values()))["Properties"]
+        self.assertEqual(cert["SubjectAlternativeNames"], [f"api.{self.region}.shareplane.example.com"])
+        self.assertEqual(self.tf("aws_acm_certificate", "endpoint")["subject_alternative_names"], ["${local.api_name}"])
+        self.assertEqual(self.tf_region["locals"]["api_name"], "api.${local.endpoint}")
+        self.assertEqual(self.tf("aws_route53_record", "api")["alias"][0]["name"], "${aws_lb.api.dns_name}")
+
+    def test_same_outputs(self):
+        cdk = self.region_tpl["Outputs"]
+        with (MODULES / "region" / "outputs.tf").open() as f:
+            tf = {k: v for block in unquote(hcl2.load(f))["output"] for k, v in block.items()}
+        same = {"Endpoint": "endpoint_url", "RulesUrl": "rules_url", "DemandUrl": "demand_url",
+                "ApiTokenSecretArn": "api_token_secret_arn", "GatewaySecurityGroupId": "gateway_security_group_id",
+                "GatewaySettingsParameter": "gateway_settings_parameter", "ValkeyUrl": "valkey_url",
+                "ConfigParameter": "config_parameter"}
+        self.assertEqual(set(cdk), set(same))
+        self.assertIn("ConfigObject", self.variant_tpl["Outputs"])
+        self.assertIn("config_object", tf)
+        for c, t in same.items():
+            self.assertIn(t, tf, c)
+        api = f"https://api.{self.region}.shareplane.example.com"
+        self.assertEqual((cdk["RulesUrl"]["Value"], cdk["DemandUrl"]["Value"]), (f"{api}/v1/rules", f"{api}/v1/demand"))
+        self.assertEqual((tf["rules_url"]["value"], tf["demand_url"]["value"]), ("${local.api_url}/v1/rules", "${local.api_url}/v1/demand"))
+        self.assertEqual(self.tf_region["locals"]["api_url"], "https://${local.api_name}")
+        self.assertEqual(tf["valkey_url"]["value"], "${local.valkey_url}")
+        self.assertIn('"rediss://${c.endpoint[0].address}:${c.endpoint[0].port}"', self.tf_region["locals"]["valkey_url"])
+        self.assertEqual(cdk["ValkeyUrl"]["Value"]["Fn::Join"][1][0], "rediss://")
+
+    def test_same_gateway_settings(self):
+        p = [r for r in resources(self.region_tpl, "AWS::SSM::Parameter").values() if r["Properties"]["Name"].endswith("/gateway")]
+        self.assertEqual(len(p), 1)
+        # Deploy-time values (the secret ARN, the Valkey address) sit inside the JSON strings.
+        text = "".join(x if isinstance(x, str) else "T" for x in p[0]["Properties"]["Value"]["Fn::Join"][1])
+        cdk_keys = sorted(json.loads(text))
+        tf_value = self.tf("aws_ssm_parameter", "gateway")["value"]
+        tf_keys = sorted(re.findall(r"(\w+)\s*=", tf_value))
+        self.assertEqual(tf_keys, cdk_keys)
+        self.assertEqual(cdk_keys, ["apiTokenSecretArn", "demandUrl", "gatewaySecurityGroupId", "redisUrl", "rulesUrl"])
+
+    def test_same_valkey(self):
+        c = next(iter(resources(self.region_tpl, "AWS::ElastiCache::ServerlessCache").values()))["Properties"]
+        t = self.tf("aws_elasticache_serverless_cache", "valkey")
+        self.assertEqual((t["engine"], t["major_engine_version"]), (c["Engine"], c["MajorEngineVersion"]))
+        self.assertEqual(t["kms_key_id"], "${aws_kms_key.main.arn}")
+        self.assertEqual(t["subnet_ids"], "${local.private_subnet_ids}")
+        self.assertEqual(t["security_group_ids"], ["${aws_security_group.valkey[0].id}"])
+        limits = t["cache_usage_limits"][0]
+        self.assertEqual(limits["data_storage"][0]["unit"], c["CacheUsageLimits"]["DataStorage"]["Unit"])
+        with (MODULES / "region" / "variables.tf").open() as f:
+            variables = {k: v for block in unquote(hcl2.load(f))["variable"] for k, v in block.items()}
+        self.assertIn("data_storage_max_gb = optional(number, 5)", variables["valkey"]["type"].replace("${", ""))
+        self.assertEqual(c["CacheUsageLimits"]["DataStorage"]["Maximum"], 5)
+        self.assertIn("ecpu_per_second_max = optional(number, 100000)", variables["valkey"]["type"].replace("${", ""))
+        self.assertEqual(c["CacheUsageLimits"]["ECPUPerSecond"]["Maximum"], 100000)
+
+    def test_same_config_in_s3(self):
+        buckets = {k: r["Properties"] for k, r in resources(self.variant_tpl, "AWS::S3::Bucket").items() if k.startswith("ConfigBucket")}
+        self.assertEqual(len(buckets), 1)
+        b = next(iter(buckets.values()))
+        sse = b["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+        tsse = self.tf("aws_s3_bucket_server_side_encryption_configuration", "config")["rule"][0]
+        self.assertEqual(tsse["apply_server_side_encryption_by_default"][0]["sse_algorithm"], sse["ServerSideEncryptionByDefault"]["SSEAlgorithm"])
+        self.assertIs(tsse["bucket_key_enabled"], sse["BucketKeyEnabled"])
+        self.assertEqual(self.tf("aws_s3_bucket_versioning", "config")["versioning_configuration"][0]["status"], b["VersioningConfiguration"]["Status"])
+        self.assertEqual(self.tf("aws_s3_bucket_logging", "config")["target_prefix"], b["LoggingConfiguration"]["LogFilePrefix"])
+        obj = self.tf("aws_s3_object", "config")
+        self.assertEqual((obj["key"], obj["content"]), ("${local.config_object_key}", "${local.config_toml}"))
+        deploy = next(iter(resources(self.variant_tpl, "Custom::CDKBucketDeployment").values()))["Properties"]
+        self.assertEqual(self.tf_region["locals"]["config_object_key"], "daemon.toml")
+        self.assertIn("daemon.toml", json.dumps(self.variant_tpl["Outputs"]["ConfigObject"]))
+        self.assertTrue(deploy["DestinationBucketName"]["Ref"].startswith("ConfigBucket"))
+        self.assertEqual(self.tf("aws_ssm_parameter", "config")["count"], "${local.config_in_s3 ? 0 : 1}")
+        pre = self.tf("aws_ssm_parameter", "config")["lifecycle"][0]["precondition"][0]
+        self.assertEqual(pre["condition"], "${length(local.config_toml) <= 8192}")
+
+    def test_existing_vpc_creates_no_network(self):
+        variant_types = {r["Type"] for r in self.variant_tpl["Resources"].values()}
+        network = {"AWS::EC2::VPC", "AWS::EC2::Subnet", "AWS::EC2::InternetGateway", "AWS::EC2::NatGateway", "AWS::EC2::EIP",
+                   "AWS::EC2::RouteTable", "AWS::EC2::Route", "AWS::EC2::FlowLog", "AWS::EC2::SubnetRouteTableAssociation"}
+        self.assertEqual(variant_types & network, set())
+        vpc = self.variant_settings["existingVpcs"][self.region]
+        for g in resources(self.variant_tpl, "AWS::EC2::SecurityGroup").values():
+            self.assertEqual(g["Properties"]["VpcId"], vpc["vpcId"])
+        # Every Terraform network resource is created only without var.existing_vpc.
+        with (MODULES / "region" / "network.tf").open() as f:
+            doc = unquote(hcl2.load(f))
+        for kind in ("resource", "data"):
+            for block in doc.get(kind, []):
+                for rtype, named in block.items():
+                    for name, body in named.items():
+                        if rtype == "aws_iam_policy_document" and name == "flow_assume":
+                            continue
+                        self.assertRegex(str(body.get("count")), r"local\.(create_vpc|subnet_count)", f"{rtype}.{name}")
+
+
+ROLES = {
+    "shareplane daemon tasks": "daemon",
+    "shareplane endpoint": "lb",
+    "shareplane API inside the VPC": "api_lb",
+    "shareplane gateways": "gateway",
+    "shareplane Valkey": "valkey",
+}
+
+
+def role_of(description: str) -> str:
+    """A security group's role (the Terraform resource name) from its description."""
+    found = [role for prefix, role in ROLES.items() if description.startswith(prefix)]
+    if len(found) != 1:
+        raise AssertionError(f"no role for the group described {description!r}")
+    return found[0]
+
+
+def cdk_rules(template: dict, region: str) -> set[tuple]:
+    """Every security group rule as (group role, direction, peer, from port, to port)."""
+    groups = {k: role_of(g["Properties"]["GroupDescription"]) for k, g in resources(template, "AWS::EC2::SecurityGroup").items()}
+    context = json.loads(CDK_JSON.read_text())["context"]
+    prefix_lists = {v[0]["PrefixListId"]: "prefix:route53-healthchecks" for k, v in context.items()
+                    if f"PrefixListName=com.amazonaws.{region}.route53-healthchecks:" in k}
+
+    def ref(v):
+        name = v["Fn::GetAtt"][0] if isinstance(v, dict) else v
+        return groups.get(name, "existing" if str(name).startswith("sg-") else name)
+
+    def peer(r, direction):
+        sg = r.get("SourceSecurityGroupId" if direction == "ingress" else "DestinationSecurityGroupId")
+        if sg is not None:
+            return ref(sg)
+        pl = r.get("SourcePrefixListId")
+        if pl is not None:
+            return prefix_lists[pl]
+        return r["CidrIp"]
+
+    out = set()
+    for gid, g in resources(template, "AWS::EC2::SecurityGroup").items():
+        for direction, key in (("ingress", "SecurityGroupIngress"), ("egress", "SecurityGroupEgress")):
+            for r in g["Properties"].get(key, []):
+                if r.get("Description") == "Disallow all traffic":
+                    continue  # CDK's stand-in for "no egress", which Terraform's groups have by default
+                out.add((groups[gid], direction, peer(r, direction), r["FromPort"], r["ToPort"]))
+    for rtype, direction in (("AWS::EC2::SecurityGroupIngress", "ingress"), ("AWS::EC2::SecurityGroupEgress", "egress")):
+        for r in resources(template, rtype).values():
+            p = r["Properties"]
+            out.add((ref(p["GroupId"]), direction, peer(p, direction), p["FromPort"], p["ToPort"]))
+    return out
+
+
+def tf_rules(module: dict) -> set[tuple]:
+    """The same tuples from the Terraform rule resources (ports and groups resolved)."""
+    values = {"${local.daemon_port}": 8080, "${local.valkey_ports.from}": 6379, "${local.valkey_ports.to}": 6380}
+
+    def group(v):
+        m = re.fullmatch(r"\$\{aws_security_group\.(\w+)(\[0\])?\.id\}", v)
+        if m:
+            return m.group(1)
+        if v == "${each.key}":
+            return "existing"
+        raise AssertionError(f"unexpected group reference {v!r}")
+
+    out = set()
+    for rtype, direction in (("aws_vpc_security_group_ingress_rule", "ingress"), ("aws_vpc_security_group_egress_rule", "egress")):
+        for name, r in module["resource"].get(rtype, {}).items():
+            if "referenced_security_group_id" in r:
+                p = group(r["referenced_security_group_id"])
+            elif "prefix_list_id" in r:
+                assert r["prefix_list_id"] == "${data.aws_ec2_managed_prefix_list.route53_healthchecks.id}", name
+                p = "prefix:route53-healthchecks"
+            else:
+                p = r["cidr_ipv4"]
+            assert r["ip_protocol"] == "tcp", name
+            out.add((group(r["security_group_id"]), direction, p, values.get(r["from_port"], r["from_port"]), values.get(r["to_port"], r["to_port"])))
+    return out
+
+
+def reaches(rules: set[tuple], source: str, target: str, port: int) -> bool:
+    """Traffic from `source` (a role, "prefix:…" or an address range) to group `target` on `port`:
+    the source group's egress (for a group of the stack) and the target's ingress must allow it."""
+    roles = set(ROLES.values())
+
+    def allows(group, direction, peer):
+        return any(r[0] == group and r[1] == direction and r[2] == peer and r[3] <= port <= r[4] for r in rules)
+
+    if source in roles and not allows(source, "egress", target):
+        return False
+    return allows(target, "ingress", source)
+
+
 class ConfigText(unittest.TestCase):
     """Terraform's config module renders, byte for byte, the config the CDK app writes."""
 
@@ -347,7 +655,7 @@ class ConfigText(unittest.TestCase):
         self.assertEqual(sorted(tf), sorted(regions))
         for region in regions:
             with self.subTest(region=region):
-                param = next(iter(resources(templates[f"Shareplane-{region}"], "AWS::SSM::Parameter").values()))
+                param = config_parameter(templates[f"Shareplane-{region}"])
                 parts = param["Properties"]["Value"]["Fn::Join"][1]
                 ids = iter(f"hc-{r}" for r in regions)
                 cdk = "".join(p if isinstance(p, str) else next(ids) for p in parts)
@@ -358,6 +666,14 @@ class ConfigText(unittest.TestCase):
                 self.assertEqual([(l["id"], l["rate"]) for l in doc["limits"]], [(l["id"], l["rate"]) for l in settings["limits"]])
                 self.assertEqual(doc["listen"], "0.0.0.0:8080")
                 self.assertNotIn("api_token", doc)
+
+
+def sid_of(dynamic_statement: dict) -> str:
+    """The Sid a dynamic statement block gets: its for_each holds the one name."""
+    m = re.search(r'\["(\w+)"\]', dynamic_statement["for_each"])
+    if not m:
+        raise AssertionError(f"cannot read the Sid of {dynamic_statement}")
+    return m.group(1)
 
 
 def each_value_of(v, entry: dict):

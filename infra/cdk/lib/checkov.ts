@@ -20,9 +20,9 @@ export function skipCheckov(scope: IConstruct, skips: readonly CheckovSkip[]): v
 
 /**
  * Annotates the Lambda functions that CDK itself adds as deploy-time custom resource providers
- * (here: the writer and reader of cross-Region references). They run only while CloudFormation
- * deploys, handle no request traffic and hold no data, so the runtime hardening checks do not
- * apply.
+ * (here: the writer and reader of cross-Region references, and the function that writes the
+ * daemon's config object to S3). They run only while CloudFormation deploys, handle no request
+ * traffic and hold no data, so the runtime hardening checks do not apply.
  *
  * CDK creates these functions while it resolves cross-stack references, after aspects have run,
  * so this hooks the stack's validation instead (the last step before templates are written).
@@ -32,7 +32,8 @@ export function annotateCdkProviders(stack: Stack): void {
     validate: () => {
       for (const node of stack.node.findAll()) {
         if (!(node instanceof CfnResource) || node.cfnResourceType !== 'AWS::Lambda::Function') continue;
-        if (!node.node.path.includes('CustomResourceProvider') || node.getMetadata('checkov') !== undefined) continue;
+        const provider = node.node.path.includes('CustomResourceProvider') || node.node.path.includes('/Custom::CDKBucketDeployment');
+        if (!provider || node.getMetadata('checkov') !== undefined) continue;
         skipCheckov(node, PROVIDER_SKIPS);
         // CDK adds an explicit DependsOn on the role that the GetAtt already implies.
         node.addMetadata('cfn-lint', { config: { ignore_checks: ['W3005'] } });
@@ -45,6 +46,6 @@ export function annotateCdkProviders(stack: Stack): void {
 const PROVIDER_SKIPS: readonly CheckovSkip[] = [
   { id: 'CKV_AWS_115', comment: 'CDK deploy-time provider: runs once per deployment, no concurrency limit needed' },
   { id: 'CKV_AWS_116', comment: 'CDK deploy-time provider: CloudFormation reports its failures; a DLQ would hold nothing' },
-  { id: 'CKV_AWS_117', comment: 'CDK deploy-time provider: calls only the SSM API, needs no VPC' },
+  { id: 'CKV_AWS_117', comment: 'CDK deploy-time provider: calls only AWS APIs (SSM, S3), needs no VPC' },
   { id: 'CKV_AWS_173', comment: 'CDK deploy-time provider: its environment holds no secrets' },
 ];

@@ -1,17 +1,21 @@
 /**
- * One Region's stack: the network, the daemon as an ECS Fargate service behind a load balancer
- * whose public name Route 53 health-checks, the daemon's config as an SSM parameter, the task
- * role of least privilege, and the alarms on the daemon's metrics.
+ * One Region's stack: the network (new, or an existing VPC), the daemon as an ECS Fargate
+ * service behind two load balancers (a public one whose name Route 53 health-checks, open only
+ * to Route 53's health checkers, and an internal one that gateways use for `/v1/rules` and
+ * `/v1/demand`), the daemon's config (an SSM parameter, or an object in S3), the task role of
+ * least privilege, an optional Valkey for the gateways' buckets, and the alarms on the daemon's
+ * metrics.
  */
 import { createHash } from 'node:crypto';
 import * as path from 'node:path';
-import { ArnFormat, Duration, IgnoreMode, RemovalPolicy, Stack, StackProps, CfnOutput } from 'aws-cdk-lib';
+import { Annotations, ArnFormat, CfnOutput, Duration, Fn, IgnoreMode, RemovalPolicy, Stack, StackProps } from 'aws-cdk-lib';
 import * as acm from 'aws-cdk-lib/aws-certificatemanager';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as ecrAssets from 'aws-cdk-lib/aws-ecr-assets';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
+import * as elasticache from 'aws-cdk-lib/aws-elasticache';
 import * as elbv2 from 'aws-cdk-lib/aws-elasticloadbalancingv2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
@@ -19,6 +23,7 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import * as route53 from 'aws-cdk-lib/aws-route53';
 import * as route53Targets from 'aws-cdk-lib/aws-route53-targets';
 import * as s3 from 'aws-cdk-lib/aws-s3';
+import * as s3deploy from 'aws-cdk-lib/aws-s3-deployment';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import * as snsSubscriptions from 'aws-cdk-lib/aws-sns-subscriptions';
@@ -32,8 +37,28 @@ import { Settings } from './settings';
 
 /** The daemon's HTTP port (/healthz, /readyz, /metrics, /v1/rules). */
 export const DAEMON_PORT = 8080;
-/** The repository root: the Docker build context of the daemon's image. */
+/** ElastiCache Serverless: the endpoint (6379) and the reader endpoint (6380), both TLS. */
+export const VALKEY_PORTS = { from: 6379, to: 6380 } as const;
+/** The paths the internal load balancer forwards to the daemon; anything else gets 404. */
+export const API_PATHS = ['/v1/*', '/readyz', '/healthz'] as const;
+/** The config object's key in the Region's config bucket (configSource "s3"). */
+export const CONFIG_OBJECT_KEY = 'daemon.toml';
+/** Where the daemon reads the file the init container fetched (configSource "s3"). */
+export const CONFIG_FILE = '/etc/shareplane/config.toml';
+/** SSM advanced parameters hold at most 8 KiB. */
+export const ADVANCED_PARAMETER_LIMIT_BYTES = 2 * STANDARD_PARAMETER_LIMIT_BYTES;
+/** The repository root: the Docker build context of the daemon's image (see /.dockerignore). */
 const REPO_ROOT = path.resolve(__dirname, '..', '..', '..', '..');
+
+/** The AWS-managed prefix list of Route 53's health checkers in a Region (IPv4). */
+export function healthCheckersPrefixList(region: string): string {
+  return `com.amazonaws.${region}.route53-healthchecks`;
+}
+
+/** The name gateways use for the daemon's API, inside the VPC (an internal load balancer). */
+export function apiName(s: Settings, region: string): string {
+  return `api.${endpointName(s, region)}`;
+}
 
 export interface RegionStackProps extends StackProps {
   readonly settings: Settings;
@@ -41,46 +66,82 @@ export interface RegionStackProps extends StackProps {
   readonly healthCheckIds: readonly string[];
 }
 
+/** The VPC and the subnets each part runs in. */
+interface Network {
+  readonly vpc: ec2.IVpc;
+  readonly publicSubnets: ec2.SubnetSelection;
+  readonly privateSubnets: ec2.SubnetSelection;
+  /** Existing gateways' security groups (existing VPCs only), admitted like the stack's own. */
+  readonly gatewayGroups: readonly ec2.ISecurityGroup[];
+}
+
+/** How the config reaches the task: what the container gets and what the task role must read. */
+interface ConfigDelivery {
+  /** For the outputs: the parameter name or the object's S3 URI. */
+  readonly location: string;
+  readonly parameter?: ssm.StringParameter;
+  readonly object?: { readonly bucket: s3.IBucket; readonly key: string };
+}
+
 export class RegionStack extends Stack {
   readonly taskRole: iam.Role;
   readonly service: ecs.FargateService;
-  readonly configParameter: ssm.StringParameter;
+  /** The security group to attach to this Region's gateways (reaches the API and Valkey). */
+  readonly gatewaySecurityGroup: ec2.SecurityGroup;
+  private readonly key: kms.Key;
+  private configDigest = '';
 
   constructor(scope: Construct, id: string, props: RegionStackProps) {
     super(scope, id, props);
     const s = props.settings;
     const region = Stack.of(this).region;
-    const key = this.encryptionKey();
-    const vpc = this.network(s, key);
+    this.key = this.encryptionKey();
+    const net = this.network(s, region);
     const logGroup = new logs.LogGroup(this, 'DaemonLogs', {
       logGroupName: `/shareplane/${s.tableName}/daemon`,
       retention: s.logRetentionDays as logs.RetentionDays,
-      encryptionKey: key,
+      encryptionKey: this.key,
       removalPolicy: RemovalPolicy.RETAIN,
     });
-
-    this.configParameter = this.config(s, region, props.healthCheckIds);
-    this.taskRole = taskRole(this, s, region);
-    const { listener, albSg } = this.loadBalancer(s, region, vpc);
-
-    const cluster = new ecs.Cluster(this, 'Cluster', {
-      vpc,
-      containerInsightsV2: ecs.ContainerInsights.ENABLED,
-    });
+    const logBucket = this.logBucket(s);
+    const config = this.config(s, region, props.healthCheckIds, logBucket);
+    this.taskRole = taskRole(this, s, region, config, this.key);
     const apiToken = new secretsmanager.Secret(this, 'ApiToken', {
       description: 'shareplane daemon API token (bearer token of the write endpoints)',
-      encryptionKey: key,
+      encryptionKey: this.key,
       generateSecretString: { passwordLength: 48, excludePunctuation: true },
     });
-    const task = this.taskDefinition(s, logGroup, apiToken);
-    const taskSg = new ec2.SecurityGroup(this, 'DaemonSecurityGroup', {
-      vpc,
-      description: 'shareplane daemon tasks',
-      allowAllOutbound: false,
-    });
-    taskSg.addIngressRule(albSg, ec2.Port.tcp(DAEMON_PORT), 'health checks and requests from the load balancer');
-    taskSg.addEgressRule(ec2.Peer.anyIpv4(), ec2.Port.tcp(443), 'AWS APIs (DynamoDB, CloudWatch, SSM, ECR, Logs)');
 
+    // Security groups: who may talk to whom. Every rule names its peer group; only the public
+    // endpoint admits addresses, and only Route 53's health checkers.
+    const group = (gid: string, description: string) =>
+      new ec2.SecurityGroup(this, gid, { vpc: net.vpc, description, allowAllOutbound: false });
+    const taskSg = group('DaemonSecurityGroup', 'shareplane daemon tasks');
+    const publicSg = group('LoadBalancerSecurityGroup', 'shareplane endpoint: HTTPS from Route 53 health checkers');
+    const apiSg = group('ApiLoadBalancerSecurityGroup', 'shareplane API inside the VPC: HTTPS from the gateways');
+    this.gatewaySecurityGroup = group('GatewaySecurityGroup', 'shareplane gateways: attach to reach the daemon API and Valkey');
+    const gateways: ec2.ISecurityGroup[] = [this.gatewaySecurityGroup, ...net.gatewayGroups];
+    const checkers = ec2.PrefixList.fromLookup(this, 'Route53HealthCheckers', {
+      prefixListName: healthCheckersPrefixList(region),
+    });
+    publicSg.addIngressRule(ec2.Peer.prefixList(checkers.prefixListId), ec2.Port.tcp(443), 'HTTPS from Route 53 health checkers');
+    for (const lb of [publicSg, apiSg]) {
+      lb.addEgressRule(taskSg, ec2.Port.tcp(DAEMON_PORT), 'to the daemon tasks');
+      taskSg.addIngressRule(lb, ec2.Port.tcp(DAEMON_PORT), 'from the load balancer');
+    }
+    for (const gw of gateways) apiSg.addIngressRule(gw, ec2.Port.tcp(443), 'HTTPS from the gateways');
+    this.gatewaySecurityGroup.addEgressRule(apiSg, ec2.Port.tcp(443), 'to the daemon API');
+    taskSg.addEgressRule(ec2.Peer.anyIpv4(), ec2.Port.tcp(443), 'AWS APIs (DynamoDB, CloudWatch, SSM, S3, ECR, Logs)');
+
+    const certificate = this.certificate(s, region);
+    const publicListener = this.publicEndpoint(s, region, net, publicSg, certificate, logBucket);
+    const apiListener = this.apiEndpoint(s, region, net, apiSg, certificate, logBucket);
+
+    const cluster = new ecs.Cluster(this, 'Cluster', {
+      vpc: net.vpc,
+      containerInsightsV2: ecs.ContainerInsights.ENABLED,
+    });
+    const task = this.taskDefinition(s, region, logGroup, apiToken, config);
     this.service = new ecs.FargateService(this, 'Daemon', {
       cluster,
       taskDefinition: task,
@@ -89,42 +150,53 @@ export class RegionStack extends Stack {
       maxHealthyPercent: 200,
       circuitBreaker: { enable: true, rollback: true },
       healthCheckGracePeriod: Duration.seconds(60),
-      vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+      vpcSubnets: net.privateSubnets,
       securityGroups: [taskSg],
       assignPublicIp: false,
       propagateTags: ecs.PropagatedTagSource.SERVICE,
     });
-    const targets = new elbv2.ApplicationTargetGroup(this, 'DaemonTargets', {
-      vpc,
-      port: DAEMON_PORT,
-      protocol: elbv2.ApplicationProtocol.HTTP,
-      targetType: elbv2.TargetType.IP,
-      targets: [this.service],
-      deregistrationDelay: Duration.seconds(30),
-      healthCheck: {
-        path: HEALTH_PATH,
-        interval: Duration.seconds(10),
-        timeout: Duration.seconds(5),
-        healthyThresholdCount: 2,
-        unhealthyThresholdCount: 3,
-        healthyHttpCodes: '200',
-      },
-    });
-    listener.addAction('Health', {
+    publicListener.addAction('Health', {
       priority: 10,
       conditions: [elbv2.ListenerCondition.pathPatterns([HEALTH_PATH, '/healthz'])],
-      action: elbv2.ListenerAction.forward([targets]),
+      action: elbv2.ListenerAction.forward([this.targetGroup('DaemonTargets', net.vpc)]),
+    });
+    apiListener.addAction('Api', {
+      priority: 10,
+      conditions: [elbv2.ListenerCondition.pathPatterns([...API_PATHS])],
+      action: elbv2.ListenerAction.forward([this.targetGroup('DaemonApiTargets', net.vpc)]),
     });
 
-    this.alarms(s, region, key);
-    new CfnOutput(this, 'Endpoint', { value: `https://${endpointName(s, region)}${HEALTH_PATH}` });
-    new CfnOutput(this, 'ConfigParameter', { value: this.configParameter.parameterName });
+    const valkeyUrl = s.valkey.enabled ? this.valkey(s, net, gateways) : '';
+    const api = `https://${apiName(s, region)}`;
+    const gatewaySettings = new ssm.StringParameter(this, 'GatewaySettings', {
+      parameterName: `/shareplane/${s.tableName}/gateway`,
+      description: 'shareplane: what a gateway in this Region needs (JSON: rules and demand URLs, token secret, Valkey URL)',
+      stringValue: Stack.of(this).toJsonString({
+        rulesUrl: `${api}/v1/rules`,
+        demandUrl: `${api}/v1/demand`,
+        apiTokenSecretArn: apiToken.secretArn,
+        redisUrl: valkeyUrl,
+        gatewaySecurityGroupId: this.gatewaySecurityGroup.securityGroupId,
+      }),
+    });
+
+    this.alarms(s, region, this.key);
+    const out = (oid: string, value: string, description: string) => new CfnOutput(this, oid, { value, description });
+    out('Endpoint', `https://${endpointName(s, region)}${HEALTH_PATH}`, 'The public health endpoint Route 53 probes');
+    out('RulesUrl', `${api}/v1/rules`, 'GET the rule set (long-poll), from inside the VPC with the gateway security group');
+    out('DemandUrl', `${api}/v1/demand`, 'POST demand totals with the API token as bearer token');
+    out('ApiTokenSecretArn', apiToken.secretArn, 'Secrets Manager secret holding the API token');
+    out('GatewaySecurityGroupId', this.gatewaySecurityGroup.securityGroupId, 'Attach to the gateways');
+    out('GatewaySettingsParameter', gatewaySettings.parameterName, 'SSM parameter with all of the above as JSON');
+    if (config.parameter) out('ConfigParameter', config.location, 'The SSM parameter holding the daemon config');
+    else out('ConfigObject', config.location, 'The S3 object holding the daemon config');
+    if (valkeyUrl !== '') out('ValkeyUrl', valkeyUrl, 'The gateways\' Redis/Valkey (TLS only)');
   }
 
   /** One key for this Region's logs and alarm topic, with yearly rotation. */
   private encryptionKey(): kms.Key {
     const key = new kms.Key(this, 'Key', {
-      description: 'shareplane: encrypts the daemon logs, VPC flow logs, the alarm topic and the API token',
+      description: 'shareplane: encrypts the logs, the alarm topic, the API token, the config bucket and Valkey',
       enableKeyRotation: true,
       removalPolicy: RemovalPolicy.RETAIN,
     });
@@ -150,7 +222,29 @@ export class RegionStack extends Stack {
     return key;
   }
 
-  private network(s: Settings, key: kms.IKey): ec2.Vpc {
+  private network(s: Settings, region: string): Network {
+    const existing = s.existingVpcs[region];
+    if (existing !== undefined) {
+      // The operator's VPC: its flow logs, routes and endpoints are theirs. Only ids are known
+      // at synth time (no lookup), which is all the resources below need.
+      const vpc = ec2.Vpc.fromVpcAttributes(this, 'Vpc', { vpcId: existing.vpcId, availabilityZones: Fn.getAzs() });
+      // Nothing here selects subnets by zone or reads their route tables: every part names its subnets.
+      Annotations.of(vpc).acknowledgeWarning('@aws-cdk/aws-ec2:vpcAttributeIsListTokenavailabilityZones', 'subnets are given by id');
+      const subnets = (kind: string, ids: readonly string[]) => ({
+        subnets: ids.map((sid, i) => {
+          const subnet = ec2.Subnet.fromSubnetId(this, `${kind}Subnet${i}`, sid);
+          Annotations.of(subnet).acknowledgeWarning('@aws-cdk/aws-ec2:noSubnetRouteTableId', 'no route table is read');
+          return subnet;
+        }),
+      });
+      return {
+        vpc,
+        publicSubnets: subnets('Public', existing.publicSubnetIds),
+        privateSubnets: subnets('Private', existing.privateSubnetIds),
+        gatewayGroups: existing.gatewaySecurityGroupIds.map((gid, i) =>
+          ec2.SecurityGroup.fromSecurityGroupId(this, `Gateways${i}`, gid, { mutable: false })),
+      };
+    }
     const vpc = new ec2.Vpc(this, 'Vpc', {
       maxAzs: 2,
       natGateways: s.natGateways,
@@ -164,15 +258,39 @@ export class RegionStack extends Stack {
     const flowLogs = new logs.LogGroup(this, 'FlowLogs', {
       logGroupName: `/shareplane/${s.tableName}/vpc-flow`,
       retention: s.logRetentionDays as logs.RetentionDays,
-      encryptionKey: key,
+      encryptionKey: this.key,
       removalPolicy: RemovalPolicy.RETAIN,
     });
     vpc.addFlowLog('FlowLog', { destination: ec2.FlowLogDestination.toCloudWatchLogs(flowLogs) });
-    return vpc;
+    return {
+      vpc,
+      publicSubnets: { subnetType: ec2.SubnetType.PUBLIC },
+      privateSubnets: { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+      gatewayGroups: [],
+    };
   }
 
-  /** The daemon's config with every Region's health check id, as an SSM parameter in this Region. */
-  private config(s: Settings, region: string, healthCheckIds: readonly string[]): ssm.StringParameter {
+  /** Access logs of both load balancers and of the config bucket. */
+  private logBucket(s: Settings): s3.Bucket {
+    const bucket = new s3.Bucket(this, 'LoadBalancerLogs', {
+      encryption: s3.BucketEncryption.S3_MANAGED,
+      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+      enforceSSL: true,
+      versioned: true,
+      lifecycleRules: [{ expiration: Duration.days(s.logRetentionDays), noncurrentVersionExpiration: Duration.days(30) }],
+      removalPolicy: RemovalPolicy.RETAIN,
+    });
+    skipCheckov(bucket, [
+      { id: 'CKV_AWS_18', comment: 'this bucket holds access logs itself; logging it would need a bucket per bucket' },
+    ]);
+    return bucket;
+  }
+
+  /**
+   * The daemon's config with every Region's health check id: an SSM parameter in this Region
+   * (at most 8 KB), or an object in this Region's config bucket.
+   */
+  private config(s: Settings, region: string, healthCheckIds: readonly string[], logBucket: s3.IBucket): ConfigDelivery {
     const periodMs = s.periodSeconds * 1000;
     const input = (ids: readonly string[]) => ({
       region,
@@ -188,42 +306,74 @@ export class RegionStack extends Stack {
     // Health check ids are 36-character UUIDs; measure with placeholders of that length.
     const sized = renderConfigToml(input(s.regions.map(() => '0'.repeat(36))));
     const bytes = Buffer.byteLength(sized, 'utf8');
-    if (bytes > 2 * STANDARD_PARAMETER_LIMIT_BYTES) {
-      throw new Error(`the daemon config is ${bytes} bytes; an SSM parameter holds at most 8192`);
-    }
     this.configDigest = createHash('sha256').update(sized).digest('hex');
-    return new ssm.StringParameter(this, 'DaemonConfig', {
+    const text = renderConfigToml(input(healthCheckIds));
+    if (s.configSource === 's3') {
+      const bucket = new s3.Bucket(this, 'ConfigBucket', {
+        encryption: s3.BucketEncryption.KMS,
+        encryptionKey: this.key,
+        bucketKeyEnabled: true,
+        blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+        enforceSSL: true,
+        versioned: true,
+        serverAccessLogsBucket: logBucket,
+        serverAccessLogsPrefix: 'config-access/',
+        lifecycleRules: [{ noncurrentVersionExpiration: Duration.days(90) }],
+        removalPolicy: RemovalPolicy.RETAIN,
+      });
+      skipCheckov(bucket, [
+        { id: 'CKV_AWS_18', comment: 'access logging is on (to the Region log bucket); checkov cannot follow the reference' },
+      ]);
+      // Written at deploy time (the health check ids are known only then) by CDK's deployment
+      // function; the tasks read it at start.
+      new s3deploy.BucketDeployment(this, 'DaemonConfigObject', {
+        destinationBucket: bucket,
+        sources: [s3deploy.Source.data(CONFIG_OBJECT_KEY, text)],
+        prune: false,
+        retainOnDelete: true,
+        memoryLimit: 256,
+      });
+      return { location: `s3://${bucket.bucketName}/${CONFIG_OBJECT_KEY}`, object: { bucket, key: CONFIG_OBJECT_KEY } };
+    }
+    if (bytes > ADVANCED_PARAMETER_LIMIT_BYTES) {
+      throw new Error(
+        `the daemon config is ${bytes} bytes; an SSM parameter holds at most ${ADVANCED_PARAMETER_LIMIT_BYTES}: ` +
+          'set "configSource": "s3"',
+      );
+    }
+    const parameter = new ssm.StringParameter(this, 'DaemonConfig', {
       parameterName: `/shareplane/${s.tableName}/config`,
       description: 'shareplane daemon config (TOML), passed to the tasks as SHAREPLANE_CONFIG_TOML',
-      stringValue: renderConfigToml(input(healthCheckIds)),
+      stringValue: text,
       tier: bytes > STANDARD_PARAMETER_LIMIT_BYTES ? ssm.ParameterTier.ADVANCED : ssm.ParameterTier.STANDARD,
     });
+    return { location: parameter.parameterName, parameter };
   }
 
-  private configDigest = '';
-
-  private taskDefinition(s: Settings, logGroup: logs.ILogGroup, apiToken: secretsmanager.ISecret): ecs.FargateTaskDefinition {
+  private taskDefinition(
+    s: Settings, region: string, logGroup: logs.ILogGroup, apiToken: secretsmanager.ISecret, config: ConfigDelivery,
+  ): ecs.FargateTaskDefinition {
     const task = new ecs.FargateTaskDefinition(this, 'DaemonTask', {
       cpu: s.cpu,
       memoryLimitMiB: s.memoryMiB,
       taskRole: this.taskRole,
       runtimePlatform: {
         operatingSystemFamily: ecs.OperatingSystemFamily.LINUX,
-        cpuArchitecture: ecs.CpuArchitecture.X86_64,
+        cpuArchitecture: s.cpuArchitecture === 'arm64' ? ecs.CpuArchitecture.ARM64 : ecs.CpuArchitecture.X86_64,
       },
-      volumes: [{ name: 'tmp' }],
+      volumes: [{ name: 'tmp' }, ...(config.object ? [{ name: 'config' }, { name: 'fetch-tmp' }] : [])],
     });
+    const secrets: Record<string, ecs.Secret> = {};
+    if (config.parameter) secrets.SHAREPLANE_CONFIG_TOML = ecs.Secret.fromSsmParameter(config.parameter);
+    secrets.SHAREPLANE_API_TOKEN = ecs.Secret.fromSecretsManager(apiToken);
     const container = task.addContainer('shareplane', {
       image: daemonImage(s),
       // Without --config the daemon reads its config from SHAREPLANE_CONFIG_TOML.
-      command: ['run'],
+      command: config.object ? ['run', '--config', CONFIG_FILE] : ['run'],
       essential: true,
       readonlyRootFilesystem: true,
       portMappings: [{ containerPort: DAEMON_PORT, protocol: ecs.Protocol.TCP }],
-      secrets: {
-        SHAREPLANE_CONFIG_TOML: ecs.Secret.fromSsmParameter(this.configParameter),
-        SHAREPLANE_API_TOKEN: ecs.Secret.fromSecretsManager(apiToken),
-      },
+      secrets,
       environment: {
         // Changes whenever the config's settings change, so that a new task definition rolls
         // the service; editing the parameter by hand needs `aws ecs update-service --force-new-deployment`.
@@ -235,47 +385,58 @@ export class RegionStack extends Stack {
       stopTimeout: Duration.seconds(30),
     });
     container.addMountPoints({ containerPath: '/tmp', sourceVolume: 'tmp', readOnly: false });
+    if (config.object) {
+      // The config is copied from S3 before the daemon starts, into a volume only these two
+      // containers share; the daemon mounts it read-only. A failed copy fails the task.
+      const fetch = task.addContainer('fetch-config', {
+        image: ecs.ContainerImage.fromRegistry(s.configFetchImage),
+        essential: false,
+        readonlyRootFilesystem: true,
+        command: ['s3', 'cp', `s3://${config.object.bucket.bucketName}/${config.object.key}`, '/config/config.toml', '--only-show-errors'],
+        environment: { AWS_REGION: region, HOME: '/tmp' },
+        logging: ecs.LogDrivers.awsLogs({ logGroup, streamPrefix: 'fetch-config' }),
+      });
+      fetch.addMountPoints(
+        { containerPath: '/config', sourceVolume: 'config', readOnly: false },
+        { containerPath: '/tmp', sourceVolume: 'fetch-tmp', readOnly: false },
+      );
+      container.addMountPoints({ containerPath: path.posix.dirname(CONFIG_FILE), sourceVolume: 'config', readOnly: true });
+      container.addContainerDependencies({ container: fetch, condition: ecs.ContainerDependencyCondition.SUCCESS });
+    }
     return task;
   }
 
-  private loadBalancer(s: Settings, region: string, vpc: ec2.IVpc) {
-    const zone = route53.HostedZone.fromHostedZoneAttributes(this, 'Zone', {
+  /** One certificate for the public endpoint and the internal API name, validated in the zone. */
+  private certificate(s: Settings, region: string): acm.Certificate {
+    const zone = this.zone(s);
+    return new acm.Certificate(this, 'Certificate', {
+      domainName: endpointName(s, region),
+      subjectAlternativeNames: [apiName(s, region)],
+      validation: acm.CertificateValidation.fromDns(zone),
+    });
+  }
+
+  private zone(s: Settings): route53.IHostedZone {
+    const existing = this.node.tryFindChild('Zone') as route53.IHostedZone | undefined;
+    return existing ?? route53.HostedZone.fromHostedZoneAttributes(this, 'Zone', {
       hostedZoneId: s.hostedZoneId,
       zoneName: s.hostedZoneName,
     });
-    const name = endpointName(s, region);
-    const certificate = new acm.Certificate(this, 'Certificate', {
-      domainName: name,
-      validation: acm.CertificateValidation.fromDns(zone),
-    });
-    const albSg = new ec2.SecurityGroup(this, 'LoadBalancerSecurityGroup', {
-      vpc,
-      description: 'shareplane endpoint: HTTPS from Route 53 health checkers',
-      allowAllOutbound: false,
-    });
-    // Route 53 health checkers probe from addresses across the internet.
-    albSg.addIngressRule(ec2.Peer.anyIpv4(), ec2.Port.tcp(443), 'HTTPS from Route 53 health checkers');
-    const logBucket = new s3.Bucket(this, 'LoadBalancerLogs', {
-      encryption: s3.BucketEncryption.S3_MANAGED,
-      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
-      enforceSSL: true,
-      versioned: true,
-      lifecycleRules: [{ expiration: Duration.days(s.logRetentionDays), noncurrentVersionExpiration: Duration.days(30) }],
-      removalPolicy: RemovalPolicy.RETAIN,
-    });
-    skipCheckov(logBucket, [
-      { id: 'CKV_AWS_18', comment: 'this bucket holds access logs itself; logging it would need a bucket per bucket' },
-    ]);
+  }
+
+  /** The internet-facing endpoint Route 53 probes: HTTPS, /readyz and /healthz only. */
+  private publicEndpoint(
+    s: Settings, region: string, net: Network, sg: ec2.ISecurityGroup, certificate: acm.ICertificate, logBucket: s3.IBucket,
+  ): elbv2.ApplicationListener {
     const alb = new elbv2.ApplicationLoadBalancer(this, 'LoadBalancer', {
-      vpc,
+      vpc: net.vpc,
       internetFacing: true,
-      vpcSubnets: { subnetType: ec2.SubnetType.PUBLIC },
-      securityGroup: albSg,
+      vpcSubnets: net.publicSubnets,
+      securityGroup: sg,
       dropInvalidHeaderFields: true,
       deletionProtection: true,
     });
     alb.logAccessLogs(logBucket, 'alb');
-    albSg.addEgressRule(ec2.Peer.ipv4(vpc.vpcCidrBlock), ec2.Port.tcp(DAEMON_PORT), 'to the daemon tasks');
     const listener = alb.addListener('Https', {
       port: 443,
       protocol: elbv2.ApplicationProtocol.HTTPS,
@@ -286,11 +447,95 @@ export class RegionStack extends Stack {
       defaultAction: elbv2.ListenerAction.fixedResponse(404, { contentType: 'text/plain', messageBody: 'not found' }),
     });
     new route53.ARecord(this, 'EndpointRecord', {
-      zone,
-      recordName: name,
+      zone: this.zone(s),
+      recordName: endpointName(s, region),
       target: route53.RecordTarget.fromAlias(new route53Targets.LoadBalancerTarget(alb)),
     });
-    return { listener, albSg };
+    return listener;
+  }
+
+  /**
+   * The gateways' way in: an internal HTTPS load balancer in the private subnets that forwards
+   * the API paths to the daemon tasks. Its name lives in the public zone but resolves to private
+   * addresses, so it works from the VPC and from networks peered with it.
+   */
+  private apiEndpoint(
+    s: Settings, region: string, net: Network, sg: ec2.ISecurityGroup, certificate: acm.ICertificate, logBucket: s3.IBucket,
+  ): elbv2.ApplicationListener {
+    const alb = new elbv2.ApplicationLoadBalancer(this, 'ApiLoadBalancer', {
+      vpc: net.vpc,
+      internetFacing: false,
+      vpcSubnets: net.privateSubnets,
+      securityGroup: sg,
+      dropInvalidHeaderFields: true,
+      deletionProtection: true,
+      // Longer than the daemon's longest long-poll (30 s).
+      idleTimeout: Duration.seconds(60),
+    });
+    alb.logAccessLogs(logBucket, 'api');
+    const listener = alb.addListener('Https', {
+      port: 443,
+      protocol: elbv2.ApplicationProtocol.HTTPS,
+      certificates: [certificate],
+      sslPolicy: elbv2.SslPolicy.RECOMMENDED_TLS,
+      open: false,
+      defaultAction: elbv2.ListenerAction.fixedResponse(404, { contentType: 'text/plain', messageBody: 'not found' }),
+    });
+    new route53.ARecord(this, 'ApiRecord', {
+      zone: this.zone(s),
+      recordName: apiName(s, region),
+      target: route53.RecordTarget.fromAlias(new route53Targets.LoadBalancerTarget(alb)),
+    });
+    return listener;
+  }
+
+  /** A target group of the daemon tasks, healthy when /readyz says so. */
+  private targetGroup(tid: string, vpc: ec2.IVpc): elbv2.ApplicationTargetGroup {
+    return new elbv2.ApplicationTargetGroup(this, tid, {
+      vpc,
+      port: DAEMON_PORT,
+      protocol: elbv2.ApplicationProtocol.HTTP,
+      targetType: elbv2.TargetType.IP,
+      targets: [this.service],
+      deregistrationDelay: Duration.seconds(30),
+      healthCheck: {
+        path: HEALTH_PATH,
+        interval: Duration.seconds(10),
+        timeout: Duration.seconds(5),
+        healthyThresholdCount: 2,
+        unhealthyThresholdCount: 3,
+        healthyHttpCodes: '200',
+      },
+    });
+  }
+
+  /**
+   * ElastiCache Serverless for Valkey in the private subnets, encrypted with the Region's key;
+   * serverless caches accept TLS only. Returns the gateways' `rediss://` URL.
+   */
+  private valkey(s: Settings, net: Network, gateways: readonly ec2.ISecurityGroup[]): string {
+    const sg = new ec2.SecurityGroup(this, 'ValkeySecurityGroup', {
+      vpc: net.vpc,
+      description: 'shareplane Valkey: TLS from the gateways only',
+      allowAllOutbound: false,
+    });
+    const ports = ec2.Port.tcpRange(VALKEY_PORTS.from, VALKEY_PORTS.to);
+    for (const gw of gateways) sg.addIngressRule(gw, ports, 'Valkey (TLS) from the gateways');
+    this.gatewaySecurityGroup.addEgressRule(sg, ports, 'to Valkey (TLS)');
+    const cache = new elasticache.CfnServerlessCache(this, 'Valkey', {
+      serverlessCacheName: valkeyName(s.tableName),
+      description: 'shareplane: the gateways\' token buckets',
+      engine: 'valkey',
+      majorEngineVersion: '8',
+      kmsKeyId: this.key.keyArn,
+      securityGroupIds: [sg.securityGroupId],
+      subnetIds: net.vpc.selectSubnets(net.privateSubnets).subnetIds,
+      cacheUsageLimits: {
+        dataStorage: { maximum: s.valkey.dataStorageMaxGb, unit: 'GB' },
+        ecpuPerSecond: { maximum: s.valkey.ecpuPerSecondMax },
+      },
+    });
+    return `rediss://${cache.attrEndpointAddress}:${cache.attrEndpointPort}`;
   }
 
   private alarms(s: Settings, region: string, key: kms.IKey): void {
@@ -361,9 +606,10 @@ export class RegionStack extends Stack {
 
 /**
  * The task role: read the table; write only this Region's own items; read CloudWatch metrics
- * (Route 53's HealthCheckStatus in us-east-1); put metrics only in shareplane's namespace.
+ * (Route 53's HealthCheckStatus in us-east-1); put metrics only in shareplane's namespace; with
+ * the config in S3, read that one object (the init container runs with the same role).
  */
-function taskRole(scope: Construct, s: Settings, region: string): iam.Role {
+function taskRole(scope: Construct, s: Settings, region: string, config: ConfigDelivery, key: kms.IKey): iam.Role {
   const stack = Stack.of(scope);
   const tableArn = stack.formatArn({ service: 'dynamodb', resource: 'table', resourceName: s.tableName });
   const statements = [
@@ -392,9 +638,24 @@ function taskRole(scope: Construct, s: Settings, region: string): iam.Role {
       conditions: { StringEquals: { 'cloudwatch:namespace': s.metricNamespace } },
     }),
   ];
+  if (config.object) {
+    statements.push(
+      new iam.PolicyStatement({
+        sid: 'ReadOwnConfigObject',
+        actions: ['s3:GetObject'],
+        resources: [config.object.bucket.arnForObjects(config.object.key)],
+      }),
+      new iam.PolicyStatement({
+        sid: 'DecryptOwnConfigObject',
+        actions: ['kms:Decrypt'],
+        resources: [key.keyArn],
+        conditions: { StringEquals: { 'kms:ViaService': `s3.${region}.amazonaws.com` } },
+      }),
+    );
+  }
   return new iam.Role(scope, 'DaemonTaskRole', {
     assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
-    description: 'shareplane daemon: read the records, write its own Region items, read health, put metrics',
+    description: 'shareplane daemon: read the records, write its own Region items, read health, put metrics, read its config',
     inlinePolicies: { shareplane: new iam.PolicyDocument({ statements }) },
   });
 }
@@ -402,11 +663,17 @@ function taskRole(scope: Construct, s: Settings, region: string): iam.Role {
 /** An image URI from the settings, or infra/Dockerfile built at deploy time as a CDK asset. */
 function daemonImage(s: Settings): ecs.ContainerImage {
   if (s.imageUri !== '') return ecs.ContainerImage.fromRegistry(s.imageUri);
+  // What is sent is /.dockerignore's allow-list (CDK reads it, as docker build does): the
+  // workspace manifests, the lock file, crates/, tests/e2e and the Dockerfile.
   return ecs.ContainerImage.fromAsset(REPO_ROOT, {
     file: 'infra/Dockerfile',
-    platform: ecrAssets.Platform.LINUX_AMD64,
+    platform: s.cpuArchitecture === 'arm64' ? ecrAssets.Platform.LINUX_ARM64 : ecrAssets.Platform.LINUX_AMD64,
     ignoreMode: IgnoreMode.DOCKER,
-    // Stage only what the build reads; target/, node_modules and the venvs stay out.
-    exclude: ['*', '!Cargo.toml', '!Cargo.lock', '!crates', '!infra', 'infra/*', '!infra/Dockerfile', 'crates/*/target'],
   });
+}
+
+/** ElastiCache names: 1-40 of a-z 0-9 -, starting with a letter, no "--", no trailing "-". */
+export function valkeyName(tableName: string): string {
+  const slug = `shareplane-${tableName.toLowerCase()}`.replace(/[^a-z0-9-]+/g, '-').replace(/-+/g, '-');
+  return slug.slice(0, 40).replace(/-+$/, '');
 }

@@ -31,6 +31,31 @@ export type BillingSettings =
       readonly targetUtilizationPercent: number;
     };
 
+/** An existing VPC of one Region, used instead of creating one. */
+export interface ExistingVpc {
+  readonly vpcId: string;
+  /** At least two, in different Availability Zones: the public load balancer. */
+  readonly publicSubnetIds: readonly string[];
+  /**
+   * At least two, in different Availability Zones, with a route to the AWS APIs (NAT or VPC
+   * endpoints): the tasks, the internal load balancer and Valkey.
+   */
+  readonly privateSubnetIds: readonly string[];
+  /** Security groups of existing gateways, admitted to the daemon's API and Valkey. */
+  readonly gatewaySecurityGroupIds: readonly string[];
+}
+
+/** Where the daemon's config travels. */
+export type ConfigSource = 'parameter' | 's3';
+
+export interface ValkeySettings {
+  readonly enabled: boolean;
+  /** The serverless cache's data storage limit, GB. */
+  readonly dataStorageMaxGb: number;
+  /** The serverless cache's ECPU-per-second limit. */
+  readonly ecpuPerSecondMax: number;
+}
+
 export interface Settings {
   /** The AWS account every stack deploys to. */
   readonly account: string;
@@ -47,10 +72,24 @@ export interface Settings {
   readonly endpointSubdomain: string;
   /** A container image URI (same tag in every Region); empty: build infra/Dockerfile as a CDK asset. */
   readonly imageUri: string;
+  /** The tasks' CPU architecture (and the platform the image asset is built for). */
+  readonly cpuArchitecture: 'x86_64' | 'arm64';
   readonly desiredCount: number;
   readonly cpu: number;
   readonly memoryMiB: number;
   readonly natGateways: number;
+  /** Region name → an existing VPC to deploy into; Regions not listed get a new VPC. */
+  readonly existingVpcs: Readonly<Record<string, ExistingVpc>>;
+  /**
+   * `parameter`: an SSM parameter (at most 8 KB, about 74 limits over three Regions) passed as
+   * SHAREPLANE_CONFIG_TOML. `s3`: an object in a bucket of the Region, fetched by an init
+   * container into a shared volume, read with `--config` (no size limit of its own).
+   */
+  readonly configSource: ConfigSource;
+  /** The image of that init container (the AWS CLI). */
+  readonly configFetchImage: string;
+  /** An optional ElastiCache Serverless Valkey per Region for the gateways' buckets. */
+  readonly valkey: ValkeySettings;
   readonly logRetentionDays: number;
   /**
    * The daemon's rebalance period (`period_ms` in its config); Region i of n rebalances at phase
@@ -81,6 +120,19 @@ const TOML_KEY_RE = /^[A-Za-z0-9_-]{1,64}$/;
 const DNS_LABELS_RE = /^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 const ZONE_ID_RE = /^Z[A-Z0-9]{1,31}$/;
 const EMAIL_RE = /^[^@\s]+@[^@\s]+\.[^@\s]+$/;
+const VPC_ID_RE = /^vpc-[0-9a-f]{8,17}$/;
+const SUBNET_ID_RE = /^subnet-[0-9a-f]{8,17}$/;
+const SG_ID_RE = /^sg-[0-9a-f]{8,17}$/;
+const IMAGE_RE = /^[a-z0-9.:/_@-]{1,512}$/;
+/**
+ * Most limits per config source. An SSM parameter holds 8 KB (about 74 limits over three
+ * Regions). Past that the config lives in S3; what binds then is one alarm per limit in each
+ * Region stack (CloudFormation: 500 resources) and two dashboard widgets per limit (CloudWatch:
+ * 500 widgets), so 200 leaves room for both.
+ */
+export const MAX_LIMITS: Readonly<Record<ConfigSource, number>> = { parameter: 64, s3: 200 };
+/** The default init container that copies the config from S3 (AWS CLI v2, pinned). */
+export const DEFAULT_CONFIG_FETCH_IMAGE = 'public.ecr.aws/aws-cli/aws-cli:2.22.0';
 /**
  * Keys the infrastructure writes itself (see config-toml.ts), keys that must not sit in a plain
  * parameter (`api_token` comes from Secrets Manager) and keys that make no sense on AWS.
@@ -118,12 +170,15 @@ export function parseSettings(raw: unknown): Settings {
   const known = [
     'account', 'regions', 'tableName', 'billing', 'metricNamespace', 'hostedZoneId', 'hostedZoneName',
     'endpointSubdomain', 'imageUri', 'desiredCount', 'cpu', 'memoryMiB', 'natGateways', 'logRetentionDays',
-    'periodSeconds', 'alarmEmail', 'limits', 'daemon',
+    'periodSeconds', 'alarmEmail', 'limits', 'daemon', 'cpuArchitecture', 'existingVpcs', 'configSource',
+    'configFetchImage', 'valkey',
   ];
   p.unknownKeys('shareplane', value, known);
+  const regions = parseRegions(p, value.regions);
+  const configSource = p.oneOf(value, 'configSource', 'parameter', ['parameter', 's3'] as const);
   const s = {
     account: p.str(value, 'account', undefined, ACCOUNT_RE, 'twelve digits'),
-    regions: parseRegions(p, value.regions),
+    regions,
     tableName: p.str(value, 'tableName', 'shareplane-records', TABLE_RE, '3-255 of A-Z a-z 0-9 _ . -'),
     billing: parseBilling(p, value.billing),
     metricNamespace: p.str(value, 'metricNamespace', 'Shareplane', NAMESPACE_RE, 'a CloudWatch namespace'),
@@ -131,14 +186,19 @@ export function parseSettings(raw: unknown): Settings {
     hostedZoneName: p.str(value, 'hostedZoneName', undefined, DNS_LABELS_RE, 'a lower-case DNS name without trailing dot'),
     endpointSubdomain: p.str(value, 'endpointSubdomain', 'shareplane', DNS_LABELS_RE, 'lower-case DNS labels'),
     imageUri: p.str(value, 'imageUri', '', /^(|[a-z0-9.:/_@-]{1,512})$/, 'an image URI or empty'),
+    cpuArchitecture: p.oneOf(value, 'cpuArchitecture', 'x86_64', ['x86_64', 'arm64'] as const),
     desiredCount: p.int(value, 'desiredCount', 2, 1, 10),
     cpu: p.int(value, 'cpu', 256, 256, 1024),
     memoryMiB: p.int(value, 'memoryMiB', 512, 512, 8192),
     natGateways: p.int(value, 'natGateways', 1, 1, 2),
+    existingVpcs: parseExistingVpcs(p, value.existingVpcs, regions),
+    configSource,
+    configFetchImage: p.str(value, 'configFetchImage', DEFAULT_CONFIG_FETCH_IMAGE, IMAGE_RE, 'an image URI'),
+    valkey: parseValkey(p, value.valkey),
     logRetentionDays: p.int(value, 'logRetentionDays', 365, 1, 3653),
     periodSeconds: p.int(value, 'periodSeconds', 5, 1, 300),
     alarmEmail: p.str(value, 'alarmEmail', '', /^(|[^@\s]+@[^@\s]+\.[^@\s]+)$/, 'an e-mail address or empty'),
-    limits: parseLimits(p, value.limits),
+    limits: parseLimits(p, value.limits, MAX_LIMITS[configSource]),
     daemon: parseDaemon(p, value.daemon),
   };
   if (!(FARGATE_MEMORY[s.cpu] ?? []).includes(s.memoryMiB)) {
@@ -194,9 +254,54 @@ function parseBilling(p: Problems, raw: unknown): BillingSettings {
   return b;
 }
 
-function parseLimits(p: Problems, raw: unknown): LimitSettings[] {
-  if (!Array.isArray(raw) || raw.length < 1 || raw.length > 64) {
-    p.add('limits: expected a list of 1 to 64 limits, each with at least "id" and "rate"');
+function parseExistingVpcs(p: Problems, raw: unknown, regions: readonly string[]): Record<string, ExistingVpc> {
+  if (raw === undefined) return {};
+  if (!isRecord(raw)) {
+    p.add('existingVpcs: expected an object of Region name → { vpcId, publicSubnetIds, privateSubnetIds }');
+    return {};
+  }
+  const out: Record<string, ExistingVpc> = {};
+  for (const [region, v] of Object.entries(raw)) {
+    const at = `existingVpcs.${region}`;
+    if (!regions.includes(region)) p.add(`${at}: ${region} is not one of regions`);
+    if (!isRecord(v)) {
+      p.add(`${at}: expected an object with vpcId, publicSubnetIds and privateSubnetIds`);
+      continue;
+    }
+    p.unknownKeys(at, v, ['vpcId', 'publicSubnetIds', 'privateSubnetIds', 'gatewaySecurityGroupIds']);
+    out[region] = {
+      vpcId: p.str(v, 'vpcId', undefined, VPC_ID_RE, 'a VPC id (vpc-...)', `${at}.`),
+      publicSubnetIds: p.ids(v, 'publicSubnetIds', SUBNET_ID_RE, 'subnet ids', 2, `${at}.`),
+      privateSubnetIds: p.ids(v, 'privateSubnetIds', SUBNET_ID_RE, 'subnet ids', 2, `${at}.`),
+      gatewaySecurityGroupIds: v.gatewaySecurityGroupIds === undefined
+        ? []
+        : p.ids(v, 'gatewaySecurityGroupIds', SG_ID_RE, 'security group ids', 1, `${at}.`),
+    };
+  }
+  return out;
+}
+
+function parseValkey(p: Problems, raw: unknown): ValkeySettings {
+  const off = { enabled: false, dataStorageMaxGb: 5, ecpuPerSecondMax: 100_000 };
+  if (raw === undefined) return off;
+  if (!isRecord(raw)) {
+    p.add('valkey: expected an object with "enabled"');
+    return off;
+  }
+  p.unknownKeys('valkey', raw, ['enabled', 'dataStorageMaxGb', 'ecpuPerSecondMax']);
+  if (typeof raw.enabled !== 'boolean') p.add('valkey.enabled: expected true or false');
+  return {
+    enabled: raw.enabled === true,
+    // ElastiCache Serverless: 1 to 5,000 GB, 1,000 to 15,000,000 ECPU per second.
+    dataStorageMaxGb: p.int(raw, 'dataStorageMaxGb', off.dataStorageMaxGb, 1, 5000, 'valkey.'),
+    ecpuPerSecondMax: p.int(raw, 'ecpuPerSecondMax', off.ecpuPerSecondMax, 1000, 15_000_000, 'valkey.'),
+  };
+}
+
+function parseLimits(p: Problems, raw: unknown, max: number): LimitSettings[] {
+  if (!Array.isArray(raw) || raw.length < 1 || raw.length > max) {
+    const hint = max === MAX_LIMITS.parameter ? ` (more with "configSource": "s3", up to ${MAX_LIMITS.s3})` : '';
+    p.add(`limits: expected a list of 1 to ${max} limits, each with at least "id" and "rate"${hint}`);
     return [];
   }
   const ids = new Set<string>();
@@ -271,6 +376,26 @@ class Problems {
       return '';
     }
     return v;
+  }
+
+  oneOf<T extends string>(obj: Record<string, unknown>, key: string, dflt: T, values: readonly T[], at = ''): T {
+    const v = obj[key] ?? dflt;
+    if (typeof v !== 'string' || !(values as readonly string[]).includes(v)) {
+      this.add(`${at}${key}: expected one of ${values.map((x) => JSON.stringify(x)).join(', ')}, got ${JSON.stringify(v)}`);
+      return dflt;
+    }
+    return v as T;
+  }
+
+  /** A list of at least `min` distinct ids matching `re`. */
+  ids(obj: Record<string, unknown>, key: string, re: RegExp, what: string, min: number, at = ''): string[] {
+    const v = obj[key];
+    if (!Array.isArray(v) || v.length < min || !v.every((x) => typeof x === 'string' && re.test(x))) {
+      this.add(`${at}${key}: expected a list of at least ${min} ${what}, got ${JSON.stringify(v)}`);
+      return [];
+    }
+    if (new Set(v).size !== v.length) this.add(`${at}${key}: lists an id twice`);
+    return v as string[];
   }
 
   int(obj: Record<string, unknown>, key: string, dflt: number, min: number, max: number, at = ''): number {

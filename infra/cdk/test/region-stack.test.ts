@@ -1,7 +1,8 @@
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import { Match, Template } from 'aws-cdk-lib/assertions';
-import { build, only } from './fixture';
+import { build, cdkContext, only } from './fixture';
+import { groupId, reaches, rules } from './network';
 
 const built = build();
 const REGION = 'eu-west-1';
@@ -14,6 +15,33 @@ function taskRole(tpl: Template): { id: string; statements: any[]; props: any } 
   const props = tpl.toJSON().Resources[id].Properties;
   assert.equal(props.Policies.length, 1, 'one inline policy');
   return { id, statements: props.Policies[0].PolicyDocument.Statement, props };
+}
+
+/** The SSM parameter named /shareplane/shareplane-records/<suffix>. */
+function param(tpl: Template, suffix: string): { id: string; props: Record<string, any> } {
+  const found = Object.entries(tpl.findResources('AWS::SSM::Parameter'))
+    .filter(([, p]: [string, any]) => p.Properties.Name === `/shareplane/shareplane-records/${suffix}`);
+  assert.equal(found.length, 1, `one parameter ${suffix}`);
+  return { id: found[0][0], props: (found[0][1] as any).Properties };
+}
+
+/** The load balancer of the given scheme, its listener, its listener rule and its target group. */
+function endpoint(tpl: Template, scheme: 'internet-facing' | 'internal') {
+  const lbs = Object.entries(tpl.findResources('AWS::ElasticLoadBalancingV2::LoadBalancer'))
+    .filter(([, r]: [string, any]) => r.Properties.Scheme === scheme);
+  assert.equal(lbs.length, 1, `one ${scheme} load balancer`);
+  const [lbId, lb] = lbs[0] as [string, any];
+  const listeners = Object.entries(tpl.findResources('AWS::ElasticLoadBalancingV2::Listener'))
+    .filter(([, r]: [string, any]) => r.Properties.LoadBalancerArn.Ref === lbId);
+  assert.equal(listeners.length, 1);
+  const [listenerId, listener] = listeners[0] as [string, any];
+  const rulesOf = Object.values(tpl.findResources('AWS::ElasticLoadBalancingV2::ListenerRule'))
+    .filter((r: any) => r.Properties.ListenerArn.Ref === listenerId) as any[];
+  assert.equal(rulesOf.length, 1);
+  const rule = rulesOf[0].Properties;
+  const tg = tpl.toJSON().Resources[rule.Actions[0].TargetGroupArn.Ref].Properties;
+  const sg = lb.Properties.SecurityGroups[0]['Fn::GetAtt'][0] as string;
+  return { lb: lb.Properties, listener: listener.Properties, rule, tg, sg };
 }
 
 test('one stack per Region, each in its Region and deployed after the global stack', () => {
@@ -85,7 +113,8 @@ test('the daemon runs as a Fargate service of two tasks in private subnets behin
   assert.equal(svc.NetworkConfiguration.AwsvpcConfiguration.AssignPublicIp, 'DISABLED');
   assert.deepEqual(svc.DeploymentConfiguration.DeploymentCircuitBreaker, { Enable: true, Rollback: true });
   assert.equal(svc.DeploymentConfiguration.MinimumHealthyPercent, 100);
-  assert.deepEqual(svc.LoadBalancers.map((l: any) => [l.ContainerName, l.ContainerPort]), [['shareplane', 8080]]);
+  // Registered with both load balancers' target groups.
+  assert.deepEqual(svc.LoadBalancers.map((l: any) => [l.ContainerName, l.ContainerPort]), [['shareplane', 8080], ['shareplane', 8080]]);
   t.hasResourceProperties('AWS::ECS::Cluster', {
     ClusterSettings: [{ Name: 'containerInsights', Value: 'enabled' }],
   });
@@ -100,8 +129,7 @@ test('the container: config from the SSM parameter, API token from Secrets Manag
   assert.equal(c.ReadonlyRootFilesystem, true);
   assert.deepEqual(c.PortMappings, [{ ContainerPort: 8080, Protocol: 'tcp' }]);
   assert.deepEqual(c.Secrets.map((s: any) => s.Name), ['SHAREPLANE_CONFIG_TOML', 'SHAREPLANE_API_TOKEN']);
-  const param = only(t, 'AWS::SSM::Parameter');
-  assert.ok(JSON.stringify(c.Secrets[0].ValueFrom).includes(param.id));
+  assert.ok(JSON.stringify(c.Secrets[0].ValueFrom).includes(param(t, 'config').id));
   assert.deepEqual(c.Secrets[1].ValueFrom, { Ref: only(t, 'AWS::SecretsManager::Secret').id });
   assert.equal(c.LogConfiguration.LogDriver, 'awslogs');
   const logs = Object.entries(t.findResources('AWS::Logs::LogGroup')).find(([id]) => id === c.LogConfiguration.Options['awslogs-group'].Ref);
@@ -112,7 +140,7 @@ test('the container: config from the SSM parameter, API token from Secrets Manag
 });
 
 test('the config parameter holds this Region, every Region health check id and the limits', () => {
-  const value = only(t, 'AWS::SSM::Parameter').props.Value;
+  const value = param(t, 'config').props.Value;
   const parts: any[] = value['Fn::Join'][1];
   const text = parts.map((p) => (typeof p === 'string' ? p : '<id>')).join('');
   assert.match(text, /^region = "eu-west-1"$/m);
@@ -132,28 +160,27 @@ test('the config parameter holds this Region, every Region health check id and t
 
 test('the home Region imports the health check ids as plain CloudFormation exports', () => {
   const home = built.regions.get('us-east-1') as Template;
-  const parts: any[] = only(home, 'AWS::SSM::Parameter').props.Value['Fn::Join'][1];
+  const parts: any[] = param(home, 'config').props.Value['Fn::Join'][1];
   const reads = parts.filter((p) => typeof p !== 'string');
   assert.equal(reads.length, 3);
   for (const p of reads) assert.ok(p['Fn::ImportValue'], JSON.stringify(p));
 });
 
 test('the public endpoint: HTTPS only, health paths only, alias record, DNS-validated certificate', () => {
-  const lb = only(t, 'AWS::ElasticLoadBalancingV2::LoadBalancer').props;
-  assert.equal(lb.Scheme, 'internet-facing');
-  const listener = only(t, 'AWS::ElasticLoadBalancingV2::Listener').props;
-  assert.equal(listener.Protocol, 'HTTPS');
-  assert.equal(listener.Port, 443);
-  assert.equal(listener.DefaultActions[0].Type, 'fixed-response');
-  const rule = only(t, 'AWS::ElasticLoadBalancingV2::ListenerRule').props;
-  assert.deepEqual(rule.Conditions, [{ Field: 'path-pattern', PathPatternConfig: { Values: ['/readyz', '/healthz'] } }]);
-  t.hasResourceProperties('AWS::ElasticLoadBalancingV2::TargetGroup', {
-    Port: 8080, Protocol: 'HTTP', TargetType: 'ip', HealthCheckPath: '/readyz',
-  });
+  const pub = endpoint(t, 'internet-facing');
+  assert.equal(pub.listener.Protocol, 'HTTPS');
+  assert.equal(pub.listener.Port, 443);
+  assert.equal(pub.listener.DefaultActions[0].Type, 'fixed-response');
+  assert.deepEqual(pub.rule.Conditions, [{ Field: 'path-pattern', PathPatternConfig: { Values: ['/readyz', '/healthz'] } }]);
+  assert.deepEqual([pub.tg.Port, pub.tg.Protocol, pub.tg.TargetType, pub.tg.HealthCheckPath], [8080, 'HTTP', 'ip', '/readyz']);
   t.hasResourceProperties('AWS::CertificateManager::Certificate', {
     DomainName: 'eu-west-1.shareplane.example.com',
+    SubjectAlternativeNames: ['api.eu-west-1.shareplane.example.com'],
     ValidationMethod: 'DNS',
-    DomainValidationOptions: [{ DomainName: 'eu-west-1.shareplane.example.com', HostedZoneId: 'Z0123456789EXAMPLE' }],
+    DomainValidationOptions: [
+      { DomainName: 'eu-west-1.shareplane.example.com', HostedZoneId: 'Z0123456789EXAMPLE' },
+      { DomainName: 'api.eu-west-1.shareplane.example.com', HostedZoneId: 'Z0123456789EXAMPLE' },
+    ],
   });
   t.hasResourceProperties('AWS::Route53::RecordSet', {
     Name: 'eu-west-1.shareplane.example.com.', Type: 'A', HostedZoneId: 'Z0123456789EXAMPLE',
@@ -161,14 +188,111 @@ test('the public endpoint: HTTPS only, health paths only, alias record, DNS-vali
   });
 });
 
-test('security groups: the load balancer takes HTTPS; the tasks take only the load balancer', () => {
-  const groups = t.findResources('AWS::EC2::SecurityGroup');
-  const ingress = Object.values(groups).flatMap((g: any) => g.Properties.SecurityGroupIngress ?? []);
-  assert.deepEqual(ingress.map((i: any) => [i.CidrIp, i.FromPort, i.ToPort]), [['0.0.0.0/0', 443, 443]]);
-  const taskIngress = Object.values(t.findResources('AWS::EC2::SecurityGroupIngress')).map((r: any) => r.Properties);
-  assert.equal(taskIngress.length, 1);
-  assert.equal(taskIngress[0].FromPort, 8080);
-  assert.ok(taskIngress[0].SourceSecurityGroupId, 'from the load balancer group only');
+test('the gateways\' endpoint: an internal HTTPS load balancer in the private subnets for the API paths', () => {
+  const api = endpoint(t, 'internal');
+  assert.equal(api.listener.Protocol, 'HTTPS');
+  assert.equal(api.listener.Port, 443);
+  assert.match(api.listener.SslPolicy, /TLS13/);
+  assert.equal(api.listener.DefaultActions[0].Type, 'fixed-response');
+  assert.deepEqual(api.rule.Conditions, [{ Field: 'path-pattern', PathPatternConfig: { Values: ['/v1/*', '/readyz', '/healthz'] } }]);
+  assert.deepEqual([api.tg.Port, api.tg.TargetType, api.tg.HealthCheckPath], [8080, 'ip', '/readyz']);
+  const attrs = Object.fromEntries(api.lb.LoadBalancerAttributes.map((a: any) => [a.Key, a.Value]));
+  assert.equal(attrs['idle_timeout.timeout_seconds'], '60', 'longer than the 30 s long-poll');
+  assert.equal(attrs['routing.http.drop_invalid_header_fields.enabled'], 'true');
+  assert.equal(attrs['access_logs.s3.enabled'], 'true');
+  // Its subnets are the private ones (no route to an internet gateway).
+  const subnets = t.toJSON().Resources;
+  for (const ref of api.lb.Subnets) {
+    const tags = subnets[ref.Ref].Properties.Tags;
+    assert.ok(tags.some((tag: any) => tag.Key === 'aws-cdk:subnet-type' && tag.Value === 'Private'), ref.Ref);
+  }
+  t.hasResourceProperties('AWS::Route53::RecordSet', {
+    Name: 'api.eu-west-1.shareplane.example.com.', Type: 'A',
+    AliasTarget: Match.objectLike({ DNSName: Match.anyValue() }),
+  });
+});
+
+test('reachability: gateways reach the API and Valkey; the internet reaches neither, nor the tasks', () => {
+  const gateway = { sg: groupId(t, 'shareplane gateways') };
+  const internet = { ip: '198.51.100.7' };
+  const api = groupId(t, 'shareplane API inside the VPC');
+  const pub = groupId(t, 'shareplane endpoint');
+  const tasks = groupId(t, 'shareplane daemon tasks');
+  const valkey = groupId(t, 'shareplane Valkey');
+  assert.equal(endpoint(t, 'internal').sg, api);
+  assert.equal(endpoint(t, 'internet-facing').sg, pub);
+  assert.ok(reaches(t, gateway, api, 443), 'gateway → internal load balancer :443');
+  assert.ok(reaches(t, gateway, valkey, 6379), 'gateway → Valkey :6379');
+  assert.ok(reaches(t, gateway, valkey, 6380), 'gateway → Valkey reader :6380');
+  assert.ok(reaches(t, { sg: api }, tasks, 8080), 'internal load balancer → tasks :8080');
+  assert.ok(reaches(t, { sg: pub }, tasks, 8080), 'public load balancer → tasks :8080');
+  for (const [target, port] of [[api, 443], [valkey, 6379], [tasks, 8080], [pub, 443]] as const) {
+    assert.ok(!reaches(t, internet, target, port), `the internet → ${target}:${port}`);
+  }
+  assert.ok(!reaches(t, gateway, tasks, 8080), 'gateways go through the load balancer');
+  assert.ok(!reaches(t, gateway, pub, 443), 'the gateway group is not for the public endpoint');
+  assert.ok(!reaches(t, { sg: pub }, valkey, 6379), 'nothing but gateways reaches Valkey');
+  assert.ok(!reaches(t, gateway, api, 80), 'HTTPS only');
+  // Only Route 53's health checkers reach the public endpoint: the managed prefix list.
+  const checkers = { prefixList: 'pl-0a1b2c3d4e5f60002' };
+  assert.ok(reaches(t, checkers, pub, 443));
+  assert.ok(!reaches(t, checkers, api, 443));
+  const fromAddresses = rules(t).filter((r) => r.direction === 'ingress' && 'cidr' in r.peer);
+  assert.deepEqual(fromAddresses, [], 'no ingress rule admits an address range');
+});
+
+test('the public endpoint admits the Region\'s Route 53 health-checker prefix list (looked up by name)', () => {
+  for (const [region, tpl] of built.regions) {
+    const ingress = rules(tpl).filter((r) => r.group === groupId(tpl, 'shareplane endpoint') && r.direction === 'ingress');
+    assert.equal(ingress.length, 1, region);
+    assert.deepEqual([ingress[0].from, ingress[0].to], [443, 443]);
+    // The id the lookup of com.amazonaws.<region>.route53-healthchecks returned (cdk.json caches it).
+    const key = Object.keys(cdkContext()).find((k) => k.includes(`PrefixListName=com.amazonaws.${region}.route53-healthchecks:`));
+    assert.ok(key, `a cached lookup for ${region}`);
+    assert.deepEqual(ingress[0].peer, { prefixList: (cdkContext()[key] as any)[0].PrefixListId }, region);
+  }
+});
+
+test('outputs: the rules and demand URLs, the token secret, the gateway group, Valkey, the config', () => {
+  const out = t.toJSON().Outputs;
+  assert.equal(out.RulesUrl.Value, 'https://api.eu-west-1.shareplane.example.com/v1/rules');
+  assert.equal(out.DemandUrl.Value, 'https://api.eu-west-1.shareplane.example.com/v1/demand');
+  assert.deepEqual(out.ApiTokenSecretArn.Value, { Ref: only(t, 'AWS::SecretsManager::Secret').id });
+  assert.deepEqual(out.GatewaySecurityGroupId.Value, { 'Fn::GetAtt': [groupId(t, 'shareplane gateways'), 'GroupId'] });
+  assert.deepEqual(out.ValkeyUrl.Value, {
+    'Fn::Join': ['', ['rediss://', { 'Fn::GetAtt': ['Valkey', 'Endpoint.Address'] }, ':', { 'Fn::GetAtt': ['Valkey', 'Endpoint.Port'] }]],
+  });
+  assert.deepEqual(out.ConfigParameter.Value, { Ref: param(t, 'config').id });
+  assert.deepEqual(out.GatewaySettingsParameter.Value, { Ref: param(t, 'gateway').id });
+});
+
+test('the gateway settings parameter holds the same URLs, the secret ARN and the rediss:// URL', () => {
+  const value = param(t, 'gateway').props.Value;
+  const text = value['Fn::Join'][1].map((p: any) => (typeof p === 'string' ? p : `<${JSON.stringify(p)}>`)).join('');
+  assert.match(text, /"rulesUrl":"https:\/\/api\.eu-west-1\.shareplane\.example\.com\/v1\/rules"/);
+  assert.match(text, /"demandUrl":"https:\/\/api\.eu-west-1\.shareplane\.example\.com\/v1\/demand"/);
+  assert.match(text, /"apiTokenSecretArn":"<\{"Ref":"ApiToken/);
+  assert.match(text, /"redisUrl":"rediss:\/\/<\{"Fn::GetAtt":\["Valkey","Endpoint\.Address"\]\}>:/);
+});
+
+test('Valkey: ElastiCache Serverless, Valkey engine, encrypted with the Region key, private subnets, own group', () => {
+  const cache = only(t, 'AWS::ElastiCache::ServerlessCache').props;
+  assert.equal(cache.Engine, 'valkey');
+  assert.equal(cache.MajorEngineVersion, '8');
+  assert.deepEqual(cache.KmsKeyId, { 'Fn::GetAtt': [only(t, 'AWS::KMS::Key').id, 'Arn'] });
+  assert.deepEqual(cache.SecurityGroupIds, [{ 'Fn::GetAtt': [groupId(t, 'shareplane Valkey'), 'GroupId'] }]);
+  assert.deepEqual(cache.SubnetIds, endpoint(t, 'internal').lb.Subnets);
+  assert.deepEqual(cache.CacheUsageLimits, { DataStorage: { Maximum: 5, Unit: 'GB' }, ECPUPerSecond: { Maximum: 100000 } });
+  assert.equal(cache.ServerlessCacheName, 'shareplane-shareplane-records');
+});
+
+test('without Valkey: no cache, no Valkey group or URL, an empty redisUrl for the gateways', () => {
+  const off = build((raw) => (raw.valkey = { enabled: false })).regions.get(REGION) as Template;
+  off.resourceCountIs('AWS::ElastiCache::ServerlessCache', 0);
+  assert.equal(off.toJSON().Outputs.ValkeyUrl, undefined);
+  assert.throws(() => groupId(off, 'shareplane Valkey'));
+  assert.match(JSON.stringify(param(off, 'gateway').props.Value), /\\"redisUrl\\":\\"\\"/);
+  assert.ok(reaches(off, { sg: groupId(off, 'shareplane gateways') }, groupId(off, 'shareplane API inside the VPC'), 443));
 });
 
 /** Alarm name (without the `shareplane-<region>-` prefix) → properties. */
@@ -258,15 +382,18 @@ test('inventory: every resource of a Region stack, by type', () => {
     'AWS::EC2::VPC': 1, 'AWS::EC2::Subnet': 4, 'AWS::EC2::RouteTable': 4, 'AWS::EC2::SubnetRouteTableAssociation': 4,
     'AWS::EC2::Route': 4, 'AWS::EC2::EIP': 1, 'AWS::EC2::NatGateway': 1, 'AWS::EC2::InternetGateway': 1,
     'AWS::EC2::VPCGatewayAttachment': 1, 'AWS::EC2::FlowLog': 1,
-    'AWS::EC2::SecurityGroup': 2, 'AWS::EC2::SecurityGroupIngress': 1, 'AWS::EC2::SecurityGroupEgress': 1,
+    // Tasks, public load balancer, internal load balancer, gateways, Valkey.
+    'AWS::EC2::SecurityGroup': 5, 'AWS::EC2::SecurityGroupIngress': 5, 'AWS::EC2::SecurityGroupEgress': 4,
     // Flow logs, task, execution, cross-Region reference reader.
     'AWS::IAM::Role': 4, 'AWS::IAM::Policy': 2,
-    'AWS::Logs::LogGroup': 2, 'AWS::SSM::Parameter': 1, 'AWS::SecretsManager::Secret': 1,
-    'AWS::CertificateManager::Certificate': 1, 'AWS::Route53::RecordSet': 1,
+    // The daemon config and the gateways' settings.
+    'AWS::Logs::LogGroup': 2, 'AWS::SSM::Parameter': 2, 'AWS::SecretsManager::Secret': 1,
+    'AWS::CertificateManager::Certificate': 1, 'AWS::Route53::RecordSet': 2,
     'AWS::S3::Bucket': 1, 'AWS::S3::BucketPolicy': 1,
-    'AWS::ElasticLoadBalancingV2::LoadBalancer': 1, 'AWS::ElasticLoadBalancingV2::Listener': 1,
-    'AWS::ElasticLoadBalancingV2::ListenerRule': 1, 'AWS::ElasticLoadBalancingV2::TargetGroup': 1,
+    'AWS::ElasticLoadBalancingV2::LoadBalancer': 2, 'AWS::ElasticLoadBalancingV2::Listener': 2,
+    'AWS::ElasticLoadBalancingV2::ListenerRule': 2, 'AWS::ElasticLoadBalancingV2::TargetGroup': 2,
     'AWS::ECS::Cluster': 1, 'AWS::ECS::TaskDefinition': 1, 'AWS::ECS::Service': 1,
+    'AWS::ElastiCache::ServerlessCache': 1,
     'AWS::SNS::Topic': 1, 'AWS::CloudWatch::Alarm': 6,
     'Custom::CrossRegionExportReader': 1, 'AWS::Lambda::Function': 1,
   });

@@ -88,3 +88,42 @@ test('the rendered config names every Region with its health check, then the lim
     '',
   ].join('\n'));
 });
+
+test('the deployment options: existing VPCs, config source, valkey, CPU architecture, each checked', () => {
+  const found = problems((r) => {
+    r.existingVpcs = {
+      'eu-west-1': { vpcId: 'vpc-1', publicSubnetIds: ['subnet-0123456789abcdef0'], privateSubnetIds: ['subnet-0123456789abcdef1', 'subnet-0123456789abcdef1'] },
+      'mars-1': { vpcId: 'vpc-0123456789abcdef0', publicSubnetIds: [], privateSubnetIds: [], nat: true },
+    };
+    r.configSource = 'dynamodb';
+    r.valkey = { enabled: 'yes', dataStorageMaxGb: 0 };
+    r.cpuArchitecture = 'riscv';
+  });
+  const expected = [
+    /^existingVpcs\.eu-west-1\.vpcId:/, /^existingVpcs\.eu-west-1\.publicSubnetIds: expected a list of at least 2/,
+    /^existingVpcs\.eu-west-1\.privateSubnetIds: lists an id twice/, /^existingVpcs\.mars-1: mars-1 is not one of regions/,
+    /^existingVpcs\.mars-1\.nat: unknown setting/, /^existingVpcs\.mars-1\.publicSubnetIds:/, /^existingVpcs\.mars-1\.privateSubnetIds:/,
+    /^configSource: expected one of "parameter", "s3"/, /^valkey\.enabled: expected true or false/,
+    /^valkey\.dataStorageMaxGb: expected an integer in \[1, 5000\]/, /^cpuArchitecture: expected one of "x86_64", "arm64"/,
+  ];
+  for (const re of expected) assert.ok(found.some((p) => re.test(p)), `no problem matching ${re} in:\n${found.join('\n')}`);
+  assert.equal(found.length, expected.length, found.join('\n'));
+});
+
+test('defaults: a new VPC everywhere, the config in a parameter, no Valkey, x86_64', () => {
+  const raw = rawSettings();
+  delete raw.valkey;
+  const s = parseSettings(raw);
+  assert.deepEqual(s.existingVpcs, {});
+  assert.equal(s.configSource, 'parameter');
+  assert.deepEqual(s.valkey, { enabled: false, dataStorageMaxGb: 5, ecpuPerSecondMax: 100000 });
+  assert.equal(s.cpuArchitecture, 'x86_64');
+  assert.equal(parseSettings(rawSettings()).valkey.enabled, true, 'the example turns Valkey on');
+});
+
+test('more than 64 limits need the config in S3, which takes up to 200', () => {
+  const limits = (n: number) => Array.from({ length: n }, (_, i) => ({ id: `l${i}`, rate: 100 }));
+  assert.match(problems((r) => (r.limits = limits(65))).join(), /limits: expected a list of 1 to 64 limits.*"configSource": "s3", up to 200/);
+  assert.deepEqual(problems((r) => { r.limits = limits(200); r.configSource = 's3'; }), []);
+  assert.match(problems((r) => { r.limits = limits(201); r.configSource = 's3'; }).join(), /1 to 200 limits/);
+});

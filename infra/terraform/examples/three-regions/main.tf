@@ -56,7 +56,8 @@ module "us_east_1" {
   hosted_zone_id     = var.hosted_zone_id
   hosted_zone_name   = var.hosted_zone_name
   endpoint_subdomain = local.common.endpoint_subdomain
-  image_uri          = var.image_uri["us-east-1"]
+  image_tag          = var.image_tag
+  valkey             = { enabled = true }
   alarm_email        = var.alarm_email
   limits             = local.limits
   daemon_settings    = local.daemon_settings
@@ -73,7 +74,8 @@ module "eu_west_1" {
   hosted_zone_id     = var.hosted_zone_id
   hosted_zone_name   = var.hosted_zone_name
   endpoint_subdomain = local.common.endpoint_subdomain
-  image_uri          = var.image_uri["eu-west-1"]
+  image_tag          = var.image_tag
+  valkey             = { enabled = true }
   alarm_email        = var.alarm_email
   limits             = local.limits
   daemon_settings    = local.daemon_settings
@@ -90,7 +92,8 @@ module "ap_southeast_2" {
   hosted_zone_id     = var.hosted_zone_id
   hosted_zone_name   = var.hosted_zone_name
   endpoint_subdomain = local.common.endpoint_subdomain
-  image_uri          = var.image_uri["ap-southeast-2"]
+  image_tag          = var.image_tag
+  valkey             = { enabled = true }
   alarm_email        = var.alarm_email
   limits             = local.limits
   daemon_settings    = local.daemon_settings

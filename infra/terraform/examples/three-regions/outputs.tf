@@ -25,3 +25,30 @@ output "alarm_topics" {
     "ap-southeast-2" = module.ap_southeast_2.alarm_topic_arn
   }
 }
+
+output "gateways" {
+  description = "Region name => what its gateways need: the rules and demand URLs, the token's secret, the Valkey URL, the security group to attach, and the SSM parameter holding all of it."
+  value = {
+    for r, m in {
+      "us-east-1"      = module.us_east_1
+      "eu-west-1"      = module.eu_west_1
+      "ap-southeast-2" = module.ap_southeast_2
+      } : r => {
+      rules_url                  = m.rules_url
+      demand_url                 = m.demand_url
+      api_token_secret_arn       = m.api_token_secret_arn
+      valkey_url                 = m.valkey_url
+      gateway_security_group_id  = m.gateway_security_group_id
+      gateway_settings_parameter = m.gateway_settings_parameter
+    }
+  }
+}
+
+output "ecr_repositories" {
+  description = "Region name => the repository to push the daemon's image to."
+  value = {
+    "us-east-1"      = module.us_east_1.ecr_repository_url
+    "eu-west-1"      = module.eu_west_1.ecr_repository_url
+    "ap-southeast-2" = module.ap_southeast_2.ecr_repository_url
+  }
+}

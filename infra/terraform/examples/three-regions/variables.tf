@@ -8,9 +8,9 @@ variable "hosted_zone_name" {
   type        = string
 }
 
-variable "image_uri" {
-  description = "Region name => the daemon image URI pullable in that Region (e.g. an ECR repository with cross-Region replication)."
-  type        = map(string)
+variable "image_tag" {
+  description = "The daemon image's tag, pushed to every Region's ECR repository (output ecr_repositories)."
+  type        = string
 }
 
 variable "alarm_email" {

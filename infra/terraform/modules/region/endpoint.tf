@@ -1,5 +1,9 @@
-# The public endpoint Route 53 health-checks: an HTTPS load balancer that forwards only /readyz
-# and /healthz to the daemon, with a DNS-validated certificate and an alias record.
+# The two ways to the daemon: the public endpoint Route 53 health-checks (an internet-facing
+# HTTPS load balancer that admits only Route 53's health checkers and forwards only /readyz and
+# /healthz), and the gateways' API endpoint (an internal HTTPS load balancer in the private
+# subnets that forwards /v1/*, admitting only the gateway security groups). One DNS-validated
+# certificate names both; the API name lives in the public zone but resolves to private
+# addresses. The security groups and their rules are in security.tf.
 
 data "aws_elb_service_account" "current" {}
 
@@ -86,39 +90,12 @@ resource "aws_s3_bucket_policy" "lb_logs" {
   policy = data.aws_iam_policy_document.lb_logs.json
 }
 
-resource "aws_security_group" "lb" {
-  name_prefix = "shareplane-lb-"
-  description = "shareplane endpoint: HTTPS from Route 53 health checkers"
-  vpc_id      = aws_vpc.main.id
-  tags        = local.tags
-}
-
-# Route 53 health checkers probe from addresses across the internet.
-resource "aws_vpc_security_group_ingress_rule" "lb_https" {
-  #checkov:skip=CKV_AWS_260:port 443, not 80; Route 53 health checkers come from the whole internet
-  security_group_id = aws_security_group.lb.id
-  description       = "HTTPS from Route 53 health checkers"
-  cidr_ipv4         = "0.0.0.0/0"
-  ip_protocol       = "tcp"
-  from_port         = 443
-  to_port           = 443
-}
-
-resource "aws_vpc_security_group_egress_rule" "lb_to_tasks" {
-  security_group_id = aws_security_group.lb.id
-  description       = "to the daemon tasks"
-  cidr_ipv4         = var.vpc_cidr
-  ip_protocol       = "tcp"
-  from_port         = local.daemon_port
-  to_port           = local.daemon_port
-}
-
 resource "aws_lb" "endpoint" {
   #checkov:skip=CKV2_AWS_28:the endpoint forwards only /readyz and /healthz (GET, no body); a WAF would guard nothing
   name_prefix                = "shrpl-"
   load_balancer_type         = "application"
   internal                   = false
-  subnets                    = aws_subnet.public[*].id
+  subnets                    = local.public_subnet_ids
   security_groups            = [aws_security_group.lb.id]
   drop_invalid_header_fields = true
   enable_deletion_protection = true
@@ -132,9 +109,10 @@ resource "aws_lb" "endpoint" {
 }
 
 resource "aws_acm_certificate" "endpoint" {
-  domain_name       = local.endpoint
-  validation_method = "DNS"
-  tags              = local.tags
+  domain_name               = local.endpoint
+  subject_alternative_names = [local.api_name]
+  validation_method         = "DNS"
+  tags                      = local.tags
   lifecycle {
     create_before_destroy = true
   }
@@ -157,7 +135,7 @@ resource "aws_acm_certificate_validation" "endpoint" {
 resource "aws_lb_target_group" "daemon" {
   #checkov:skip=CKV_AWS_378:TLS ends at the load balancer; the hop to the task stays inside the VPC and carries only health probes
   name_prefix          = "shrpl-"
-  vpc_id               = aws_vpc.main.id
+  vpc_id               = local.vpc_id
   port                 = local.daemon_port
   protocol             = "HTTP"
   target_type          = "ip"
@@ -213,6 +191,90 @@ resource "aws_route53_record" "endpoint" {
   alias {
     name                   = aws_lb.endpoint.dns_name
     zone_id                = aws_lb.endpoint.zone_id
+    evaluate_target_health = false
+  }
+}
+
+# ---- The gateways' endpoint, inside the VPC -------------------------------------------------
+
+resource "aws_lb" "api" {
+  #checkov:skip=CKV2_AWS_28:internal; only the gateway security groups reach it, and the daemon checks the bearer token itself
+  name_prefix                = "shrapi"
+  load_balancer_type         = "application"
+  internal                   = true
+  subnets                    = local.private_subnet_ids
+  security_groups            = [aws_security_group.api_lb.id]
+  drop_invalid_header_fields = true
+  enable_deletion_protection = true
+  # Longer than the daemon's longest long-poll (30 s).
+  idle_timeout = 60
+  access_logs {
+    bucket  = aws_s3_bucket.lb_logs.id
+    prefix  = "api"
+    enabled = true
+  }
+  tags       = local.tags
+  depends_on = [aws_s3_bucket_policy.lb_logs]
+}
+
+resource "aws_lb_target_group" "api" {
+  #checkov:skip=CKV_AWS_378:TLS ends at the internal load balancer; the hop to the task stays inside the VPC, between two security groups
+  name_prefix          = "shrapi"
+  vpc_id               = local.vpc_id
+  port                 = local.daemon_port
+  protocol             = "HTTP"
+  target_type          = "ip"
+  deregistration_delay = 30
+  health_check {
+    path                = "/readyz"
+    interval            = 10
+    timeout             = 5
+    healthy_threshold   = 2
+    unhealthy_threshold = 3
+    matcher             = "200"
+  }
+  tags = local.tags
+}
+
+resource "aws_lb_listener" "api" {
+  load_balancer_arn = aws_lb.api.arn
+  port              = 443
+  protocol          = "HTTPS"
+  ssl_policy        = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+  certificate_arn   = aws_acm_certificate_validation.endpoint.certificate_arn
+  default_action {
+    type = "fixed-response"
+    fixed_response {
+      content_type = "text/plain"
+      message_body = "not found"
+      status_code  = "404"
+    }
+  }
+  tags = local.tags
+}
+
+resource "aws_lb_listener_rule" "api" {
+  listener_arn = aws_lb_listener.api.arn
+  priority     = 10
+  action {
+    type             = "forward"
+    target_group_arn = aws_lb_target_group.api.arn
+  }
+  condition {
+    path_pattern {
+      values = ["/v1/*", "/readyz", "/healthz"]
+    }
+  }
+  tags = local.tags
+}
+
+resource "aws_route53_record" "api" {
+  zone_id = var.hosted_zone_id
+  name    = local.api_name
+  type    = "A"
+  alias {
+    name                   = aws_lb.api.dns_name
+    zone_id                = aws_lb.api.zone_id
     evaluate_target_health = false
   }
 }

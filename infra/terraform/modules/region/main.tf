@@ -1,6 +1,8 @@
 # One Region of a shareplane deployment, applied with that Region's provider: the table replica
-# (outside the home Region), the network, the daemon as an ECS Fargate service behind a load
-# balancer whose public name Route 53 health-checks, its config, its task role and its alarms.
+# (outside the home Region), the network (new, or var.existing_vpc), the daemon as an ECS Fargate
+# service behind a public load balancer whose name Route 53 health-checks and an internal one for
+# the gateways, its config (an SSM parameter, or an object in S3), its task role, an optional
+# Valkey for the gateways, the image repository and the alarms.
 
 data "aws_caller_identity" "current" {}
 data "aws_partition" "current" {}
@@ -14,6 +16,8 @@ locals {
   tags        = merge({ application = "shareplane" }, var.tags)
   is_home     = var.region == var.regions[0]
   endpoint    = "${var.region}.${var.endpoint_subdomain}.${var.hosted_zone_name}"
+  api_name    = "api.${local.endpoint}"
+  api_url     = "https://${local.api_name}"
   daemon_port = 8080
   azs         = slice(data.aws_availability_zones.available.names, 0, 2)
   peers       = [for r in var.regions : r if r != var.region]
@@ -121,12 +125,135 @@ resource "aws_kms_key" "main" {
 
 resource "aws_ssm_parameter" "config" {
   #checkov:skip=CKV2_AWS_34:the config holds no secret (the API token is in Secrets Manager); String like the CDK app, as CloudFormation cannot create a SecureString
+  count       = local.config_in_s3 ? 0 : 1
   name        = "/shareplane/${var.table_name}/config"
   description = "shareplane daemon config (TOML), passed to the tasks as SHAREPLANE_CONFIG_TOML"
   type        = "String"
   tier        = length(local.config_toml) > 4096 ? "Advanced" : "Standard"
   value       = local.config_toml
   tags        = local.tags
+  lifecycle {
+    precondition {
+      condition     = length(local.config_toml) <= 8192
+      error_message = "The daemon config is more than 8192 bytes, the most an SSM parameter holds: set config_source = \"s3\"."
+    }
+  }
+}
+
+# ---- Or the config as an object in S3 (config_source = "s3") ---------------------------------
+
+resource "aws_s3_bucket" "config" {
+  #checkov:skip=CKV_AWS_144:the config is rendered per Region by this module; another Region has its own bucket
+  #checkov:skip=CKV2_AWS_62:nothing consumes events of the config bucket; the tasks read it at start
+  count         = local.config_in_s3 ? 1 : 0
+  bucket_prefix = "shareplane-config-"
+  tags          = local.tags
+}
+
+resource "aws_s3_bucket_public_access_block" "config" {
+  count                   = local.config_in_s3 ? 1 : 0
+  bucket                  = aws_s3_bucket.config[0].id
+  block_public_acls       = true
+  block_public_policy     = true
+  ignore_public_acls      = true
+  restrict_public_buckets = true
+}
+
+resource "aws_s3_bucket_versioning" "config" {
+  count  = local.config_in_s3 ? 1 : 0
+  bucket = aws_s3_bucket.config[0].id
+  versioning_configuration {
+    status = "Enabled"
+  }
+}
+
+resource "aws_s3_bucket_server_side_encryption_configuration" "config" {
+  count  = local.config_in_s3 ? 1 : 0
+  bucket = aws_s3_bucket.config[0].id
+  rule {
+    apply_server_side_encryption_by_default {
+      sse_algorithm     = "aws:kms"
+      kms_master_key_id = aws_kms_key.main.arn
+    }
+    bucket_key_enabled = true
+  }
+}
+
+resource "aws_s3_bucket_logging" "config" {
+  count         = local.config_in_s3 ? 1 : 0
+  bucket        = aws_s3_bucket.config[0].id
+  target_bucket = aws_s3_bucket.lb_logs.id
+  target_prefix = "config-access/"
+}
+
+resource "aws_s3_bucket_lifecycle_configuration" "config" {
+  count  = local.config_in_s3 ? 1 : 0
+  bucket = aws_s3_bucket.config[0].id
+  rule {
+    id     = "expire-old-versions"
+    status = "Enabled"
+    filter {}
+    noncurrent_version_expiration {
+      noncurrent_days = 90
+    }
+    abort_incomplete_multipart_upload {
+      days_after_initiation = 7
+    }
+  }
+}
+
+data "aws_iam_policy_document" "config_bucket" {
+  count = local.config_in_s3 ? 1 : 0
+  statement {
+    sid       = "TlsOnly"
+    effect    = "Deny"
+    actions   = ["s3:*"]
+    resources = [aws_s3_bucket.config[0].arn, "${aws_s3_bucket.config[0].arn}/*"]
+    principals {
+      type        = "AWS"
+      identifiers = ["*"]
+    }
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+}
+
+resource "aws_s3_bucket_policy" "config" {
+  count  = local.config_in_s3 ? 1 : 0
+  bucket = aws_s3_bucket.config[0].id
+  policy = data.aws_iam_policy_document.config_bucket[0].json
+}
+
+resource "aws_s3_object" "config" {
+  count                  = local.config_in_s3 ? 1 : 0
+  bucket                 = aws_s3_bucket.config[0].id
+  key                    = local.config_object_key
+  content                = local.config_toml
+  content_type           = "application/toml"
+  server_side_encryption = "aws:kms"
+  kms_key_id             = aws_kms_key.main.arn
+  tags                   = local.tags
+  depends_on             = [aws_s3_bucket_server_side_encryption_configuration.config]
+}
+
+# ---- What the gateways need, in one place ----------------------------------------------------
+
+resource "aws_ssm_parameter" "gateway" {
+  #checkov:skip=CKV2_AWS_34:URLs, a secret's ARN (not its value) and a group id: nothing secret
+  name        = "/shareplane/${var.table_name}/gateway"
+  description = "shareplane: what a gateway in this Region needs (JSON: rules and demand URLs, token secret, Valkey URL)"
+  type        = "String"
+  value = jsonencode({
+    rulesUrl               = "${local.api_url}/v1/rules"
+    demandUrl              = "${local.api_url}/v1/demand"
+    apiTokenSecretArn      = aws_secretsmanager_secret.api_token.arn
+    redisUrl               = local.valkey_url
+    gatewaySecurityGroupId = aws_security_group.gateway.id
+  })
+  tags = local.tags
 }
 
 resource "aws_secretsmanager_secret" "api_token" {

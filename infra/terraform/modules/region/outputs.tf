@@ -4,8 +4,43 @@ output "endpoint_url" {
 }
 
 output "config_parameter" {
-  description = "Name of the SSM parameter holding the daemon's config."
-  value       = aws_ssm_parameter.config.name
+  description = "Name of the SSM parameter holding the daemon's config (config_source = parameter), else null."
+  value       = one(aws_ssm_parameter.config[*].name)
+}
+
+output "config_object" {
+  description = "S3 URI of the object holding the daemon's config (config_source = s3), else null."
+  value       = local.config_in_s3 ? "s3://${local.config_bucket}/${local.config_object_key}" : null
+}
+
+output "rules_url" {
+  description = "GET the rule set (long-poll), from inside the VPC with the gateway security group."
+  value       = "${local.api_url}/v1/rules"
+}
+
+output "demand_url" {
+  description = "POST demand totals, with the API token as bearer token."
+  value       = "${local.api_url}/v1/demand"
+}
+
+output "gateway_security_group_id" {
+  description = "Attach to the gateways: it reaches the daemon's API and Valkey."
+  value       = aws_security_group.gateway.id
+}
+
+output "gateway_settings_parameter" {
+  description = "SSM parameter holding the gateways' settings as JSON (rulesUrl, demandUrl, apiTokenSecretArn, redisUrl, gatewaySecurityGroupId)."
+  value       = aws_ssm_parameter.gateway.name
+}
+
+output "valkey_url" {
+  description = "The gateways' Valkey, rediss:// (TLS only); empty without Valkey."
+  value       = local.valkey_url
+}
+
+output "ecr_repository_url" {
+  description = "This Region's repository for the daemon's image (push image_tag there), or null with image_uri."
+  value       = one(aws_ecr_repository.daemon[*].repository_url)
 }
 
 output "config_toml" {

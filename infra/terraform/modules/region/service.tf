@@ -1,5 +1,14 @@
-# The daemon: an ECS Fargate service of var.desired_count tasks in the private subnets, its
-# task role of least privilege, its execution role and its log group.
+# The daemon: an ECS Fargate service of var.desired_count tasks in the private subnets behind
+# both load balancers, its task role of least privilege, its execution role and its log group.
+# With var.config_source = "s3" an init container copies the config from S3 into a volume the
+# daemon reads with --config.
+
+locals {
+  config_in_s3      = var.config_source == "s3"
+  config_object_key = "daemon.toml"
+  config_file       = "/etc/shareplane/config.toml"
+  config_bucket     = join("", aws_s3_bucket.config[*].id)
+}
 
 resource "aws_cloudwatch_log_group" "daemon" {
   name              = "/shareplane/${var.table_name}/daemon"
@@ -19,7 +28,8 @@ data "aws_iam_policy_document" "ecs_tasks_assume" {
 }
 
 # The task role: read the table; write only this Region's own items; read CloudWatch metrics
-# (Route 53's HealthCheckStatus in us-east-1); put metrics only in shareplane's namespace.
+# (Route 53's HealthCheckStatus in us-east-1); put metrics only in shareplane's namespace; with
+# the config in S3, read that one object (the init container runs with the same role).
 data "aws_iam_policy_document" "task" {
   statement {
     sid       = "ReadAllRegionsRecords"
@@ -53,11 +63,32 @@ data "aws_iam_policy_document" "task" {
       values   = [var.metric_namespace]
     }
   }
+  dynamic "statement" {
+    for_each = local.config_in_s3 ? ["ReadOwnConfigObject"] : []
+    content {
+      sid       = statement.value
+      actions   = ["s3:GetObject"]
+      resources = ["${aws_s3_bucket.config[0].arn}/${local.config_object_key}"]
+    }
+  }
+  dynamic "statement" {
+    for_each = local.config_in_s3 ? ["DecryptOwnConfigObject"] : []
+    content {
+      sid       = statement.value
+      actions   = ["kms:Decrypt"]
+      resources = [aws_kms_key.main.arn]
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["s3.${var.region}.amazonaws.com"]
+      }
+    }
+  }
 }
 
 resource "aws_iam_role" "task" {
   name_prefix        = "shareplane-task-"
-  description        = "shareplane daemon: read the records, write its own Region items, read health, put metrics"
+  description        = "shareplane daemon: read the records, write its own Region items, read health, put metrics, read its config"
   assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
   tags               = local.tags
 }
@@ -73,7 +104,7 @@ data "aws_iam_policy_document" "execution" {
   statement {
     sid       = "PullImage"
     actions   = ["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]
-    resources = ["arn:${data.aws_partition.current.partition}:ecr:*:${data.aws_caller_identity.current.account_id}:repository/*"]
+    resources = local.image_repository_arns
   }
   # GetAuthorizationToken cannot be scoped to a resource.
   statement {
@@ -86,10 +117,13 @@ data "aws_iam_policy_document" "execution" {
     actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
     resources = ["${aws_cloudwatch_log_group.daemon.arn}:*"]
   }
-  statement {
-    sid       = "ReadConfig"
-    actions   = ["ssm:GetParameters"]
-    resources = [aws_ssm_parameter.config.arn]
+  dynamic "statement" {
+    for_each = local.config_in_s3 ? [] : ["ReadConfig"]
+    content {
+      sid       = statement.value
+      actions   = ["ssm:GetParameters"]
+      resources = [aws_ssm_parameter.config[0].arn]
+    }
   }
   statement {
     sid       = "ReadApiToken"
@@ -129,33 +163,13 @@ resource "aws_ecs_cluster" "main" {
   tags = local.tags
 }
 
-resource "aws_ecs_task_definition" "daemon" {
-  family                   = "shareplane"
-  requires_compatibilities = ["FARGATE"]
-  network_mode             = "awsvpc"
-  cpu                      = var.cpu
-  memory                   = var.memory_mib
-  task_role_arn            = aws_iam_role.task.arn
-  execution_role_arn       = aws_iam_role.execution.arn
-  runtime_platform {
-    operating_system_family = "LINUX"
-    cpu_architecture        = "X86_64"
-  }
-  volume {
-    name = "tmp"
-  }
-  container_definitions = jsonencode([{
+locals {
+  daemon_container = {
     name                   = "shareplane"
-    image                  = var.image_uri
+    image                  = local.image
     essential              = true
-    command                = ["run"] # without --config the daemon reads SHAREPLANE_CONFIG_TOML
     readonlyRootFilesystem = true
     portMappings           = [{ containerPort = local.daemon_port, protocol = "tcp" }]
-    mountPoints            = [{ containerPath = "/tmp", sourceVolume = "tmp", readOnly = false }]
-    secrets = [
-      { name = "SHAREPLANE_CONFIG_TOML", valueFrom = aws_ssm_parameter.config.arn },
-      { name = "SHAREPLANE_API_TOKEN", valueFrom = aws_secretsmanager_secret.api_token.arn },
-    ]
     environment = [
       # Changes with the config, so that a new task definition rolls the service.
       { name = "SHAREPLANE_CONFIG_DIGEST", value = sha256(local.config_toml) },
@@ -170,33 +184,78 @@ resource "aws_ecs_task_definition" "daemon" {
       }
     }
     stopTimeout = 30
-  }])
-  tags = local.tags
+  }
+  api_token_secret = { name = "SHAREPLANE_API_TOKEN", valueFrom = aws_secretsmanager_secret.api_token.arn }
+  tmp_mount        = { containerPath = "/tmp", sourceVolume = "tmp", readOnly = false }
+
+  # The config in an SSM parameter: without --config the daemon reads SHAREPLANE_CONFIG_TOML.
+  containers_parameter = [merge(local.daemon_container, {
+    command     = ["run"]
+    mountPoints = [local.tmp_mount]
+    secrets = [
+      { name = "SHAREPLANE_CONFIG_TOML", valueFrom = join("", aws_ssm_parameter.config[*].arn) },
+      local.api_token_secret,
+    ]
+  })]
+
+  # The config in S3: copied before the daemon starts into a volume only these two containers
+  # share; the daemon mounts it read-only. A failed copy fails the task.
+  containers_s3 = [
+    merge(local.daemon_container, {
+      command     = ["run", "--config", local.config_file]
+      mountPoints = [local.tmp_mount, { containerPath = dirname(local.config_file), sourceVolume = "config", readOnly = true }]
+      secrets     = [local.api_token_secret]
+      dependsOn   = [{ containerName = "fetch-config", condition = "SUCCESS" }]
+    }),
+    {
+      name                   = "fetch-config"
+      image                  = var.config_fetch_image
+      essential              = false
+      readonlyRootFilesystem = true
+      command                = ["s3", "cp", "s3://${local.config_bucket}/${local.config_object_key}", "/config/config.toml", "--only-show-errors"]
+      environment            = [{ name = "AWS_REGION", value = var.region }, { name = "HOME", value = "/tmp" }]
+      mountPoints = [
+        { containerPath = "/config", sourceVolume = "config", readOnly = false },
+        { containerPath = "/tmp", sourceVolume = "fetch-tmp", readOnly = false },
+      ]
+      logConfiguration = {
+        logDriver = "awslogs"
+        options = {
+          awslogs-group         = aws_cloudwatch_log_group.daemon.name
+          awslogs-region        = var.region
+          awslogs-stream-prefix = "fetch-config"
+        }
+      }
+    },
+  ]
 }
 
-resource "aws_security_group" "daemon" {
-  name_prefix = "shareplane-daemon-"
-  description = "shareplane daemon tasks"
-  vpc_id      = aws_vpc.main.id
-  tags        = local.tags
-}
-
-resource "aws_vpc_security_group_ingress_rule" "daemon_from_lb" {
-  security_group_id            = aws_security_group.daemon.id
-  description                  = "health checks and requests from the load balancer"
-  referenced_security_group_id = aws_security_group.lb.id
-  ip_protocol                  = "tcp"
-  from_port                    = local.daemon_port
-  to_port                      = local.daemon_port
-}
-
-resource "aws_vpc_security_group_egress_rule" "daemon_https" {
-  security_group_id = aws_security_group.daemon.id
-  description       = "AWS APIs (DynamoDB, CloudWatch, SSM, ECR, Logs)"
-  cidr_ipv4         = "0.0.0.0/0"
-  ip_protocol       = "tcp"
-  from_port         = 443
-  to_port           = 443
+resource "aws_ecs_task_definition" "daemon" {
+  family                   = "shareplane"
+  requires_compatibilities = ["FARGATE"]
+  network_mode             = "awsvpc"
+  cpu                      = var.cpu
+  memory                   = var.memory_mib
+  task_role_arn            = aws_iam_role.task.arn
+  execution_role_arn       = aws_iam_role.execution.arn
+  runtime_platform {
+    operating_system_family = "LINUX"
+    cpu_architecture        = upper(var.cpu_architecture)
+  }
+  dynamic "volume" {
+    for_each = local.config_in_s3 ? ["tmp", "config", "fetch-tmp"] : ["tmp"]
+    content {
+      name = volume.value
+    }
+  }
+  container_definitions = local.config_in_s3 ? jsonencode(local.containers_s3) : jsonencode(local.containers_parameter)
+  tags                  = local.tags
+  lifecycle {
+    precondition {
+      condition     = var.image_uri != "" || var.image_tag != ""
+      error_message = "Set image_tag (a tag pushed to this Region's repository, output ecr_repository_url) or image_uri."
+    }
+  }
 }
 
 resource "aws_ecs_service" "daemon" {
@@ -214,7 +273,7 @@ resource "aws_ecs_service" "daemon" {
     rollback = true
   }
   network_configuration {
-    subnets          = aws_subnet.private[*].id
+    subnets          = local.private_subnet_ids
     security_groups  = [aws_security_group.daemon.id]
     assign_public_ip = false
   }
@@ -223,6 +282,11 @@ resource "aws_ecs_service" "daemon" {
     container_name   = "shareplane"
     container_port   = local.daemon_port
   }
-  depends_on = [aws_lb_listener_rule.health]
+  load_balancer {
+    target_group_arn = aws_lb_target_group.api.arn
+    container_name   = "shareplane"
+    container_port   = local.daemon_port
+  }
+  depends_on = [aws_lb_listener_rule.health, aws_lb_listener_rule.api, aws_s3_object.config]
   tags       = local.tags
 }

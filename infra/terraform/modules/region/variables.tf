@@ -54,8 +54,82 @@ variable "endpoint_subdomain" {
 }
 
 variable "image_uri" {
-  description = "The daemon's container image (build infra/Dockerfile and push it to a registry this Region can pull from)."
+  description = "The daemon's container image, if it lives elsewhere; empty: this Region's ECR repository (created here) at image_tag."
   type        = string
+  default     = ""
+}
+
+variable "image_tag" {
+  description = "The tag of the daemon's image in this Region's ECR repository (when image_uri is empty). Tags are immutable."
+  type        = string
+  default     = ""
+}
+
+variable "ecr_repository_name" {
+  description = "Name of this Region's ECR repository for the daemon's image (when image_uri is empty)."
+  type        = string
+  default     = "shareplane"
+}
+
+variable "cpu_architecture" {
+  description = "The tasks' CPU architecture: x86_64, or arm64 (Graviton; push an arm64 image)."
+  type        = string
+  default     = "x86_64"
+  validation {
+    condition     = contains(["x86_64", "arm64"], var.cpu_architecture)
+    error_message = "cpu_architecture: x86_64 or arm64."
+  }
+}
+
+variable "existing_vpc" {
+  description = "An existing VPC to deploy into instead of creating one: its id, at least two public subnets (the public load balancer), at least two private subnets with a route to the AWS APIs (tasks, internal load balancer, Valkey), and optionally the security groups of existing gateways to admit."
+  type = object({
+    vpc_id                     = string
+    public_subnet_ids          = list(string)
+    private_subnet_ids         = list(string)
+    gateway_security_group_ids = optional(list(string), [])
+  })
+  default = null
+  validation {
+    # Terraform's || evaluates both sides: the conditional skips the checks when there is no VPC.
+    condition = var.existing_vpc == null ? true : (
+      can(regex("^vpc-[0-9a-f]{8,17}$", var.existing_vpc.vpc_id)) &&
+      length(var.existing_vpc.public_subnet_ids) >= 2 && length(var.existing_vpc.private_subnet_ids) >= 2 &&
+      alltrue([for id in concat(var.existing_vpc.public_subnet_ids, var.existing_vpc.private_subnet_ids) : can(regex("^subnet-[0-9a-f]{8,17}$", id))]) &&
+      alltrue([for id in var.existing_vpc.gateway_security_group_ids : can(regex("^sg-[0-9a-f]{8,17}$", id))])
+    )
+    error_message = "existing_vpc: a vpc-… id, at least two public and two private subnet-… ids, and sg-… ids."
+  }
+}
+
+variable "config_source" {
+  description = "Where the daemon's config travels: parameter (an SSM parameter, at most 8 KB, about 74 limits over three Regions) or s3 (an object in a bucket of the Region, copied by an init container)."
+  type        = string
+  default     = "parameter"
+  validation {
+    condition     = contains(["parameter", "s3"], var.config_source)
+    error_message = "config_source: parameter or s3."
+  }
+}
+
+variable "config_fetch_image" {
+  description = "The init container that copies the config from S3 (config_source = s3): an AWS CLI v2 image."
+  type        = string
+  default     = "public.ecr.aws/aws-cli/aws-cli:2.22.0"
+}
+
+variable "valkey" {
+  description = "An ElastiCache Serverless Valkey for the gateways' buckets (TLS only): enabled, its data storage limit (GB) and ECPU-per-second limit."
+  type = object({
+    enabled             = optional(bool, false)
+    data_storage_max_gb = optional(number, 5)
+    ecpu_per_second_max = optional(number, 100000)
+  })
+  default = {}
+  validation {
+    condition     = var.valkey.data_storage_max_gb >= 1 && var.valkey.data_storage_max_gb <= 5000 && var.valkey.ecpu_per_second_max >= 1000 && var.valkey.ecpu_per_second_max <= 15000000
+    error_message = "valkey: data_storage_max_gb in [1, 5000], ecpu_per_second_max in [1000, 15000000]."
+  }
 }
 
 variable "desired_count" {
@@ -87,7 +161,7 @@ variable "nat_gateways" {
 }
 
 variable "vpc_cidr" {
-  description = "CIDR block of this Region's VPC (/16)."
+  description = "CIDR block of this Region's VPC (/16), when the module creates it."
   type        = string
   default     = "10.0.0.0/16"
 }
@@ -111,12 +185,16 @@ variable "alarm_email" {
 }
 
 variable "limits" {
-  description = "The limits: id, global rate (requests/s) and any other keys of the daemon's [[limits]] table (floor, step_cap, burst_s, kind, ...)."
+  description = "The limits: id, global rate (requests/s) and any other keys of the daemon's [[limits]] table (floor, step_cap, burst_s, kind, ...). More than 64 need config_source = s3; at most 200 (one alarm per limit per Region)."
   type = list(object({
     id       = string
     rate     = number
     settings = optional(any, {})
   }))
+  validation {
+    condition     = length(var.limits) >= 1 && length(var.limits) <= 200
+    error_message = "limits: 1 to 200."
+  }
 }
 
 variable "daemon_settings" {
