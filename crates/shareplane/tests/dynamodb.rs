@@ -83,6 +83,10 @@ fn share(s: &Shared) -> f64 {
     s.rules().rates.first().map_or(0.0, |r| r.as_rps())
 }
 
+fn near(actual: f64, expected: f64) -> bool {
+    (actual - expected).abs() <= expected * 0.02
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_regions_converge_through_dynamodb() {
     let Some(url) = moto_url() else {
@@ -117,7 +121,10 @@ async fn two_regions_converge_through_dynamodb() {
     let (mut rxa, mut rxb) = (a.subscribe(), b.subscribe());
     let converged = tokio::time::timeout(Duration::from_secs(90), async {
         loop {
-            if (share(&a) - 8_600.0).abs() < 1.0 && (share(&b) - 1_400.0).abs() < 1.0 {
+            // Within the demand deadband's stated cost (docs/PROTOCOL.md, "Demand": a target may be
+            // up to about 2% off while measured demands wander inside the band): the feeders run
+            // on the wall clock and jitter on a busy machine.
+            if near(share(&a), 8_600.0) && near(share(&b), 1_400.0) {
                 return;
             }
             let changed = tokio::select! {
