@@ -2,7 +2,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /v1/rules` | the rule set; `ETag`, `If-None-Match` → 304; long-poll `?after=V&wait_ms=W` |
+//! | `GET /v1/rules` | the rule set and its `lease_ms`; `ETag`, `If-None-Match` → 304; long-poll `?after=V&wait_ms=W&lease_seq=S`, answered on a newer version or a lease renewal; lease headers on every answer |
 //! | `POST /v1/demand` | a gateway's running totals (bearer token; body ≤ 64 KiB); 422 names implausible totals |
 //! | `GET /v1/state` | why each share is what it is |
 //! | `GET /v1/limits/{id}/explain` | one limit: demand, target, share, pool, grants in flight, peers, health, policy |
@@ -25,8 +25,17 @@ use std::time::Duration;
 
 /// The largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
-/// The longest a long-poll is held.
-pub const MAX_WAIT_MS: u64 = 30_000;
+/// The longest a long-poll is held (the lease's margin allows for the clock drift over it).
+pub const MAX_WAIT_MS: u64 = shareplane_core::lease::MAX_HOLD_MS;
+/// On every rules answer (200 and 304): milliseconds a gateway may still enforce the rule set it
+/// runs, counted from this answer (the 200's body carries the same number as `lease_ms`).
+pub const LEASE_MS_HEADER: &str = "shareplane-lease-ms";
+/// On every rules answer: milliseconds the daemon held the request before answering, so that a
+/// gateway can count the lease from when it sent the request plus this, never from later.
+pub const HELD_MS_HEADER: &str = "shareplane-held-ms";
+/// On every rules answer: the renewal the lease stands on (the own record version); rises with
+/// every renewal. A long-poll with `lease_seq` below it is answered at once.
+pub const LEASE_SEQ_HEADER: &str = "shareplane-lease-seq";
 
 /// The API of one Region, to be served at `/` (or nested under a prefix by the demo).
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -74,6 +83,9 @@ async fn method_not_allowed() -> ApiError {
 struct RulesQuery {
     after: Option<u64>,
     wait_ms: Option<u64>,
+    /// The lease sequence (`Shareplane-Lease-Seq`) of the gateway's last answer: a long-poll
+    /// from a gateway that missed a renewal is answered at once.
+    lease_seq: Option<u64>,
 }
 
 async fn rules(
@@ -81,12 +93,18 @@ async fn rules(
     q: Result<Query<RulesQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let arrived_ms = s.clock.now_ms();
     let Query(q) = q.map_err(|e| err(StatusCode::BAD_REQUEST, e.body_text()))?;
     if let Some(after) = q.after {
         let mut rx = s.subscribe();
+        let mut renewals = s.subscribe_lease();
         let cur = rx.borrow_and_update().clone();
+        let lease = *renewals.borrow_and_update();
         if cur.version > after {
-            return Ok(rule_response(&cur));
+            return Ok(rule_response(&s, &cur, arrived_ms));
+        }
+        if q.lease_seq.is_some_and(|seen| lease.record_version > seen) {
+            return Ok(not_modified(&s, &cur, arrived_ms));
         }
         let wait = Duration::from_millis(q.wait_ms.unwrap_or(MAX_WAIT_MS).min(MAX_WAIT_MS));
         let mut shutdown = s.shutdown_signal();
@@ -96,19 +114,21 @@ async fn rules(
             tokio::select! {
                 _ = &mut deadline => break,
                 _ = shutdown.wait_for(|v| *v) => break,
+                // A renewal is answered at once, so that gateways hear of it every period.
+                _ = renewals.changed() => break,
                 changed = rx.changed() => {
                     if changed.is_err() {
                         break;
                     }
                     let now = rx.borrow_and_update().clone();
                     if now.version > after {
-                        return Ok(rule_response(&now));
+                        return Ok(rule_response(&s, &now, arrived_ms));
                     }
                 }
             }
         }
         let latest = rx.borrow().clone();
-        return Ok(not_modified(&latest));
+        return Ok(not_modified(&s, &latest, arrived_ms));
     }
     let cur = s.rules();
     if cur.version == 0 {
@@ -124,14 +144,43 @@ async fn rules(
         v.split(',')
             .any(|t| t.trim() == cur.etag || t.trim() == "*")
     }) {
-        return Ok(not_modified(&cur));
+        return Ok(not_modified(&s, &cur, arrived_ms));
     }
-    Ok(rule_response(&cur))
+    Ok(rule_response(&s, &cur, arrived_ms))
 }
 
-fn rule_response(r: &RuleSet) -> Response {
-    let mut resp = Response::new(Body::from(r.body.clone()));
-    let h = resp.headers_mut();
+/// The lease headers of every rules answer: the lease left now, how long the request was held
+/// before this answer, and the renewal it stands on.
+fn lease_headers(s: &Shared, arrived_ms: u64, h: &mut HeaderMap) -> u64 {
+    let now = s.clock.now_ms();
+    let lease = s.lease();
+    let remaining = lease.until_ms.saturating_sub(now);
+    for (name, v) in [
+        (LEASE_MS_HEADER, remaining),
+        (HELD_MS_HEADER, now.saturating_sub(arrived_ms)),
+        (LEASE_SEQ_HEADER, lease.record_version),
+    ] {
+        h.insert(name, HeaderValue::from(v));
+    }
+    remaining
+}
+
+fn rule_response(s: &Shared, r: &RuleSet, arrived_ms: u64) -> Response {
+    let mut h = HeaderMap::new();
+    let lease_ms = lease_headers(s, arrived_ms, &mut h);
+    // The body is serialized once per version; the lease changes with every answer, so it is put
+    // in front of the other fields here (one copy of the body per answer).
+    let body = match r.body.strip_prefix(b"{") {
+        Some(rest) => {
+            let head = format!("{{\"lease_ms\":{lease_ms},");
+            let mut b = Vec::with_capacity(head.len() + rest.len());
+            b.extend_from_slice(head.as_bytes());
+            b.extend_from_slice(rest);
+            Bytes::from(b)
+        }
+        None => r.body.clone(),
+    };
+    let mut resp = Response::new(Body::from(body));
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -140,16 +189,18 @@ fn rule_response(r: &RuleSet) -> Response {
     if let Ok(v) = HeaderValue::from_str(&r.etag) {
         h.insert(header::ETAG, v);
     }
+    resp.headers_mut().extend(h);
     resp
 }
 
-fn not_modified(r: &RuleSet) -> Response {
+fn not_modified(s: &Shared, r: &RuleSet, arrived_ms: u64) -> Response {
     let mut resp = StatusCode::NOT_MODIFIED.into_response();
     if r.version > 0 {
         if let Ok(v) = HeaderValue::from_str(&r.etag) {
             resp.headers_mut().insert(header::ETAG, v);
         }
     }
+    lease_headers(s, arrived_ms, resp.headers_mut());
     resp
 }
 

@@ -314,6 +314,10 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
             format!("tests only; must be below a quarter of period_ms ({period_ms})"),
         ));
     }
+    // Gateways must be able to hold a lease that runs out before any peer can reclaim.
+    if let Some(Err(e)) = d.as_ref().map(shareplane_core::lease_bound) {
+        errors.push(e);
+    }
     let replica_id = raw.replica_id.clone().unwrap_or_else(default_replica_id);
     if replica_id.is_empty() || replica_id.len() > 128 {
         errors.push(problem("replica_id", "1 to 128 characters"));

@@ -18,8 +18,21 @@
 //!    the coordinator from it and checks the lease: a deposed leader steps down;
 //! 6. renews the lease (time to live 1.5 periods).
 //!
+//! # The gateways' lease
+//!
+//! Every durable write renews the lease of the published rule set
+//! ([`Shared::renew_lease`]): gateways may enforce it until the write's time plus the full lease
+//! of [`shareplane_core::lease_bound`], which runs out before any peer can reclaim the Region. A
+//! write that fails renews nothing, so the lease shrinks to zero and the gateways fence. A leader
+//! whose last durable write is `(silent_after − 1) × period` old or older (its writes failed, or
+//! its process was paused) cannot prove that it still holds its room: before anything else it
+//! restarts from the durable record as [`Coordinator::restart`] decides, which is a new epoch,
+//! and pushes zero (capacity limits) to its gateways, as a restarted daemon does.
+//!
 //! A follower reads all records at its phase to serve `/v1/state` and the rule set of the own
-//! Region's latest record, and tries to take the lease every quarter period, so it takes over
+//! Region's latest record, reads the own record every quarter period to renew the gateways'
+//! lease (only when the record changed: a follower whose view is not fresh renews nothing), and
+//! tries to take the writer lease every quarter period, so it takes over
 //! within 1.75 periods of the leader's last renewal (a quarter period after a leader that stops
 //! cleanly hands the lease back). A replica that takes the lease with a token
 //! other than the one its coordinator wrote with resumes from the own durable record through
@@ -27,11 +40,11 @@
 
 use crate::clock::{next_tick, Clock};
 use crate::health::HealthSource;
-use crate::rules::{lowered, RuleSet};
+use crate::rules::{lowered, zero_rules, RuleSet};
 use crate::state::{build_view, Shared, ViewInput};
 use shareplane_core::{
-    regions, Alarms, Coordinator, Health, Inputs, PeerState, PeerView, PerRegion, RegionRecord,
-    Room,
+    regions, Alarms, Coordinator, Decision, Health, Inputs, PeerState, PeerView, PerRegion,
+    RegionRecord, Room,
 };
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::future::Future;
@@ -55,7 +68,8 @@ impl DaemonOptions {
         DaemonOptions {
             replica: replica.into(),
             phase_ms,
-            call_timeout_ms: (period_ms / 2).clamp(50, 10_000),
+            // The gateways' lease allows for a peer's read taking this long (see `lease_bound`).
+            call_timeout_ms: shareplane_core::lease::call_bound_ms(period_ms),
         }
     }
 }
@@ -74,6 +88,8 @@ pub struct Daemon<S, H> {
     token: Option<WriterToken>,
     /// Lease end on this replica's clock; 0 when not the leader.
     lease_until_ms: u64,
+    /// The coordinator started a new epoch that is not written yet: it holds nothing to protect.
+    unwritten_epoch: bool,
     last_health: PerRegion<Health>,
     store_ok: bool,
     last_error: Option<String>,
@@ -98,6 +114,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             silence: vec![(None, 0); n],
             token: None,
             lease_until_ms: 0,
+            unwritten_epoch: false,
             last_health: PerRegion::default(),
             store_ok: true,
             last_error: None,
@@ -189,6 +206,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             }
         } else if phase_tick {
             self.follow(now).await;
+        } else {
+            self.refresh_own(now).await;
         }
     }
 
@@ -248,9 +267,21 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 self.durable_demand = durable
                     .as_ref()
                     .map(|r| r.limits.iter().map(|l| l.demand).collect());
-                let c = Coordinator::restart(d, me, durable, down_ms);
+                let durable_epoch = durable.as_ref().map(|r| r.epoch);
+                let c = Coordinator::restart(d.clone(), me, durable, down_ms);
                 info!(region = %self.shared.region, epoch = c.own().epoch, version = c.own().version,
                       down_ms, "resumed from the own durable record");
+                self.unwritten_epoch = durable_epoch.is_some_and(|e| e != c.own().epoch);
+                if self.unwritten_epoch {
+                    // It may have been reclaimed: zero before anything else, at the version of
+                    // the early push of its next write (see `crate::rules`).
+                    let version = 2 * (c.own().version + 1) - 1;
+                    let zero =
+                        RuleSet::build(&d, &self.shared.region, version, &zero_rules(&d, me));
+                    if self.shared.publish(zero) {
+                        info!(region = %self.shared.region, version, "new epoch: pushed zero to the gateways");
+                    }
+                }
                 self.coord = Some(c);
                 true
             }
@@ -387,7 +418,28 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             .collect()
     }
 
+    /// Whether the coordinator's last committed write is too old to prove that this Region still
+    /// holds its room (peers may have counted it silent; see [`Coordinator::restart`]).
+    fn last_write_too_old(&self, now: u64) -> Option<u64> {
+        let own = self.coord.as_ref()?.own();
+        if self.unwritten_epoch {
+            return None;
+        }
+        let d = &self.shared.d;
+        let window = u64::from(d.silent_after.saturating_sub(1)).saturating_mul(d.period_ms);
+        let age = now.saturating_sub(own.written_at_ms);
+        (own.version > 0 && age >= window).then_some(age)
+    }
+
     async fn rebalance(&mut self, now: u64) {
+        if let Some(age_ms) = self.last_write_too_old(now) {
+            if !self.resume_from_durable(now).await {
+                self.update_view();
+                return;
+            }
+            warn!(region = %self.shared.region, age_ms, epoch = self.coord.as_ref().map_or(0, |c| c.own().epoch),
+                  "the last own write was too old to prove this Region still holds its room; restarted from the durable record");
+        }
         if !self.read_all().await {
             self.shared
                 .metrics
@@ -418,15 +470,30 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             self.shared
                 .publish(RuleSet::build(&d, &region, (2 * v).saturating_sub(1), &low));
         }
+        self.write(decision, now).await;
+        if self.coord.is_some() {
+            self.renew(now, false).await;
+        }
+        self.update_view();
+    }
+
+    /// Writes a decision; once durable, commits it, publishes its rules and renews the gateways'
+    /// lease from the decision's time. On a failure nothing is committed or renewed.
+    async fn write(&mut self, decision: Decision, now: u64) {
+        let v = decision.record.version;
+        let (d, region) = (self.shared.d.clone(), self.shared.region.clone());
         let token = self.token.unwrap_or(WriterToken(0));
         match self.call(self.store.put(&decision.record, token)).await {
             Ok(()) => {
                 if let Some(c) = self.coord.as_mut() {
                     c.commit(&decision);
                 }
+                self.unwritten_epoch = false;
                 self.shared.metrics.writes.inc();
                 self.shared
                     .publish(RuleSet::build(&d, &region, 2 * v, &decision.rules));
+                self.shared
+                    .renew_lease(v, decision.record.written_at_ms, now);
                 self.store_works();
                 debug!(region = %region, version = v, "record written");
             }
@@ -445,10 +512,6 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 self.fail("put", &e);
             }
         }
-        if self.coord.is_some() {
-            self.renew(now, false).await;
-        }
-        self.update_view();
     }
 
     async fn on_conflict(&mut self, now: u64) {
@@ -484,23 +547,46 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         }
     }
 
-    async fn follow(&mut self, _now: u64) {
+    async fn follow(&mut self, now: u64) {
         self.read_health().await;
         if self.read_all().await {
             self.store_works();
             self.count_silence();
             if let Some(own) = self.own_seen.clone() {
-                let d = self.shared.d.clone();
-                let rules = RuleSet::rules_of(&d, &own);
-                self.shared.publish(RuleSet::build(
-                    &d,
-                    &self.shared.region,
-                    2 * own.version,
-                    &rules,
-                ));
+                self.serve_own(&own, now);
             }
         }
         self.update_view();
+    }
+
+    /// A follower publishes the rules of the own Region's latest record and renews the
+    /// gateways' lease on it: only a record newer than the last one renews, so a follower whose
+    /// view is stale (the leader stopped writing, or reads fail) lets the lease run out.
+    fn serve_own(&self, own: &RegionRecord, now: u64) {
+        let d = self.shared.d.clone();
+        let version = 2 * own.version;
+        let rules = RuleSet::rules_of(&d, own);
+        self.shared
+            .publish(RuleSet::build(&d, &self.shared.region, version, &rules));
+        // What is published may be newer (this replica led until just now): the lease then stays
+        // on the record those rules came from.
+        if self.shared.rules().version <= version {
+            self.shared.renew_lease(own.version, own.written_at_ms, now);
+        }
+    }
+
+    /// A follower's quarter-period look at the own record, to renew the lease soon after the
+    /// leader's write (one item read).
+    async fn refresh_own(&mut self, now: u64) {
+        let me = self.shared.me;
+        let Ok(Some(Fetched::Record(r))) = self.call(self.store.read_one(me)).await else {
+            return;
+        };
+        let newer = self.own_seen.as_ref().is_none_or(|o| r.version > o.version);
+        if newer {
+            self.own_seen = Some(r.clone());
+            self.serve_own(&r, now);
+        }
     }
 
     /// Counts, at a follower's phase tick, how long each peer's record has not changed.

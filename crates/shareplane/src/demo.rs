@@ -108,6 +108,7 @@ impl Demo {
             return Err(DemoError::Period(period_ms));
         }
         let d = Arc::new(deployment(period_ms)?);
+        shareplane_core::lease_bound(&d).map_err(|e| DemoError::Deployment(e.to_string()))?;
         let clock = Clock::wall();
         let visibility_ms = period_ms / 5;
         let table = SimTable::new(clock, visibility_ms);
@@ -161,7 +162,7 @@ impl Demo {
     /// The dashboard's whole picture.
     pub fn snapshot(&self) -> serde_json::Value {
         let regions = self.lock();
-        let mut sum = 0.0;
+        let (mut sum, mut sum_enforced) = (0.0, 0.0);
         let list: Vec<_> = regions
             .iter()
             .enumerate()
@@ -169,17 +170,22 @@ impl Demo {
                 let view: Arc<StateView> = r.shared.view();
                 let rules = r.shared.rules();
                 let published = rules.rates.first().map_or(0.0, |x| x.as_rps());
-                // A lost Region's gateways are down with it: they admit nothing.
+                let lease_ms = r.shared.lease_remaining_ms(r.shared.clock.now_ms());
+                // A lost Region's gateways are down with it: they admit nothing. Gateways whose
+                // lease ran out fence: they admit nothing of a capacity limit either.
+                let enforced = if r.lost || lease_ms == 0 { 0.0 } else { published };
                 if !r.lost {
                     sum += published;
                 }
+                sum_enforced += enforced;
                 let cut = RegionId::new(i).is_some_and(|id| self.table.is_cut(id));
                 serde_json::json!({
                     "name": NAMES[i],
                     "lost": r.lost,
                     "cut": cut,
                     "synthetic_demand_rps": r.demand_rps,
-                    "published": { "version": rules.version, "rate": published },
+                    "published": { "version": rules.version, "rate": published, "lease_ms": lease_ms },
+                    "enforced": enforced,
                     "state": &*view,
                 })
             })
@@ -198,6 +204,8 @@ impl Demo {
             "unhealthy_after_ms": self.period_ms * UNHEALTHY_AFTER_PERIODS,
             "limit": { "id": "k-big", "rate": 10_000.0 },
             "sum_published": sum,
+            "sum_enforced": sum_enforced,
+            "lease_ms": regions.first().map_or(0, |r| r.shared.lease_full_ms()),
             "health": health,
             "regions": list,
         })

@@ -73,8 +73,18 @@ fn load(path: Option<PathBuf>) -> Result<config::Config, ExitCode> {
 fn validate(path: Option<PathBuf>) -> ExitCode {
     match load(path) {
         Ok(c) => {
+            let lease = shareplane_core::lease_bound(&c.deployment)
+                .map(|b| {
+                    format!(
+                        "{} ms (reclaim possible after {} ms, margin {} ms)",
+                        b.lease_ms,
+                        b.reclaim_after_ms,
+                        b.margin_ms()
+                    )
+                })
+                .unwrap_or_else(|e| e.to_string());
             println!(
-                "configuration is valid: region {}, {} Regions, {} limits, period {} ms, phase {} ms, listen {}",
+                "configuration is valid: region {}, {} Regions, {} limits, period {} ms, phase {} ms, listen {}, gateway lease {lease}",
                 c.region,
                 c.deployment.n(),
                 c.deployment.limits.len(),

@@ -67,10 +67,11 @@ pub struct Extra {
     pub ready: bool,
     pub store_ok: bool,
     pub watchers: usize,
+    pub rules_lease_remaining_ms: u64,
 }
 
 /// Every replica-wide metric, defined here and nowhere else.
-const SCALARS: [Scalar; 16] = [
+const SCALARS: [Scalar; 18] = [
     (
         "shareplane_rebalances_total",
         "counter",
@@ -142,6 +143,18 @@ const SCALARS: [Scalar; 16] = [
         "gauge",
         "Requests waiting for a newer rule set (long-polls).",
         |_, x| x.watchers as u64,
+    ),
+    (
+        "shareplane_rules_lease_remaining_ms",
+        "gauge",
+        "How long gateways may still enforce the published rule set without a renewal (0: they fence).",
+        |_, x| x.rules_lease_remaining_ms,
+    ),
+    (
+        "shareplane_rules_lease_renewals_total",
+        "counter",
+        "Renewals of the rule-set lease (one per own record durably written or, as follower, seen).",
+        |m, _| m.rules_lease_renewals.get(),
     ),
     (
         "shareplane_ready",
@@ -255,6 +268,7 @@ pub struct Metrics {
     pub gateways: Counter,
     pub metric_publish_failed: Counter,
     pub stale_rebalances: Counter,
+    pub rules_lease_renewals: Counter,
 }
 
 impl Metrics {

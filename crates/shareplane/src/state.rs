@@ -1,6 +1,6 @@
 //! What one Region's daemon shares between its rebalance loop and its API: the published rule
-//! set (a watch channel, for long-polls), the demand book, the latest state view, readiness and
-//! metrics.
+//! set and its lease (watch channels, for long-polls), the demand book, the latest state view,
+//! readiness and metrics.
 
 use crate::clock::Clock;
 use crate::demand::{DemandBook, TrackedLimit};
@@ -25,6 +25,10 @@ pub struct Shared {
     pub api_token: Option<String>,
     pub metrics: Metrics,
     rules: watch::Sender<Arc<RuleSet>>,
+    /// The full lease of a rule set ([`shareplane_core::lease_bound`]); 0 if the deployment
+    /// allows none, so that gateways fence (`validate` refuses such a deployment).
+    lease_full_ms: u64,
+    lease: watch::Sender<RuleLease>,
     demand: Mutex<DemandBook>,
     view: RwLock<Arc<StateView>>,
     ready: AtomicBool,
@@ -41,6 +45,7 @@ impl Shared {
     ) -> Arc<Shared> {
         let region = d.region_name(me).to_string();
         let view = StateView::starting(&d, me);
+        let lease_full_ms = shareplane_core::lease_bound(&d).map_or(0, |b| b.lease_ms);
         Arc::new(Shared {
             region,
             me,
@@ -48,6 +53,8 @@ impl Shared {
             api_token,
             metrics: Metrics::new(),
             rules: watch::channel(Arc::new(RuleSet::none())).0,
+            lease_full_ms,
+            lease: watch::channel(RuleLease::default()).0,
             demand: Mutex::new(DemandBook::new(TrackedLimit::of(&d), clock.now_ms())),
             view: RwLock::new(Arc::new(view)),
             ready: AtomicBool::new(false),
@@ -84,6 +91,49 @@ impl Shared {
         self.rules.subscribe()
     }
 
+    /// Renews the lease of what is published now on the own record `version`, durably written
+    /// at `written_at_ms` on this Region's clock (never later than `now_ms`): gateways may enforce
+    /// it until `written_at_ms` plus the full lease. Only a record newer than the one the lease
+    /// stands on renews it. The caller publishes that record's rules first, so that a lease never
+    /// stands on a record whose rules are not the ones served. Returns whether it renewed.
+    pub fn renew_lease(&self, version: u64, written_at_ms: u64, now_ms: u64) -> bool {
+        let until_ms = written_at_ms.min(now_ms).saturating_add(self.lease_full_ms);
+        let renewed = self.lease.send_if_modified(|cur| {
+            if version > cur.record_version {
+                *cur = RuleLease {
+                    until_ms,
+                    record_version: version,
+                };
+                true
+            } else {
+                false
+            }
+        });
+        if renewed {
+            self.metrics.rules_lease_renewals.inc();
+        }
+        renewed
+    }
+
+    /// The lease of what is published now.
+    pub fn lease(&self) -> RuleLease {
+        *self.lease.borrow()
+    }
+
+    /// How long from `now_ms` gateways may still enforce what is published (0 once it ran out).
+    pub fn lease_remaining_ms(&self, now_ms: u64) -> u64 {
+        self.lease().until_ms.saturating_sub(now_ms)
+    }
+
+    pub fn lease_full_ms(&self) -> u64 {
+        self.lease_full_ms
+    }
+
+    /// Wakes on every renewal (long-polls answer it with a 304 that carries the new lease).
+    pub fn subscribe_lease(&self) -> watch::Receiver<RuleLease> {
+        self.lease.subscribe()
+    }
+
     /// The Prometheus exposition of this replica.
     pub fn render_metrics(&self) -> String {
         let view = self.view();
@@ -91,6 +141,7 @@ impl Shared {
             ready: self.is_ready(),
             store_ok: view.store_ok,
             watchers: self.watchers(),
+            rules_lease_remaining_ms: self.lease_remaining_ms(self.clock.now_ms()),
         };
         self.metrics.render(&view, &extra)
     }
@@ -125,6 +176,15 @@ impl Shared {
     pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.shutdown.clone()
     }
+}
+
+/// How long gateways may enforce what a replica publishes (SPEC §7), on the Region's clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuleLease {
+    /// Gateways may enforce the published rule set until this time (0: never renewed).
+    pub until_ms: u64,
+    /// The own record version the lease stands on; rises with every renewal.
+    pub record_version: u64,
 }
 
 /// `GET /v1/state`: why each share is what it is.

@@ -315,3 +315,71 @@ async fn shutdown_answers_long_polls_and_stops_the_server() {
         "server did not stop cleanly"
     );
 }
+
+fn header_u64(h: &axum::http::HeaderMap, name: &str) -> Option<u64> {
+    h.get(name)?.to_str().ok()?.parse().ok()
+}
+
+#[tokio::test(start_paused = true)]
+async fn rules_carry_the_lease_and_a_long_poll_answers_each_renewal() {
+    let (s, _tx) = shared();
+    let full = s.lease_full_ms();
+    assert_eq!(full, 7_220);
+    publish(&s, 4, 3_000);
+    let app = api::router(s.clone());
+    // Published but never renewed: the lease is 0 (gateways fence).
+    let (_, headers, body) = call(&app, get("/v1/rules")).await;
+    assert_eq!(json(&body)["lease_ms"], 0);
+    assert_eq!(header_u64(&headers, api::LEASE_MS_HEADER), Some(0));
+
+    let t0 = s.clock.now_ms();
+    assert!(s.renew_lease(2, t0, t0));
+    assert!(!s.renew_lease(2, t0, t0), "the same record renews nothing");
+    let (status, headers, body) = call(&app, get("/v1/rules")).await;
+    let v = json(&body);
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (v["lease_ms"].as_u64(), v["version"].as_u64()),
+        (Some(full), Some(4))
+    );
+    assert_eq!(v["limits"][0]["rate"], 3000.0);
+    assert_eq!(header_u64(&headers, api::LEASE_MS_HEADER), Some(full));
+    assert_eq!(header_u64(&headers, api::HELD_MS_HEADER), Some(0));
+    assert_eq!(header_u64(&headers, api::LEASE_SEQ_HEADER), Some(2));
+
+    // A long poll with nothing newer is answered by the next renewal, with the new lease and
+    // the time it was held.
+    let waiting = tokio::spawn({
+        let app = app.clone();
+        async move { call(&app, get("/v1/rules?after=4&wait_ms=30000&lease_seq=2")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let t1 = s.clock.now_ms();
+    assert!(s.renew_lease(3, t1, t1));
+    let (status, headers, body) = waiting.await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((status, body.len()), (StatusCode::NOT_MODIFIED, 0));
+    assert_eq!(header_u64(&headers, api::LEASE_MS_HEADER), Some(full));
+    assert_eq!(header_u64(&headers, api::HELD_MS_HEADER), Some(3_000));
+    assert_eq!(header_u64(&headers, api::LEASE_SEQ_HEADER), Some(3));
+
+    // A gateway that missed that renewal is answered at once; one that has it waits.
+    let started = tokio::time::Instant::now();
+    let (status, headers, _) = call(&app, get("/v1/rules?after=4&wait_ms=30000&lease_seq=2")).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(header_u64(&headers, api::LEASE_SEQ_HEADER), Some(3));
+    let (_, headers, _) = call(&app, get("/v1/rules?after=4&wait_ms=1000&lease_seq=3")).await;
+    assert_eq!(started.elapsed(), Duration::from_millis(1_000));
+    assert_eq!(
+        header_u64(&headers, api::LEASE_MS_HEADER),
+        Some(full - 1_000)
+    );
+
+    // Without renewals it runs down to 0, and stays there.
+    tokio::time::sleep(Duration::from_millis(full)).await;
+    let (_, _, body) = call(&app, get("/v1/rules")).await;
+    assert_eq!(json(&body)["lease_ms"], 0);
+    assert!(s
+        .render_metrics()
+        .contains("shareplane_rules_lease_remaining_ms{region=\"A\"} 0"));
+}

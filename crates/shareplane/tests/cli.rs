@@ -29,6 +29,31 @@ fn validate_accepts_the_example_configuration() {
         stdout.contains("region us-east-1, 3 Regions, 2 limits"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("gateway lease 7220 ms (reclaim possible after 10000 ms, margin 2780 ms)"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn validate_and_run_refuse_a_period_too_short_for_a_gateway_lease() {
+    let text = "region = \"A\"\nperiod_ms = 400\nstore = \"memory\"\n\
+                api_token = \"0123456789abcdef\"\n[[regions]]\nname = \"A\"\n\
+                [[limits]]\nid = \"k\"\nrate = 100\n";
+    for cmd in ["validate", "run"] {
+        let out = shareplane()
+            .args([cmd])
+            .env("SHAREPLANE_CONFIG_TOML", text)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {stderr}");
+        assert!(
+            stderr.contains("period_ms: is 400 ms: gateways would get a lease of")
+                && stderr.contains("use at least 453 ms"),
+            "{cmd}: {stderr}"
+        );
+    }
 }
 
 #[test]

@@ -193,3 +193,59 @@ async fn lose_restore_cut_and_heal_move_the_shares_as_the_spec_says() {
         StatusCode::NOT_FOUND
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_demo_serves_a_lease_and_a_lost_regions_lease_runs_out_before_it_is_reclaimed() {
+    let (_tx, rx) = watch::channel(false);
+    let demo = Demo::start(1_000, rx).unwrap_or_else(|e| panic!("{e}"));
+    let app = router(demo.clone());
+    settle(20).await;
+    let req = Request::get("/regions/A/v1/rules").body(Body::empty());
+    let resp = app
+        .clone()
+        .oneshot(req.unwrap_or_else(|e| panic!("{e}")))
+        .await
+        .unwrap_or_else(|e| match e {});
+    assert_eq!(resp.status(), StatusCode::OK);
+    let bytes = to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap_or_default();
+    let rules: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let lease = rules["lease_ms"].as_u64().unwrap_or(0);
+    assert!(lease > 0 && lease < 3 * 1_000, "{rules}");
+    let s = demo.snapshot();
+    assert_eq!(s["lease_ms"].as_u64(), Some(1_268));
+    assert_eq!(s["sum_enforced"], s["sum_published"]);
+
+    // Lose B: its lease runs out before A or C raise from its room; the dashboard's sum counts
+    // only what gateways may enforce.
+    let before_a = share(&s, "A");
+    assert_eq!(
+        post(&app, "/demo/regions/B/lose", "{}").await,
+        StatusCode::OK
+    );
+    let mut b_fenced = false;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let s = demo.snapshot();
+        b_fenced |= region(&s, "B")["published"]["lease_ms"] == 0;
+        if share(&s, "A") > before_a + 0.5 {
+            assert!(
+                b_fenced,
+                "A rose while B's gateways could still enforce its share"
+            );
+        }
+        assert!(s["sum_enforced"].as_f64().unwrap_or(f64::MAX) <= 10_000.0 + 1e-9);
+    }
+    assert!(b_fenced && share(&demo.snapshot(), "A") > before_a + 0.5);
+
+    // Restore B: before anything else it pushes zero.
+    assert_eq!(
+        post(&app, "/demo/regions/B/restore", "{}").await,
+        StatusCode::OK
+    );
+    settle(1).await;
+    let s = demo.snapshot();
+    assert_eq!(share(&s, "B"), 0.0);
+    assert_eq!(region(&s, "B")["state"]["epoch"], 2);
+}
