@@ -6,7 +6,10 @@
 //! - [`Limiter`]: runs the newest rule set, answers [`Limiter::check`] (several limits, all or
 //!   nothing; shadow limits evaluated but never refusing), counts demand, and falls back to the
 //!   local policy of [`fallback`] when Redis does not answer.
-//! - [`RuleWatcher`]: long-polls `GET /v1/rules` and installs only newer versions.
+//! - [`RuleWatcher`]: long-polls `GET /v1/rules`, installs only newer versions and renews their
+//!   lease on every answer.
+//! - [`lease`]: the rule-set lease; when it runs out the limiter **fences**: capacity limits refuse
+//!   every request with a Retry-After, security limits keep their static split.
 //! - [`DemandReporter`]: posts running demand totals to `POST /v1/demand`.
 //! - [`loadgen`]: drives a limiter with a demand pattern (the `shareplane-loadgen` binary).
 //!
@@ -31,6 +34,7 @@
 pub mod demand;
 pub mod fallback;
 pub mod http;
+pub mod lease;
 pub mod limiter;
 pub mod loadgen;
 pub mod rules;
@@ -38,6 +42,7 @@ pub mod store;
 pub mod watcher;
 
 pub use demand::{DemandReport, DemandReporter};
+pub use lease::{Lease, LeaseTerms};
 pub use limiter::{
     CheckError, Decision, DecisionPath, Install, LimitDecision, Limiter, LimiterConfig,
     LimiterStats, Verdict,

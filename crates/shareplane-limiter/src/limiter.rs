@@ -1,12 +1,13 @@
-//! The gateway's limiter: the rules it runs, `check`, the running demand totals, and the switch
-//! between Redis and the local fallback.
+//! The gateway's limiter: the rules it runs and their lease, `check`, the running demand totals,
+//! the fence when the lease runs out, and the switch between Redis and the local fallback.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::fallback::{Fallback, FallbackLimit, FallbackVerdict};
+use crate::lease::Lease;
 use crate::rules::{valid_limit_id, LimitKind, LimitRule, RuleSet, MAX_LIMITS};
 use crate::store::MAX_BUCKETS_PER_CALL;
 use crate::store::{BucketCall, BucketVerdict, KeyScheme, RedisBuckets, StoreError};
@@ -30,10 +31,13 @@ pub struct LimiterConfig {
     /// After Redis fails, calls go straight to the fallback for this long before Redis is tried again.
     pub probe_after: Duration,
     pub key_scheme: KeyScheme,
+    /// The Retry-After given while fenced (the lease ran out); whole seconds, at least 1.
+    pub fence_retry_after: Duration,
 }
 
 impl LimiterConfig {
-    /// Defaults: any Region, one gateway, cost 1, a 50 ms bound, a probe every second, per-limit keys.
+    /// Defaults: any Region, one gateway, cost 1, a 50 ms bound, a probe every second, per-limit keys,
+    /// a Retry-After of 1 s while fenced.
     pub fn new(redis_url: impl Into<String>) -> Self {
         Self {
             redis_url: redis_url.into(),
@@ -43,6 +47,7 @@ impl LimiterConfig {
             redis_timeout: Duration::from_millis(50),
             probe_after: Duration::from_secs(1),
             key_scheme: KeyScheme::PerLimit,
+            fence_retry_after: Duration::from_secs(1),
         }
     }
 
@@ -62,6 +67,10 @@ impl LimiterConfig {
         }
         if self.probe_after > Duration::from_secs(60) {
             errors.push("probe_after: at most 60 s".to_owned());
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(3_600)).contains(&self.fence_retry_after)
+        {
+            errors.push("fence_retry_after: 1 s to 1 h".to_owned());
         }
         if let KeyScheme::SharedTag(tag) = &self.key_scheme {
             if !valid_limit_id(tag) {
@@ -113,6 +122,9 @@ pub enum Verdict {
     FailClosed,
     /// Not evaluated (a shadow limit under fallback, or a call refused before evaluation).
     NotChecked,
+    /// A capacity limit while the rule set's lease has run out: refused with a Retry-After
+    /// (a shadow one is reported so and never refuses).
+    Fenced,
 }
 
 /// Where a decision was made.
@@ -124,6 +136,8 @@ pub enum DecisionPath {
     Fallback(String),
     /// From the rules alone: an enforced limit is held closed.
     Rules,
+    /// The rule set's lease ran out: capacity limits refuse everything (see [`crate::lease`]).
+    Fenced,
 }
 
 /// One limit's part of a decision.
@@ -154,7 +168,8 @@ pub enum Install {
     Installed {
         version: u64,
     },
-    /// Its version is not greater than the one running: ignored.
+    /// Its version is not greater than the one running: ignored (its lease renews the running
+    /// set when the versions are equal).
     Ignored {
         running: u64,
         offered: u64,
@@ -170,6 +185,14 @@ pub struct LimiterStats {
     pub rule_sets_installed: u64,
     pub rule_sets_ignored: u64,
     pub script_loads: u64,
+    /// Whether capacity limits are fenced now (the lease ran out).
+    pub fenced: bool,
+    /// Times fencing started.
+    pub fences: u64,
+    /// Calls refused because capacity limits were fenced.
+    pub fenced_refusals: u64,
+    /// What is left of the running rule set's lease (`None`: unbounded, or no rule set).
+    pub lease_remaining: Option<Duration>,
 }
 
 /// A gateway's limiter. Cheap to share behind an `Arc`; every method takes `&self`.
@@ -177,6 +200,11 @@ pub struct Limiter {
     cfg: LimiterConfig,
     store: RedisBuckets,
     rules: RwLock<Option<Arc<RuleSet>>>,
+    lease: Mutex<LeaseState>,
+    /// Mirrors `LeaseState::fenced_since.is_some()`, so that checks need no lock to see it.
+    fenced: AtomicBool,
+    fences: AtomicU64,
+    fenced_refusals: AtomicU64,
     fallback: Mutex<Fallback>,
     down_until: Mutex<Option<Instant>>,
     demand: Mutex<BTreeMap<String, u64>>,
@@ -185,6 +213,26 @@ pub struct Limiter {
     redis_failures: AtomicU64,
     installed: AtomicU64,
     ignored: AtomicU64,
+    warned_unbounded: AtomicBool,
+}
+
+/// The running rule set's lease and the fence it implies.
+#[derive(Debug, Clone, Copy)]
+struct LeaseState {
+    lease: Lease,
+    seq: Option<u64>,
+    /// Since when capacity limits are fenced (`None`: not fenced).
+    fenced_since: Option<tokio::time::Instant>,
+}
+
+impl Default for LeaseState {
+    fn default() -> Self {
+        LeaseState {
+            lease: Lease::Unbounded,
+            seq: None,
+            fenced_since: None,
+        }
+    }
 }
 
 impl Limiter {
@@ -200,6 +248,10 @@ impl Limiter {
             cfg,
             store,
             rules: RwLock::new(None),
+            lease: Mutex::new(LeaseState::default()),
+            fenced: AtomicBool::new(false),
+            fences: AtomicU64::new(0),
+            fenced_refusals: AtomicU64::new(0),
             down_until: Mutex::new(None),
             demand: Mutex::new(BTreeMap::new()),
             redis_decisions: AtomicU64::new(0),
@@ -207,6 +259,7 @@ impl Limiter {
             redis_failures: AtomicU64::new(0),
             installed: AtomicU64::new(0),
             ignored: AtomicU64::new(0),
+            warned_unbounded: AtomicBool::new(false),
         })
     }
 
@@ -227,17 +280,29 @@ impl Limiter {
         self.rules().map_or(0, |r| r.version())
     }
 
-    /// Runs `set` if its version is greater than the one running; otherwise ignores it.
+    /// Runs `set` if its version is greater than the one running; otherwise ignores it. A set
+    /// installed this way has no lease (it is enforced until replaced), as from a daemon that
+    /// predates leases; the watcher uses [`Limiter::install_leased`].
     pub fn install(&self, set: RuleSet) -> Install {
+        self.install_leased(set, Lease::Unbounded, None)
+    }
+
+    /// Runs `set` under `lease` (renewal `seq`) if its version is greater than the one running.
+    /// An equal version renews the running set's lease instead; an older one changes nothing.
+    pub fn install_leased(&self, set: RuleSet, lease: Lease, seq: Option<u64>) -> Install {
         let mut slot = self.rules.write().unwrap_or_else(PoisonError::into_inner);
         let running = slot.as_ref().map_or(0, |r| r.version());
         if set.version() <= running {
             self.ignored.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                running,
-                offered = set.version(),
-                "ignored a rule set that is not newer"
-            );
+            if set.version() == running {
+                self.set_lease(lease, seq, running);
+            } else {
+                tracing::warn!(
+                    running,
+                    offered = set.version(),
+                    "ignored a rule set that is not newer"
+                );
+            }
             return Install::Ignored {
                 running,
                 offered: set.version(),
@@ -255,7 +320,108 @@ impl Limiter {
         *slot = Some(Arc::new(set));
         self.installed.fetch_add(1, Ordering::Relaxed);
         tracing::info!(version, "rule set installed");
+        self.set_lease(lease, seq, version);
         Install::Installed { version }
+    }
+
+    /// Renews the lease of the running rule set if it is still version `version` (a 304 answer to
+    /// a poll for what comes after it). Returns whether it did.
+    pub fn renew(&self, version: u64, lease: Lease, seq: Option<u64>) -> bool {
+        let renewed = self.version() == version && version > 0;
+        if renewed {
+            self.set_lease(lease, seq, version);
+        }
+        renewed
+    }
+
+    /// The running rule set's lease (unbounded before the first rule set).
+    pub fn lease(&self) -> Lease {
+        self.lease_state().lease
+    }
+
+    /// The renewal the running lease stands on, as the daemon numbered it.
+    pub fn lease_seq(&self) -> Option<u64> {
+        self.lease_state().seq
+    }
+
+    /// Whether capacity limits are fenced now. Notes (and logs, once) a change of state.
+    pub fn is_fenced(&self) -> bool {
+        let ran_out = self.lease().ran_out(tokio::time::Instant::now());
+        self.note_fence(ran_out, self.version());
+        ran_out
+    }
+
+    /// Completes when the running lease runs out (never while it is unbounded or already out),
+    /// having noted the fence: the watcher awaits it so that the fence is logged when it starts,
+    /// not at the next check.
+    pub async fn lease_runs_out(&self) {
+        match self.lease() {
+            Lease::Until(t) if !self.fenced.load(Ordering::Acquire) => {
+                tokio::time::sleep_until(t).await;
+                self.is_fenced();
+            }
+            _ => std::future::pending().await,
+        }
+    }
+
+    /// The rate the limiter enforces now for `limit` in requests/s: the rule's, or 0 for a
+    /// capacity limit while fenced. `None` without that limit.
+    pub fn enforced_rate(&self, limit: &str) -> Option<f64> {
+        let rules = self.rules()?;
+        let rule = rules.get(limit)?;
+        let fenced = rule.kind == LimitKind::Capacity && self.is_fenced();
+        Some(if fenced || rule.rejected.is_some() {
+            0.0
+        } else {
+            rule.rate
+        })
+    }
+
+    fn lease_state(&self) -> LeaseState {
+        *self.lease.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set_lease(&self, lease: Lease, seq: Option<u64>, version: u64) {
+        {
+            let mut st = self.lease.lock().unwrap_or_else(PoisonError::into_inner);
+            st.lease = lease;
+            st.seq = seq.or(st.seq);
+        }
+        if lease == Lease::Unbounded && !self.warned_unbounded.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                version,
+                "the daemon sent no lease with its rule set: it is enforced until replaced"
+            );
+        }
+        self.note_fence(lease.ran_out(tokio::time::Instant::now()), version);
+    }
+
+    /// Records whether the fence is up; a change is counted and logged exactly once.
+    fn note_fence(&self, fenced: bool, version: u64) {
+        if self.fenced.load(Ordering::Acquire) == fenced {
+            return;
+        }
+        let mut st = self.lease.lock().unwrap_or_else(PoisonError::into_inner);
+        if st.fenced_since.is_some() == fenced {
+            return; // another caller noted it first
+        }
+        let now = tokio::time::Instant::now();
+        if fenced {
+            st.fenced_since = Some(now);
+            self.fences.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                version,
+                "rule-set lease ran out: fencing capacity limits (every request refused with a \
+                 Retry-After) until a rule set or a renewal with a lease arrives"
+            );
+        } else {
+            let fenced_ms = st
+                .fenced_since
+                .take()
+                .map_or(0, |s| now.saturating_duration_since(s).as_millis() as u64);
+            tracing::info!(version, fenced_ms, "rule-set lease renewed: fencing ended");
+        }
+        self.fenced.store(fenced, Ordering::Release);
     }
 
     /// Cumulative cost received per limit since this limiter was made (allowed or refused).
@@ -274,12 +440,20 @@ impl Limiter {
             rule_sets_installed: self.installed.load(Ordering::Relaxed),
             rule_sets_ignored: self.ignored.load(Ordering::Relaxed),
             script_loads: self.store.script_loads(),
+            fenced: self.is_fenced(),
+            fences: self.fences.load(Ordering::Relaxed),
+            fenced_refusals: self.fenced_refusals.load(Ordering::Relaxed),
+            lease_remaining: self
+                .rules()
+                .and_then(|_| self.lease().remaining(tokio::time::Instant::now())),
         }
     }
 
     /// Checks one request that needs every limit in `limits`, charging `cost` tokens to each: all are
     /// spent or none. Shadow limits are evaluated (and spent when the request is admitted and they
     /// had the tokens) but never refuse. The received cost is added to each limit's demand total.
+    /// While the rule set's lease has run out, a request that needs an enforced capacity limit is
+    /// refused with a Retry-After and spends nothing; security limits are checked as always.
     pub async fn check(&self, limits: &[&str], cost: u32) -> Result<Decision, CheckError> {
         let set = self.rules().ok_or(CheckError::NoRules)?;
         let rules = self.resolve(&set, limits, cost)?;
@@ -287,16 +461,26 @@ impl Limiter {
         if rules.iter().any(|r| r.rejected.is_some() && !r.shadow) {
             return Ok(held_closed(&rules));
         }
+        let fenced = self.is_fenced();
+        let fenced_out = |r: &LimitRule| fenced && r.kind == LimitKind::Capacity;
+        if rules.iter().any(|r| fenced_out(r) && !r.shadow) {
+            self.fenced_refusals.fetch_add(1, Ordering::Relaxed);
+            return Ok(fenced_refusal(&rules, self.cfg.fence_retry_after));
+        }
         let live: Vec<&LimitRule> = rules
             .iter()
             .copied()
-            .filter(|r| r.rejected.is_none())
+            .filter(|r| r.rejected.is_none() && !fenced_out(r))
             .collect();
         if live.is_empty() {
-            return Ok(Decision {
+            // Only shadow limits, each held closed or fenced: never refused.
+            let none = Decision {
                 allowed: true,
-                ..held_closed(&rules)
-            });
+                retry_after_s: None,
+                path: DecisionPath::Rules,
+                limits: Vec::new(),
+            };
+            return Ok(in_request_order(&rules, none));
         }
         let reason = if self.redis_usable() {
             match self.ask_redis(&live, cost).await {
@@ -490,8 +674,8 @@ fn limit_decision(r: &LimitRule, verdict: Verdict) -> LimitDecision {
     }
 }
 
-/// Lists every requested limit in request order, adding the held-closed shadow limits that were not
-/// evaluated.
+/// Lists every requested limit in request order, adding the shadow limits that were not
+/// evaluated: held closed, or fenced.
 fn in_request_order(rules: &[&LimitRule], mut d: Decision) -> Decision {
     if d.limits.len() == rules.len() {
         return d;
@@ -500,10 +684,32 @@ fn in_request_order(rules: &[&LimitRule], mut d: Decision) -> Decision {
     for r in rules {
         match evaluated.next_if(|l| l.id == r.id) {
             Some(l) => d.limits.push(l),
-            None => d.limits.push(limit_decision(r, Verdict::HeldClosed)),
+            None if r.rejected.is_some() => d.limits.push(limit_decision(r, Verdict::HeldClosed)),
+            None => d.limits.push(limit_decision(r, Verdict::Fenced)),
         }
     }
     d
+}
+
+/// Refused because the lease ran out: capacity limits are fenced, nothing is spent.
+fn fenced_refusal(rules: &[&LimitRule], retry_after: Duration) -> Decision {
+    let limits = rules
+        .iter()
+        .map(|r| {
+            let v = if r.kind == LimitKind::Capacity {
+                Verdict::Fenced
+            } else {
+                Verdict::NotChecked
+            };
+            limit_decision(r, v)
+        })
+        .collect();
+    Decision {
+        allowed: false,
+        retry_after_s: Some(retry_after.as_secs().max(1)),
+        path: DecisionPath::Fenced,
+        limits,
+    }
 }
 
 fn held_closed(rules: &[&LimitRule]) -> Decision {
@@ -523,5 +729,189 @@ fn held_closed(rules: &[&LimitRule]) -> Decision {
         retry_after_s: None,
         path: DecisionPath::Rules,
         limits,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::{LimitWire, RulesWire};
+    use std::io::Write;
+    use tokio::time::{advance, Instant as TokioInstant};
+
+    /// Redis on a port where nothing listens: connections are refused at once.
+    fn limiter() -> Limiter {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_or(1, |a| a.port());
+        Limiter::new(LimiterConfig::new(format!("redis://127.0.0.1:{port}/")))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn set(version: u64) -> RuleSet {
+        let l = |id: &str, kind, shadow| LimitWire {
+            id: id.into(),
+            rate: 100.0,
+            burst: 200.0,
+            shadow,
+            kind,
+        };
+        let wire = RulesWire {
+            version,
+            region: "A".into(),
+            limits: vec![
+                l("cap", LimitKind::Capacity, false),
+                l("sec", LimitKind::Security, false),
+                l("shadow", LimitKind::Capacity, true),
+            ],
+            lease_ms: None,
+        };
+        RuleSet::from_wire(wire, None, 1).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn for_ms(ms: u64) -> Lease {
+        Lease::Until(TokioInstant::now() + Duration::from_millis(ms))
+    }
+
+    async fn check(l: &Limiter, limits: &[&str]) -> Decision {
+        l.check(limits, 1).await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_that_runs_out_fences_capacity_limits_until_a_renewal_or_a_new_set() {
+        let l = limiter();
+        assert_eq!(
+            l.install_leased(set(1), for_ms(1_000), Some(7)),
+            Install::Installed { version: 1 }
+        );
+        assert!(!l.is_fenced());
+        assert_ne!(check(&l, &["cap"]).await.path, DecisionPath::Fenced);
+        advance(Duration::from_millis(999)).await;
+        assert!(!l.is_fenced());
+        advance(Duration::from_millis(1)).await;
+        assert!(l.is_fenced());
+
+        // Every call that needs the capacity limit is refused with a Retry-After, spending nothing.
+        let d = check(&l, &["cap"]).await;
+        assert_eq!(
+            (d.allowed, d.retry_after_s, &d.path),
+            (false, Some(1), &DecisionPath::Fenced)
+        );
+        assert_eq!(d.limits[0].verdict, Verdict::Fenced);
+        let both = check(&l, &["sec", "cap"]).await;
+        assert_eq!((both.allowed, both.path), (false, DecisionPath::Fenced));
+        // The security limit is checked as always (here Redis is away: it fails closed there,
+        // not because of the fence); the shadow capacity limit never refuses.
+        let sec = check(&l, &["sec"]).await;
+        assert!(matches!(sec.path, DecisionPath::Fallback(_)), "{sec:?}");
+        assert_eq!(sec.limits[0].verdict, Verdict::FailClosed);
+        let shadow = check(&l, &["shadow"]).await;
+        assert!(shadow.allowed);
+        assert_eq!(shadow.limits[0].verdict, Verdict::Fenced);
+        let stats = l.stats();
+        assert_eq!(
+            (stats.fenced, stats.fences, stats.fenced_refusals),
+            (true, 1, 2)
+        );
+        assert_eq!(l.enforced_rate("cap"), Some(0.0));
+        assert_eq!(l.enforced_rate("sec"), Some(100.0));
+
+        // A renewal of the running version lifts it; one for another version does not.
+        assert!(!l.renew(2, for_ms(1_000), Some(8)));
+        assert!(l.is_fenced());
+        assert!(l.renew(1, for_ms(1_000), Some(8)));
+        assert!(!l.is_fenced());
+        assert_eq!(l.lease_seq(), Some(8));
+        assert_eq!(l.enforced_rate("cap"), Some(100.0));
+        // It runs out again; then a newer rule set lifts it, and one with no lease left does not.
+        advance(Duration::from_millis(1_000)).await;
+        assert!(l.is_fenced());
+        l.install_leased(set(2), for_ms(0), Some(9));
+        assert!(l.is_fenced());
+        l.install_leased(set(3), for_ms(500), Some(10));
+        assert!(!l.is_fenced());
+        assert_eq!(l.stats().lease_remaining, Some(Duration::from_millis(500)));
+        assert_eq!(l.stats().fences, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_set_without_a_lease_is_enforced_until_replaced_as_before() {
+        let l = limiter();
+        l.install(set(2));
+        advance(Duration::from_secs(86_400)).await;
+        assert!(!l.is_fenced());
+        assert_eq!(l.lease(), Lease::Unbounded);
+        assert_eq!(l.stats().lease_remaining, None);
+        // An equal version renews the lease (here to nothing left); an older one changes nothing,
+        // its lease included.
+        let equal = l.install_leased(set(2), for_ms(0), Some(2));
+        assert_eq!(
+            equal,
+            Install::Ignored {
+                running: 2,
+                offered: 2
+            }
+        );
+        assert!(l.is_fenced());
+        let older = l.install_leased(set(1), for_ms(5_000), Some(3));
+        assert_eq!(
+            older,
+            Install::Ignored {
+                running: 2,
+                offered: 1
+            }
+        );
+        assert!(l.is_fenced());
+        assert_eq!(l.lease_seq(), Some(2));
+    }
+
+    /// Log lines, written by a subscriber local to this thread.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fencing_is_noted_when_the_lease_runs_out_and_logged_once_each_way() {
+        let lines = Lines::default();
+        let sink = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let l = limiter();
+        l.install_leased(set(1), for_ms(2_000), None);
+        let started = TokioInstant::now();
+        // The watcher awaits this: it completes at the expiry, with the fence already noted.
+        l.lease_runs_out().await;
+        assert_eq!(started.elapsed(), Duration::from_millis(2_000));
+        assert!(l.stats().fenced);
+        for _ in 0..5 {
+            let _ = check(&l, &["cap"]).await;
+            assert!(l.is_fenced());
+        }
+        // Already fenced: it waits for a change instead of completing again.
+        let again = tokio::time::timeout(Duration::from_secs(60), l.lease_runs_out()).await;
+        assert!(again.is_err());
+        l.renew(1, for_ms(1_000), None);
+        l.renew(1, for_ms(1_000), None);
+        assert!(!l.is_fenced());
+        let text = String::from_utf8_lossy(&lines.0.lock().unwrap_or_else(PoisonError::into_inner))
+            .to_string();
+        let count = |s: &str| text.lines().filter(|l| l.contains(s)).count();
+        assert_eq!(count("lease ran out: fencing"), 1, "{text}");
+        assert_eq!(count("fencing ended"), 1, "{text}");
     }
 }

@@ -117,7 +117,17 @@ pub struct SecondStats {
     pub rule_version: u64,
     /// The limit's rate (the share) in that version, in milli-requests/s.
     pub share_milli_rps: u64,
+    /// Of the refused, those refused because the rule set's lease had run out (fenced).
+    #[serde(default)]
+    pub fenced: u64,
+    /// What the gateway enforced for the limit in each tenth of the second (the highest value
+    /// in it), milli-requests/s: the share, or 0 while fenced.
+    #[serde(default)]
+    pub enforced_milli_rps: [u64; SAMPLES_PER_S],
 }
+
+/// Samples of the enforced share per second.
+pub const SAMPLES_PER_S: usize = 10;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -193,6 +203,7 @@ pub async fn drive(limiter: Arc<Limiter>, run: Run) -> Result<Vec<SecondStats>, 
     let mut tick = tokio::time::interval(run.tick.max(Duration::from_millis(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut offered = 0u64;
+    let mut last_slot = None;
     let mut tasks = tokio::task::JoinSet::new();
     loop {
         tick.tick().await;
@@ -201,7 +212,14 @@ pub async fn drive(limiter: Arc<Limiter>, run: Run) -> Result<Vec<SecondStats>, 
         if second >= seconds {
             break;
         }
-        record_rules(&limiter, &limit, &mut lock(&stats)[second]);
+        let slot = (((t - second as f64) * SAMPLES_PER_S as f64) as usize).min(SAMPLES_PER_S - 1);
+        record_rules(
+            &limiter,
+            &limit,
+            (second, slot),
+            &mut last_slot,
+            &mut lock(&stats),
+        );
         let due = (run.pattern.owed(t).floor() as u64).saturating_sub(offered);
         offered += due;
         for _ in 0..due {
@@ -227,7 +245,7 @@ pub async fn drive(limiter: Arc<Limiter>, run: Run) -> Result<Vec<SecondStats>, 
                         s.admitted_fallback +=
                             u64::from(matches!(d.path, DecisionPath::Fallback(_)));
                     }
-                    Ok(_) => {}
+                    Ok(d) => s.fenced += u64::from(d.path == DecisionPath::Fenced),
                     Err(_) => s.errors += 1,
                 }
                 in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -243,13 +261,41 @@ pub async fn drive(limiter: Arc<Limiter>, run: Run) -> Result<Vec<SecondStats>, 
     Ok(out)
 }
 
-fn record_rules(limiter: &Limiter, limit: &str, s: &mut SecondStats) {
-    if let Some(rules) = limiter.rules() {
+/// Notes the running rules in `at`'s second and the enforced share in its tenth (the highest
+/// seen in it). Tenths the ticks skipped (a stalled runtime) get the higher of the values on
+/// either side, so that a sum over Regions never misses a high one.
+fn record_rules(
+    limiter: &Limiter,
+    limit: &str,
+    at: (usize, usize),
+    last: &mut Option<(usize, u64)>,
+    stats: &mut [SecondStats],
+) {
+    let milli = |rps: f64| (rps * 1000.0).round() as u64;
+    let enforced = limiter.enforced_rate(limit).map_or(0, milli);
+    if let (Some(rules), Some(s)) = (limiter.rules(), stats.get_mut(at.0)) {
         s.rule_version = rules.version();
-        s.share_milli_rps = rules
-            .get(limit)
-            .map_or(0, |l| (l.rate * 1000.0).round() as u64);
+        s.share_milli_rps = rules.get(limit).map_or(0, |l| milli(l.rate));
     }
+    let cur = at.0 * SAMPLES_PER_S + at.1;
+    let (start, before) = match *last {
+        Some((i, v)) if i < cur => (i + 1, v),
+        _ => (cur, enforced),
+    };
+    for i in start..=cur {
+        let v = if i == cur {
+            enforced
+        } else {
+            enforced.max(before)
+        };
+        let slot = stats
+            .get_mut(i / SAMPLES_PER_S)
+            .and_then(|s| s.enforced_milli_rps.get_mut(i % SAMPLES_PER_S));
+        if let Some(x) = slot {
+            *x = (*x).max(v);
+        }
+    }
+    *last = Some((cur, enforced));
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -269,6 +315,48 @@ mod tests {
         for bad in ["", "5:10", "0:10,0:20", "0:-1", "0:nan", "0:10,x:1", "0"] {
             assert!(Pattern::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn enforced_samples_keep_the_highest_value_and_fill_skipped_tenths() {
+        use crate::lease::Lease;
+        use crate::rules::{LimitKind, LimitWire, RuleSet, RulesWire};
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_or(1, |a| a.port());
+        let cfg = crate::LimiterConfig::new(format!("redis://127.0.0.1:{port}/"));
+        let l = Limiter::new(cfg).unwrap_or_else(|e| panic!("{e}"));
+        let wire = |version, rate| RulesWire {
+            version,
+            region: "A".into(),
+            limits: vec![LimitWire {
+                id: "k".into(),
+                rate,
+                burst: 2.0 * rate,
+                shadow: false,
+                kind: LimitKind::Capacity,
+            }],
+            lease_ms: None,
+        };
+        let set = |v, r| RuleSet::from_wire(wire(v, r), None, 1).unwrap_or_else(|e| panic!("{e}"));
+        let until = |ms| Lease::Until(tokio::time::Instant::now() + Duration::from_millis(ms));
+        let mut stats = vec![SecondStats::default(); 2];
+        let mut last = None;
+        l.install_leased(set(1, 5.0), until(1_000), None);
+        record_rules(&l, "k", (0, 0), &mut last, &mut stats);
+        l.install_leased(set(2, 3.0), until(1_000), None);
+        record_rules(&l, "k", (0, 0), &mut last, &mut stats);
+        // Tenths 1 and 2 were skipped: they get the higher of 3 and what follows.
+        l.install_leased(set(3, 4.0), until(0), None);
+        record_rules(&l, "k", (0, 3), &mut last, &mut stats);
+        record_rules(&l, "k", (1, 1), &mut last, &mut stats);
+        assert_eq!(stats[0].enforced_milli_rps[..4], [5_000, 3_000, 3_000, 0]);
+        assert_eq!(stats[0].enforced_milli_rps[9], 0);
+        assert_eq!(stats[1].enforced_milli_rps[..2], [0, 0]);
+        assert_eq!(
+            (stats[1].rule_version, stats[1].share_milli_rps),
+            (3, 4_000)
+        );
     }
 
     #[test]

@@ -26,6 +26,10 @@ pub struct RulesWire {
     pub version: u64,
     pub region: String,
     pub limits: Vec<LimitWire>,
+    /// How long after receiving this answer a gateway may enforce the rule set without a renewal
+    /// (see [`crate::lease`]); absent from daemons that predate leases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
 }
 
 /// One limit of a published rule set.
@@ -208,6 +212,7 @@ mod tests {
             version: 3,
             region: "A".into(),
             limits,
+            lease_ms: None,
         }
     }
 

@@ -1,18 +1,22 @@
-//! The rule watcher: long-polls the daemon's `GET /v1/rules?after=VERSION&wait_ms=W` and installs
-//! each rule set whose version is greater than the one the gateway runs.
+//! The rule watcher: long-polls the daemon's `GET /v1/rules?after=VERSION&wait_ms=W&lease_seq=S`,
+//! installs each rule set whose version is greater than the one the gateway runs, and renews the
+//! running set's lease with every answer that carries one (see [`crate::lease`]).
 //!
-//! The daemon answers `200` with a newer set as soon as there is one, else `304` after `W` ms. The
-//! watcher also sends `If-None-Match: "<version>"`. Whatever the daemon sends, the limiter installs
-//! only a greater version (a late answer from a lagging daemon, or from one restored from an older
-//! state, changes nothing). Failures back off exponentially from 100 ms to 5 s.
+//! The daemon answers `200` with a newer set as soon as there is one, `304` at each renewal of the
+//! lease (once a period) or after `W` ms. The watcher also sends `If-None-Match: "<version>"`.
+//! Whatever the daemon sends, the limiter installs only a greater version (a late answer from a
+//! lagging daemon, or from one restored from an older state, changes nothing). Failures back off
+//! exponentially from 100 ms to 5 s; meanwhile the lease runs out and the limiter fences, which
+//! the watcher notes (and logs) at the moment it happens.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::http::{read_capped, HttpError, MAX_RULES_BODY};
+use crate::lease::{Lease, LeaseTerms};
 use crate::limiter::{Install, Limiter};
-use crate::rules::{RuleSet, RuleSetError};
+use crate::rules::{RuleSet, RuleSetError, RulesWire};
 
 /// The longest long-poll the daemon accepts.
 pub const MAX_WAIT_MS: u64 = 30_000;
@@ -31,8 +35,10 @@ pub enum WatchError {
 /// One fetch's outcome.
 #[derive(Debug)]
 pub enum Fetched {
-    NotModified,
-    Rules(RuleSet),
+    /// Nothing newer; the lease of the running set, renewed, when the daemon sent one.
+    NotModified(Option<(Lease, Option<u64>)>),
+    /// A rule set, its lease ([`Lease::Unbounded`] from a daemon that sends none) and renewal.
+    Rules(RuleSet, Lease, Option<u64>),
 }
 
 /// Watches one daemon's rules for one limiter.
@@ -62,13 +68,18 @@ impl RuleWatcher {
         after: Option<u64>,
     ) -> Result<Fetched, WatchError> {
         let (url, timeout) = match after {
-            Some(v) => (
-                format!(
-                    "{}/v1/rules?after={v}&wait_ms={}",
-                    self.base_url, self.wait_ms
-                ),
-                Duration::from_millis(self.wait_ms) + Duration::from_secs(10),
-            ),
+            Some(v) => {
+                let seq = limiter
+                    .lease_seq()
+                    .map_or(String::new(), |s| format!("&lease_seq={s}"));
+                (
+                    format!(
+                        "{}/v1/rules?after={v}&wait_ms={}{seq}",
+                        self.base_url, self.wait_ms
+                    ),
+                    Duration::from_millis(self.wait_ms) + Duration::from_secs(10),
+                )
+            }
             None => (
                 format!("{}/v1/rules", self.base_url),
                 Duration::from_secs(10),
@@ -78,40 +89,63 @@ impl RuleWatcher {
         if let Some(v) = after.filter(|v| *v > 0) {
             req = req.header(reqwest::header::IF_NONE_MATCH, format!("\"{v}\""));
         }
+        let sent = tokio::time::Instant::now();
         let resp = req.send().await.map_err(HttpError::from)?;
+        let received = tokio::time::Instant::now();
+        let terms = LeaseTerms::from_headers(resp.headers());
         match resp.status().as_u16() {
-            304 => Ok(Fetched::NotModified),
+            304 => Ok(Fetched::NotModified(
+                terms.map(|t| (t.ends(sent, received), t.seq)),
+            )),
             200 => {
                 let body = read_capped(resp, MAX_RULES_BODY).await?;
+                let wire: RulesWire = serde_json::from_slice(&body)
+                    .map_err(|e| RuleSetError::Malformed(e.to_string()))?;
+                // The body's lease is the one the issue of the rule set names; the headers carry
+                // the same number with the time held.
+                let terms = match (wire.lease_ms, terms) {
+                    (Some(ms), t) => Some(LeaseTerms {
+                        lease_ms: ms,
+                        ..t.unwrap_or_default()
+                    }),
+                    (None, t) => t,
+                };
                 let cfg = limiter.config();
-                Ok(Fetched::Rules(RuleSet::from_json(
-                    &body,
-                    cfg.region.as_deref(),
-                    cfg.max_cost,
-                )?))
+                let set = RuleSet::from_wire(wire, cfg.region.as_deref(), cfg.max_cost)?;
+                let (lease, seq) = terms.map_or((Lease::Unbounded, None), |t| {
+                    (t.ends(sent, received), t.seq)
+                });
+                Ok(Fetched::Rules(set, lease, seq))
             }
             s => Err(WatchError::Status(s)),
         }
     }
 
     /// One long poll for a version above the running one (above 0 before the first rule set, so a
-    /// gateway that starts before its daemon has published waits instead of retrying), then install.
-    /// Returns what happened (for tests and logs).
+    /// gateway that starts before its daemon has published waits instead of retrying), then install
+    /// or renew. Returns what happened (for tests and logs).
     pub async fn poll_once(&self, limiter: &Limiter) -> Result<Option<Install>, WatchError> {
-        match self.fetch(limiter, Some(limiter.version())).await? {
-            Fetched::NotModified => Ok(None),
-            Fetched::Rules(set) => Ok(Some(limiter.install(set))),
+        let running = limiter.version();
+        match self.fetch(limiter, Some(running)).await? {
+            Fetched::NotModified(lease) => {
+                if let Some((lease, seq)) = lease {
+                    limiter.renew(running, lease, seq);
+                }
+                Ok(None)
+            }
+            Fetched::Rules(set, lease, seq) => Ok(Some(limiter.install_leased(set, lease, seq))),
         }
     }
 
-    /// Polls until `shutdown` completes.
+    /// Polls until `shutdown` completes. While it waits for an answer or a retry, it also notes
+    /// the moment the lease runs out (the limiter logs the fence then).
     pub async fn run(self, limiter: Arc<Limiter>, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut backoff = Duration::from_millis(100);
         loop {
-            let outcome = tokio::select! {
-                () = &mut shutdown => return,
-                r = self.poll_once(&limiter) => r,
+            let poll = self.poll_once(&limiter);
+            let Some(outcome) = watching_the_lease(&limiter, &mut shutdown, poll).await else {
+                return;
             };
             let pause = match outcome {
                 Ok(Some(Install::Ignored { .. })) => {
@@ -132,11 +166,29 @@ impl RuleWatcher {
                 }
             };
             if let Some(p) = pause {
-                tokio::select! {
-                    () = &mut shutdown => return,
-                    () = tokio::time::sleep(p) => {}
+                let slept =
+                    watching_the_lease(&limiter, &mut shutdown, tokio::time::sleep(p)).await;
+                if slept.is_none() {
+                    return;
                 }
             }
+        }
+    }
+}
+
+/// Runs `work` to completion unless `shutdown` completes first (then `None`), noting the fence
+/// if the lease runs out meanwhile.
+async fn watching_the_lease<T>(
+    limiter: &Limiter,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            () = shutdown.as_mut() => return None,
+            r = &mut work => return Some(r),
+            () = limiter.lease_runs_out() => {}
         }
     }
 }

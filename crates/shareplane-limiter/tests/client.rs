@@ -359,3 +359,40 @@ async fn a_held_closed_shadow_limit_never_refuses_and_is_listed() {
     );
     assert_eq!(alone.path, DecisionPath::Rules);
 }
+
+#[tokio::test]
+async fn the_watcher_takes_each_answers_lease_and_the_limiter_fences_when_none_is_left() {
+    let d = FakeDaemon::start(rules(1, vec![limit("k-big", 100.0, 200.0)])).await;
+    let l = limiter(LimiterConfig::new(nowhere()));
+    // A daemon that sends no lease: enforced until replaced, as before leases.
+    poll(&watcher(&d, 100), &l).await;
+    assert_eq!(l.lease(), shareplane_limiter::Lease::Unbounded);
+    // A rule set with no lease left fences the capacity limit at once.
+    d.set_lease(Some(0));
+    d.publish(rules(2, vec![limit("k-big", 100.0, 200.0)]));
+    assert_eq!(
+        poll(&watcher(&d, 100), &l).await,
+        Some(Install::Installed { version: 2 })
+    );
+    let fenced = l
+        .check(&["k-big"], 1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (fenced.allowed, fenced.retry_after_s, fenced.path),
+        (false, Some(1), DecisionPath::Fenced)
+    );
+    // A 304 that renews the lease lifts the fence; its lease counts from no later than receipt.
+    d.set_lease(Some(60_000));
+    let before = Instant::now();
+    assert_eq!(poll(&watcher(&d, 50), &l).await, None);
+    assert!(!l.is_fenced());
+    let left = l.stats().lease_remaining.unwrap_or_default();
+    assert!(
+        left <= Duration::from_millis(60_000)
+            && left + before.elapsed() >= Duration::from_millis(59_000),
+        "{left:?}"
+    );
+    assert_eq!(l.lease_seq(), Some(1));
+    assert_eq!(l.stats().fences, 1);
+}

@@ -58,6 +58,7 @@ pub fn rules(version: u64, limits: Vec<LimitWire>) -> RulesWire {
         version,
         region: "A".to_owned(),
         limits,
+        lease_ms: None,
     }
 }
 
@@ -75,6 +76,8 @@ struct Shared {
     rules: Mutex<RulesWire>,
     changed: tokio::sync::watch::Sender<u64>,
     forced: Mutex<Option<RulesWire>>,
+    /// Sent with every answer (body and headers) when set, as the daemon does.
+    lease_ms: Mutex<Option<u64>>,
     /// Largest total per (gateway, incarnation) and limit.
     totals: Mutex<BTreeMap<(String, u64), BTreeMap<String, u64>>>,
     posts: Mutex<u64>,
@@ -93,6 +96,7 @@ impl FakeDaemon {
             rules: Mutex::new(first),
             changed,
             forced: Mutex::new(None),
+            lease_ms: Mutex::new(None),
             totals: Mutex::new(BTreeMap::new()),
             posts: Mutex::new(0),
         });
@@ -125,6 +129,11 @@ impl FakeDaemon {
         *lock(&self.shared.forced) = Some(set);
     }
 
+    /// From now on every answer carries this lease (milliseconds), renewal number `seq`.
+    pub fn set_lease(&self, lease_ms: Option<u64>) {
+        *lock(&self.shared.lease_ms) = lease_ms;
+    }
+
     /// The Region's demand total for a limit: the sum over gateways of their largest totals.
     pub fn demand(&self, limit: &str) -> u64 {
         lock(&self.shared.totals)
@@ -153,8 +162,9 @@ async fn get_rules(
     Query(q): Query<RulesQuery>,
     headers: HeaderMap,
 ) -> Response {
+    let lease = *lock(&s.lease_ms);
     if let Some(set) = lock(&s.forced).take() {
-        return rules_response(&set);
+        return rules_response(&set, lease);
     }
     let mut changed = s.changed.subscribe();
     let deadline =
@@ -167,26 +177,50 @@ async fn get_rules(
             .is_some_and(|v| v.as_bytes() == etag.as_bytes());
         let newer = q.after.is_none_or(|a| set.version > a);
         if newer && !(q.after.is_none() && unchanged) {
-            return rules_response(&set);
+            return rules_response(&set, lease);
         }
         if q.after.is_none() {
-            return StatusCode::NOT_MODIFIED.into_response();
+            return not_modified(lease);
         }
         if tokio::time::timeout_at(deadline, changed.changed())
             .await
             .is_err()
         {
-            return StatusCode::NOT_MODIFIED.into_response();
+            return not_modified(lease);
         }
     }
 }
 
-fn rules_response(set: &RulesWire) -> Response {
-    (
-        [(header::ETAG, format!("\"{}\"", set.version))],
-        Json(set.clone()),
-    )
-        .into_response()
+fn lease_headers(lease: Option<u64>) -> Vec<(&'static str, String)> {
+    lease.map_or_else(Vec::new, |ms| {
+        vec![
+            (shareplane_limiter::lease::LEASE_MS_HEADER, ms.to_string()),
+            (shareplane_limiter::lease::HELD_MS_HEADER, "0".to_string()),
+            (shareplane_limiter::lease::LEASE_SEQ_HEADER, "1".to_string()),
+        ]
+    })
+}
+
+fn not_modified(lease: Option<u64>) -> Response {
+    let mut resp = StatusCode::NOT_MODIFIED.into_response();
+    for (k, v) in lease_headers(lease) {
+        if let Ok(v) = v.parse() {
+            resp.headers_mut().insert(k, v);
+        }
+    }
+    resp
+}
+
+fn rules_response(set: &RulesWire, lease: Option<u64>) -> Response {
+    let mut set = set.clone();
+    set.lease_ms = lease;
+    let mut resp = ([(header::ETAG, format!("\"{}\"", set.version))], Json(set)).into_response();
+    for (k, v) in lease_headers(lease) {
+        if let Ok(v) = v.parse() {
+            resp.headers_mut().insert(k, v);
+        }
+    }
+    resp
 }
 
 async fn post_demand(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
