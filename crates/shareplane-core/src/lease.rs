@@ -21,10 +21,11 @@
 //!   again) may run fast or slow by up to [`DRIFT_PPM`] against real time. The peer's
 //!   `silent_after` periods may be short by `silent_after × period × ρ`, the Region's one period
 //!   between writes long by `period × ρ`, the lease long by `lease × ρ` (the daemon counts it down
-//!   until it answers, the gateway the rest), and the time the daemon held a long-poll (at most
-//!   [`MAX_HOLD_MS`]) off by `2 × hold × ρ` when the gateway adds it to its send time. Together,
-//!   with the lease below `(silent_after − 1) × period`, that is at most
-//!   `ρ × (2 × silent_after × period + 2 × hold)`.
+//!   until it answers, the gateway the rest), and the time the daemon held a long-poll off by
+//!   `2 × hold × ρ` when the gateway adds it to its send time. A daemon answers a long-poll when
+//!   the lease is renewed or runs out, so an answer with a lease left was held less than a lease.
+//!   Together, with the lease below `(silent_after − 1) × period`, that is at most
+//!   `ρ × (4 × silent_after − 2) × period`.
 //! - **delivery**: [`DELIVERY_MS`] for the answer to reach a gateway that counts the lease from
 //!   when it received it and for the checks it admitted just before it ran out to finish.
 //!   (`shareplane-limiter` counts from when it sent the request plus the time the daemon held it,
@@ -48,9 +49,6 @@ use crate::config::{ConfigError, Deployment};
 pub const DRIFT_PPM: u64 = 2_000;
 /// Allowance for an answer's delivery to a gateway and the checks in flight when a lease runs out.
 pub const DELIVERY_MS: u64 = 100;
-/// The longest a daemon holds a long-poll for rules before it answers.
-pub const MAX_HOLD_MS: u64 = 30_000;
-
 /// The longest a daemon waits for any one store call in a deployment of period `period_ms`
 /// (half a period, 50 ms to 10 s); a call that takes longer counts as failed and its answer is
 /// never used. The daemon's call timeout is this, and the lease allows for a peer's read taking
@@ -118,8 +116,7 @@ fn parts(silent_after: u32, period_ms: u64) -> LeaseBound {
     let (s, p) = (u128::from(silent_after), u128::from(period_ms));
     let reclaim_after = s.saturating_sub(1) * p;
     let read = u128::from(call_bound_ms(period_ms));
-    let drift =
-        (u128::from(DRIFT_PPM) * (2 * s * p + 2 * u128::from(MAX_HOLD_MS))).div_ceil(1_000_000);
+    let drift = (u128::from(DRIFT_PPM) * (4 * s).saturating_sub(2) * p).div_ceil(1_000_000);
     let lease = reclaim_after.saturating_sub(read + drift + u128::from(DELIVERY_MS));
     let clamp = |x: u128| u64::try_from(x).unwrap_or(u64::MAX);
     LeaseBound {
@@ -177,8 +174,8 @@ mod tests {
 
     #[test]
     fn production_and_demo_leases() {
-        // 5 s: 10 s less 2.5 s for a peer's read, 2000 ppm of (30 s + 60 s) = 180 ms for drift
-        // and 100 ms for delivery.
+        // 5 s: 10 s less 2.5 s for a peer's read, 2000 ppm of 10 periods = 100 ms for drift and
+        // 100 ms for delivery.
         let b = lease_bound(&d(3, 5_000)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             (
@@ -188,12 +185,12 @@ mod tests {
                 b.delivery_ms,
                 b.lease_ms
             ),
-            (10_000, 2_500, 180, 100, 7_220)
+            (10_000, 2_500, 100, 100, 7_300)
         );
-        assert_eq!(b.margin_ms(), 2_780);
-        // The demo's 1 s: 2 s less 500, 132 and 100 ms; between one and three periods.
+        assert_eq!(b.margin_ms(), 2_700);
+        // The demo's 1 s: 2 s less 500, 20 and 100 ms; between one and three periods.
         let b = lease_bound(&d(3, 1_000)).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((b.drift_ms, b.lease_ms), (132, 1_268));
+        assert_eq!((b.drift_ms, b.lease_ms), (20, 1_380));
         assert!(b.lease_ms > 1_000 && b.lease_ms < 3_000);
     }
 
@@ -207,7 +204,8 @@ mod tests {
                 let (lease, period) = (b.lease_ms as f64, p as f64);
                 let rho = DRIFT_PPM as f64 / 1e6;
                 // The gateway's end on the slowest clocks against the peer's fastest count.
-                let end = lease * (1.0 + rho) + 2.0 * rho * MAX_HOLD_MS as f64;
+                // Held at most a lease before an answer that carries one.
+                let end = lease * (1.0 + rho) + 2.0 * rho * lease;
                 let read = call_bound_ms(p) as f64;
                 let reclaim = f64::from(s) * period * (1.0 - rho) - period * (1.0 + rho) - read;
                 assert!(end < reclaim, "s {s}, p {p}: {end} >= {reclaim}");
@@ -229,12 +227,12 @@ mod tests {
             e.as_deref().is_some_and(|e| e.contains("no period works")),
             "{e:?}"
         );
-        let e = lease_bound(&d(3, 300)).err().map(|e| e.to_string());
+        let e = lease_bound(&d(3, 200)).err().map(|e| e.to_string());
         let min = min_period_ms(3).unwrap_or_else(|| panic!("a period works for 3"));
-        assert_eq!(min, 453);
+        assert_eq!(min, 211);
         assert!(
             e.as_deref()
-                .is_some_and(|e| e.starts_with("period_ms: is 300 ms")
+                .is_some_and(|e| e.starts_with("period_ms: is 200 ms")
                     && e.contains(&format!("use at least {min} ms"))),
             "{e:?}"
         );

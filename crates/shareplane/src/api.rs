@@ -25,8 +25,8 @@ use std::time::Duration;
 
 /// The largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
-/// The longest a long-poll is held (the lease's margin allows for the clock drift over it).
-pub const MAX_WAIT_MS: u64 = shareplane_core::lease::MAX_HOLD_MS;
+/// The longest a long-poll is held.
+pub const MAX_WAIT_MS: u64 = 30_000;
 /// On every rules answer (200 and 304): milliseconds a gateway may still enforce the rule set it
 /// runs, counted from this answer (the 200's body carries the same number as `lease_ms`).
 pub const LEASE_MS_HEADER: &str = "shareplane-lease-ms";
@@ -110,12 +110,17 @@ async fn rules(
         let mut shutdown = s.shutdown_signal();
         let deadline = tokio::time::sleep(wait);
         tokio::pin!(deadline);
+        // The lease running out is answered too: so no answer that carries a lease left was held
+        // longer than the lease (the margin's drift allowance for the held time relies on it).
+        let runs_out = lease_end(&s, lease, arrived_ms);
+        tokio::pin!(runs_out);
         loop {
             tokio::select! {
                 _ = &mut deadline => break,
                 _ = shutdown.wait_for(|v| *v) => break,
                 // A renewal is answered at once, so that gateways hear of it every period.
                 _ = renewals.changed() => break,
+                () = &mut runs_out => break,
                 changed = rx.changed() => {
                     if changed.is_err() {
                         break;
@@ -147,6 +152,15 @@ async fn rules(
         return Ok(not_modified(&s, &cur, arrived_ms));
     }
     Ok(rule_response(&s, &cur, arrived_ms))
+}
+
+/// Completes when `lease` runs out, if it had not by `now_ms`; never otherwise.
+async fn lease_end(s: &Shared, lease: crate::state::RuleLease, now_ms: u64) {
+    if lease.until_ms > now_ms {
+        tokio::time::sleep_until(s.clock.instant_at(lease.until_ms)).await;
+    } else {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// The lease headers of every rules answer: the lease left now, how long the request was held

@@ -24,10 +24,11 @@
 //! ([`Shared::renew_lease`]): gateways may enforce it until the write's time plus the full lease
 //! of [`shareplane_core::lease_bound`], which runs out before any peer can reclaim the Region. A
 //! write that fails renews nothing, so the lease shrinks to zero and the gateways fence. A leader
-//! whose last durable write is `(silent_after − 1) × period` old or older (its writes failed, or
-//! its process was paused) cannot prove that it still holds its room: before anything else it
-//! restarts from the durable record as [`Coordinator::restart`] decides, which is a new epoch,
-//! and pushes zero (capacity limits) to its gateways, as a restarted daemon does.
+//! whose process was frozen (SIGSTOP, a paused VM: its loop woke a period or more late) until its
+//! last durable write was `(silent_after − 1) × period` old cannot prove that it still holds its
+//! room: it may have answered no health check meanwhile. Before anything else it restarts from
+//! the durable record as [`Coordinator::restart`] decides, which is a new epoch, and pushes zero
+//! (capacity limits) to its gateways, as a restarted daemon does.
 //!
 //! A follower reads all records at its phase to serve `/v1/state` and the rule set of the own
 //! Region's latest record, reads the own record every quarter period to renew the gateways'
@@ -43,8 +44,8 @@ use crate::health::HealthSource;
 use crate::rules::{lowered, zero_rules, RuleSet};
 use crate::state::{build_view, Shared, ViewInput};
 use shareplane_core::{
-    regions, Alarms, Coordinator, Decision, Health, Inputs, PeerState, PeerView, PerRegion,
-    RegionRecord, Room,
+    regions, Alarms, Coordinator, Health, Inputs, PeerState, PeerView, PerRegion, RegionRecord,
+    Room,
 };
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::future::Future;
@@ -90,6 +91,9 @@ pub struct Daemon<S, H> {
     lease_until_ms: u64,
     /// The coordinator started a new epoch that is not written yet: it holds nothing to protect.
     unwritten_epoch: bool,
+    /// The process was frozen or starved (or paused) since the last durable write: it may not
+    /// have answered its health check meanwhile.
+    stalled: bool,
     last_health: PerRegion<Health>,
     store_ok: bool,
     last_error: Option<String>,
@@ -115,6 +119,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             token: None,
             lease_until_ms: 0,
             unwritten_epoch: false,
+            stalled: false,
             last_health: PerRegion::default(),
             store_ok: true,
             last_error: None,
@@ -166,12 +171,22 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 _ = tokio::time::sleep_until(clock.instant_at(wake)) => {}
                 _ = shutdown.wait_for(|s| *s) => break,
             }
-            let now = clock.now_ms();
+            let woke = clock.now_ms();
+            // Woken a period or more late: the process was frozen (SIGSTOP, a paused VM) or
+            // starved, so it may not have answered its health check meanwhile.
+            let late_ms = woke.saturating_sub(wake.max(now));
+            if late_ms >= period {
+                warn!(region = %self.shared.region, late_ms, "the rebalance loop woke late: the process was frozen or starved");
+                self.stalled = true;
+            }
+            let now = woke;
             let phase_tick = now >= next_phase;
             if phase_tick {
                 next_phase = next_tick(now, self.opts.phase_ms, period);
             }
             if *self.paused.borrow() {
+                // As if the process were frozen.
+                self.stalled = true;
                 continue;
             }
             if phase_tick || !self.is_leader(now) {
@@ -339,7 +354,13 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
 
     /// Reads every record; peers go to `peer_records` (and the coordinator when leading).
     async fn read_all(&mut self) -> bool {
-        let fetched = match self.call(self.store.read_all()).await {
+        let fetched = self.call(self.store.read_all()).await;
+        self.absorb(fetched)
+    }
+
+    /// Takes in what a read of every record returned (see [`Daemon::read_all`]).
+    fn absorb(&mut self, fetched: Result<Vec<Fetched>, StoreError>) -> bool {
+        let fetched = match fetched {
             Ok(f) => f,
             Err(e) => {
                 self.shared.metrics.reads_failed.inc();
@@ -418,11 +439,14 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             .collect()
     }
 
-    /// Whether the coordinator's last committed write is too old to prove that this Region still
-    /// holds its room (peers may have counted it silent; see [`Coordinator::restart`]).
+    /// Whether this Region cannot prove that it still holds its room: its last committed write is
+    /// as old as [`Coordinator::restart`]'s resume window, so peers may have counted it silent,
+    /// and its process stalled meanwhile, so its health check may have failed too. (A daemon that
+    /// ran all along answered its health check, so its peers had no unhealthy verdict to reclaim
+    /// on, however long its writes failed: it only let its gateways' lease run out.)
     fn last_write_too_old(&self, now: u64) -> Option<u64> {
         let own = self.coord.as_ref()?.own();
-        if self.unwritten_epoch {
+        if self.unwritten_epoch || !self.stalled {
             return None;
         }
         let d = &self.shared.d;
@@ -440,7 +464,17 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             warn!(region = %self.shared.region, age_ms, epoch = self.coord.as_ref().map_or(0, |c| c.own().epoch),
                   "the last own write was too old to prove this Region still holds its room; restarted from the durable record");
         }
-        if !self.read_all().await {
+        // The records and the verdicts are read at once: the sooner the write, the more of the
+        // gateways' lease is left when the next renewal comes.
+        let t = Duration::from_millis(self.opts.call_timeout_ms);
+        let (fetched, health) = tokio::join!(
+            self.call(self.store.read_all()),
+            tokio::time::timeout(t, self.health.read())
+        );
+        // Health that cannot be read in time is Unknown, never Unhealthy.
+        let health = health.unwrap_or_default();
+        self.last_health = health;
+        if !self.absorb(fetched) {
             self.shared
                 .metrics
                 .rebalances_skipped
@@ -448,7 +482,6 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             self.update_view();
             return;
         }
-        let health = self.read_health().await;
         let demand = self.demand();
         let Some(coord) = self.coord.as_mut() else {
             return;
@@ -470,18 +503,6 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             self.shared
                 .publish(RuleSet::build(&d, &region, (2 * v).saturating_sub(1), &low));
         }
-        self.write(decision, now).await;
-        if self.coord.is_some() {
-            self.renew(now, false).await;
-        }
-        self.update_view();
-    }
-
-    /// Writes a decision; once durable, commits it, publishes its rules and renews the gateways'
-    /// lease from the decision's time. On a failure nothing is committed or renewed.
-    async fn write(&mut self, decision: Decision, now: u64) {
-        let v = decision.record.version;
-        let (d, region) = (self.shared.d.clone(), self.shared.region.clone());
         let token = self.token.unwrap_or(WriterToken(0));
         match self.call(self.store.put(&decision.record, token)).await {
             Ok(()) => {
@@ -489,6 +510,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                     c.commit(&decision);
                 }
                 self.unwritten_epoch = false;
+                self.stalled = false;
                 self.shared.metrics.writes.inc();
                 self.shared
                     .publish(RuleSet::build(&d, &region, 2 * v, &decision.rules));
@@ -512,6 +534,10 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 self.fail("put", &e);
             }
         }
+        if self.coord.is_some() {
+            self.renew(now, false).await;
+        }
+        self.update_view();
     }
 
     async fn on_conflict(&mut self, now: u64) {

@@ -324,7 +324,7 @@ fn header_u64(h: &axum::http::HeaderMap, name: &str) -> Option<u64> {
 async fn rules_carry_the_lease_and_a_long_poll_answers_each_renewal() {
     let (s, _tx) = shared();
     let full = s.lease_full_ms();
-    assert_eq!(full, 7_220);
+    assert_eq!(full, 7_300);
     publish(&s, 4, 3_000);
     let app = api::router(s.clone());
     // Published but never renewed: the lease is 0 (gateways fence).
@@ -375,8 +375,13 @@ async fn rules_carry_the_lease_and_a_long_poll_answers_each_renewal() {
         Some(full - 1_000)
     );
 
-    // Without renewals it runs down to 0, and stays there.
-    tokio::time::sleep(Duration::from_millis(full)).await;
+    // Without renewals it runs down to 0, and stays there; a long-poll waiting then is answered
+    // when it runs out, so that no answer with a lease left was held longer than a lease.
+    let started = tokio::time::Instant::now();
+    let (status, headers, _) = call(&app, get("/v1/rules?after=4&wait_ms=30000&lease_seq=3")).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+    assert_eq!(started.elapsed(), Duration::from_millis(full - 1_000));
+    assert_eq!(header_u64(&headers, api::LEASE_MS_HEADER), Some(0));
     let (_, _, body) = call(&app, get("/v1/rules")).await;
     assert_eq!(json(&body)["lease_ms"], 0);
     assert!(s

@@ -30,14 +30,14 @@ fn validate_accepts_the_example_configuration() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("gateway lease 7220 ms (reclaim possible after 10000 ms, margin 2780 ms)"),
+        stdout.contains("gateway lease 7300 ms (reclaim possible after 10000 ms, margin 2700 ms)"),
         "{stdout}"
     );
 }
 
 #[test]
 fn validate_and_run_refuse_a_period_too_short_for_a_gateway_lease() {
-    let text = "region = \"A\"\nperiod_ms = 400\nstore = \"memory\"\n\
+    let text = "region = \"A\"\nperiod_ms = 200\nstore = \"memory\"\n\
                 api_token = \"0123456789abcdef\"\n[[regions]]\nname = \"A\"\n\
                 [[limits]]\nid = \"k\"\nrate = 100\n";
     for cmd in ["validate", "run"] {
@@ -49,8 +49,8 @@ fn validate_and_run_refuse_a_period_too_short_for_a_gateway_lease() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{cmd}: {stderr}");
         assert!(
-            stderr.contains("period_ms: is 400 ms: gateways would get a lease of")
-                && stderr.contains("use at least 453 ms"),
+            stderr.contains("period_ms: is 200 ms: gateways would get a lease of")
+                && stderr.contains("use at least 211 ms"),
             "{cmd}: {stderr}"
         );
     }

@@ -214,7 +214,7 @@ async fn the_demo_serves_a_lease_and_a_lost_regions_lease_runs_out_before_it_is_
     let lease = rules["lease_ms"].as_u64().unwrap_or(0);
     assert!(lease > 0 && lease < 3 * 1_000, "{rules}");
     let s = demo.snapshot();
-    assert_eq!(s["lease_ms"].as_u64(), Some(1_268));
+    assert_eq!(s["lease_ms"].as_u64(), Some(1_380));
     assert_eq!(s["sum_enforced"], s["sum_published"]);
 
     // Lose B: its lease runs out before A or C raise from its room; the dashboard's sum counts

@@ -173,7 +173,7 @@ fn header_u64(h: &axum::http::HeaderMap, name: &str) -> Option<u64> {
 #[tokio::test(start_paused = true)]
 async fn every_write_renews_the_lease_and_failed_writes_let_it_run_out() {
     let c = Cluster::new();
-    assert_eq!(c.full_ms, 7_220, "10 s less 2,780 ms of margin");
+    assert_eq!(c.full_ms, 7_300, "10 s less 2,700 ms of margin");
     let regions = c.start_all();
     settle(60).await;
     let now = c.clock.now_ms();
@@ -212,26 +212,14 @@ async fn every_write_renews_the_lease_and_failed_writes_let_it_run_out() {
     assert_eq!(body["lease_ms"], 0);
     assert_eq!(header_u64(&headers, api::LEASE_MS_HEADER), Some(0));
 
-    // Back after more than (silent_after − 1) periods without a write: each pushes zero before
-    // anything else and renews the lease only with a new epoch's record.
+    // Back after more than (silent_after − 1) periods without a write: the daemons ran all along
+    // and so answered their health checks, so nobody could have reclaimed them; they resume their
+    // epochs, and their next write renews the lease.
     settle(2 * PERIOD_MS / 1_000).await;
-    let mut watched: Vec<_> = regions.iter().map(|r| r.shared.subscribe()).collect();
-    for w in watched.iter_mut() {
-        w.borrow_and_update();
-    }
     c.table.store().set_down(false);
-    for w in watched.iter_mut() {
-        let changed = tokio::time::timeout(Duration::from_secs(10), w.changed()).await;
-        assert!(
-            matches!(changed, Ok(Ok(()))),
-            "nothing published after the outage"
-        );
-        let first = w.borrow_and_update().clone();
-        assert_eq!(first.rates.first().map(|x| x.as_rps()), Some(0.0));
-    }
-    settle(10).await;
+    settle(PERIOD_MS / 1_000 + 1).await;
     for r in &regions {
-        assert_eq!(r.shared.view().epoch, 2);
+        assert_eq!(r.shared.view().epoch, 1);
         assert!(r.shared.lease_remaining_ms(c.clock.now_ms()) > 0);
     }
 }
