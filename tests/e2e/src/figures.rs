@@ -34,6 +34,10 @@ pub fn add_up(runs: &[Vec<Second>]) -> Vec<Second> {
                 sum.errors += s.errors;
                 sum.dropped += s.dropped;
                 sum.share_milli_rps += s.share_milli_rps;
+                sum.fenced += s.fenced;
+                for (t, x) in sum.enforced_milli_rps.iter_mut().zip(s.enforced_milli_rps) {
+                    *t += x;
+                }
             }
             sum
         })
@@ -67,6 +71,10 @@ pub struct Figures {
     pub busiest_second: u64,
     /// Highest sum of published shares over the samples where every Region was read.
     pub max_share_sum_rps: f64,
+    /// Highest sum over Regions of what their gateways enforced (the share, 0 while fenced),
+    /// sampled every tenth of a second, and where: `(second, tenth)`.
+    pub max_enforced_sum_rps: f64,
+    pub max_enforced_at: (usize, usize),
     pub share_samples: usize,
     pub share_samples_incomplete: usize,
     /// The seconds in which the run counts as converged.
@@ -105,8 +113,11 @@ pub fn figures(
             (ratio, i)
         })
         .fold((f64::INFINITY, 0), |a, b| if b.0 < a.0 { b } else { a });
+    let (max_enforced, at) = max_enforced(total);
     Figures {
         limit_rps,
+        max_enforced_sum_rps: max_enforced,
+        max_enforced_at: at,
         seconds: total.len(),
         worst_excess,
         worst_window: (from, to),
@@ -121,6 +132,19 @@ pub fn figures(
         errors: total.iter().map(|s| s.errors).sum(),
         dropped: total.iter().map(|s| s.dropped).sum(),
     }
+}
+
+/// The highest enforced sum over every tenth of every second, and where.
+fn max_enforced(total: &[Second]) -> (f64, (usize, usize)) {
+    let mut best = (0u64, (0, 0));
+    for (i, s) in total.iter().enumerate() {
+        for (k, x) in s.enforced_milli_rps.iter().enumerate() {
+            if *x > best.0 {
+                best = (*x, (i, k));
+            }
+        }
+    }
+    (best.0 as f64 / 1000.0, best.1)
 }
 
 impl std::fmt::Display for Figures {
@@ -144,6 +168,11 @@ impl std::fmt::Display for Figures {
         )?;
         writeln!(
             f,
+            "sum of shares the gateways enforced (0 while fenced), every 0.1 s: highest {:.3}/s at second {}.{}, limit {l}/s",
+            self.max_enforced_sum_rps, self.max_enforced_at.0, self.max_enforced_at.1
+        )?;
+        writeln!(
+            f,
             "after convergence (seconds {:?}): lowest admitted / min(demand, L) = {:.3} at second {}",
             self.converged, self.min_ratio, self.min_ratio_second
         )?;
@@ -155,29 +184,33 @@ impl std::fmt::Display for Figures {
     }
 }
 
-/// One line per second: each Region's admissions and shares, and the totals.
+/// One line per second: each Region's received requests, admissions, the share its gateway ran
+/// and what it enforced at the end of the second (0 while fenced), and the totals.
 pub fn table(names: &[&str], runs: &[Vec<Second>], total: &[Second]) -> String {
     let mut out = String::from("second");
     for n in names {
-        out.push_str(&format!(" | {n} sent adm share"));
+        out.push_str(&format!(" | {n} sent  adm   share     enf"));
     }
-    out.push_str(" | total sent adm share\n");
+    out.push_str(" | total sent   adm   share     enf\n");
+    let enf = |s: &Second| s.enforced_milli_rps.last().copied().unwrap_or(0) as f64 / 1000.0;
     for (i, t) in total.iter().enumerate() {
         out.push_str(&format!("{i:6}"));
         for r in runs {
             let s = &r[i];
             out.push_str(&format!(
-                " | {:4} {:4} {:7.1}",
+                " | {:6} {:4} {:7.1} {:7.1}",
                 s.sent,
                 s.admitted,
-                s.share_milli_rps as f64 / 1000.0
+                s.share_milli_rps as f64 / 1000.0,
+                enf(s)
             ));
         }
         out.push_str(&format!(
-            " | {:5} {:5} {:7.1}\n",
+            " | {:10} {:5} {:7.1} {:7.1}\n",
             t.sent,
             t.admitted,
-            t.share_milli_rps as f64 / 1000.0
+            t.share_milli_rps as f64 / 1000.0,
+            enf(t)
         ));
     }
     out
@@ -188,10 +221,13 @@ mod tests {
     use super::*;
 
     fn sec(sent: u64, admitted: u64) -> Second {
+        let mut enforced_milli_rps = [0; 10];
+        enforced_milli_rps[3] = 75;
         Second {
             sent,
             admitted,
             share_milli_rps: 100_000,
+            enforced_milli_rps,
             ..Second::default()
         }
     }
@@ -211,11 +247,18 @@ mod tests {
         let a = vec![sec(10, 5), sec(10, 6), sec(10, 7)];
         let b = vec![sec(1, 1), sec(2, 2)];
         let t = add_up(&[a, b]);
-        let got: Vec<(u64, u64, u64)> = t
+        let got: Vec<(u64, u64, u64, u64)> = t
             .iter()
-            .map(|s| (s.sent, s.admitted, s.share_milli_rps))
+            .map(|s| {
+                (
+                    s.sent,
+                    s.admitted,
+                    s.share_milli_rps,
+                    s.enforced_milli_rps[3],
+                )
+            })
             .collect();
-        assert_eq!(got, vec![(11, 6, 200_000), (12, 8, 200_000)]);
+        assert_eq!(got, vec![(11, 6, 200_000, 150), (12, 8, 200_000, 150)]);
     }
 
     #[test]
@@ -232,7 +275,10 @@ mod tests {
                 rates_rps: vec![Some(99.0), None],
             },
         ];
+        let mut total = total;
+        total[2].enforced_milli_rps[7] = 99_500;
         let f = figures(100.0, &total, &shares, &[1..2, 2..9]);
+        assert_eq!((f.max_enforced_sum_rps, f.max_enforced_at), (99.5, (2, 7)));
         assert_eq!(f.worst_excess, 100.0);
         assert_eq!(f.worst_window, (0, 1));
         assert_eq!(f.max_share_sum_rps, 110.0);

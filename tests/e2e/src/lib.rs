@@ -3,6 +3,7 @@
 //! are in `tests/`.
 //!
 //! - [`procs`]: children that always stop (`timeout`, own process group, stopped on drop).
+//! - [`cluster`]: three Regions' daemons, Redis servers and load generators, and their health.
 //! - [`local_aws`]: the record table and the health datapoints on moto.
 //! - [`figures`]: the properties of a run, from the load generators' output and polled rules.
 //! - [`rules`]: reading the daemons' published rule sets.
@@ -12,6 +13,7 @@
 //! them fail. The binaries must be built first: `cargo build -p shareplane -p shareplane-limiter
 //! --bins` (tests/run-all.sh does it).
 
+pub mod cluster;
 pub mod figures;
 pub mod local_aws;
 pub mod procs;

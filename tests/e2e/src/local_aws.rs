@@ -55,20 +55,31 @@ pub async fn put_healthy(
     check_ids: &[String],
     at: SystemTime,
 ) -> Result<(), LocalAwsError> {
+    let points: Vec<(&str, f64, SystemTime)> =
+        check_ids.iter().map(|id| (id.as_str(), 1.0, at)).collect();
+    put_health(url, &points).await
+}
+
+/// Puts one `HealthCheckStatus` datapoint per `(check id, value, time)`: 1 healthy, 0 unhealthy
+/// (Route 53 publishes them only in us-east-1, and moto never does by itself).
+pub async fn put_health(
+    url: &str,
+    points: &[(&str, f64, SystemTime)],
+) -> Result<(), LocalAwsError> {
     let cw = client::cloudwatch_health(&client::sdk_config(&endpoint(url), limits()).await);
-    let data: Vec<MetricDatum> = check_ids
+    let data: Vec<MetricDatum> = points
         .iter()
-        .map(|id| {
+        .map(|(id, value, at)| {
             MetricDatum::builder()
                 .metric_name(HEALTH_METRIC)
                 .dimensions(
                     Dimension::builder()
                         .name(HEALTH_DIMENSION)
-                        .value(id)
+                        .value(*id)
                         .build(),
                 )
-                .timestamp(DateTime::from(at))
-                .value(1.0)
+                .timestamp(DateTime::from(*at))
+                .value(*value)
                 .build()
         })
         .collect();

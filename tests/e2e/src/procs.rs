@@ -126,6 +126,22 @@ impl Procs {
         }
     }
 
+    /// Kills process `i` and everything in its process group at once (SIGKILL: no cleanup, as a
+    /// crash or an OOM kill would), and reaps it.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(p) = self.procs.get_mut(i) {
+            signal_group(p.child.id(), "KILL");
+            let _ = p.child.wait();
+        }
+    }
+
+    /// Sends `signal` (`"STOP"`, `"CONT"`, …) to process `i`'s whole process group.
+    pub fn signal(&self, i: usize, signal: &str) {
+        if let Some(p) = self.procs.get(i) {
+            signal_group(p.child.id(), signal);
+        }
+    }
+
     /// Waits up to `limit` for process `i` to exit; returns whether it exited successfully.
     pub fn wait(&mut self, i: usize, limit: Duration) -> Option<bool> {
         let p = self.procs.get_mut(i)?;

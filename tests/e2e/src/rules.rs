@@ -38,6 +38,16 @@ pub async fn read(client: &reqwest::Client, base: &str) -> Option<RuleSetWire> {
     resp.json().await.ok()
 }
 
+/// The `lease_ms` `base` serves with its rule set now, or `None` on any failure.
+pub async fn lease_ms(client: &reqwest::Client, base: &str) -> Option<u64> {
+    let resp = client.get(format!("{base}/v1/rules")).send().await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let v: serde_json::Value = resp.json().await.ok()?;
+    v["lease_ms"].as_u64()
+}
+
 /// The rate of `limit` in every daemon's rule set, read concurrently.
 pub async fn sample(client: &reqwest::Client, bases: &[String], limit: &str) -> ShareSample {
     let unix_ms = unix_ms_now();
@@ -101,6 +111,7 @@ pub async fn wait_published(client: &reqwest::Client, bases: &[String], limit: D
 pub struct StateWire {
     pub region: String,
     pub role: String,
+    pub epoch: u64,
     pub store_ok: bool,
     pub health: std::collections::BTreeMap<String, String>,
     pub limits: Vec<LimitStateWire>,

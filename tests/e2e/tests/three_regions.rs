@@ -302,6 +302,10 @@ async fn three_regions_hold_the_limit_end_to_end() {
         "published shares summed above L: {f}"
     );
     assert!(
+        f.max_enforced_sum_rps <= L_RPS + 1e-6,
+        "enforced shares summed above L: {f}"
+    );
+    assert!(
         f.min_ratio >= 0.95,
         "admissions below 95% of min(demand, L) after convergence: {f}\n{}",
         procs.log_tails(20)

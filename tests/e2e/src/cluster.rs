@@ -1,0 +1,261 @@
+//! Three Regions of real processes around one moto table, as the end-to-end tests run them: each
+//! Region's `shareplane run` daemon (its configuration written to the run's directory), its
+//! `redis-server` and its `shareplane-loadgen` gateway, and the Route 53 health datapoints.
+
+use crate::local_aws;
+use crate::procs::{binary, free_port, wait_for_port, ProcError, Procs};
+use shareplane_limiter::loadgen::unix_ms_now;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// The bearer token every daemon of a run accepts.
+pub const TOKEN: &str = "e2e-token-0123456789abcdef";
+
+const AWS_ENV: [(&str, &str); 4] = [
+    ("AWS_ACCESS_KEY_ID", "testing"),
+    ("AWS_SECRET_ACCESS_KEY", "testing"),
+    ("AWS_EC2_METADATA_DISABLED", "true"),
+    ("AWS_REGION", local_aws::LOCAL_AWS_REGION),
+];
+
+/// What every daemon of a run shares.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub regions: [&'static str; 3],
+    pub phases_ms: [u64; 3],
+    pub period_ms: u64,
+    pub limit: &'static str,
+    pub limit_rps: f64,
+    pub floor_rps: f64,
+    pub step_cap_rps: f64,
+    pub table: String,
+    pub moto: String,
+    /// Route 53 health check id by Region index.
+    pub health_ids: Vec<String>,
+}
+
+/// One Region of a run.
+#[derive(Clone, Debug)]
+pub struct Region {
+    pub name: &'static str,
+    pub redis: String,
+    /// The daemon's base URL.
+    pub daemon: String,
+    pub port: u16,
+    /// The daemon's index in [`Procs`].
+    pub daemon_proc: usize,
+}
+
+impl Setup {
+    /// Region `me`'s configuration, listening on `listen`.
+    pub fn config(&self, me: usize, listen: &str) -> String {
+        let mut c = format!(
+            "region = \"{}\"\nphase_ms = {}\nperiod_ms = {}\nstore = \"dynamodb\"\n\
+             table = \"{}\"\naws_endpoint = \"{}\"\naws_region = \"{}\"\nlisten = \"{listen}\"\n\
+             metrics_namespace = \"ShareplaneE2E\"\n",
+            self.regions[me],
+            self.phases_ms[me],
+            self.period_ms,
+            self.table,
+            self.moto,
+            local_aws::LOCAL_AWS_REGION,
+        );
+        for (name, id) in self.regions.iter().zip(&self.health_ids) {
+            c.push_str(&format!(
+                "\n[[regions]]\nname = \"{name}\"\nhealth_check_id = \"{id}\"\n"
+            ));
+        }
+        c.push_str(&format!(
+            "\n[[limits]]\nid = \"{}\"\nrate = {}\nburst_s = 2\nfloor = {}\nstep_cap = {}\n",
+            self.limit, self.limit_rps, self.floor_rps, self.step_cap_rps
+        ));
+        c
+    }
+
+    /// Starts Region `me`'s daemon on `port` (a free one if `None`) and waits until it listens.
+    /// Returns its base URL, port and index in `procs`.
+    pub fn start_daemon(
+        &self,
+        procs: &mut Procs,
+        me: usize,
+        port: Option<u16>,
+    ) -> Result<(String, u16, usize), ProcError> {
+        let name = self.regions[me];
+        let port = match port {
+            Some(p) => p,
+            None => free_port()?,
+        };
+        let listen = format!("127.0.0.1:{port}");
+        let file = procs.dir().join(format!("daemon-{name}.toml"));
+        std::fs::write(&file, self.config(me, &listen)).map_err(|source| ProcError::Log {
+            path: file.clone(),
+            source,
+        })?;
+        let args = vec![
+            "run".to_string(),
+            "--config".to_string(),
+            file.display().to_string(),
+        ];
+        let mut env = AWS_ENV.to_vec();
+        env.push(("SHAREPLANE_API_TOKEN", TOKEN));
+        let bin = binary("shareplane")?;
+        // A restarted daemon logs to a file of its own.
+        let mut proc_name = format!("daemon-{name}");
+        let mut n = 1;
+        while procs.dir().join(format!("{proc_name}.err")).exists() {
+            n += 1;
+            proc_name = format!("daemon-{name}-{n}");
+        }
+        let i = procs.spawn(&proc_name, &bin, &args, &env)?;
+        wait_for_port(
+            procs,
+            i,
+            &format!("daemon {name}"),
+            port,
+            Duration::from_secs(20),
+        )?;
+        Ok((format!("http://{listen}"), port, i))
+    }
+
+    /// Starts every Region's Redis and daemon.
+    pub fn start_regions(
+        &self,
+        procs: &mut Procs,
+        redis_bin: &Path,
+    ) -> Result<Vec<Region>, ProcError> {
+        let mut out = Vec::new();
+        for (me, name) in self.regions.iter().enumerate() {
+            let redis = start_redis(procs, redis_bin, name)?;
+            let (daemon, port, daemon_proc) = self.start_daemon(procs, me, None)?;
+            out.push(Region {
+                name,
+                redis,
+                daemon,
+                port,
+                daemon_proc,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Starts Region `r`'s load generator: `pattern` for `duration_s` from `start_at` (Unix ms).
+    pub fn start_loadgen(
+        &self,
+        procs: &mut Procs,
+        r: &Region,
+        pattern: &str,
+        duration_s: u64,
+        start_at: u64,
+    ) -> Result<usize, ProcError> {
+        let args: Vec<String> = [
+            "--daemon",
+            &r.daemon,
+            "--redis",
+            &r.redis,
+            "--token",
+            TOKEN,
+            "--gateway",
+            &format!("gw-{}", r.name),
+            "--region",
+            r.name,
+            "--limit",
+            self.limit,
+            "--pattern",
+            pattern,
+            "--duration-s",
+            &duration_s.to_string(),
+            "--ready-timeout-s",
+            "20",
+            "--start-at-unix-ms",
+            &start_at.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let bin = binary("shareplane-loadgen")?;
+        procs.spawn(&format!("loadgen-{}", r.name), &bin, &args, &[])
+    }
+}
+
+/// Starts a `redis-server` on a free port (no persistence) and waits until it listens.
+pub fn start_redis(procs: &mut Procs, redis_bin: &Path, name: &str) -> Result<String, ProcError> {
+    let port = free_port()?;
+    let args: Vec<String> = ["--bind", "127.0.0.1", "--port", &port.to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--save", "", "--appendonly", "no"].map(String::from))
+        .collect();
+    let i = procs.spawn(&format!("redis-{name}"), redis_bin, &args, &[])?;
+    wait_for_port(procs, i, name, port, Duration::from_secs(10))?;
+    Ok(format!("redis://127.0.0.1:{port}/"))
+}
+
+/// The verdict the health checks report for each Region, by index: what [`keep_health`] puts.
+#[derive(Clone, Debug)]
+pub struct Verdicts(Arc<Mutex<Vec<bool>>>);
+
+impl Verdicts {
+    pub fn all_healthy(n: usize) -> Verdicts {
+        Verdicts(Arc::new(Mutex::new(vec![true; n])))
+    }
+
+    pub fn set(&self, region: usize, healthy: bool) {
+        if let Some(v) = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(region)
+        {
+            *v = healthy;
+        }
+    }
+
+    fn get(&self) -> Vec<bool> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Puts every Region's verdict every `every` until `until` (Unix ms), and at once whenever it
+/// changes to healthy or unhealthy. The daemons read the Minimum over one-minute periods, the
+/// newest period deciding, so a Region that turns healthy again also gets a datapoint at the
+/// start of the next minute: it reads healthy from then on rather than at the minute after.
+pub async fn keep_health(
+    moto: String,
+    ids: Vec<String>,
+    verdicts: Verdicts,
+    every: Duration,
+    until: u64,
+) {
+    let mut last: Option<Vec<bool>> = None;
+    let mut next_put = 0;
+    while unix_ms_now() < until {
+        let now_v = verdicts.get();
+        let changed = last.as_ref() != Some(&now_v);
+        if changed || unix_ms_now() >= next_put {
+            let now = SystemTime::now();
+            let mut points: Vec<(&str, f64, SystemTime)> = Vec::new();
+            for (i, (id, healthy)) in ids.iter().zip(&now_v).enumerate() {
+                points.push((id, if *healthy { 1.0 } else { 0.0 }, now));
+                let turned_healthy = last.as_ref().is_some_and(|l| l.get(i) == Some(&false));
+                if *healthy && turned_healthy {
+                    points.push((id, 1.0, next_minute(now)));
+                }
+            }
+            if let Err(e) = local_aws::put_health(&moto, &points).await {
+                eprintln!("health datapoints: {e}");
+            }
+            last = Some(now_v);
+            next_put = unix_ms_now() + every.as_millis() as u64;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One second into the next whole minute after `t`.
+fn next_minute(t: SystemTime) -> SystemTime {
+    let s = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    SystemTime::UNIX_EPOCH + Duration::from_secs((s / 60 + 1) * 60 + 1)
+}
