@@ -83,14 +83,10 @@ fn death(runs: &[Vec<Second>], kill_ms: u64, restart_ms: u64) -> Death {
             d.admitted_while_fenced += s.admitted;
         }
     }
-    let survivors = |i: usize, k: usize| {
-        (runs[0][i].enforced_milli_rps[k] + runs[2][i].enforced_milli_rps[k]) as f64 / 1000.0
-    };
-    let len = runs.iter().map(Vec::len).min().unwrap_or(0);
-    for i in 0..len {
+    for (a, c) in runs[0].iter().zip(&runs[C]) {
         for k in 0..SAMPLES_PER_S {
-            let at = slot_ms(&runs[0][i], k);
-            let v = survivors(i, k);
+            let at = slot_ms(a, k);
+            let v = (a.enforced_milli_rps[k] + c.enforced_milli_rps[k]) as f64 / 1000.0;
             if at + 1000 < kill_ms {
                 d.survivors_before_rps = d.survivors_before_rps.max(v);
             } else if at >= kill_ms && at < restart_ms {
