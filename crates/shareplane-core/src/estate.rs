@@ -45,7 +45,7 @@
 //! `L` because a piece or pair went negative) stays zero.
 
 use crate::config::{Deployment, LimitKind, LimitSpec};
-use crate::record::{LimitRecord, RegionRecord};
+use crate::record::{LimitRecord, ReclaimMark, RegionRecord};
 use crate::region::{regions, RegionId};
 use crate::room::{even_part, Room};
 
@@ -180,7 +180,7 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
         };
         for h in regions(n).filter(|&h| h != x.region) {
             let portion = heir_portion(room, n, x.region, h).0 as i128;
-            let mark = latest_mark(world, h, x.region, x.epoch);
+            let mark = latest_mark(world, h, x.region, x.epoch).map(|m| m.version);
             let took = match mark {
                 None => 0,
                 Some(v) => match x.at(v) {
@@ -248,15 +248,18 @@ fn epochs_of<'a>(world: &[Truth<'a>], n: usize) -> Vec<Epoch<'a>> {
     out
 }
 
-/// The version of `owner`'s epoch `epoch` named by the newest mark any record of `heir` carries.
-fn latest_mark(world: &[Truth<'_>], heir: RegionId, owner: RegionId, epoch: u64) -> Option<u64> {
+/// The newest mark any record of `heir` (in any of its epochs) carries for `owner`'s epoch `epoch`.
+fn latest_mark(
+    world: &[Truth<'_>],
+    heir: RegionId,
+    owner: RegionId,
+    epoch: u64,
+) -> Option<ReclaimMark> {
     let t = world.get(heir.index())?;
     let mut found = None;
     for rec in t.written.iter().map(|r| &**r).chain(t.running) {
-        if let Some(m) = rec.reclaims[owner] {
-            if m.epoch == epoch {
-                found = Some(m.version);
-            }
+        if let Some(m) = rec.reclaims[owner].filter(|m| m.epoch == epoch) {
+            found = Some(m);
         }
     }
     found
@@ -273,15 +276,7 @@ fn side(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Au
     };
     // A close of r's epoch made by g's epoch: the newest mark any record of g carries for it
     // (a Region that closed an estate and then began a new epoch may still settle it).
-    let mut close = None;
-    if let Some(t) = world.get(g.region.index()) {
-        for rec in t.written.iter().map(|r| &**r).chain(t.running) {
-            if let Some(m) = rec.reclaims[r.region].filter(|m| m.epoch == r.epoch) {
-                close = Some(m);
-            }
-        }
-    }
-    match close {
+    match latest_mark(world, g.region, r.region, r.epoch) {
         Some(m) if m.by == g.epoch => {
             return match r.at(m.version) {
                 Some(basis) if basis.peer_epochs[g.region] == g.epoch => -out(basis, g.region),
