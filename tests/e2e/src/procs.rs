@@ -197,6 +197,22 @@ impl Drop for Procs {
             let _ = p.child.kill();
             let _ = p.child.wait();
         }
+        // The leader is reaped, but a member it did not reap (it died first, or under load the
+        // member's own exit is still in progress) may linger: wait for each group to empty, and
+        // kill what is left once the grace is over.
+        for p in &self.procs {
+            let pgid = p.child.id();
+            while Instant::now() < end && group_running(pgid) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if group_running(pgid) {
+                signal_group(pgid, "KILL");
+                let until = Instant::now() + TERM_GRACE;
+                while Instant::now() < until && group_running(pgid) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
     }
 }
 
@@ -210,6 +226,33 @@ fn signal_group(pgid: u32, signal: &str) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+}
+
+/// Whether any process of group `pgid` is still running: a member of it in `/proc` that is not a
+/// zombie (a zombie has stopped; it only waits for whoever adopted it to reap it).
+pub fn group_running(pgid: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let is_pid = e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+        is_pid
+            && std::fs::read_to_string(e.path().join("stat"))
+                .ok()
+                .and_then(|stat| stat_group_and_state(&stat))
+                .is_some_and(|(group, state)| group == pgid && state != 'Z' && state != 'X')
+    })
+}
+
+/// The process group and state of a `/proc/<pid>/stat` line: `pid (comm) state ppid pgrp …`, where
+/// `comm` may hold spaces and parentheses, so the fields are counted from its last `)`.
+fn stat_group_and_state(stat: &str) -> Option<(u32, char)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let group = fields.next()?.parse().ok()?;
+    Some((group, state))
 }
 
 /// A port on 127.0.0.1 that was free a moment ago.
@@ -274,12 +317,12 @@ pub fn wait_for_port(
 mod tests {
     use super::*;
 
-    fn group_alive(pgid: u32) -> bool {
-        Command::new("kill")
-            .args(["-0", "--", &format!("-{pgid}")])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+    #[test]
+    fn a_stat_line_gives_its_group_and_state_even_when_the_name_has_parentheses() {
+        let line = "4242 (a (b) c) S 1 4240 4240 0 -1 4194560 102 0 0 0";
+        assert_eq!(stat_group_and_state(line), Some((4240, 'S')));
+        assert_eq!(stat_group_and_state("4242 (x) Z 1"), None);
+        assert_eq!(stat_group_and_state("garbage"), None);
     }
 
     #[test]
@@ -296,11 +339,11 @@ mod tests {
                 procs.pid(i).unwrap_or_else(|| panic!("no pid for {i}"))
             })
             .collect();
-        assert!(pids.iter().all(|p| group_alive(*p)), "started");
+        assert!(pids.iter().all(|p| group_running(*p)), "started");
         assert_eq!(procs.check_alive(0).ok(), Some(()));
         drop(procs);
         assert!(
-            pids.iter().all(|p| !group_alive(*p)),
+            pids.iter().all(|p| !group_running(*p)),
             "a group survived the drop"
         );
         let _ = std::fs::remove_dir_all(&dir);
