@@ -235,7 +235,10 @@ pub fn group_running(pgid: u32) -> bool {
         return false;
     };
     entries.flatten().any(|e| {
-        let is_pid = e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+        let is_pid = e
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
         is_pid
             && std::fs::read_to_string(e.path().join("stat"))
                 .ok()
