@@ -6,6 +6,14 @@
 //!   most the share's rate while Redis is away and no burst on top of what Redis already let through
 //!   (too little rather than too much). The bound holds only if the configured number of gateways per
 //!   Region is not below the real one.
+//!
+//!   What the local buckets admit is owed to the Redis bucket of the same limit and charged to it
+//!   (`repay.lua`) before Redis decides again, so that a Redis that stalls now and then (a timeout,
+//!   then a second of fallback, then Redis again) does not hand out its refill of that second on top
+//!   of what the fallback admitted in it. Fallback and Redis then spend one budget: over any t
+//!   seconds a gateway admits at most burst + share × t (tests/stall.rs measures it). A call that
+//!   timed out may still run in Redis once it answers: it spends the bucket there while its caller
+//!   has the fallback's answer, which is charged too (too little, never too much).
 //! - **security** limits fail closed: refused, without a Retry-After.
 //! - **shadow** limits are not evaluated and never refuse.
 //!

@@ -10,7 +10,7 @@ use crate::fallback::{Fallback, FallbackLimit, FallbackVerdict};
 use crate::lease::Lease;
 use crate::rules::{valid_limit_id, LimitKind, LimitRule, RuleSet, MAX_LIMITS};
 use crate::store::MAX_BUCKETS_PER_CALL;
-use crate::store::{BucketCall, BucketVerdict, KeyScheme, RedisBuckets, StoreError};
+use crate::store::{BucketCall, BucketVerdict, Debt, KeyScheme, RedisBuckets, StoreError};
 
 /// The longest Redis bound accepted.
 pub const MAX_REDIS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -181,6 +181,10 @@ pub enum Install {
 pub struct LimiterStats {
     pub redis_decisions: u64,
     pub fallback_decisions: u64,
+    /// Tokens the fallback admitted that are not charged to the Redis buckets yet.
+    pub fallback_owed: u64,
+    /// Tokens the fallback admitted and then charged to the Redis buckets.
+    pub fallback_repaid: u64,
     pub redis_failures: u64,
     pub rule_sets_installed: u64,
     pub rule_sets_ignored: u64,
@@ -206,6 +210,10 @@ pub struct Limiter {
     fences: AtomicU64,
     fenced_refusals: AtomicU64,
     fallback: Mutex<Fallback>,
+    /// Per limit id: tokens the fallback admitted, charged to the Redis bucket before the next
+    /// Redis decision, so that the fallback and Redis spend one budget.
+    owed: Mutex<BTreeMap<String, u64>>,
+    repaid: AtomicU64,
     down_until: Mutex<Option<Instant>>,
     demand: Mutex<BTreeMap<String, u64>>,
     redis_decisions: AtomicU64,
@@ -245,6 +253,8 @@ impl Limiter {
         let store = RedisBuckets::new(&cfg.redis_url, cfg.redis_timeout)?;
         Ok(Self {
             fallback: Mutex::new(Fallback::new(cfg.gateways_per_region)),
+            owed: Mutex::new(BTreeMap::new()),
+            repaid: AtomicU64::new(0),
             cfg,
             store,
             rules: RwLock::new(None),
@@ -436,6 +446,13 @@ impl Limiter {
         LimiterStats {
             redis_decisions: self.redis_decisions.load(Ordering::Relaxed),
             fallback_decisions: self.fallback_decisions.load(Ordering::Relaxed),
+            fallback_owed: self
+                .owed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .sum(),
+            fallback_repaid: self.repaid.load(Ordering::Relaxed),
             redis_failures: self.redis_failures.load(Ordering::Relaxed),
             rule_sets_installed: self.installed.load(Ordering::Relaxed),
             rule_sets_ignored: self.ignored.load(Ordering::Relaxed),
@@ -483,7 +500,11 @@ impl Limiter {
             return Ok(in_request_order(&rules, none));
         }
         let reason = if self.redis_usable() {
-            match self.ask_redis(&live, cost).await {
+            let answer = match self.repay(&set).await {
+                Ok(()) => self.ask_redis(&live, cost).await,
+                Err(e) => Err(e),
+            };
+            match answer {
                 Ok(d) => return Ok(in_request_order(&rules, d)),
                 Err(e) => e.to_string(),
             }
@@ -533,6 +554,48 @@ impl Limiter {
                 totals.insert(r.id.clone(), u64::from(cost));
             }
         }
+    }
+
+    /// Charges what the fallback admitted to the Redis buckets (see `repay.lua`) before Redis
+    /// decides again. Debts of limits the running set no longer has are dropped (nothing enforces
+    /// their buckets). What could not be charged stays owed, and the failure counts as Redis's.
+    async fn repay(&self, set: &RuleSet) -> Result<(), StoreError> {
+        let owed = std::mem::take(&mut *self.owed.lock().unwrap_or_else(PoisonError::into_inner));
+        let debts: Vec<(String, u64, Debt)> = owed
+            .into_iter()
+            .filter_map(|(id, tokens)| {
+                let r = set.get(&id)?;
+                let debt = Debt {
+                    key: self.cfg.key_scheme.key(&id),
+                    rate: r.rate,
+                    burst: r.burst,
+                    owed: tokens as f64,
+                };
+                Some((id, tokens, debt))
+            })
+            .collect();
+        for (i, chunk) in debts.chunks(MAX_BUCKETS_PER_CALL).enumerate() {
+            let batch: Vec<Debt> = chunk.iter().map(|(_, _, d)| d.clone()).collect();
+            if let Err(e) = self.store.repay(&batch).await {
+                let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
+                for (id, tokens, _) in &debts[i * MAX_BUCKETS_PER_CALL..] {
+                    let t = owed.entry(id.clone()).or_default();
+                    *t = t.saturating_add(*tokens);
+                }
+                drop(owed);
+                self.redis_down(&e);
+                return Err(e);
+            }
+            let paid: u64 = chunk.iter().map(|(_, t, _)| *t).sum();
+            self.repaid.fetch_add(paid, Ordering::Relaxed);
+        }
+        if !debts.is_empty() {
+            tracing::info!(
+                limits = debts.len(),
+                "charged what the local fallback admitted to the Redis buckets"
+            );
+        }
+        Ok(())
     }
 
     async fn ask_redis(&self, live: &[&LimitRule], cost: u32) -> Result<Decision, StoreError> {
@@ -620,6 +683,17 @@ impl Limiter {
         }
         if allowed || hopeless {
             retry_after_s = None;
+        }
+        if allowed {
+            // What the local buckets admitted is owed to the Redis buckets of the same limits.
+            let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
+            for r in live
+                .iter()
+                .filter(|r| r.kind == LimitKind::Capacity && !r.shadow)
+            {
+                let t = owed.entry(r.id.clone()).or_default();
+                *t = t.saturating_add(u64::from(cost));
+            }
         }
         Decision {
             allowed,

@@ -12,6 +12,9 @@ use redis::aio::MultiplexedConnection;
 
 /// The script's source (see `bucket.lua` for its arguments and reply).
 pub const SCRIPT: &str = include_str!("bucket.lua");
+/// The repayment script's source (see `repay.lua`): charges what the local fallback admitted to
+/// the buckets once Redis answers again.
+pub const REPAY_SCRIPT: &str = include_str!("repay.lua");
 
 /// The most buckets one call may check.
 pub const MAX_BUCKETS_PER_CALL: usize = 32;
@@ -56,21 +59,37 @@ pub struct BucketCall {
 }
 
 impl BucketCall {
-    /// The TTL the client asks for: twice the time a full refill takes, within
-    /// [[`MIN_TTL_MS`], [`MAX_TTL_MS`]] (the script raises it to at least burst / rate regardless).
-    /// The margin keeps a bucket alive across a cut in the rate: a bucket that expired would come
-    /// back full.
+    /// The TTL the client asks for: see [`ttl_ms`].
     pub fn ttl_ms(&self) -> u64 {
-        if self.rate <= 0.0 {
-            return MAX_TTL_MS;
-        }
-        let refill_ms = (self.burst / self.rate * 2000.0).ceil();
-        if refill_ms.is_finite() && refill_ms < MAX_TTL_MS as f64 {
-            (refill_ms as u64).max(MIN_TTL_MS)
-        } else {
-            MAX_TTL_MS
-        }
+        ttl_ms(self.rate, self.burst)
     }
+}
+
+/// The TTL the client asks for a bucket of `rate` and `burst`: twice the time a full refill takes,
+/// within [[`MIN_TTL_MS`], [`MAX_TTL_MS`]] (the scripts raise it to at least burst / rate
+/// regardless). The margin keeps a bucket alive across a cut in the rate: a bucket that expired
+/// would come back full.
+pub fn ttl_ms(rate: f64, burst: f64) -> u64 {
+    if rate <= 0.0 {
+        return MAX_TTL_MS;
+    }
+    let refill_ms = (burst / rate * 2000.0).ceil();
+    if refill_ms.is_finite() && refill_ms < MAX_TTL_MS as f64 {
+        (refill_ms as u64).max(MIN_TTL_MS)
+    } else {
+        MAX_TTL_MS
+    }
+}
+
+/// What the local fallback admitted on one bucket, to be charged to it (see `repay.lua`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Debt {
+    pub key: String,
+    /// The rule numbers that apply now (the refill since the bucket's stamp is credited first).
+    pub rate: f64,
+    pub burst: f64,
+    /// Tokens the fallback admitted.
+    pub owed: f64,
 }
 
 /// A bucket's verdict in one call.
@@ -112,6 +131,7 @@ pub enum StoreError {
 pub struct RedisBuckets {
     client: redis::Client,
     sha: String,
+    repay_sha: String,
     timeout: Duration,
     conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
     loads: AtomicU64,
@@ -123,16 +143,18 @@ impl RedisBuckets {
     pub fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
         let client = redis::Client::open(url)?;
         let sha = redis::Script::new(SCRIPT).get_hash().to_owned();
+        let repay_sha = redis::Script::new(REPAY_SCRIPT).get_hash().to_owned();
         Ok(Self {
             client,
             sha,
+            repay_sha,
             timeout,
             conn: tokio::sync::Mutex::new(None),
             loads: AtomicU64::new(0),
         })
     }
 
-    /// How many times the script was loaded (once per connection, plus once per `NOSCRIPT`).
+    /// How many times the scripts were loaded (once per connection, plus once per `NOSCRIPT`).
     pub fn script_loads(&self) -> u64 {
         self.loads.load(Ordering::Relaxed)
     }
@@ -142,18 +164,6 @@ impl RedisBuckets {
         if calls.is_empty() || calls.len() > MAX_BUCKETS_PER_CALL {
             return Err(StoreError::BucketCount(calls.len()));
         }
-        let result = tokio::time::timeout(self.timeout, self.run_unbounded(calls)).await;
-        let result = result.unwrap_or(Err(StoreError::Timeout(self.timeout)));
-        if let Err(StoreError::Timeout(_) | StoreError::Redis(_)) = &result {
-            // A half-dead connection would fail every call after it: make a new one next time.
-            *self.conn.lock().await = None;
-        }
-        let reply = result?;
-        parse_reply(&reply, calls.len())
-    }
-
-    async fn run_unbounded(&self, calls: &[BucketCall]) -> Result<redis::Value, StoreError> {
-        let mut conn = self.connection().await?;
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.sha).arg(calls.len());
         for c in calls {
@@ -166,9 +176,61 @@ impl RedisBuckets {
                 .arg(c.ttl_ms())
                 .arg(u8::from(c.enforce));
         }
+        let reply = self.bounded(&cmd).await?;
+        parse_reply(&reply, calls.len())
+    }
+
+    /// Charges `debts` to their buckets in one call within the timeout, and returns the tokens each
+    /// holds afterwards (below zero: the bucket refuses until the refill pays the rest).
+    pub async fn repay(&self, debts: &[Debt]) -> Result<Vec<f64>, StoreError> {
+        if debts.is_empty() || debts.len() > MAX_BUCKETS_PER_CALL {
+            return Err(StoreError::BucketCount(debts.len()));
+        }
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.repay_sha).arg(debts.len());
+        for d in debts {
+            cmd.arg(&d.key);
+        }
+        for d in debts {
+            cmd.arg(d.rate)
+                .arg(d.burst)
+                .arg(d.owed)
+                .arg(ttl_ms(d.rate, d.burst));
+        }
+        let reply = self.bounded(&cmd).await?;
+        let redis::Value::Array(items) = &reply else {
+            return Err(StoreError::Reply(format!(
+                "expected an array, got {reply:?}"
+            )));
+        };
+        if items.len() != debts.len() {
+            return Err(StoreError::Reply(format!(
+                "expected {} items, got {}",
+                debts.len(),
+                items.len()
+            )));
+        }
+        items.iter().map(decimal).collect()
+    }
+
+    /// Sends `cmd` (an `EVALSHA` of one of the scripts) within the timeout.
+    async fn bounded(&self, cmd: &redis::Cmd) -> Result<redis::Value, StoreError> {
+        let result = tokio::time::timeout(self.timeout, self.run_unbounded(cmd)).await;
+        let result = result.unwrap_or(Err(StoreError::Timeout(self.timeout)));
+        if let Err(StoreError::Timeout(_) | StoreError::Redis(_)) = &result {
+            // A half-dead connection would fail every call after it: make a new one next time.
+            *self.conn.lock().await = None;
+        }
+        result
+    }
+
+    async fn run_unbounded(&self, cmd: &redis::Cmd) -> Result<redis::Value, StoreError> {
+        let mut conn = self.connection().await?;
         match cmd.query_async(&mut conn).await {
             Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
-                tracing::info!("bucket script missing on the server (NOSCRIPT); loading it again");
+                tracing::info!(
+                    "bucket scripts missing on the server (NOSCRIPT); loading them again"
+                );
                 self.load(&mut conn).await?;
                 Ok(cmd.query_async(&mut conn).await?)
             }
@@ -188,18 +250,19 @@ impl RedisBuckets {
     }
 
     async fn load(&self, conn: &mut MultiplexedConnection) -> Result<(), StoreError> {
-        let sha: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(SCRIPT)
-            .query_async(conn)
-            .await?;
-        self.loads.fetch_add(1, Ordering::Relaxed);
-        if sha != self.sha {
-            return Err(StoreError::Reply(format!(
-                "server hashed the script to {sha}, expected {}",
-                self.sha
-            )));
+        for (source, want) in [(SCRIPT, &self.sha), (REPAY_SCRIPT, &self.repay_sha)] {
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(source)
+                .query_async(conn)
+                .await?;
+            if sha != *want {
+                return Err(StoreError::Reply(format!(
+                    "server hashed a script to {sha}, expected {want}"
+                )));
+            }
         }
+        self.loads.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -226,19 +289,25 @@ fn parse_reply(v: &redis::Value, n: usize) -> Result<ScriptReply, StoreError> {
             2 => BucketVerdict::CostAboveBurst,
             x => return Err(StoreError::Reply(format!("unknown verdict {x}"))),
         };
-        let tokens = match &pair[1] {
-            redis::Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()),
-            _ => None,
-        };
-        let tokens =
-            tokens.ok_or_else(|| StoreError::Reply(format!("bad tokens {:?}", pair[1])))?;
-        buckets.push((verdict, tokens));
+        buckets.push((verdict, decimal(&pair[1])?));
     }
     Ok(ScriptReply {
         allowed,
         retry_after_s,
         buckets,
     })
+}
+
+/// A token count the scripts send as a decimal string.
+fn decimal(v: &redis::Value) -> Result<f64, StoreError> {
+    let tokens = match v {
+        redis::Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .filter(|t| t.is_finite()),
+        _ => None,
+    };
+    tokens.ok_or_else(|| StoreError::Reply(format!("bad tokens {v:?}")))
 }
 
 fn int(v: &redis::Value) -> Result<i64, StoreError> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{redis_url, unique};
 use shareplane_limiter::store::{
-    BucketCall, BucketVerdict, KeyScheme, RedisBuckets, ScriptReply, SCRIPT,
+    BucketCall, BucketVerdict, Debt, KeyScheme, RedisBuckets, ScriptReply, SCRIPT,
 };
 
 /// So slow that no test lasts long enough to see a whole token come back.
@@ -296,4 +296,49 @@ async fn every_write_sets_a_ttl_of_at_least_burst_over_rate() {
         .invoke_async::<redis::Value>(&mut conn)
         .await;
     assert!(bad.is_err_and(|e| e.to_string().contains("rate of key 1")));
+}
+
+#[tokio::test]
+async fn a_repaid_debt_is_spent_from_the_bucket_and_one_beyond_it_is_refused_until_refilled() {
+    let Some(url) = redis_url("a_repaid_debt_is_spent_from_the_bucket") else {
+        return;
+    };
+    let b = buckets(&url);
+    let debt = |key: &str, rate, burst, owed| Debt {
+        key: key.to_owned(),
+        rate,
+        burst,
+        owed,
+    };
+    let repay = |d: Debt| {
+        let b = &b;
+        async move {
+            b.repay(&[d])
+                .await
+                .unwrap_or_else(|e| panic!("repay failed: {e}"))[0]
+        }
+    };
+    // A bucket the fallback owes 3 of 10: 7 left (a missing bucket starts full).
+    let key = KeyScheme::PerLimit.key(&unique("repay"));
+    assert!(near(repay(debt(&key, SLOW, 10.0, 3.0)).await, 7.0));
+    let (allowed, left) = tokens(&b, call(&key, SLOW, 10.0, 1.0)).await;
+    assert!(allowed && near(left, 6.0), "{left}");
+    // A debt beyond what the bucket holds leaves it below zero: refused, with the wait that pays
+    // the rest and then the cost (rate 1/s: 6 - 9 = -3, so 4 s for a cost of 1).
+    let owed = KeyScheme::PerLimit.key(&unique("repay-over"));
+    assert!(near(repay(debt(&owed, 1.0, 6.0, 9.0)).await, -3.0));
+    let r = run(&b, &[call(&owed, 1.0, 6.0, 1.0)]).await;
+    assert!(!r.allowed);
+    assert_eq!(r.retry_after_s, Some(4));
+    // The refill since the bucket's stamp is credited before the debt, the clamp after it: a full
+    // bucket of 10 at 1,000/s left alone for 50 ms owes 40: 10 + 50 - 40 = 20, clamped to 10.
+    let fast = KeyScheme::PerLimit.key(&unique("repay-refill"));
+    let _ = run(&b, &[call(&fast, 1_000.0, 10.0, 0.0)]).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let left = repay(debt(&fast, 1_000.0, 10.0, 40.0)).await;
+    assert!(left > 9.99, "{left}");
+    // Bad numbers are the script's error, not a silent charge.
+    let bad = b.repay(&[debt(&key, -1.0, 10.0, 1.0)]).await;
+    assert!(bad.is_err_and(|e| e.to_string().contains("finite numbers")));
+    assert!(b.repay(&[]).await.is_err());
 }

@@ -144,12 +144,15 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     let stats = limiter.stats();
     eprintln!(
-        "shareplane-loadgen: {} s, sent {}, admitted {}, fallback decisions {}, redis failures {}",
+        "shareplane-loadgen: {} s, sent {}, admitted {}, fallback decisions {}, redis failures {}, \
+         fallback tokens repaid to Redis {} (owed {})",
         seconds.len(),
         seconds.iter().map(|s| s.sent).sum::<u64>(),
         seconds.iter().map(|s| s.admitted).sum::<u64>(),
         stats.fallback_decisions,
-        stats.redis_failures
+        stats.redis_failures,
+        stats.fallback_repaid,
+        stats.fallback_owed
     );
     Ok(())
 }
