@@ -138,7 +138,7 @@ if [ -x "$TERRAFORM" ] && [ -n "$PROVIDER_DIR" ]; then
     (cd "$VALIDATE/infra/$dir" && TF_CLI_CONFIG_FILE="$VALIDATE/tfrc" TF_DATA_DIR="$VALIDATE/$(basename "$dir").terraform" \
       "$TERRAFORM" init -input=false -backend=false >/dev/null &&
       TF_CLI_CONFIG_FILE="$VALIDATE/tfrc" TF_DATA_DIR="$VALIDATE/$(basename "$dir").terraform" "$TERRAFORM" validate -no-color |
-      sed "s|^|    $dir (aws provider $VERSION): |")
+      sed -n "s|^\(..*\)|    $dir (aws provider $VERSION): \1|p")
   done
   rm -rf "$VALIDATE"
 else
