@@ -101,7 +101,8 @@ cat "$SHAREPLANE_E2E_REPORT" || { echo "tests/e2e wrote no figures: did the end-
 
 step "dashboard in a headless browser (chromium + playwright-core)"
 apt_install chromium
-cargo build -p shareplane --locked
+# target/debug/shareplane is this run's build (step "binaries…" above, or cargo test's after it): a
+# `cargo build -p shareplane` here would build it again with another feature set, for minutes.
 (cd tests/browser && long "npm ci (tests/browser)" npm ci --no-audit --no-fund && timeout 300 node dashboard.test.mjs)
 
 if [ -x infra/test.sh ]; then

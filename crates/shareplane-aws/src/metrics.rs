@@ -10,6 +10,7 @@
 //! | `RejectedRecords`             | Region          | Count   |
 //! | `RebalancesWithoutFreshData`  | Region          | Count   |
 //! | `Ready`                       | Region          | None (1 or 0) |
+//! | `LongestWaitForRecordSeconds` | Region          | Seconds (leader only) |
 //!
 //! Datums go out in batches of at most [`MAX_DATUMS_PER_CALL`] and about 800 KB of request, below
 //! CloudWatch's limits of 1000 datums and 1 MB. Non-finite values, which CloudWatch refuses, are
@@ -84,6 +85,18 @@ impl Point {
             dims,
             count as f64,
             Unit::Count,
+        )
+    }
+
+    /// How long (by own rebalances) the leader has been unable to close some peer's ended epoch
+    /// for want of its last record: that epoch's room is frozen, held by nobody, meanwhile. 0 when
+    /// it waits for none. Lasting, the room is stranded.
+    pub fn longest_wait_for_record(region: &str, seconds: f64) -> Point {
+        Point::new(
+            "LongestWaitForRecordSeconds",
+            vec![("Region", region.into())],
+            seconds,
+            Unit::Seconds,
         )
     }
 

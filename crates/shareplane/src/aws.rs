@@ -86,6 +86,16 @@ pub fn points(
             out.push(Point::peer_record_age(&view.region, &p.region, secs));
         }
     }
+    if view.role == "leader" {
+        let longest = view
+            .peers
+            .iter()
+            .filter_map(|p| p.waiting_for_record)
+            .max()
+            .unwrap_or(0);
+        let secs = f64::from(longest) * view.period_ms as f64 / 1000.0;
+        out.push(Point::longest_wait_for_record(&view.region, secs));
+    }
     out.push(Point::rejected_records(&view.region, rejected_since_last));
     out.push(Point::rebalances_without_fresh_data(
         &view.region,

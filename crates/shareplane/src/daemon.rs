@@ -100,6 +100,9 @@ pub struct Daemon<S, H> {
     peer_records: Vec<Option<Arc<RegionRecord>>>,
     own_seen: Option<Arc<RegionRecord>>,
     alarms: Vec<String>,
+    /// Own rebalances in a row (as leader) that could not close each peer's ended epoch for want
+    /// of its last record, by Region index.
+    waiting_for_record: Vec<u32>,
     paused: watch::Receiver<bool>,
     /// The demand in the own record this replica last resumed from, by limit index: used
     /// instead of the demand book until the book has a whole window (SPEC §7).
@@ -126,6 +129,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             peer_records: vec![None; n],
             own_seen: None,
             alarms: Vec::new(),
+            waiting_for_record: vec![0; n],
             paused: watch::channel(false).1,
             durable_demand: None,
         }
@@ -494,6 +498,10 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         });
         self.shared.metrics.rebalances.inc();
         self.alarms = alarm_names(&decision.alarms, &self.shared);
+        for (i, w) in self.waiting_for_record.iter_mut().enumerate() {
+            let waiting = decision.alarms.waiting_for_record.iter().any(|r| r.index() == i);
+            *w = if waiting { w.saturating_add(1) } else { 0 };
+        }
         if decision.alarms.stale_view {
             self.shared.metrics.stale_rebalances.inc();
         }
@@ -662,15 +670,17 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     fn update_view(&mut self) {
         let d = self.shared.d.clone();
         let me = self.shared.me;
-        let (role, own, peer_records, peer_views) = match &self.coord {
+        let (role, own, peer_records, peer_views, waiting) = match &self.coord {
             Some(c) if self.lease_until_ms > 0 => {
                 let recs = regions(d.n()).map(|r| c.latest(r).cloned()).collect();
-                ("leader", Some(c.own().clone()), recs, Some(c.peers()))
+                let waiting = self.waiting_for_record.clone();
+                ("leader", Some(c.own().clone()), recs, Some(c.peers()), waiting)
             }
             _ => {
                 let own = self.own_seen.as_deref().cloned();
                 let peers = self.follower_peers(own.as_ref());
-                ("follower", own, self.peer_records.clone(), Some(peers))
+                let recs = self.peer_records.clone();
+                ("follower", own, recs, Some(peers), Vec::new())
             }
         };
         let view = build_view(ViewInput {
@@ -686,6 +696,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             last_error: self.last_error.clone(),
             rules_version: self.shared.rules().version,
             alarms: self.alarms.clone(),
+            waiting_for_record: waiting,
         });
         self.shared.set_view(view);
     }
@@ -708,6 +719,9 @@ fn alarm_names(a: &Alarms, shared: &Shared) -> Vec<String> {
     }
     for r in &a.reclaimed {
         out.push(format!("reclaimed:{}", shared.d.region_name(*r)));
+    }
+    for r in &a.waiting_for_record {
+        out.push(format!("waiting_for_record:{}", shared.d.region_name(*r)));
     }
     out
 }

@@ -315,6 +315,17 @@ impl Metrics {
                 );
             }
         }
+        let name = "shareplane_peer_waiting_for_record_rebalances";
+        let _ = writeln!(o, "# HELP {name} Own rebalances in a row that could not close the peer's ended epoch for want of its last record (its room is frozen meanwhile).\n# TYPE {name} gauge");
+        for p in &view.peers {
+            if let Some(w) = p.waiting_for_record {
+                let _ = writeln!(
+                    o,
+                    "{name}{{region=\"{region}\",peer=\"{}\"}} {w}",
+                    esc(&p.region)
+                );
+            }
+        }
         let name = "shareplane_alarm";
         let _ = writeln!(o, "# HELP {name} Alarms raised by the last rebalance (1 per active alarm).\n# TYPE {name} gauge");
         for a in &view.alarms {

@@ -218,6 +218,11 @@ pub struct PeerJson {
     /// `live`, `silent` or `reclaimed` (leader only; followers say `unknown`).
     pub state: &'static str,
     pub written_at_ms: u64,
+    /// Own rebalances in a row at which the peer had begun a newer epoch but the last record of
+    /// the epoch this Region accounts with had not reached it, so that epoch's room could be
+    /// neither closed nor settled (leader only). Lasting, that room is stranded (alarm
+    /// `waiting_for_record:<peer>`, CloudWatch `LongestWaitForRecordSeconds`).
+    pub waiting_for_record: Option<u32>,
 }
 
 /// Amounts are requests per second.
@@ -275,6 +280,9 @@ pub struct ViewInput<'a> {
     pub last_error: Option<String>,
     pub rules_version: u64,
     pub alarms: Vec<String>,
+    /// The leader's count of rebalances in a row waiting for each peer's record, by Region index
+    /// (empty for a follower).
+    pub waiting_for_record: Vec<u32>,
 }
 
 impl StateView {
@@ -292,6 +300,7 @@ impl StateView {
             last_error: None,
             rules_version: 0,
             alarms: Vec::new(),
+            waiting_for_record: Vec::new(),
         })
     }
 }
@@ -399,6 +408,7 @@ fn peer_view(v: &ViewInput<'_>, r: RegionId) -> PeerJson {
             None => "unknown",
         },
         written_at_ms: pv.map_or_else(|| from_rec(|x| x.written_at_ms), |p| p.written_at_ms),
+        waiting_for_record: v.waiting_for_record.get(r.index()).copied(),
     }
 }
 

@@ -388,3 +388,62 @@ async fn rules_carry_the_lease_and_a_long_poll_answers_each_renewal() {
         .render_metrics()
         .contains("shareplane_rules_lease_remaining_ms{region=\"A\"} 0"));
 }
+
+#[tokio::test]
+async fn a_peer_whose_old_epoch_cannot_be_closed_shows_in_state_metrics_and_cloudwatch() {
+    use shareplane::state::{build_view, ViewInput};
+    use shareplane_core::{Health, PeerState, PeerView, PerRegion, MAX_REGIONS};
+    let (s, _tx) = shared();
+    let rid = |i| RegionId::new(i).unwrap_or_else(|| panic!("region {i}"));
+    let peer = |i: usize| PeerView {
+        region: rid(i),
+        epoch: 2,
+        version: 9,
+        unchanged: 0,
+        state: PeerState::Live,
+        written_at_ms: 1_000,
+    };
+    let view = |role, waiting: Vec<u32>| {
+        build_view(ViewInput {
+            d: &s.d,
+            me: s.me,
+            role,
+            replica: "r0",
+            own: None,
+            peer_records: vec![None; 3],
+            peer_views: Some(vec![peer(1), peer(2)]),
+            health: PerRegion([Health::Healthy; MAX_REGIONS]),
+            store_ok: true,
+            last_error: None,
+            rules_version: 1,
+            alarms: vec!["waiting_for_record:B".into()],
+            waiting_for_record: waiting,
+        })
+    };
+    // The leader has waited 7 rebalances for B's old epoch's last record, none for C's.
+    s.set_view(view("leader", vec![0, 7, 0]));
+    let app = api::router(s.clone());
+    let (_, _, body) = call(&app, get("/v1/state")).await;
+    let v = json(&body);
+    assert_eq!(v["peers"][0]["region"], "B");
+    assert_eq!(v["peers"][0]["waiting_for_record"], 7);
+    assert_eq!(v["peers"][1]["waiting_for_record"], 0);
+    assert_eq!(v["alarms"][0], "waiting_for_record:B");
+    let (_, _, body) = call(&app, get("/metrics")).await;
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.contains("shareplane_peer_waiting_for_record_rebalances{region=\"A\",peer=\"B\"} 7"),
+        "{text}"
+    );
+    let seconds = |v: &shareplane::state::StateView| {
+        shareplane::aws::points(v, true, 0, 0)
+            .into_iter()
+            .find(|p| p.name == "LongestWaitForRecordSeconds")
+            .map(|p| p.value)
+    };
+    assert_eq!(seconds(&s.view()), Some(35.0), "7 rebalances of 5 s");
+    // A follower does not know: it publishes nothing rather than a 0 that would clear the alarm.
+    let follower = view("follower", Vec::new());
+    assert_eq!(seconds(&follower), None);
+    assert_eq!(follower.peers[0].waiting_for_record, None);
+}

@@ -15,7 +15,16 @@ export const METRICS = {
   rebalancesWithoutFreshData: { name: 'RebalancesWithoutFreshData', dimensions: ['Region'] },
   /** 1 when the daemon is ready (it has read the global records), else 0. Dimensions: Region. */
   ready: { name: 'Ready', dimensions: ['Region'] },
+  /**
+   * How long the leader has been unable to close some peer's ended epoch for want of its last
+   * record (seconds; 0 when it waits for none): that epoch's room is frozen meanwhile. Dimensions:
+   * Region.
+   */
+  longestWaitForRecordSeconds: { name: 'LongestWaitForRecordSeconds', dimensions: ['Region'] },
 } as const;
+
+/** Frozen room lasting longer than this (seconds) is stranded: the StrandedRoom alarm. */
+export const STRANDED_AFTER_SECONDS = 300;
 
 /** CloudWatch's smallest period for standard-resolution metrics. */
 export const ALARM_PERIOD_SECONDS = 60;

@@ -32,7 +32,7 @@ import { Construct } from 'constructs';
 import { skipCheckov } from './checkov';
 import { phaseMs, renderConfigToml, STANDARD_PARAMETER_LIMIT_BYTES } from './config-toml';
 import { endpointName, HEALTH_PATH } from './global-stack';
-import { ALARM_PERIOD_SECONDS, METRICS, STALE_AFTER_PERIODS } from './metrics';
+import { ALARM_PERIOD_SECONDS, METRICS, STALE_AFTER_PERIODS, STRANDED_AFTER_SECONDS } from './metrics';
 import { Settings } from './settings';
 
 /** The daemon's HTTP port (/healthz, /readyz, /metrics, /v1/rules). */
@@ -588,6 +588,13 @@ export class RegionStack extends Stack {
     add('RebalancesWithoutFreshData', `${region} rebalanced while some peer's record was not fresh.`, {
       metric: metric(METRICS.rebalancesWithoutFreshData.name, {}, 'Sum'),
       threshold: 0,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
+    add('StrandedRoom', `${region} has been unable to close a peer's ended epoch for want of its last record for more than ${STRANDED_AFTER_SECONDS} s: that room is held by nobody.`, {
+      metric: metric(METRICS.longestWaitForRecordSeconds.name, {}, 'Maximum'),
+      threshold: STRANDED_AFTER_SECONDS,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
       evaluationPeriods: 1,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,

@@ -75,6 +75,16 @@ locals {
       datapoints_to_alarm = null
       treat_missing_data  = "notBreaching"
     }
+    StrandedRoom = {
+      description         = "${var.region} has been unable to close a peer's ended epoch for want of its last record for more than 300 s: that room is held by nobody."
+      metric_name         = "LongestWaitForRecordSeconds"
+      statistic           = "Maximum"
+      comparison_operator = "GreaterThanThreshold"
+      threshold           = 300
+      evaluation_periods  = 1
+      datapoints_to_alarm = null
+      treat_missing_data  = "notBreaching"
+    }
     NotReady = {
       description         = "A shareplane daemon in ${var.region} is not ready, or publishes no metrics at all."
       metric_name         = "Ready"
