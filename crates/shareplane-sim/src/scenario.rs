@@ -135,8 +135,7 @@ impl Scenario {
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         if text.len() > MAX_FILE_BYTES {
             return Err(ScenarioError::Syntax(format!(
-                "the file has {} bytes; at most {MAX_FILE_BYTES} are read",
-                text.len()
+                "the file is larger than {MAX_FILE_BYTES} bytes, the most a scenario may have"
             )));
         }
         let raw: Raw = toml::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
@@ -503,11 +502,15 @@ impl Checker<'_> {
         for (i, r) in raw.get_ref().iter().enumerate() {
             let at = format!("region[{i}]");
             let name = r.name.get_ref().clone();
-            if name.is_empty() || name.len() > 64 || name.contains([',', '"', '<', '>', '&']) {
+            if name.is_empty()
+                || name.len() > 64
+                || name.contains([',', '"', '<', '>', '&'])
+                || name.chars().any(char::is_control)
+            {
                 self.bad(
                     &r.name,
                     &format!("{at}.name"),
-                    "must be 1 to 64 characters without , \" < > &",
+                    "must be 1 to 64 characters without , \" < > & or control characters",
                 );
             }
             if out.iter().any(|o| o.name == name) {
@@ -543,6 +546,7 @@ impl Checker<'_> {
         end: i64,
     ) -> Vec<Event> {
         let mut out = Vec::new();
+        let problems_before = self.problems.len();
         if raw.len() > MAX_EVENTS {
             self.problems.push(Problem {
                 line: None,
@@ -635,7 +639,11 @@ impl Checker<'_> {
             }
         }
         out.sort_by_key(|e| e.at_tick);
-        self.check_lifecycle(&out, names);
+        // Lifecycle order is only meaningful once every event names real Regions and has one
+        // action: otherwise it would report follow-ups of the problems above.
+        if self.problems.len() == problems_before {
+            self.check_lifecycle(&out, names);
+        }
         out
     }
 

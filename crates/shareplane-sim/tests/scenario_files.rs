@@ -137,3 +137,58 @@ fn exit_codes() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn no_regions_and_an_event_naming_an_unknown_one_is_refused_not_a_panic() {
+    // region = [] instead of the [[region]] tables, and an event that loses a Region nobody has.
+    let full = g1();
+    let head = &full[..full.find("[[region]]").expect("a [[region]] table")];
+    let first_line = head.find('\n').expect("a first line") + 1;
+    let text = format!(
+        "{}region = []\n{}[[event]]\nat_s = 1.0\nlose = \"Q\"\n",
+        &head[..first_line],
+        &head[first_line..]
+    );
+    let Err(ScenarioError::Invalid(problems)) = Scenario::parse(&text) else {
+        panic!("accepted")
+    };
+    let said: Vec<String> = problems
+        .iter()
+        .map(|p| format!("{}: {}", p.field, p.problem))
+        .collect();
+    assert!(said.iter().any(|p| p.starts_with("region")), "{said:?}");
+    assert!(said.iter().any(|p| p.contains("names \"Q\"")), "{said:?}");
+    // No follow-up about a Region the unknown name was taken for.
+    assert!(!said.iter().any(|p| p.contains("already lost")), "{said:?}");
+    // An unknown name among real Regions: one problem, about that name only.
+    let text = g1().replace("demand = { C = 7200.0 }", "restore = \"Q\"");
+    let Err(ScenarioError::Invalid(problems)) = Scenario::parse(&text) else {
+        panic!("accepted")
+    };
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].problem.contains("names \"Q\""), "{problems:?}");
+}
+
+#[test]
+fn a_region_name_with_a_control_character_is_refused() {
+    let text = g1().replacen("name = \"A\"", "name = \"A\\u0000\"", 1);
+    assert_ne!(text, g1(), "the G1 file names Region A");
+    assert!(refused(&text).contains("control characters"));
+}
+
+#[test]
+fn a_file_that_is_too_large_says_so_without_a_made_up_size() {
+    let text = format!(
+        "{}\n#{}\n",
+        g1(),
+        "x".repeat(shareplane_sim::scenario::MAX_FILE_BYTES)
+    );
+    let msg = refused(&text);
+    assert!(
+        msg.contains(&format!(
+            "larger than {} bytes",
+            shareplane_sim::scenario::MAX_FILE_BYTES
+        )),
+        "{msg}"
+    );
+}

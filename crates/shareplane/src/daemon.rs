@@ -499,7 +499,11 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         self.shared.metrics.rebalances.inc();
         self.alarms = alarm_names(&decision.alarms, &self.shared);
         for (i, w) in self.waiting_for_record.iter_mut().enumerate() {
-            let waiting = decision.alarms.waiting_for_record.iter().any(|r| r.index() == i);
+            let waiting = decision
+                .alarms
+                .waiting_for_record
+                .iter()
+                .any(|r| r.index() == i);
             *w = if waiting { w.saturating_add(1) } else { 0 };
         }
         if decision.alarms.stale_view {
@@ -674,7 +678,13 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             Some(c) if self.lease_until_ms > 0 => {
                 let recs = regions(d.n()).map(|r| c.latest(r).cloned()).collect();
                 let waiting = self.waiting_for_record.clone();
-                ("leader", Some(c.own().clone()), recs, Some(c.peers()), waiting)
+                (
+                    "leader",
+                    Some(c.own().clone()),
+                    recs,
+                    Some(c.peers()),
+                    waiting,
+                )
             }
             _ => {
                 let own = self.own_seen.as_deref().cloned();
