@@ -137,6 +137,20 @@ export const DEFAULT_CONFIG_FETCH_IMAGE = 'public.ecr.aws/aws-cli/aws-cli:2.22.0
  * Keys the infrastructure writes itself (see config-toml.ts), keys that must not sit in a plain
  * parameter (`api_token` comes from Secrets Manager) and keys that make no sense on AWS.
  */
+/**
+ * The soonest Route 53 can call a Region unhealthy after its daemon died: the first failed probe
+ * may come at once, then failure threshold − 1 more intervals (global-stack.ts: every 10 s, 3
+ * failures). Keep in step with HEALTH_CHECK_INTERVAL_SECONDS and HEALTH_CHECK_FAILURE_THRESHOLD
+ * (a test checks it).
+ */
+export const MIN_DETECTION_SECONDS = 20;
+/**
+ * The daemon counts a peer silent after 3 own rebalances (silent_after), and gateways' leases are
+ * shorter than (3 − 1) periods; they must run out before the health check can call the Region
+ * unhealthy, so 2 × period ≤ MIN_DETECTION_SECONDS.
+ */
+export const MAX_PERIOD_SECONDS = MIN_DETECTION_SECONDS / 2;
+
 const RESERVED_KEYS = [
   'region', 'table', 'metrics_namespace', 'listen', 'period_ms', 'phase_ms', 'regions', 'limits',
   'api_token', 'store', 'aws_endpoint', 'replica_id',
@@ -208,6 +222,11 @@ export function parseSettings(raw: unknown): Settings {
     p.add(`logRetentionDays: ${s.logRetentionDays} is not one of CloudWatch Logs' values (${RETENTION_DAYS.join(', ')})`);
   }
   if (s.alarmEmail !== '' && !EMAIL_RE.test(s.alarmEmail)) p.add('alarmEmail: not an e-mail address');
+  if (s.periodSeconds > MAX_PERIOD_SECONDS) {
+    p.add(`periodSeconds: ${s.periodSeconds} s gives gateways a rule-set lease of up to ${2 * s.periodSeconds} s `
+      + `(2 periods), but Route 53 may call a dead daemon's Region unhealthy ${MIN_DETECTION_SECONDS} s after it died; `
+      + `the lease must run out before that (docs/PROTOCOL.md, residual risk 5): use at most ${MAX_PERIOD_SECONDS}`);
+  }
   p.throwIfAny();
   return s;
 }

@@ -127,3 +127,13 @@ test('more than 64 limits need the config in S3, which takes up to 200', () => {
   assert.deepEqual(problems((r) => { r.limits = limits(200); r.configSource = 's3'; }), []);
   assert.match(problems((r) => { r.limits = limits(201); r.configSource = 's3'; }).join(), /1 to 200 limits/);
 });
+
+test('a period whose gateway lease could outlast the health check\'s detection is refused', async () => {
+  const { HEALTH_CHECK_FAILURE_THRESHOLD, HEALTH_CHECK_INTERVAL_SECONDS } = await import('../lib/global-stack');
+  const { MAX_PERIOD_SECONDS, MIN_DETECTION_SECONDS } = await import('../lib/settings');
+  assert.equal(MIN_DETECTION_SECONDS, (HEALTH_CHECK_FAILURE_THRESHOLD - 1) * HEALTH_CHECK_INTERVAL_SECONDS);
+  assert.deepEqual(problems((r) => (r.periodSeconds = MAX_PERIOD_SECONDS)), []);
+  const found = problems((r) => (r.periodSeconds = MAX_PERIOD_SECONDS + 1));
+  assert.equal(found.length, 1, found.join('\n'));
+  assert.match(found[0], /^periodSeconds: 11 s .* residual risk 5.* at most 10$/);
+});

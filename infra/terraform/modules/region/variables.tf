@@ -176,6 +176,13 @@ variable "period_seconds" {
   description = "The daemon's rebalance period; Region i of n rebalances at i/n of it; a peer record older than 3 periods raises the stale alarm."
   type        = number
   default     = 5
+  validation {
+    # Gateways' rule-set leases last up to 2 periods and must run out before Route 53 can call a
+    # dead daemon's Region unhealthy: 20 s at the global module's 10 s interval and 3 failures
+    # (docs/PROTOCOL.md, residual risk 5).
+    condition     = var.period_seconds >= 1 && var.period_seconds <= 10
+    error_message = "period_seconds must be 1 to 10: a longer period gives gateways a lease that could outlast the health check's 20 s detection (docs/PROTOCOL.md, residual risk 5)."
+  }
 }
 
 variable "alarm_email" {
