@@ -1,5 +1,5 @@
-//! SPEC.md §9 reference runs: each scenario in simulations/scenarios/ runs through the simulator
-//! and its figures are checked against the numbers written in SPEC.md §9 (values within ±1,
+//! The §9 reference runs (docs/SPEC.md): each scenario in simulations/scenarios/ runs through the
+//! simulator and its figures are checked against the numbers written in §9 (values within ±1,
 //! times within ±0.01 s).
 
 use shareplane_sim::scenario::Scenario;
