@@ -95,6 +95,8 @@ pub struct Daemon<S, H> {
     /// have answered its health check meanwhile.
     stalled: bool,
     last_health: PerRegion<Health>,
+    /// The last health read outlasted the call bound (logged once each way).
+    health_timing_out: bool,
     store_ok: bool,
     last_error: Option<String>,
     peer_records: Vec<Option<Arc<RegionRecord>>>,
@@ -124,6 +126,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             unwritten_epoch: false,
             stalled: false,
             last_health: PerRegion::default(),
+            health_timing_out: false,
             store_ok: true,
             last_error: None,
             peer_records: vec![None; n],
@@ -404,10 +407,34 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
 
     async fn read_health(&mut self) -> PerRegion<Health> {
         let t = Duration::from_millis(self.opts.call_timeout_ms);
-        // Health that cannot be read in time is Unknown, never Unhealthy.
-        let h = tokio::time::timeout(t, self.health.read())
-            .await
-            .unwrap_or_default();
+        let h = tokio::time::timeout(t, self.health.read()).await;
+        self.take_health(h)
+    }
+
+    /// Health that cannot be read in time is Unknown, never Unhealthy: counted, and logged once
+    /// each way.
+    fn take_health(
+        &mut self,
+        read: Result<PerRegion<Health>, tokio::time::error::Elapsed>,
+    ) -> PerRegion<Health> {
+        let h = match read {
+            Ok(h) => {
+                if self.health_timing_out {
+                    self.health_timing_out = false;
+                    info!(region = %self.shared.region, "health reads answer in time again");
+                }
+                h
+            }
+            Err(_) => {
+                self.shared.metrics.health_reads_timed_out.inc();
+                if !self.health_timing_out {
+                    self.health_timing_out = true;
+                    warn!(region = %self.shared.region, bound_ms = self.opts.call_timeout_ms,
+                          "a health read outlasted the call bound: every Region reads as unknown (never unhealthy) until one answers in time");
+                }
+                PerRegion::default()
+            }
+        };
         self.last_health = h;
         h
     }
@@ -475,9 +502,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             self.call(self.store.read_all()),
             tokio::time::timeout(t, self.health.read())
         );
-        // Health that cannot be read in time is Unknown, never Unhealthy.
-        let health = health.unwrap_or_default();
-        self.last_health = health;
+        let health = self.take_health(health);
         if !self.absorb(fetched) {
             self.shared
                 .metrics

@@ -71,7 +71,7 @@ pub struct Extra {
 }
 
 /// Every replica-wide metric, defined here and nowhere else.
-const SCALARS: [Scalar; 18] = [
+const SCALARS: [Scalar; 19] = [
     (
         "shareplane_rebalances_total",
         "counter",
@@ -131,6 +131,12 @@ const SCALARS: [Scalar; 18] = [
         "counter",
         "Rebalances at which no peer had written since the previous one.",
         |m, _| m.stale_rebalances.get(),
+    ),
+    (
+        "shareplane_health_reads_timed_out_total",
+        "counter",
+        "Health reads that outlasted the call bound (every Region read as unknown for that rebalance).",
+        |m, _| m.health_reads_timed_out.get(),
     ),
     (
         "shareplane_metric_publish_failed_total",
@@ -269,6 +275,7 @@ pub struct Metrics {
     pub metric_publish_failed: Counter,
     pub stale_rebalances: Counter,
     pub rules_lease_renewals: Counter,
+    pub health_reads_timed_out: Counter,
 }
 
 impl Metrics {
