@@ -171,6 +171,11 @@ fn start_loadgen(
         &DURATION_S.to_string(),
         "--report-every-ms",
         &REPORT_EVERY_MS.to_string(),
+        // The gateway's Redis bound: this test runs a dozen processes on a few cores, where a
+        // 50 ms bound (the production default) times calls out under load and brings in the local
+        // fallback, which is not what it measures (crates/shareplane-limiter/tests/stall.rs does).
+        "--redis-timeout-ms",
+        "250",
         "--ready-timeout-s",
         "20",
         "--start-at-unix-ms",
