@@ -125,6 +125,8 @@ pub enum StoreError {
     Reply(String),
     #[error("a call checks 1 to {MAX_BUCKETS_PER_CALL} buckets, not {0}")]
     BucketCount(usize),
+    #[error("Redis setting: {0}")]
+    Setting(String),
 }
 
 /// The script in one Redis/Valkey server (or replication group endpoint).
@@ -138,10 +140,36 @@ pub struct RedisBuckets {
 }
 
 impl RedisBuckets {
-    /// Prepares a client for `url` (`redis://host:port/`). Nothing is sent until the first call, so
+    /// Prepares a client for `url` (`redis://host:port/`, or `rediss://` for TLS with the system's
+    /// roots). Nothing is sent until the first call, so
     /// a gateway can start while Redis is down.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url)?;
+        Self::with_ca(url, timeout, None)
+    }
+
+    /// [`RedisBuckets::new`] for `redis://` or `rediss://` (TLS); `ca_pem` holds the PEM
+    /// certificates that sign a `rediss://` server's certificate (`None`: the system's roots).
+    /// A CA with a `redis://` URL is refused rather than silently unused.
+    pub fn with_ca(
+        url: &str,
+        timeout: Duration,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Self, StoreError> {
+        let client = match ca_pem {
+            None => redis::Client::open(url)?,
+            Some(_) if !url.starts_with("rediss://") => {
+                return Err(StoreError::Setting(
+                    "a CA certificate is given but the Redis URL is not rediss://".to_owned(),
+                ))
+            }
+            Some(pem) => redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.to_vec()),
+                },
+            )?,
+        };
         let sha = redis::Script::new(SCRIPT).get_hash().to_owned();
         let repay_sha = redis::Script::new(REPAY_SCRIPT).get_hash().to_owned();
         Ok(Self {
