@@ -9,7 +9,9 @@
 //!   Limits may also come from the `x-shareplane-limit` header (comma-separated) and the cost from
 //!   `x-shareplane-cost`, so a proxy can set them per request. Any method is accepted (ForwardAuth
 //!   forwards the client's); the body is ignored and bounded.
-//! - `GET /metrics` (Prometheus text), `GET /healthz` (200 once a rule set is loaded, else 503).
+//! - `GET /metrics` (Prometheus text), `GET /healthz`: 503 until a rule set is loaded and Redis
+//!   was reached once, then 200 (a one-way latch: later Redis failures are served by the failure
+//!   policies, and the body says so).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,13 +174,18 @@ async fn metrics(State(app): State<App>) -> Response {
 
 async fn healthz(State(app): State<App>) -> Response {
     let l = &app.decider.limiter;
-    match l.rules() {
-        None => (
+    match (l.rules(), l.redis_reached_once()) {
+        (None, _) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "no rule set loaded yet\n".to_owned(),
         )
             .into_response(),
-        Some(set) => {
+        (Some(_), Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("Redis not reached yet: {e}\n"),
+        )
+            .into_response(),
+        (Some(set), Ok(())) => {
             let lease = l
                 .stats()
                 .lease_remaining

@@ -95,6 +95,7 @@ pub async fn serve(
     let limiter = Arc::new(
         Limiter::new(cfg.limiter.clone()).map_err(|e| GatewayError::Limiter(e.to_string()))?,
     );
+    limiter.warm_up();
     let client =
         shareplane_limiter::http::client().map_err(|e| GatewayError::Limiter(e.to_string()))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -744,6 +744,18 @@ impl Limiter {
         }
     }
 
+    /// Starts connecting to Redis in the background (see [`RedisBuckets::warm_up`]), so that the
+    /// first checks need not wait for a TLS set-up. Must be called within a tokio runtime.
+    pub fn warm_up(&self) {
+        self.store.warm_up();
+    }
+
+    /// Whether Redis was ever reached (a one-way latch; `Err` with the last connection error
+    /// while it never was).
+    pub fn redis_reached_once(&self) -> Result<(), String> {
+        self.store.connected_once()
+    }
+
     /// Whether the last Redis call failed and no call has succeeded since: decisions come from
     /// the failure policies (see [`crate::fallback`]).
     pub fn in_fallback(&self) -> bool {

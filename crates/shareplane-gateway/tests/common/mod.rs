@@ -134,6 +134,11 @@ pub struct Gateway {
 impl Gateway {
     /// Serves with `flags` (the listeners are chosen here) over `file`.
     pub async fn start(file: FileConfig, mut flags: Flags) -> Gateway {
+        // The gateway's log in the test's captured output (shown when it fails).
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter("info")
+            .try_init();
         let grpc = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .unwrap_or_else(|e| panic!("bind: {e}"));
@@ -164,18 +169,27 @@ impl Gateway {
         }
     }
 
-    /// Waits until `/healthz` says a rule set is loaded.
+    /// Waits until `/healthz` says ready (a rule set loaded, Redis reached).
     pub async fn ready(&self) {
+        let last = self.health_until(|status, _| status == 200).await;
+        assert_eq!(last.0, 200, "the gateway never became ready: {}", last.1);
+    }
+
+    /// Polls `/healthz` (for at most 5 s) until `done(status, body)`; returns the last answer.
+    pub async fn health_until(&self, done: impl Fn(u16, &str) -> bool) -> (u16, String) {
         let client = reqwest::Client::new();
+        let mut last = (0, String::new());
         for _ in 0..200 {
             if let Ok(r) = client.get(format!("{}/healthz", self.http)).send().await {
-                if r.status().is_success() {
-                    return;
+                let status = r.status().as_u16();
+                last = (status, r.text().await.unwrap_or_default());
+                if done(last.0, &last.1) {
+                    break;
                 }
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        panic!("the gateway never loaded a rule set");
+        last
     }
 
     /// Stops it and waits for the drain.
