@@ -293,6 +293,26 @@ mod tests {
     }
 
     #[test]
+    fn the_config_file_in_docs_gateways_md_is_valid() {
+        let docs = include_str!("../../../docs/gateways.md");
+        let start = docs.find("```toml\n").map_or(0, |i| i + 8);
+        let len = docs[start..].find("```").unwrap_or(0);
+        let mut file: FileConfig =
+            toml::from_str(&docs[start..start + len]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            file.redis_ca.take().is_some(),
+            "the example names a CA file"
+        );
+        let c = resolve(file, Flags::default()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c.limiter.failure.get("login"),
+            Some(&FailurePolicy::FailClosed)
+        );
+        assert_eq!(c.descriptors.len(), 1);
+        assert_eq!(c.limiter.gateways_per_region, 4);
+    }
+
+    #[test]
     fn a_ca_needs_a_tls_url() {
         let dir = std::env::temp_dir().join(format!("sp-gw-ca-{}", std::process::id()));
         let _ = std::fs::create_dir_all(&dir);

@@ -1,5 +1,5 @@
-//! The HTTP check behind a real NGINX (`auth_request`, with `error_page 403 =429` as
-//! docs/gateways.md shows) in front of a small upstream, driven with curl; and the check as
+//! The HTTP check behind a real NGINX running docs/gateways.md's configuration (`auth_request`,
+//! `error_page 403 =429`) in front of a small upstream, driven with curl; and the check as
 //! Traefik ForwardAuth sees it (429 with Retry-After straight from the gateway).
 
 mod common;
@@ -20,8 +20,37 @@ fn free_port() -> u16 {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The configuration of docs/gateways.md's NGINX section, with test paths and ports.
+/// The first fenced block of `lang` in docs/gateways.md.
+fn docs_block(lang: &str) -> String {
+    let docs = include_str!("../../../docs/gateways.md");
+    let open = format!("```{lang}\n");
+    let start = docs
+        .find(&open)
+        .unwrap_or_else(|| panic!("docs/gateways.md has no {lang} block"))
+        + open.len();
+    let len = docs[start..].find("```").unwrap_or(0);
+    docs[start..start + len].to_owned()
+}
+
+/// docs/gateways.md's NGINX configuration as printed there, with this test's ports and limit,
+/// inside an `http` block that keeps every file NGINX writes in `dir`.
 fn nginx_conf(dir: &Path, front: u16, upstream: u16, gateway: &str, limit: &str) -> String {
+    let mut snippet = docs_block("nginx");
+    for (from, to) in [
+        (
+            "127.0.0.1:8082",
+            gateway.trim_start_matches("http://").to_owned(),
+        ),
+        ("listen 80;", format!("listen 127.0.0.1:{front};")),
+        ("127.0.0.1:9000", format!("127.0.0.1:{upstream}")),
+        ("limit=k-big", format!("limit={limit}")),
+    ] {
+        assert!(
+            snippet.contains(from),
+            "the docs' NGINX snippet no longer has {from:?}"
+        );
+        snippet = snippet.replace(from, &to);
+    }
     let d = dir.display();
     format!(
         r#"daemon off;
@@ -43,28 +72,7 @@ http {{
         location / {{ return 200 "upstream\n"; }}
     }}
 
-    server {{
-        listen 127.0.0.1:{front};
-
-        location = /_shareplane {{
-            internal;
-            proxy_pass {gateway}/v1/auth_request?limit={limit};
-            proxy_pass_request_body off;
-            proxy_set_header Content-Length "";
-        }}
-
-        location / {{
-            auth_request /_shareplane;
-            auth_request_set $shareplane_retry_after $upstream_http_retry_after;
-            error_page 403 =429 @shareplane_refused;
-            proxy_pass http://127.0.0.1:{upstream};
-        }}
-
-        location @shareplane_refused {{
-            add_header Retry-After $shareplane_retry_after always;
-            return 429 "too many requests\n";
-        }}
-    }}
+{snippet}
 }}
 "#
     )
