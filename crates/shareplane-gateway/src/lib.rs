@@ -129,18 +129,28 @@ pub async fn serve(
         let stop = stopped();
         tokio::spawn(async move {
             let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
-            tonic::transport::Server::builder()
+            let r = tonic::transport::Server::builder()
                 .concurrency_limit_per_connection(1_024)
                 .timeout(Duration::from_secs(5))
                 .add_service(svc.into_server())
                 .serve_with_incoming_shutdown(incoming, stop)
-                .await
+                .await;
+            if let Err(e) = &r {
+                tracing::error!(error = %e, "gRPC server stopped");
+            }
+            r
         })
     });
     let http_server = http.map(|l| {
         let app = http::router(decider.clone(), cfg.ratelimit_headers);
         let stop = stopped();
-        tokio::spawn(async move { axum::serve(l, app).with_graceful_shutdown(stop).await })
+        tokio::spawn(async move {
+            let r = axum::serve(l, app).with_graceful_shutdown(stop).await;
+            if let Err(e) = &r {
+                tracing::error!(error = %e, "HTTP server stopped");
+            }
+            r
+        })
     });
     tracing::info!(rules = %cfg.rules_url, redis = %redact(&cfg.limiter.redis_url), "gateway serving");
     shutdown.await;
