@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need (Redis and Python's
-# venv from Debian, moto's server from PyPI, Chromium for the dashboard test, buildah and
+# venv, NGINX and openssl from Debian, moto's server and grpcio from PyPI, Chromium for the dashboard test, buildah and
 # debootstrap for the image test, npm packages and linters for infra/), starts the local servers on
 # 127.0.0.1, runs every test, and stops the servers again.
 #
@@ -63,8 +63,11 @@ apt_install() {
 
 echo "tests/run-all.sh as $(id -un) (uid $(id -u)) on $(nproc) cores"
 
-step "system packages (Redis, Python venv)"
-apt_install redis-server python3-venv ca-certificates
+step "system packages (Redis, Python venv, NGINX and openssl for the gateway tests)"
+apt_install redis-server python3-venv ca-certificates nginx-light openssl curl
+# The gateway tests run their own NGINX (auth_request) and find it here.
+export SHAREPLANE_TEST_NGINX
+SHAREPLANE_TEST_NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 step "moto server (local DynamoDB and CloudWatch)"
 if [ ! -x "$ROOT/.venv-moto/bin/moto_server" ]; then
@@ -77,6 +80,14 @@ MOTO_PORT=$(free_port)
 PIDS+=($!)
 export SHAREPLANE_TEST_MOTO_URL="http://127.0.0.1:$MOTO_PORT"
 for _ in $(seq 50); do curl -fs "$SHAREPLANE_TEST_MOTO_URL/moto-api/" >/dev/null 2>&1 && break; sleep 0.2; done
+
+step "grpcio (a gRPC client of Envoy's rate limit service that this project did not write)"
+if [ ! -x "$ROOT/.venv-grpc/bin/python" ] || ! "$ROOT/.venv-grpc/bin/python" -c 'import grpc' 2>/dev/null; then
+  rm -rf "$ROOT/.venv-grpc"
+  python3 -m venv "$ROOT/.venv-grpc"
+  long "pip install grpcio" "$ROOT/.venv-grpc/bin/pip" install --disable-pip-version-check --progress-bar off grpcio
+fi
+export SHAREPLANE_TEST_GRPC_PYTHON="$ROOT/.venv-grpc/bin/python"
 
 step "redis server"
 REDIS_PORT=$(free_port)

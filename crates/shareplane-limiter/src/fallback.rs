@@ -63,6 +63,29 @@ pub struct FallbackLimit<'a> {
     pub shadow: bool,
 }
 
+/// What a limit does while Redis does not answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailurePolicy {
+    /// Admit against this gateway's part of the Region's share in a local bucket (see the module
+    /// doc); what it admits is charged to Redis when Redis answers again.
+    LocalShare,
+    /// Admit every call: the limit is not enforced while Redis is away.
+    FailOpen,
+    /// Refuse every call, without a Retry-After.
+    FailClosed,
+}
+
+impl FailurePolicy {
+    /// Capacity limits keep their local share, security limits fail closed (SPEC.md §8).
+    pub fn default_for(kind: crate::rules::LimitKind) -> Self {
+        match kind {
+            crate::rules::LimitKind::Capacity => Self::LocalShare,
+            crate::rules::LimitKind::Security => Self::FailClosed,
+        }
+    }
+}
+
 /// A limit's verdict under fallback.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FallbackVerdict {

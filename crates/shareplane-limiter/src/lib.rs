@@ -42,6 +42,7 @@ pub mod store;
 pub mod watcher;
 
 pub use demand::{DemandReport, DemandReporter};
+pub use fallback::FailurePolicy;
 pub use lease::{Lease, LeaseTerms};
 pub use limiter::{
     CheckError, Decision, DecisionPath, Install, LimitDecision, Limiter, LimiterConfig,

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::fallback::{Fallback, FallbackLimit, FallbackVerdict};
+use crate::fallback::{FailurePolicy, Fallback, FallbackLimit, FallbackVerdict};
 use crate::lease::Lease;
 use crate::rules::{valid_limit_id, LimitKind, LimitRule, RuleSet, MAX_LIMITS};
 use crate::store::MAX_BUCKETS_PER_CALL;
@@ -33,6 +33,12 @@ pub struct LimiterConfig {
     pub key_scheme: KeyScheme,
     /// The Retry-After given while fenced (the lease ran out); whole seconds, at least 1.
     pub fence_retry_after: Duration,
+    /// What a limit does while Redis does not answer, by limit id; a limit not named here gets
+    /// [`FailurePolicy::default_for`] its kind (local share for capacity, closed for security).
+    pub failure: BTreeMap<String, FailurePolicy>,
+    /// PEM certificates of the CAs that sign a `rediss://` server's certificate (`None`: the
+    /// system's roots).
+    pub redis_ca_pem: Option<Vec<u8>>,
 }
 
 impl LimiterConfig {
@@ -48,7 +54,17 @@ impl LimiterConfig {
             probe_after: Duration::from_secs(1),
             key_scheme: KeyScheme::PerLimit,
             fence_retry_after: Duration::from_secs(1),
+            failure: BTreeMap::new(),
+            redis_ca_pem: None,
         }
+    }
+
+    /// The failure policy of limit `id` of kind `kind`.
+    pub fn failure_policy(&self, id: &str, kind: LimitKind) -> FailurePolicy {
+        self.failure
+            .get(id)
+            .copied()
+            .unwrap_or(FailurePolicy::default_for(kind))
     }
 
     /// Every problem with the configuration, with its field.
@@ -118,8 +134,11 @@ pub enum Verdict {
     CostAboveBurst,
     /// The limit was rejected at load time and refuses every call (no Retry-After).
     HeldClosed,
-    /// Redis did not answer and this is a security limit (no Retry-After).
+    /// Redis did not answer and the limit fails closed (a security limit by default; no
+    /// Retry-After).
     FailClosed,
+    /// Redis did not answer and the limit fails open: admitted without a check.
+    FailOpen,
     /// Not evaluated (a shadow limit under fallback, or a call refused before evaluation).
     NotChecked,
     /// A capacity limit while the rule set's lease has run out: refused with a Retry-After
@@ -250,7 +269,11 @@ impl Limiter {
         if !errors.is_empty() {
             return Err(ConfigError::Invalid(errors));
         }
-        let store = RedisBuckets::new(&cfg.redis_url, cfg.redis_timeout)?;
+        let store = RedisBuckets::with_ca(
+            &cfg.redis_url,
+            cfg.redis_timeout,
+            cfg.redis_ca_pem.as_deref(),
+        )?;
         Ok(Self {
             fallback: Mutex::new(Fallback::new(cfg.gateways_per_region)),
             owed: Mutex::new(BTreeMap::new()),
@@ -643,13 +666,19 @@ impl Limiter {
 
     fn ask_fallback(&self, live: &[&LimitRule], cost: u32, reason: String) -> Decision {
         self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
+        let policies: Vec<FailurePolicy> = live
+            .iter()
+            .map(|r| self.cfg.failure_policy(&r.id, r.kind))
+            .collect();
         let asks: Vec<FallbackLimit<'_>> = live
             .iter()
-            .map(|r| FallbackLimit {
+            .zip(&policies)
+            .filter(|(_, p)| **p != FailurePolicy::FailOpen)
+            .map(|(r, p)| FallbackLimit {
                 id: &r.id,
                 rate: r.rate,
                 burst: r.burst,
-                security: r.kind == LimitKind::Security,
+                security: *p == FailurePolicy::FailClosed,
                 shadow: r.shadow,
             })
             .collect();
@@ -662,7 +691,17 @@ impl Limiter {
         // A fail-closed limit, or a short one that no wait helps, leaves no Retry-After to give.
         let mut hopeless = false;
         let mut limits = Vec::with_capacity(live.len());
-        for (r, v) in live.iter().zip(verdicts) {
+        let mut verdicts = verdicts.into_iter();
+        for (r, p) in live.iter().zip(&policies) {
+            if *p == FailurePolicy::FailOpen {
+                limits.push(limit_decision(r, Verdict::FailOpen));
+                continue;
+            }
+            let Some(v) = verdicts.next() else {
+                // The fallback answers one verdict per limit asked; nothing is left to read.
+                limits.push(limit_decision(r, Verdict::NotChecked));
+                continue;
+            };
             let (verdict, tokens) = match v {
                 FallbackVerdict::Admit(t) => (Verdict::Admit, Some(t)),
                 FallbackVerdict::Short(t, wait) => {
@@ -687,9 +726,11 @@ impl Limiter {
         if allowed {
             // What the local buckets admitted is owed to the Redis buckets of the same limits.
             let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
+            // A limit that fails open spent no local tokens: nothing is owed for it.
             for r in live
                 .iter()
-                .filter(|r| r.kind == LimitKind::Capacity && !r.shadow)
+                .zip(&policies)
+                .filter_map(|(r, p)| (*p == FailurePolicy::LocalShare && !r.shadow).then_some(r))
             {
                 let t = owed.entry(r.id.clone()).or_default();
                 *t = t.saturating_add(u64::from(cost));
@@ -701,6 +742,27 @@ impl Limiter {
             path: DecisionPath::Fallback(reason),
             limits,
         }
+    }
+
+    /// Starts connecting to Redis in the background (see [`RedisBuckets::warm_up`]), so that the
+    /// first checks need not wait for a TLS set-up. Must be called within a tokio runtime.
+    pub fn warm_up(&self) {
+        self.store.warm_up();
+    }
+
+    /// Whether Redis was ever reached (a one-way latch; `Err` with the last connection error
+    /// while it never was).
+    pub fn redis_reached_once(&self) -> Result<(), String> {
+        self.store.connected_once()
+    }
+
+    /// Whether the last Redis call failed and no call has succeeded since: decisions come from
+    /// the failure policies (see [`crate::fallback`]).
+    pub fn in_fallback(&self) -> bool {
+        self.down_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
     }
 
     fn redis_usable(&self) -> bool {
@@ -906,6 +968,42 @@ mod tests {
         assert!(!l.is_fenced());
         assert_eq!(l.stats().lease_remaining, Some(Duration::from_millis(500)));
         assert_eq!(l.stats().fences, 2);
+    }
+
+    #[tokio::test]
+    async fn each_limit_follows_its_failure_policy_while_redis_is_away() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_or(1, |a| a.port());
+        let mut cfg = LimiterConfig::new(format!("redis://127.0.0.1:{port}/"));
+        // Defaults by kind unless named: "cap" fails open, "sec" keeps a local share instead.
+        cfg.failure.insert("cap".into(), FailurePolicy::FailOpen);
+        cfg.failure.insert("sec".into(), FailurePolicy::LocalShare);
+        let l = Limiter::new(cfg).unwrap_or_else(|e| panic!("{e}"));
+        l.install(set(1));
+        for _ in 0..1_000 {
+            let d = check(&l, &["cap"]).await;
+            assert!(d.allowed, "{d:?}");
+            assert_eq!(d.limits[0].verdict, Verdict::FailOpen);
+        }
+        // The local bucket starts empty on entering fallback: the first call is short.
+        let d = check(&l, &["sec", "cap"]).await;
+        assert!(!d.allowed, "{d:?}");
+        let verdicts: Vec<Verdict> = d.limits.iter().map(|x| x.verdict).collect();
+        assert_eq!(verdicts, [Verdict::Short, Verdict::FailOpen]);
+        assert!(d.retry_after_s.is_some());
+        // What failed open is not owed to Redis (nothing local was spent for it).
+        assert_eq!(l.stats().fallback_owed, 0);
+        // Unnamed limits keep the defaults of their kind.
+        let c = l.config();
+        assert_eq!(
+            c.failure_policy("other", LimitKind::Security),
+            FailurePolicy::FailClosed
+        );
+        assert_eq!(
+            c.failure_policy("other", LimitKind::Capacity),
+            FailurePolicy::LocalShare
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -2,11 +2,15 @@
 //!
 //! [`RedisBuckets`] loads the script once per connection (`SCRIPT LOAD`), calls it by hash
 //! (`EVALSHA`) and loads it again when the server answers `NOSCRIPT` (after a restart, a failover or a
-//! `SCRIPT FLUSH`), then retries once. Every call, connection set-up included, is bounded by one
-//! timeout; a connection that failed or timed out is dropped and made again on the next call.
+//! `SCRIPT FLUSH`), then retries once. Every call is bounded by one timeout, the wait for a
+//! connection included; the connection itself is made (and the scripts loaded) by one background
+//! task at a time within [`CONNECT_TIMEOUT`], so a TLS set-up slower than one call's bound still
+//! completes and serves the calls after it. A connection that failed or timed out is dropped and
+//! made again on the next call.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
@@ -125,38 +129,111 @@ pub enum StoreError {
     Reply(String),
     #[error("a call checks 1 to {MAX_BUCKETS_PER_CALL} buckets, not {0}")]
     BucketCount(usize),
+    #[error("Redis setting: {0}")]
+    Setting(String),
+    #[error("cannot connect to Redis: {0}")]
+    Connect(String),
 }
+
+/// The longest a connection's set-up (TCP, TLS, `SCRIPT LOAD`) may take; it runs in the
+/// background, so no call waits for it longer than the call's own bound.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The script in one Redis/Valkey server (or replication group endpoint).
 pub struct RedisBuckets {
+    timeout: Duration,
+    shared: Arc<Shared>,
+}
+
+/// What the background connector and the calls share.
+struct Shared {
     client: redis::Client,
     sha: String,
     repay_sha: String,
-    timeout: Duration,
-    conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    conn: Mutex<Option<MultiplexedConnection>>,
+    /// Whether a connector task runs now (at most one does).
+    connecting: AtomicBool,
+    /// Woken when a connector ends, connected or not.
+    connected: tokio::sync::Notify,
+    /// Why the last connection attempt failed.
+    last_error: Mutex<Option<String>>,
+    /// Set by the first connection made (a one-way latch).
+    connected_once: AtomicBool,
     loads: AtomicU64,
 }
 
 impl RedisBuckets {
-    /// Prepares a client for `url` (`redis://host:port/`). Nothing is sent until the first call, so
+    /// Prepares a client for `url` (`redis://host:port/`, or `rediss://` for TLS with the system's
+    /// roots). Nothing is sent until the first call, so
     /// a gateway can start while Redis is down.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url)?;
+        Self::with_ca(url, timeout, None)
+    }
+
+    /// [`RedisBuckets::new`] for `redis://` or `rediss://` (TLS); `ca_pem` holds the PEM
+    /// certificates that sign a `rediss://` server's certificate (`None`: the system's roots).
+    /// A CA with a `redis://` URL is refused rather than silently unused.
+    pub fn with_ca(
+        url: &str,
+        timeout: Duration,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Self, StoreError> {
+        let client = match ca_pem {
+            None => redis::Client::open(url)?,
+            Some(_) if !url.starts_with("rediss://") => {
+                return Err(StoreError::Setting(
+                    "a CA certificate is given but the Redis URL is not rediss://".to_owned(),
+                ))
+            }
+            Some(pem) => redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.to_vec()),
+                },
+            )?,
+        };
         let sha = redis::Script::new(SCRIPT).get_hash().to_owned();
         let repay_sha = redis::Script::new(REPAY_SCRIPT).get_hash().to_owned();
         Ok(Self {
-            client,
-            sha,
-            repay_sha,
             timeout,
-            conn: tokio::sync::Mutex::new(None),
-            loads: AtomicU64::new(0),
+            shared: Arc::new(Shared {
+                client,
+                sha,
+                repay_sha,
+                conn: Mutex::new(None),
+                connecting: AtomicBool::new(false),
+                connected: tokio::sync::Notify::new(),
+                last_error: Mutex::new(None),
+                connected_once: AtomicBool::new(false),
+                loads: AtomicU64::new(0),
+            }),
         })
     }
 
     /// How many times the scripts were loaded (once per connection, plus once per `NOSCRIPT`).
     pub fn script_loads(&self) -> u64 {
-        self.loads.load(Ordering::Relaxed)
+        self.shared.loads.load(Ordering::Relaxed)
+    }
+
+    /// Whether a connection was ever made (and the scripts loaded); `Err` with the last
+    /// connection error while none was.
+    pub fn connected_once(&self) -> Result<(), String> {
+        if self.shared.connected_once.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        Err(lock(&self.shared.last_error)
+            .clone()
+            .unwrap_or_else(|| "not connected yet".to_owned()))
+    }
+
+    /// Starts connecting now (in the background) unless connected or connecting, so that the
+    /// first calls find a connection (TLS set-up may take longer than one call's bound). Must be
+    /// called within a tokio runtime.
+    pub fn warm_up(&self) {
+        if lock(&self.shared.conn).is_none() {
+            self.shared.clone().spawn_connector();
+        }
     }
 
     /// Runs the script on `calls`, all or nothing, within the timeout.
@@ -165,7 +242,7 @@ impl RedisBuckets {
             return Err(StoreError::BucketCount(calls.len()));
         }
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.sha).arg(calls.len());
+        cmd.arg(&self.shared.sha).arg(calls.len());
         for c in calls {
             cmd.arg(&c.key);
         }
@@ -187,7 +264,7 @@ impl RedisBuckets {
             return Err(StoreError::BucketCount(debts.len()));
         }
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.repay_sha).arg(debts.len());
+        cmd.arg(&self.shared.repay_sha).arg(debts.len());
         for d in debts {
             cmd.arg(&d.key);
         }
@@ -217,9 +294,10 @@ impl RedisBuckets {
     async fn bounded(&self, cmd: &redis::Cmd) -> Result<redis::Value, StoreError> {
         let result = tokio::time::timeout(self.timeout, self.run_unbounded(cmd)).await;
         let result = result.unwrap_or(Err(StoreError::Timeout(self.timeout)));
-        if let Err(StoreError::Timeout(_) | StoreError::Redis(_)) = &result {
+        if let Err(StoreError::Timeout(_) | StoreError::Redis(_) | StoreError::Connect(_)) = &result
+        {
             // A half-dead connection would fail every call after it: make a new one next time.
-            *self.conn.lock().await = None;
+            *lock(&self.shared.conn) = None;
         }
         result
     }
@@ -231,21 +309,72 @@ impl RedisBuckets {
                 tracing::info!(
                     "bucket scripts missing on the server (NOSCRIPT); loading them again"
                 );
-                self.load(&mut conn).await?;
+                self.shared.load(&mut conn).await?;
                 Ok(cmd.query_async(&mut conn).await?)
             }
             other => Ok(other?),
         }
     }
 
+    /// The connection, or the outcome of the connector this call starts or joins. The call's
+    /// bound cuts the wait; the connector goes on within [`CONNECT_TIMEOUT`] and leaves its
+    /// connection for the next call.
     async fn connection(&self) -> Result<MultiplexedConnection, StoreError> {
-        let mut slot = self.conn.lock().await;
-        if let Some(c) = slot.as_ref() {
+        if let Some(c) = lock(&self.shared.conn).as_ref() {
             return Ok(c.clone());
         }
+        let ended = self.shared.connected.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if let Some(c) = lock(&self.shared.conn).as_ref() {
+            return Ok(c.clone());
+        }
+        self.shared.clone().spawn_connector();
+        ended.await;
+        if let Some(c) = lock(&self.shared.conn).as_ref() {
+            return Ok(c.clone());
+        }
+        let why = lock(&self.shared.last_error)
+            .clone()
+            .unwrap_or_else(|| "connection failed".to_owned());
+        Err(StoreError::Connect(why))
+    }
+}
+
+impl Shared {
+    /// Starts the connector unless one runs.
+    fn spawn_connector(self: Arc<Self>) {
+        if self.connecting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let outcome = tokio::time::timeout(CONNECT_TIMEOUT, self.connect()).await;
+            let outcome = outcome.unwrap_or_else(|_| {
+                Err(StoreError::Connect(format!(
+                    "no connection within {CONNECT_TIMEOUT:?}"
+                )))
+            });
+            match outcome {
+                Ok(c) => {
+                    tracing::info!(
+                        setup_ms = started.elapsed().as_millis() as u64,
+                        "connected to Redis and loaded the scripts"
+                    );
+                    *lock(&self.conn) = Some(c);
+                    *lock(&self.last_error) = None;
+                    self.connected_once.store(true, Ordering::Release);
+                }
+                Err(e) => *lock(&self.last_error) = Some(e.to_string()),
+            }
+            self.connecting.store(false, Ordering::Release);
+            self.connected.notify_waiters();
+        });
+    }
+
+    async fn connect(&self) -> Result<MultiplexedConnection, StoreError> {
         let mut c = self.client.get_multiplexed_async_connection().await?;
         self.load(&mut c).await?;
-        *slot = Some(c.clone());
         Ok(c)
     }
 
@@ -265,6 +394,10 @@ impl RedisBuckets {
         self.loads.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn parse_reply(v: &redis::Value, n: usize) -> Result<ScriptReply, StoreError> {

@@ -6,7 +6,8 @@
 //! lease (once a period) or after `W` ms. The watcher also sends `If-None-Match: "<version>"`.
 //! Whatever the daemon sends, the limiter installs only a greater version (a late answer from a
 //! lagging daemon, or from one restored from an older state, changes nothing). Failures back off
-//! exponentially from 100 ms to 5 s; meanwhile the lease runs out and the limiter fences, which
+//! exponentially from 100 ms to 5 s, each pause drawn from the upper half of the backoff
+//! ([`jittered`]) so that many gateways do not retry in step; meanwhile the lease runs out and the limiter fences, which
 //! the watcher notes (and logs) at the moment it happens.
 
 use std::future::Future;
@@ -159,9 +160,9 @@ impl RuleWatcher {
                     None
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "rule fetch failed");
-                    let b = backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    let b = jittered(backoff, random_u64());
+                    tracing::warn!(error = %e, retry_in_ms = b.as_millis() as u64, "rule fetch failed");
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     Some(b)
                 }
             };
@@ -174,6 +175,31 @@ impl RuleWatcher {
             }
         }
     }
+}
+
+/// The longest pause between failed fetches (before jitter).
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// A pause drawn uniformly from [`backoff` / 2, `backoff`] by `random` ("equal jitter"): the
+/// gateways of a Region whose daemon restarted do not all come back in the same millisecond, and
+/// none waits less than half its backoff.
+pub fn jittered(backoff: Duration, random: u64) -> Duration {
+    let half = backoff / 2;
+    let span_us = u64::try_from((backoff - half).as_micros()).unwrap_or(u64::MAX);
+    half + Duration::from_micros(random % span_us.saturating_add(1))
+}
+
+/// A random number from the standard library's per-process keyed hasher (no dependency for a
+/// number that needs no quality beyond "different per gateway and per retry").
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
 }
 
 /// Runs `work` to completion unless `shutdown` completes first (then `None`), noting the fence
@@ -190,5 +216,25 @@ async fn watching_the_lease<T>(
             r = &mut work => return Some(r),
             () = limiter.lease_runs_out() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_in_the_upper_half_of_the_backoff_and_spreads() {
+        let b = Duration::from_millis(800);
+        assert_eq!(jittered(b, 0), Duration::from_millis(400));
+        assert_eq!(jittered(b, 400_000), b);
+        assert_eq!(jittered(Duration::ZERO, 12345), Duration::ZERO);
+        let draws: std::collections::BTreeSet<Duration> =
+            (0..64).map(|_| jittered(b, random_u64())).collect();
+        assert!(draws
+            .iter()
+            .all(|d| (Duration::from_millis(400)..=b).contains(d)));
+        // 64 draws from 400,001 values: a repeat-only result means no randomness at all.
+        assert!(draws.len() > 32, "{draws:?}");
     }
 }

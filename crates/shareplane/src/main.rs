@@ -51,6 +51,10 @@ enum Command {
         #[arg(long, default_value_t = shareplane::demo::DEFAULT_PERIOD_MS)]
         period_ms: u64,
     },
+    /// Enforce this Region's shares for any gateway: Envoy's rate limit service (gRPC), an
+    /// HTTP check for NGINX auth_request and Traefik ForwardAuth, /metrics and /healthz
+    /// (see docs/gateways.md). Runs until SIGINT or SIGTERM.
+    Gateway(shareplane_gateway::Flags),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
         Command::Validate { config } => validate(config),
         Command::Run { config } => run(config),
         Command::Demo { listen, period_ms } => demo(listen, period_ms),
+        Command::Gateway(flags) => gateway(flags),
     }
 }
 
@@ -137,6 +142,33 @@ fn demo(listen: SocketAddr, period_ms: u64) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("shareplane demo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn gateway(flags: shareplane_gateway::Flags) -> ExitCode {
+    let cfg = match shareplane_gateway::config::load(flags) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    shareplane::init_logging();
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let (tx, mut rx) = tokio::sync::watch::channel(false);
+    let stop = async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    rt.spawn(shareplane::shutdown_on_signals(tx));
+    match rt.block_on(shareplane_gateway::run(cfg, stop)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shareplane gateway: {e}");
             ExitCode::FAILURE
         }
     }

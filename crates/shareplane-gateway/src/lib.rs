@@ -1,0 +1,190 @@
+//! `shareplane gateway`: any gateway can enforce shareplane's shares through it.
+//!
+//! - [`grpc`]: Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`), which
+//!   Envoy, Istio, Contour, Emissary, Envoy Gateway and Gloo call;
+//! - [`http`]: an HTTP check for NGINX `auth_request` (403) and Traefik ForwardAuth (429), with
+//!   `/metrics` and `/healthz`;
+//! - [`mapping`]: which limit a descriptor names; [`decide`]: one decision for either front end;
+//! - [`config`]: flags and the TOML file; [`metrics`]: the Prometheus text.
+//!
+//! Underneath is `shareplane-limiter`: one Redis round trip per check (every limit of a request
+//! in one script call), the rule watcher with its lease, the demand reporter and the failure
+//! policies.
+
+pub mod config;
+pub mod decide;
+pub mod grpc;
+pub mod http;
+pub mod mapping;
+pub mod metrics;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shareplane_limiter::{DemandReporter, Limiter, RuleWatcher};
+use tokio::net::TcpListener;
+
+pub use config::{Flags, GatewayConfig};
+
+/// How long the servers may drain at shutdown.
+pub const DRAIN: Duration = Duration::from_secs(5);
+/// The long-poll wait asked of the daemon.
+pub const RULES_WAIT_MS: u64 = 25_000;
+
+/// Why the gateway could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("limiter: {0}")]
+    Limiter(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("gRPC server: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    #[error("HTTP server: {0}")]
+    Http(std::io::Error),
+}
+
+/// Binds the configured listeners, prints their addresses on stdout (one line, so a caller that
+/// asked for port 0 learns the ports), and serves until `shutdown` completes.
+pub async fn run(
+    cfg: GatewayConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), GatewayError> {
+    let grpc = match cfg.grpc_listen {
+        Some(a) => Some(bind(a).await?),
+        None => None,
+    };
+    let http = match cfg.http_listen {
+        Some(a) => Some(bind(a).await?),
+        None => None,
+    };
+    let addr = |l: &Option<TcpListener>| {
+        l.as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map_or("-".to_owned(), |a| a.to_string())
+    };
+    println!(
+        "shareplane gateway listening: grpc {} http {}",
+        addr(&grpc),
+        addr(&http)
+    );
+    serve(cfg, grpc, http, shutdown).await
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, GatewayError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| GatewayError::Bind { addr, source })
+}
+
+/// Serves on the given listeners until `shutdown` completes, with the rule watcher and (with a
+/// token) the demand reporter running; each server drains for at most [`DRAIN`].
+pub async fn serve(
+    cfg: GatewayConfig,
+    grpc: Option<TcpListener>,
+    http: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), GatewayError> {
+    let limiter = Arc::new(
+        Limiter::new(cfg.limiter.clone()).map_err(|e| GatewayError::Limiter(e.to_string()))?,
+    );
+    limiter.warm_up();
+    let client =
+        shareplane_limiter::http::client().map_err(|e| GatewayError::Limiter(e.to_string()))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let watcher = RuleWatcher::new(client.clone(), &cfg.rules_url, RULES_WAIT_MS);
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(watcher.run(limiter.clone(), stopped()));
+    match &cfg.demand_token {
+        Some(token) => {
+            let incarnation = shareplane_limiter::demand::incarnation_from_clock();
+            let reporter =
+                DemandReporter::new(client, &cfg.rules_url, token, &cfg.gateway_id, incarnation)
+                    .map_err(|e| GatewayError::Limiter(e.to_string()))?;
+            tasks.spawn(reporter.run(limiter.clone(), cfg.demand_every, stopped()));
+        }
+        None => tracing::warn!("no demand token: this gateway reports no demand to its daemon"),
+    }
+    let decider = Arc::new(decide::Decider {
+        limiter,
+        unmapped: cfg.unmapped,
+        metrics: metrics::Metrics::default(),
+    });
+    let mapper = Arc::new(mapping::Mapper::new(cfg.descriptors.clone()));
+    let grpc_server = grpc.map(|l| {
+        let svc = grpc::RlsService::new(decider.clone(), mapper, cfg.ratelimit_headers);
+        let stop = stopped();
+        tokio::spawn(async move {
+            let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
+            let r = tonic::transport::Server::builder()
+                .concurrency_limit_per_connection(1_024)
+                .timeout(Duration::from_secs(5))
+                .add_service(svc.into_server())
+                .serve_with_incoming_shutdown(incoming, stop)
+                .await;
+            if let Err(e) = &r {
+                tracing::error!(error = %e, "gRPC server stopped");
+            }
+            r
+        })
+    });
+    let http_server = http.map(|l| {
+        let app = http::router(decider.clone(), cfg.ratelimit_headers);
+        let stop = stopped();
+        tokio::spawn(async move {
+            let r = axum::serve(l, app).with_graceful_shutdown(stop).await;
+            if let Err(e) = &r {
+                tracing::error!(error = %e, "HTTP server stopped");
+            }
+            r
+        })
+    });
+    tracing::info!(rules = %cfg.rules_url, redis = %redact(&cfg.limiter.redis_url), "gateway serving");
+    shutdown.await;
+    tracing::info!("shutting down: draining for at most {DRAIN:?}");
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(DRAIN, async {
+        let mut result = Ok(());
+        if let Some(h) = grpc_server {
+            if let Ok(Err(e)) = h.await {
+                result = Err(GatewayError::Grpc(e));
+            }
+        }
+        if let Some(h) = http_server {
+            if let Ok(Err(e)) = h.await {
+                result = Err(GatewayError::Http(e));
+            }
+        }
+        while tasks.join_next().await.is_some() {}
+        result
+    })
+    .await;
+    match drained {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::warn!("drain bound reached; closing what is left");
+            Ok(())
+        }
+    }
+}
+
+/// A Redis URL without its password, for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}

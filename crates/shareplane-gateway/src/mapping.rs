@@ -1,0 +1,140 @@
+//! Which limit a descriptor names.
+//!
+//! Envoy sends a `domain` and a list of descriptors, each a list of (key, value) entries. The
+//! configured mappings are tried in order: a mapping matches a descriptor when its `domain` (if
+//! set) is the request's and the descriptor has an entry with its `key` (and its `value`, if
+//! set). Then, in any domain, an entry `shareplane_limit=<limit id>` names the limit itself.
+
+use serde::Deserialize;
+use shareplane_limiter::rules::valid_limit_id;
+
+/// The entry key that names a limit directly.
+pub const LIMIT_KEY: &str = "shareplane_limit";
+
+/// One (domain, descriptor entry) → limit mapping of the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DescriptorMapping {
+    /// The request's domain; absent: any domain.
+    pub domain: Option<String>,
+    pub key: String,
+    /// The entry's value; absent: any value.
+    pub value: Option<String>,
+    pub limit: String,
+}
+
+impl DescriptorMapping {
+    /// Problems with this mapping, each starting with its field.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.key.is_empty() {
+            out.push("key: must not be empty".to_owned());
+        }
+        if !valid_limit_id(&self.limit) {
+            out.push(format!(
+                "limit: {:?} is not a limit id (1 to 128 printable ASCII characters, no braces)",
+                self.limit
+            ));
+        }
+        out
+    }
+
+    fn matches(&self, domain: &str, entries: &[(&str, &str)]) -> bool {
+        self.domain.as_deref().is_none_or(|d| d == domain)
+            && entries
+                .iter()
+                .any(|(k, v)| *k == self.key && self.value.as_deref().is_none_or(|want| want == *v))
+    }
+}
+
+/// What a descriptor that names no limit gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnmappedPolicy {
+    /// Its status is OK; the request is decided by its other descriptors.
+    #[default]
+    Allow,
+    /// Its status is OVER_LIMIT, and so is the request.
+    Deny,
+    /// The whole request is answered with an error (gRPC INVALID_ARGUMENT, HTTP 400).
+    Error,
+}
+
+impl UnmappedPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// The mappings in configuration order.
+#[derive(Debug, Clone, Default)]
+pub struct Mapper {
+    mappings: Vec<DescriptorMapping>,
+}
+
+impl Mapper {
+    pub fn new(mappings: Vec<DescriptorMapping>) -> Self {
+        Self { mappings }
+    }
+
+    /// The limit `entries` name in `domain`, if any.
+    pub fn limit_for<'a>(
+        &'a self,
+        domain: &str,
+        entries: &[(&'a str, &'a str)],
+    ) -> Option<&'a str> {
+        if let Some(m) = self.mappings.iter().find(|m| m.matches(domain, entries)) {
+            return Some(&m.limit);
+        }
+        entries
+            .iter()
+            .find(|(k, _)| *k == LIMIT_KEY)
+            .map(|(_, v)| *v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping(
+        domain: Option<&str>,
+        key: &str,
+        value: Option<&str>,
+        limit: &str,
+    ) -> DescriptorMapping {
+        DescriptorMapping {
+            domain: domain.map(str::to_owned),
+            key: key.to_owned(),
+            value: value.map(str::to_owned),
+            limit: limit.to_owned(),
+        }
+    }
+
+    #[test]
+    fn mappings_are_tried_in_order_then_the_limit_key_in_any_domain() {
+        let m = Mapper::new(vec![
+            mapping(Some("edge"), "generic_key", Some("partner-x"), "k-big"),
+            mapping(None, "remote_address", None, "per-ip"),
+        ]);
+        let px = [("generic_key", "partner-x")];
+        assert_eq!(m.limit_for("edge", &px), Some("k-big"));
+        assert_eq!(m.limit_for("other", &px), None);
+        assert_eq!(
+            m.limit_for("x", &[("remote_address", "10.0.0.1")]),
+            Some("per-ip")
+        );
+        assert_eq!(
+            m.limit_for("any", &[(LIMIT_KEY, "k-small")]),
+            Some("k-small")
+        );
+        let both = [("remote_address", "1.2.3.4"), (LIMIT_KEY, "k-small")];
+        assert_eq!(m.limit_for("any", &both), Some("per-ip"));
+        assert_eq!(m.limit_for("any", &[("generic_key", "partner-y")]), None);
+        assert_eq!(m.limit_for("any", &[]), None);
+    }
+}
