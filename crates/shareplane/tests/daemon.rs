@@ -749,7 +749,7 @@ async fn demand_noise_within_the_band_changes_no_share_and_no_rule_set() {
     for k in 0..77u64 {
         for (i, b) in base.iter().enumerate() {
             let wobble = b * 4 / 1_000;
-            let d = if (k + i as u64) % 2 == 0 {
+            let d = if (k + i as u64).is_multiple_of(2) {
                 b + wobble
             } else {
                 b - wobble
