@@ -178,6 +178,9 @@ impl RedisBuckets {
         timeout: Duration,
         ca_pem: Option<&[u8]>,
     ) -> Result<Self, StoreError> {
+        if url.starts_with("rediss://") {
+            install_crypto_provider();
+        }
         let client = match ca_pem {
             None => redis::Client::open(url)?,
             Some(_) if !url.starts_with("rediss://") => {
@@ -429,6 +432,16 @@ fn parse_reply(v: &redis::Value, n: usize) -> Result<ScriptReply, StoreError> {
         retry_after_s,
         buckets,
     })
+}
+
+/// Makes rustls's `ring` provider the process default unless one is installed already. Where both
+/// of rustls's providers are compiled in (this workspace's binaries, which link the AWS SDK's
+/// `aws-lc-rs` as well), rustls picks none by itself and redis's TLS set-up would panic.
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may install one in between: then that one serves, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }
 
 /// A token count the scripts send as a decimal string.
