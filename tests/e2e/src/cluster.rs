@@ -11,6 +11,11 @@ use std::time::{Duration, SystemTime};
 
 /// The bearer token every daemon of a run accepts.
 pub const TOKEN: &str = "e2e-token-0123456789abcdef";
+/// The load generators' Redis bound (`--redis-timeout-ms`): these tests run a dozen processes on
+/// a few cores, where a 50 ms bound (the production default) times calls out under load and brings
+/// in the local fallback, which is not what they measure (crates/shareplane-limiter/tests/stall.rs
+/// does).
+pub const LOADGEN_REDIS_TIMEOUT_MS: &str = "250";
 
 const AWS_ENV: [(&str, &str); 4] = [
     ("AWS_ACCESS_KEY_ID", "testing"),
@@ -165,11 +170,8 @@ impl Setup {
             pattern,
             "--duration-s",
             &duration_s.to_string(),
-            // The gateway's Redis bound: this test runs a dozen processes on a few cores, where a
-            // 50 ms bound (the production default) times calls out under load and brings in the local
-            // fallback, which is not what it measures (crates/shareplane-limiter/tests/stall.rs does).
             "--redis-timeout-ms",
-            "250",
+            LOADGEN_REDIS_TIMEOUT_MS,
             "--ready-timeout-s",
             "20",
             "--start-at-unix-ms",

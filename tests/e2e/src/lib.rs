@@ -56,6 +56,17 @@ pub fn redis_server(test: &str) -> Option<std::path::PathBuf> {
     needed(test, found, "redis-server is not on the PATH")
 }
 
+/// The built binary `name` next to this test executable (see [`procs::binary`]), per [`needed`].
+pub fn built(test: &str, name: &str) -> Option<std::path::PathBuf> {
+    let bin = procs::binary(name);
+    let why = bin
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    needed(test, bin.ok(), &why)
+}
+
 /// A name no other run against the same server uses.
 pub fn unique(prefix: &str) -> String {
     format!(

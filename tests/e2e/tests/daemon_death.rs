@@ -18,8 +18,8 @@
 
 use shareplane_e2e::cluster::{keep_health, Region, Setup, Verdicts};
 use shareplane_e2e::figures::{self, add_up, parse_seconds, Second};
-use shareplane_e2e::procs::{binary, Procs};
-use shareplane_e2e::{local_aws, moto_url, needed, redis_server, rules, unique};
+use shareplane_e2e::procs::Procs;
+use shareplane_e2e::{built, local_aws, moto_url, redis_server, rules, unique};
 use shareplane_limiter::loadgen::{unix_ms_now, SAMPLES_PER_S};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -107,13 +107,10 @@ async fn a_dead_daemons_gateway_fences_before_its_room_is_reclaimed() {
     let Some(redis_bin) = redis_server(test) else {
         return;
     };
-    let bins = binary("shareplane").and_then(|_| binary("shareplane-loadgen"));
-    let why = bins
-        .as_ref()
-        .err()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    if needed(test, bins.ok(), &why).is_none() {
+    if built(test, "shareplane")
+        .and_then(|_| built(test, "shareplane-loadgen"))
+        .is_none()
+    {
         return;
     }
     let run = unique("e2e-death");

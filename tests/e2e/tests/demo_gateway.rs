@@ -5,8 +5,8 @@
 //! readiness signals (`/healthz`, the first admitted check); the assertion is on the measured time,
 //! with no sleep standing in for it.
 
-use shareplane_e2e::procs::{binary, free_port, wait_for_port, Procs};
-use shareplane_e2e::{cluster, needed, redis_server, rules, unique};
+use shareplane_e2e::procs::{free_port, wait_for_port, Procs};
+use shareplane_e2e::{built, cluster, redis_server, rules, unique};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -31,13 +31,7 @@ async fn a_gateway_on_the_demo_refuses_everything_within_the_lease_and_a_period_
     let Some(redis_bin) = redis_server(test) else {
         return;
     };
-    let bin = binary("shareplane");
-    let why = bin
-        .as_ref()
-        .err()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    let Some(bin) = needed(test, bin.ok(), &why) else {
+    let Some(bin) = built(test, "shareplane") else {
         return;
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(unique("e2e-demo-gateway"));

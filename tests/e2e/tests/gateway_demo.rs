@@ -3,8 +3,8 @@
 //! rls_client.py) calling `ShouldRateLimit` for `shareplane_limit=k-big`, and NGINX with
 //! `auth_request` in front of a small upstream, driven by curl.
 
-use shareplane_e2e::procs::{binary, free_port, wait_for_port, Procs};
-use shareplane_e2e::{cluster, needed, redis_server, unique};
+use shareplane_e2e::procs::{free_port, wait_for_port, Procs};
+use shareplane_e2e::{built, cluster, needed, redis_server, unique};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -86,13 +86,7 @@ async fn a_gateway_on_the_demo_answers_grpcio_and_nginx_refuses_with_429_once_th
     let Some(redis_bin) = redis_server(test) else {
         return;
     };
-    let bin = binary("shareplane");
-    let why = bin
-        .as_ref()
-        .err()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    let Some(bin) = needed(test, bin.ok(), &why) else {
+    let Some(bin) = built(test, "shareplane") else {
         return;
     };
     let python = env_file("SHAREPLANE_TEST_GRPC_PYTHON");

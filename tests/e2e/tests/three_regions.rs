@@ -14,7 +14,7 @@
 
 use shareplane_e2e::figures::{self, add_up, parse_seconds, Second};
 use shareplane_e2e::procs::{binary, free_port, wait_for_port, ProcError, Procs};
-use shareplane_e2e::{local_aws, moto_url, needed, redis_server, rules, unique};
+use shareplane_e2e::{built, cluster, local_aws, moto_url, redis_server, rules, unique};
 use shareplane_limiter::loadgen::unix_ms_now;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -138,11 +138,8 @@ fn start_loadgen(
         PATTERNS[me],
         "--duration-s",
         &DURATION_S.to_string(),
-        // The gateway's Redis bound: this test runs a dozen processes on a few cores, where a
-        // 50 ms bound (the production default) times calls out under load and brings in the local
-        // fallback, which is not what it measures (crates/shareplane-limiter/tests/stall.rs does).
         "--redis-timeout-ms",
-        "250",
+        cluster::LOADGEN_REDIS_TIMEOUT_MS,
         "--ready-timeout-s",
         "20",
         "--start-at-unix-ms",
@@ -195,13 +192,10 @@ async fn three_regions_hold_the_limit_end_to_end() {
     let Some(redis_bin) = redis_server(test) else {
         return;
     };
-    let bins = binary("shareplane").and_then(|_| binary("shareplane-loadgen"));
-    let why = bins
-        .as_ref()
-        .err()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    if needed(test, bins.ok(), &why).is_none() {
+    if built(test, "shareplane")
+        .and_then(|_| built(test, "shareplane-loadgen"))
+        .is_none()
+    {
         return;
     }
     let run = unique("e2e");

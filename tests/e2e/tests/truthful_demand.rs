@@ -19,7 +19,9 @@ use shareplane_core::{
 };
 use shareplane_e2e::figures::{parse_seconds, Second};
 use shareplane_e2e::procs::{binary, free_port, wait_for_port, ProcError, Procs};
-use shareplane_e2e::{append_report, local_aws, moto_url, needed, redis_server, rules, unique};
+use shareplane_e2e::{
+    append_report, built, cluster, local_aws, moto_url, redis_server, rules, unique,
+};
 use shareplane_limiter::loadgen::unix_ms_now;
 use shareplane_store::{Fetched, RecordStore};
 use std::collections::BTreeMap;
@@ -171,11 +173,8 @@ fn start_loadgen(
         &DURATION_S.to_string(),
         "--report-every-ms",
         &REPORT_EVERY_MS.to_string(),
-        // The gateway's Redis bound: this test runs a dozen processes on a few cores, where a
-        // 50 ms bound (the production default) times calls out under load and brings in the local
-        // fallback, which is not what it measures (crates/shareplane-limiter/tests/stall.rs does).
         "--redis-timeout-ms",
-        "250",
+        cluster::LOADGEN_REDIS_TIMEOUT_MS,
         "--ready-timeout-s",
         "20",
         "--start-at-unix-ms",
@@ -366,13 +365,10 @@ async fn published_demand_stays_within_two_percent_with_slow_store_calls() {
     let Some(redis_bin) = redis_server(test) else {
         return;
     };
-    let bins = binary("shareplane").and_then(|_| binary("shareplane-loadgen"));
-    let why = bins
-        .as_ref()
-        .err()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    if needed(test, bins.ok(), &why).is_none() {
+    if built(test, "shareplane")
+        .and_then(|_| built(test, "shareplane-loadgen"))
+        .is_none()
+    {
         return;
     }
     let run = unique("e2e-demand");
