@@ -50,8 +50,20 @@ pub async fn connect(cfg: &Config) -> Result<Aws, shareplane_store::StoreError> 
         shareplane_aws::create_table(&db, &cfg.table).await?;
     }
     let store = DynamoStore::new(db, cfg.table.clone(), cfg.deployment.clone(), cfg.me);
+    // Route 53 health lives in us-east-1 only: with one local server per Region, tests name the
+    // one that plays us-east-1 apart (`health_endpoint`, validated to be local like the table).
+    let health_sdk = match &cfg.health_endpoint {
+        Some(url) => {
+            let at = Endpoint::Local {
+                url: url.clone(),
+                region: shareplane_aws::client::HEALTH_METRICS_REGION.to_string(),
+            };
+            sdk_config(&at, CallLimits::default()).await
+        }
+        None => sdk.clone(),
+    };
     let reader = HealthReader::new(
-        cloudwatch_health(&sdk),
+        cloudwatch_health(&health_sdk),
         cfg.health_check_ids.clone(),
         HEALTH_FRESHNESS,
         HEALTH_TIMEOUT,

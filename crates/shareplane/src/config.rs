@@ -40,6 +40,9 @@ pub struct RawConfig {
     pub table: Option<String>,
     pub store: Option<String>,
     pub aws_endpoint: Option<String>,
+    /// Tests only: a local endpoint for the Route 53 health metrics (CloudWatch in us-east-1),
+    /// when it is not `aws_endpoint` (one local server per Region, one us-east-1 for all).
+    pub health_endpoint: Option<String>,
     /// The AWS Region of this daemon's table replica; default: the `region` name.
     pub aws_region: Option<String>,
     pub metrics_namespace: Option<String>,
@@ -113,6 +116,8 @@ pub struct Config {
     pub table: String,
     pub store: StoreKind,
     pub aws_endpoint: Option<String>,
+    /// Where health is read when not at `aws_endpoint` (tests only; needs `aws_endpoint`).
+    pub health_endpoint: Option<String>,
     pub aws_region: String,
     pub metrics_namespace: String,
     pub listen: SocketAddr,
@@ -335,6 +340,7 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         table: raw.table.unwrap_or_default(),
         store,
         aws_endpoint: raw.aws_endpoint,
+        health_endpoint: raw.health_endpoint,
         aws_region: raw.aws_region.unwrap_or_else(|| region.clone()),
         metrics_namespace: raw.metrics_namespace.unwrap_or_else(|| "Shareplane".into()),
         listen,
@@ -379,13 +385,23 @@ fn check_aws(
             "a DynamoDB table name of 1 to 255 characters is required",
         ));
     }
-    if let Some(ep) = &raw.aws_endpoint {
-        if !(ep.starts_with("http://") || ep.starts_with("https://")) {
-            errors.push(problem(
-                "aws_endpoint",
-                "must start with http:// or https://",
-            ));
+    for (field, ep) in [
+        ("aws_endpoint", &raw.aws_endpoint),
+        ("health_endpoint", &raw.health_endpoint),
+    ] {
+        if ep
+            .as_deref()
+            .is_some_and(|ep| !(ep.starts_with("http://") || ep.starts_with("https://")))
+        {
+            errors.push(problem(field, "must start with http:// or https://"));
         }
+    }
+    // A local health endpoint with the table in real AWS would mix test and real credentials.
+    if raw.health_endpoint.is_some() && raw.aws_endpoint.is_none() {
+        errors.push(problem(
+            "health_endpoint",
+            "tests only: needs aws_endpoint (both local, with test credentials)",
+        ));
     }
     if store == StoreKind::DynamoDb && policy == SilentPolicy::TwoSignals {
         for (i, r) in raw.regions.iter().enumerate() {
@@ -581,6 +597,24 @@ kind = "weird"
         ] {
             assert!(errs.iter().any(|e| e == f), "{f} missing in {errs:?}");
         }
+    }
+
+    #[test]
+    fn the_health_endpoint_is_optional_local_and_checked() {
+        let c = parse(GOOD, &BTreeMap::new()).map(|c| c.health_endpoint);
+        assert_eq!(c.ok(), Some(None));
+        let local = "aws_endpoint = \"http://127.0.0.1:5000\"\n";
+        let with = format!("{local}health_endpoint = \"http://127.0.0.1:5001\"\n{GOOD}");
+        let c = parse(&with, &BTreeMap::new()).map(|c| c.health_endpoint);
+        assert_eq!(c.ok(), Some(Some("http://127.0.0.1:5001".to_string())));
+        let fields = |text: &str| match parse(text, &BTreeMap::new()) {
+            Err(e) => e.0.into_iter().map(|e| e.field).collect::<Vec<_>>(),
+            Ok(_) => vec![],
+        };
+        let bad = format!("{local}health_endpoint = \"127.0.0.1:5001\"\n{GOOD}");
+        assert_eq!(fields(&bad), vec!["health_endpoint".to_string()]);
+        let alone = format!("health_endpoint = \"http://127.0.0.1:5001\"\n{GOOD}");
+        assert_eq!(fields(&alone), vec!["health_endpoint".to_string()]);
     }
 
     #[test]
