@@ -79,6 +79,8 @@ MOTO_PORT=$(free_port)
 "$ROOT/.venv-moto/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$WORK/moto.log" 2>&1 &
 PIDS+=($!)
 export SHAREPLANE_TEST_MOTO_URL="http://127.0.0.1:$MOTO_PORT"
+# tests/e2e/tests/partitions.rs starts one moto server of its own per Region (in cargo test --workspace).
+export SHAREPLANE_TEST_MOTO_SERVER="$ROOT/.venv-moto/bin/moto_server"
 for _ in $(seq 50); do curl -fs "$SHAREPLANE_TEST_MOTO_URL/moto-api/" >/dev/null 2>&1 && break; sleep 0.2; done
 
 step "grpcio (a gRPC client of Envoy's rate limit service that this project did not write)"
@@ -109,6 +111,7 @@ step "model checker on a release build (3 Regions depth 6; 4 Regions, 3 faults, 
 SHAREPLANE_MODEL_DEPTH_3=6 SHAREPLANE_MODEL_DEPTH_4=5 cargo test --release --locked -p shareplane-core --test model_check -- --nocapture 2>&1 | tee "$WORK/model-check.log"
 step "end-to-end figures (tests/e2e, three Regions)"
 cat "$SHAREPLANE_E2E_REPORT" || { echo "tests/e2e wrote no figures: did the end-to-end test run?" >&2; exit 1; }
+grep -q '^partitions: ' "$SHAREPLANE_E2E_REPORT" || { echo "tests/e2e/tests/partitions.rs wrote no summary: did it run?" >&2; exit 1; }
 
 step "dashboard in a headless browser (chromium + playwright-core)"
 apt_install chromium

@@ -179,6 +179,17 @@ pub fn worst_window(admitted: &[u64], rate: f64, burst: f64) -> (f64, usize, usi
 /// still in flight, and returns one entry per second. Requests are counted in the second they were
 /// sent.
 pub async fn drive(limiter: Arc<Limiter>, run: Run) -> Result<Vec<SecondStats>, StartTooFar> {
+    drive_until(limiter, run, std::future::pending()).await
+}
+
+/// [`drive`], stopping early when `stop` completes: then only the seconds begun are returned (the
+/// last one partly), so that a gateway stopped in the middle of a run still reports what it
+/// admitted until then (the end-to-end fault schedules stop whole Regions).
+pub async fn drive_until(
+    limiter: Arc<Limiter>,
+    run: Run,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<Vec<SecondStats>, StartTooFar> {
     let seconds = run.duration.as_secs().clamp(1, MAX_DURATION_S) as usize;
     if let Some(at) = run.start_unix_ms {
         let ahead = Duration::from_millis(at.saturating_sub(unix_ms_now()));
@@ -205,8 +216,16 @@ pub async fn drive(limiter: Arc<Limiter>, run: Run) -> Result<Vec<SecondStats>, 
     let mut offered = 0u64;
     let mut last_slot = None;
     let mut tasks = tokio::task::JoinSet::new();
+    let mut begun = seconds;
+    tokio::pin!(stop);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = &mut stop => {
+                begun = (start.elapsed().as_secs() as usize + 1).min(seconds);
+                break;
+            }
+        }
         let t = start.elapsed().as_secs_f64();
         let second = t as usize;
         if second >= seconds {
@@ -257,7 +276,8 @@ pub async fn drive(limiter: Arc<Limiter>, run: Run) -> Result<Vec<SecondStats>, 
         while tasks.join_next().await.is_some() {}
     })
     .await;
-    let out = lock(&stats).clone();
+    let mut out = lock(&stats).clone();
+    out.truncate(begun);
     Ok(out)
 }
 

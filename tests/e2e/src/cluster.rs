@@ -35,7 +35,12 @@ pub struct Setup {
     pub floor_rps: f64,
     pub step_cap_rps: f64,
     pub table: String,
+    /// The moto server of the table when all Regions share one, and the one that plays
+    /// CloudWatch in us-east-1 (Route 53 health) for every Region.
     pub moto: String,
+    /// One moto server per Region, by index, each holding that Region's replica of the table
+    /// (see [`crate::replicator`]); empty: every Region uses `moto`.
+    pub stores: Vec<String>,
     /// Route 53 health check id by Region index.
     pub health_ids: Vec<String>,
 }
@@ -45,6 +50,9 @@ pub struct Setup {
 pub struct Region {
     pub name: &'static str,
     pub redis: String,
+    pub redis_port: u16,
+    /// The Redis server's index in [`Procs`].
+    pub redis_proc: usize,
     /// The daemon's base URL.
     pub daemon: String,
     pub port: u16,
@@ -63,9 +71,12 @@ impl Setup {
             self.phases_ms[me],
             self.period_ms,
             self.table,
-            self.moto,
+            self.stores.get(me).unwrap_or(&self.moto),
             local_aws::LOCAL_AWS_REGION,
         );
+        if !self.stores.is_empty() {
+            c.push_str(&format!("health_endpoint = \"{}\"\n", self.moto));
+        }
         for (name, id) in self.regions.iter().zip(&self.health_ids) {
             c.push_str(&format!(
                 "\n[[regions]]\nname = \"{name}\"\nhealth_check_id = \"{id}\"\n"
@@ -105,14 +116,12 @@ impl Setup {
         let mut env = AWS_ENV.to_vec();
         env.push(("SHAREPLANE_API_TOKEN", TOKEN));
         let bin = binary("shareplane")?;
-        // A restarted daemon logs to a file of its own.
-        let mut proc_name = format!("daemon-{name}");
-        let mut n = 1;
-        while procs.dir().join(format!("{proc_name}.err")).exists() {
-            n += 1;
-            proc_name = format!("daemon-{name}-{n}");
-        }
-        let i = procs.spawn(&proc_name, &bin, &args, &env)?;
+        let i = procs.spawn(
+            &procs.fresh_name(&format!("daemon-{name}")),
+            &bin,
+            &args,
+            &env,
+        )?;
         wait_for_port(
             procs,
             i,
@@ -131,11 +140,14 @@ impl Setup {
     ) -> Result<Vec<Region>, ProcError> {
         let mut out = Vec::new();
         for (me, name) in self.regions.iter().enumerate() {
-            let redis = start_redis(procs, redis_bin, name)?;
+            let redis_port = free_port()?;
+            let (redis, redis_proc) = start_redis_on(procs, redis_bin, name, redis_port)?;
             let (daemon, port, daemon_proc) = self.start_daemon(procs, me, None)?;
             out.push(Region {
                 name,
                 redis,
+                redis_port,
+                redis_proc,
                 daemon,
                 port,
                 daemon_proc,
@@ -181,21 +193,41 @@ impl Setup {
         .map(|s| s.to_string())
         .collect();
         let bin = binary("shareplane-loadgen")?;
-        procs.spawn(&format!("loadgen-{}", r.name), &bin, &args, &[])
+        procs.spawn(
+            &procs.fresh_name(&format!("loadgen-{}", r.name)),
+            &bin,
+            &args,
+            &[],
+        )
     }
 }
 
 /// Starts a `redis-server` on a free port (no persistence) and waits until it listens.
 pub fn start_redis(procs: &mut Procs, redis_bin: &Path, name: &str) -> Result<String, ProcError> {
-    let port = free_port()?;
+    start_redis_on(procs, redis_bin, name, free_port()?).map(|(url, _)| url)
+}
+
+/// Starts a `redis-server` on `port` (no persistence: a restart loses every bucket) and waits
+/// until it listens. Returns its URL and index in `procs`.
+pub fn start_redis_on(
+    procs: &mut Procs,
+    redis_bin: &Path,
+    name: &str,
+    port: u16,
+) -> Result<(String, usize), ProcError> {
     let args: Vec<String> = ["--bind", "127.0.0.1", "--port", &port.to_string()]
         .iter()
         .map(|s| s.to_string())
         .chain(["--save", "", "--appendonly", "no"].map(String::from))
         .collect();
-    let i = procs.spawn(&format!("redis-{name}"), redis_bin, &args, &[])?;
+    let i = procs.spawn(
+        &procs.fresh_name(&format!("redis-{name}")),
+        redis_bin,
+        &args,
+        &[],
+    )?;
     wait_for_port(procs, i, name, port, Duration::from_secs(10))?;
-    Ok(format!("redis://127.0.0.1:{port}/"))
+    Ok((format!("redis://127.0.0.1:{port}/"), i))
 }
 
 /// The verdict the health checks report for each Region, by index: what [`keep_health`] puts.
@@ -265,4 +297,27 @@ fn next_minute(t: SystemTime) -> SystemTime {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     SystemTime::UNIX_EPOCH + Duration::from_secs((s / 60 + 1) * 60 + 1)
+}
+
+/// Like [`keep_health`], for verdicts that must change within a second or two: every 500 ms it
+/// puts each Region's verdict stamped 2 s ahead. moto groups datapoints into periods counted from
+/// the query's start time rather than whole minutes, and the daemon asks from `now − 180 s` to
+/// `now + 60 s`, so its newest period, `[now, now + 60 s)`, then holds only the verdicts put in the
+/// last 2 s: unhealthy counts at the next read, healthy again within 2 s (the Minimum decides).
+/// [`keep_health`]'s one-minute datapoints would instead leave a verdict of the last 60 s in the
+/// newest period once their time has passed (a false "unhealthy" for a minute).
+pub async fn keep_health_ahead(moto: String, ids: Vec<String>, verdicts: Verdicts, until: u64) {
+    while unix_ms_now() < until {
+        let at = SystemTime::now() + Duration::from_secs(2);
+        let now_v = verdicts.get();
+        let points: Vec<(&str, f64, SystemTime)> = ids
+            .iter()
+            .zip(&now_v)
+            .map(|(id, h)| (id.as_str(), if *h { 1.0 } else { 0.0 }, at))
+            .collect();
+        if let Err(e) = local_aws::put_health(&moto, &points).await {
+            eprintln!("health datapoints: {e}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

@@ -5,7 +5,11 @@
 //! - [`procs`]: children that always stop (`timeout`, own process group, stopped on drop).
 //! - [`cluster`]: three Regions' daemons, Redis servers and load generators, and their health.
 //! - [`local_aws`]: the record table and the health datapoints on moto.
+//! - [`faults`]: fault schedules, fixed (the restore race) or drawn from a seed.
+//! - [`checker`]: judges a partition run's recorded history (admissions, enforced shares).
 //! - [`figures`]: the properties of a run, from the load generators' output and polled rules.
+//! - [`replicator`]: a global table made of one moto server per Region and a replication link
+//!   between each two that can be cut and healed.
 //! - [`rules`]: reading the daemons' published rule sets.
 //!
 //! Environment (the workspace's convention): `SHAREPLANE_TEST_MOTO_URL` names the moto server;
@@ -13,10 +17,13 @@
 //! them fail. The binaries must be built first: `cargo build -p shareplane -p shareplane-limiter
 //! --bins` (tests/run-all.sh does it).
 
+pub mod checker;
 pub mod cluster;
+pub mod faults;
 pub mod figures;
 pub mod local_aws;
 pub mod procs;
+pub mod replicator;
 pub mod rules;
 
 /// Whether missing services fail the tests (tests/run-all.sh sets it) rather than skip them.

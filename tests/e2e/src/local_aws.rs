@@ -1,10 +1,12 @@
 //! The local AWS side of a run: the record table on moto and the Route 53 health datapoints moto
 //! never publishes by itself (SPEC §6 reads `AWS/Route53 HealthCheckStatus` in us-east-1).
 
+use crate::procs::{free_port, wait_for_port, ProcError, Procs};
 use aws_sdk_cloudwatch::primitives::DateTime;
 use aws_sdk_cloudwatch::types::{Dimension, MetricDatum};
 use shareplane_aws::client::{self, CallLimits, Endpoint};
 use shareplane_aws::health::{HEALTH_DIMENSION, HEALTH_METRIC, ROUTE53_NAMESPACE};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// The AWS Region every process of a local run uses, so that all of them see the same moto
@@ -35,6 +37,45 @@ fn limits() -> CallLimits {
         operation_timeout: Duration::from_secs(20),
         ..CallLimits::default()
     }
+}
+
+/// The moto server program: `SHAREPLANE_TEST_MOTO_SERVER`, else the workspace's `.venv-moto`
+/// (tests/run-all.sh makes it), else `moto_server` on the PATH; `None` if none is a file.
+pub fn moto_server_program() -> Option<PathBuf> {
+    let named = std::env::var_os("SHAREPLANE_TEST_MOTO_SERVER").map(PathBuf::from);
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-moto/bin/moto_server");
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("moto_server"))
+            .find(|p| p.is_file())
+    });
+    [named, Some(venv), on_path]
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_file())
+}
+
+/// Starts a moto server of its own (for one Region's replica of the table) on a free port of
+/// 127.0.0.1 and waits until it listens. Returns its URL.
+pub fn start_moto(procs: &mut Procs, program: &Path, name: &str) -> Result<String, ProcError> {
+    let port = free_port()?;
+    let args: Vec<String> = ["-H", "127.0.0.1", "-p", &port.to_string()]
+        .map(String::from)
+        .to_vec();
+    let i = procs.spawn(
+        &procs.fresh_name(&format!("moto-{name}")),
+        program,
+        &args,
+        &[],
+    )?;
+    wait_for_port(
+        procs,
+        i,
+        &format!("moto {name}"),
+        port,
+        Duration::from_secs(30),
+    )?;
+    Ok(format!("http://127.0.0.1:{port}"))
 }
 
 /// Creates the record table `table` on the moto server at `url` (nothing if it exists).

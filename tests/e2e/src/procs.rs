@@ -107,6 +107,26 @@ impl Procs {
         Ok(self.procs.len() - 1)
     }
 
+    /// `base`, or `base-2`, `base-3`… if a process of that name already logged here (a restarted
+    /// process logs to files of its own).
+    pub fn fresh_name(&self, base: &str) -> String {
+        let mut name = base.to_string();
+        let mut n = 1;
+        while self.dir.join(format!("{name}.err")).exists() {
+            n += 1;
+            name = format!("{base}-{n}");
+        }
+        name
+    }
+
+    /// What process `i` printed on stdout so far.
+    pub fn stdout(&self, i: usize) -> String {
+        self.procs
+            .get(i)
+            .and_then(|p| std::fs::read_to_string(&p.logs[0]).ok())
+            .unwrap_or_default()
+    }
+
     /// The id of process `i` (also its process group's id).
     pub fn pid(&self, i: usize) -> Option<u32> {
         self.procs.get(i).map(|p| p.child.id())

@@ -116,6 +116,17 @@ pub struct StateWire {
     pub health: std::collections::BTreeMap<String, String>,
     pub limits: Vec<LimitStateWire>,
     pub alarms: Vec<String>,
+    #[serde(default)]
+    pub peers: Vec<PeerStateWire>,
+}
+
+/// A daemon's view of one peer.
+#[derive(Debug, serde::Deserialize)]
+pub struct PeerStateWire {
+    pub region: String,
+    pub epoch: u64,
+    /// `live`, `silent` or `reclaimed` (leader only).
+    pub state: String,
 }
 
 #[derive(Debug, serde::Deserialize)]

@@ -130,6 +130,7 @@ async fn a_dead_daemons_gateway_fences_before_its_room_is_reclaimed() {
         step_cap_rps: 100.0,
         table,
         moto: moto.clone(),
+        stores: Vec::new(),
         health_ids: REGIONS.iter().map(|r| format!("{run}-hc-{r}")).collect(),
     };
     let verdicts = Verdicts::all_healthy(REGIONS.len());

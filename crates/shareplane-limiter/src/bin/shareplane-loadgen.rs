@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use shareplane_limiter::demand::incarnation_from_clock;
-use shareplane_limiter::loadgen::{drive, Pattern, Run};
+use shareplane_limiter::loadgen::{drive_until, Pattern, Run};
 use shareplane_limiter::{http, DemandReporter, Limiter, LimiterConfig, RuleWatcher};
 
 #[derive(Parser, Debug)]
@@ -128,10 +128,24 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         tick: Duration::from_millis(10),
         start_unix_ms: args.start_at_unix_ms,
     };
-    let seconds = tokio::select! {
-        s = drive(limiter.clone(), run) => s,
-        _ = tokio::signal::ctrl_c() => Ok(Vec::new()),
+    // SIGINT or SIGTERM stops the run early; the seconds begun are still printed.
+    let interrupted = async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let term = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = term => {}
+        }
     };
+    let seconds = drive_until(limiter.clone(), run, interrupted).await;
     let _ = stop_tx.send(true);
     let seconds = seconds?;
     let _ = tokio::time::timeout(Duration::from_secs(10), async {
