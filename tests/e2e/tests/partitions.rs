@@ -186,6 +186,8 @@ struct Run<'a> {
     end_at: u64,
     allowances: Vec<Allowance>,
     problems: Vec<String>,
+    /// The health datapoints' task, stopped with the run (its moto server stops with `procs`).
+    health: tokio::task::JoinHandle<()>,
 }
 
 async fn run_schedule(tools: &Tools, schedule: &Schedule) -> Outcome {
@@ -301,7 +303,7 @@ async fn start<'a>(tools: &'a Tools, schedule: &Schedule) -> (Run<'a>, Replicato
         + bounds().converge_ms
         + 20_000;
     let verdicts = Verdicts::all_healthy(REGIONS.len());
-    tokio::spawn(keep_health_ahead(
+    let health = tokio::spawn(keep_health_ahead(
         setup.moto.clone(),
         setup.health_ids.clone(),
         verdicts.clone(),
@@ -342,6 +344,7 @@ async fn start<'a>(tools: &'a Tools, schedule: &Schedule) -> (Run<'a>, Replicato
         end_at: start_at + planned,
         allowances: Vec::new(),
         problems: Vec::new(),
+        health,
     };
     for r in 0..REGIONS.len() {
         run.start_load(r, start_at);
@@ -501,6 +504,7 @@ impl Run<'_> {
         for r in 0..self.live.len() {
             self.stop_load(r);
         }
+        self.health.abort();
         let tenths = (self.now_ms() / 100) as usize + 1;
         let mut h = History {
             limit_rps: L_RPS,
@@ -513,17 +517,15 @@ impl Run<'_> {
             .flat_map(|(r, l)| l.loadgens.iter().map(move |i| (r, *i)))
             .collect();
         for (r, i) in gens {
-            {
-                let exited =
-                    tokio::task::block_in_place(|| self.procs.wait(i, Duration::from_secs(30)));
-                if exited != Some(true) {
-                    self.problems
-                        .push(format!("loadgen {} (process {i}) failed", REGIONS[r]));
-                }
-                match parse_seconds(&self.procs.stdout(i)) {
-                    Ok(secs) => lay_out(&mut h, r, &secs, self.start_at),
-                    Err(e) => self.problems.push(format!("loadgen {}: {e}", REGIONS[r])),
-                }
+            let exited =
+                tokio::task::block_in_place(|| self.procs.wait(i, Duration::from_secs(30)));
+            if exited != Some(true) {
+                self.problems
+                    .push(format!("loadgen {} (process {i}) failed", REGIONS[r]));
+            }
+            match parse_seconds(&self.procs.stdout(i)) {
+                Ok(secs) => lay_out(&mut h, r, &secs, self.start_at),
+                Err(e) => self.problems.push(format!("loadgen {}: {e}", REGIONS[r])),
             }
         }
         h
