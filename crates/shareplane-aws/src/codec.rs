@@ -45,7 +45,7 @@ use shareplane_store::Rejection;
 use std::collections::{BTreeMap, HashMap};
 
 /// The schema this code writes and the newest it reads.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 /// The sort key of a Region's record header.
 pub const HEADER_SK: &str = "rec";
 /// The sort key of a Region's writer lease.
@@ -74,6 +74,7 @@ pub struct Encoded {
     prev_final: u64,
     peer_epochs: Vec<u64>,
     reclaims: Vec<Option<ReclaimMark>>,
+    account_epochs: Vec<u64>,
     regions: Vec<String>,
 }
 
@@ -237,6 +238,7 @@ pub fn encode(d: &Deployment, record: &RegionRecord) -> Encoded {
         prev_final: record.prev_final,
         peer_epochs: record.peer_epochs.0[..n].to_vec(),
         reclaims: record.reclaims.0[..n].to_vec(),
+        account_epochs: record.account_epochs.0[..n].to_vec(),
         regions: d.regions.clone(),
     }
 }
@@ -244,6 +246,11 @@ pub fn encode(d: &Deployment, record: &RegionRecord) -> Encoded {
 impl Encoded {
     /// The header item, naming `shard_versions[i]` as the version of shard `i`.
     pub fn header_item(&self, token: u64, shard_versions: &[u64]) -> Item {
+        self.header_item_of_schema(token, shard_versions, SCHEMA_VERSION)
+    }
+
+    /// The header item as schema `schema` (2 or later) writes it: what an older daemon wrote.
+    pub fn header_item_of_schema(&self, token: u64, shard_versions: &[u64], schema: u32) -> Item {
         let mut h = Vec::with_capacity(64 + 4 * shard_versions.len());
         put_varint(&mut h, self.regions.len() as u64);
         for name in &self.regions {
@@ -267,12 +274,18 @@ impl Encoded {
                 }
             }
         }
+        if schema >= 3 {
+            for e in &self.account_epochs {
+                put_varint(&mut h, *e);
+            }
+        }
         put_varint(&mut h, shard_versions.len() as u64);
         for v in shard_versions {
             put_varint(&mut h, *v);
         }
         let mut item = self.base(HEADER_SK.to_string(), self.version, token);
         item.insert("h".into(), AttributeValue::B(Blob::new(h)));
+        item.insert("sv".into(), AttributeValue::N(schema.to_string()));
         item
     }
 
@@ -431,6 +444,7 @@ fn decode_inner(
         written_at_ms: h.written_at_ms,
         prev_final: h.prev_final,
         peer_epochs: h.peer_epochs,
+        account_epochs: h.account_epochs,
         reclaims: h.reclaims,
         limits,
     }))
@@ -484,6 +498,7 @@ struct Header {
     written_at_ms: u64,
     prev_final: u64,
     peer_epochs: PerRegion<u64>,
+    account_epochs: PerRegion<u64>,
     reclaims: PerRegion<Option<ReclaimMark>>,
     /// For each of the writer's Regions, this reader's index of it (None: not configured here).
     columns: Vec<Option<RegionId>>,
@@ -540,6 +555,24 @@ fn parse_header(d: &Deployment, item: &Item) -> Result<Header, Rejection> {
         };
         place(&mut reclaims, *col, mark, None)?;
     }
+    let mut account_epochs = PerRegion::default();
+    if schema >= 3 {
+        for col in &columns {
+            let e = r.varint()?;
+            place(&mut account_epochs, *col, e, 0)?;
+        }
+    } else {
+        // Before schema 3 a new epoch zeroed every open account and kept a closed one with the
+        // epoch that closed it.
+        for i in 0..MAX_REGIONS {
+            if peer_epochs.0[i] != 0 {
+                account_epochs.0[i] = match reclaims.0[i] {
+                    Some(m) if m.epoch == peer_epochs.0[i] => m.by,
+                    _ => epoch,
+                };
+            }
+        }
+    }
     let shards = r.count(MAX_SHARDS, "shards")?;
     let mut shard_versions = Vec::with_capacity(shards);
     for _ in 0..shards {
@@ -556,6 +589,7 @@ fn parse_header(d: &Deployment, item: &Item) -> Result<Header, Rejection> {
         written_at_ms,
         prev_final,
         peer_epochs,
+        account_epochs,
         reclaims,
         columns,
         shard_versions,

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use proptest::prelude::*;
 use shareplane_aws::codec::{self, Decoded, Item};
 use shareplane_store::Rejection;
-use support::{deployment, record, rid};
+use support::{deployment, record, rid, set_epoch};
 
 fn number_text() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -224,7 +224,7 @@ proptest! {
     fn kept_items_split_back_into_the_record(limits in 1usize..700, epoch in 1u64..1_000, region in 0usize..3) {
         let d = deployment(limits);
         let mut r = record(&d, region, 5);
-        r.epoch = epoch;
+        set_epoch(&mut r, epoch);
         r.prev_final = if epoch == 1 { 0 } else { 4 };
         let enc = codec::encode(&d, &r);
         let mut items: Vec<Item> = (0..enc.shards.len())
@@ -244,4 +244,39 @@ proptest! {
         let wrong = codec::decode_kept(&d, me, rid(region), epoch + 1, &sets.kept[&epoch]);
         prop_assert!(matches!(wrong, Decoded::Rejected(_)));
     }
+}
+
+/// A record written before schema 3 names no account epochs: an open account then belonged to
+/// the writer's current epoch (a new epoch zeroed it) and a closed one to the epoch that closed
+/// it, and that is what the reader derives.
+#[test]
+fn a_schema_2_record_reads_its_accounts_as_they_were_kept() {
+    let d = deployment(20);
+    let mut r = record(&d, 1, 77);
+    // Region 2 is closed (marked at its accounted epoch) by epoch 1; Region 0 is open.
+    r.reclaims.0[2] = Some(shareplane_core::ReclaimMark {
+        epoch: r.peer_epochs.0[2],
+        version: 5,
+        by: 1,
+    });
+    r.reclaims.0[0] = None;
+    r.account_epochs.0[0] = r.epoch;
+    r.account_epochs.0[1] = r.epoch;
+    r.account_epochs.0[2] = 1;
+    let enc = codec::encode(&d, &r);
+    let mut items: Vec<Item> = (0..enc.shards.len())
+        .filter_map(|i| enc.shard_item(i, 1))
+        .collect();
+    items.push(enc.header_item_of_schema(1, &vec![77; enc.shards.len()], 2));
+    assert_eq!(
+        codec::decode(&d, rid(0), rid(1), &items),
+        Decoded::Record(Box::new(r.clone()))
+    );
+    // The same header as schema 3 without the account epochs is malformed, not misread.
+    let last = items.len() - 1;
+    items[last].insert("sv".into(), AttributeValue::N("3".into()));
+    assert!(matches!(
+        codec::decode(&d, rid(0), rid(1), &items),
+        Decoded::Rejected(_)
+    ));
 }

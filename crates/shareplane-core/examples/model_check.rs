@@ -27,7 +27,7 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
     println!(
-        "recoveries in a residual class (after a false verdict, or grants stranded between two ended epochs): {}",
+        "recoveries in the residual class (after a false verdict): {}",
         r.false_verdict_recovery_failures
     );
     for v in r.false_verdict_examples.iter().take(2) {

@@ -158,9 +158,13 @@ enum Closure {
     /// Reclaim: take the peer's grants, take own grants back and its fixed portion, from this
     /// record of the peer's current epoch.
     Reclaim(Arc<RegionRecord>),
-    /// The peer's accounted epoch ended: close it from its last record (unless it was closed
-    /// already) and account with the next epoch.
-    Switch(Option<Arc<RegionRecord>>),
+    /// The peer's accounted epoch ended: close it from `last`, its last record (unless it was
+    /// closed already: `close` false), settle an account carried from an earlier epoch of this
+    /// Region against it, and account with the next epoch.
+    Switch {
+        last: Arc<RegionRecord>,
+        close: bool,
+    },
     /// Settle the last close again against this newer record of the same epoch.
     Settle(Arc<RegionRecord>),
 }
@@ -170,6 +174,9 @@ enum Closure {
 struct Plan {
     state: PeerState,
     closure: Closure,
+    /// The account carried from an earlier epoch of this Region was settled by the peer (its
+    /// record closed that epoch): clear it and account from this epoch on.
+    drop_carried: bool,
 }
 
 /// One Region's protocol state machine.
@@ -468,7 +475,9 @@ impl Coordinator {
         for j in crate::region::regions(d.n()).filter(|&r| r != self.me) {
             let plan = self.plan_peer(j, rec, health, fenced);
             match &plan.closure {
-                Closure::Reclaim(_) | Closure::Switch(Some(_)) => alarms.reclaimed.push(j),
+                Closure::Reclaim(_) | Closure::Switch { close: true, .. } => {
+                    alarms.reclaimed.push(j)
+                }
                 Closure::Settle(_) => alarms.settled.push(j),
                 _ => {}
             }
@@ -488,7 +497,17 @@ impl Coordinator {
         fenced: bool,
     ) -> Plan {
         let p = &self.peers[j.index()];
-        let plan = |state, closure| Plan { state, closure };
+        // The peer's record closed the epoch whose account this Region carries: the peer settled
+        // it (took what that epoch granted it and took back its own grants).
+        let drop_carried = p.seen
+            && rec.carries_open(j)
+            && p.latest.epoch == rec.peer_epochs[j]
+            && p.latest.settled_with(self.me, rec.account_epochs[j]);
+        let plan = |state, closure| Plan {
+            state,
+            closure,
+            drop_carried,
+        };
         if !p.seen {
             // Never heard of: kept in targets at its genesis demand, never a grantee, never
             // reclaimed.
@@ -509,8 +528,20 @@ impl Coordinator {
                 Some(m) if m.version < last.version => {
                     plan(PeerState::Silent, Closure::Settle(last.clone()))
                 }
-                Some(_) => plan(PeerState::Live, Closure::Switch(None)),
-                None => plan(PeerState::Live, Closure::Switch(Some(last.clone()))),
+                Some(_) => plan(
+                    PeerState::Live,
+                    Closure::Switch {
+                        last: last.clone(),
+                        close: false,
+                    },
+                ),
+                None => plan(
+                    PeerState::Live,
+                    Closure::Switch {
+                        last: last.clone(),
+                        close: true,
+                    },
+                ),
             };
         }
         if let Some(m) = mark {
@@ -567,29 +598,22 @@ fn reclaimable(policy: SilentPolicy, health: Health) -> bool {
 
 /// A Region that may have been reclaimed comes back with nothing (SPEC §6, "Return"). The version
 /// keeps rising; limit versions are kept because the room of those versions is accounted for
-/// (held by the survivors that reclaimed it). What it may still settle of estates it closed (the
-/// marks, and for those peers the counters and portions) is kept too: an estate is settled by
-/// the Region that closed it, whatever epoch it is in by then.
+/// (held by the survivors that reclaimed it). Every account with a peer is kept with the epoch it
+/// belongs to (`account_epochs`): one this Region's earlier epoch closed is settled later by this
+/// Region, whatever epoch it is in by then; an open one is carried, frozen, until the peer
+/// settles it or its epoch ends too and this Region takes back what the peer never took.
 fn start_new_epoch(rec: &mut RegionRecord, last_version: u64) {
     rec.epoch += 1;
     rec.prev_final = last_version;
-    let closed: Vec<bool> = (0..MAX_REGIONS)
-        .map(|i| rec.reclaims.0[i].map(|m| m.epoch) == Some(rec.peer_epochs.0[i]))
-        .collect();
     for l in rec.limits.iter_mut() {
-        let mut fresh = LimitRecord {
+        *l = LimitRecord {
             limit_version: l.limit_version,
             rate: l.rate,
+            granted: l.granted,
+            taken: l.taken,
+            reclaimed: l.reclaimed,
             ..LimitRecord::default()
         };
-        for (i, &c) in closed.iter().enumerate() {
-            if c {
-                fresh.granted.0[i] = l.granted.0[i];
-                fresh.taken.0[i] = l.taken.0[i];
-                fresh.reclaimed.0[i] = l.reclaimed.0[i];
-            }
-        }
-        *l = fresh;
     }
 }
 
@@ -600,9 +624,16 @@ fn apply_marks(rec: &mut RegionRecord, plans: &[Option<Plan>]) {
         let (Some(p), Some(j)) = (p, RegionId::new(i)) else {
             continue;
         };
+        if p.drop_carried {
+            rec.account_epochs[j] = rec.epoch;
+        }
         match &p.closure {
             Closure::None => {}
-            Closure::Reclaim(basis) | Closure::Switch(Some(basis)) => {
+            Closure::Reclaim(basis)
+            | Closure::Switch {
+                last: basis,
+                close: true,
+            } => {
                 rec.reclaims[j] = Some(ReclaimMark {
                     epoch: basis.epoch,
                     version: basis.version,
@@ -614,10 +645,11 @@ fn apply_marks(rec: &mut RegionRecord, plans: &[Option<Plan>]) {
                     m.version = newer.version;
                 }
             }
-            Closure::Switch(None) => {}
+            Closure::Switch { close: false, .. } => {}
         }
-        if let Closure::Switch(_) = p.closure {
+        if let Closure::Switch { .. } = p.closure {
             rec.peer_epochs[j] += 1;
+            rec.account_epochs[j] = rec.epoch;
         }
     }
 }
@@ -641,6 +673,33 @@ impl LimitCtx<'_> {
             .get(j.index())
             .and_then(|p| p.as_ref())
             .map_or(NONE, |p| &p.closure)
+    }
+
+    fn drops_carried(&self, j: RegionId) -> bool {
+        self.plans
+            .get(j.index())
+            .and_then(|p| p.as_ref())
+            .is_some_and(|p| p.drop_carried)
+    }
+
+    /// Whether this Region's account with `j` belongs to its current epoch (after this
+    /// rebalance's drop of a carried account the peer settled).
+    fn account_is_current(&self, rec: &RegionRecord, j: RegionId) -> bool {
+        rec.account_epochs[j] == rec.epoch || self.drops_carried(j)
+    }
+
+    /// Whether this Region's account with `j` is carried open from an earlier epoch.
+    fn carries_open(&self, rec: &RegionRecord, j: RegionId) -> bool {
+        rec.carries_open(j) && !self.drops_carried(j)
+    }
+
+    /// Clears every account carried from an earlier epoch that its peer settled. The portion
+    /// this epoch reclaimed of the peer (if any) is kept for later settlements.
+    fn drop_carried(&self, e: &mut LimitRecord) {
+        for j in crate::region::regions(self.d.n()).filter(|&r| self.drops_carried(r)) {
+            e.granted[j] = Room::ZERO;
+            e.taken[j] = Room::ZERO;
+        }
     }
 
     /// Steps 1-4 of SPEC §4 for one limit, with closes and settlements folded in after the take.
@@ -670,6 +729,7 @@ impl LimitCtx<'_> {
             out.target = e.share;
             return (e, out);
         }
+        self.drop_carried(&mut e);
         self.take(li, rec, &mut e, &mut out);
         self.close(li, rec, &mut e, &mut out);
         self.settle(li, rec, &mut e, &mut out);
@@ -728,7 +788,8 @@ impl LimitCtx<'_> {
     fn source(&self, j: RegionId) -> Option<&Arc<RegionRecord>> {
         match self.closure(j) {
             Closure::Reclaim(b) => Some(b),
-            Closure::Switch(b) => b.as_ref(),
+            Closure::Switch { last, close: true } => Some(last),
+            Closure::Switch { close: false, .. } => None,
             Closure::Settle(_) => None,
             Closure::None => match self.state(j) {
                 Some(PeerState::Live | PeerState::Silent) => Some(&self.peers[j.index()].latest),
@@ -741,7 +802,10 @@ impl LimitCtx<'_> {
     fn take(&self, li: usize, rec: &RegionRecord, e: &mut LimitRecord, out: &mut LimitOutcome) {
         for j in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
             let Some(src) = self.source(j) else { continue };
-            if !accounts_with(src, self.me, rec.epoch) || rec.peer_epochs[j] != src.epoch {
+            if !src.accounts_with(self.me, rec.epoch)
+                || rec.peer_epochs[j] != src.epoch
+                || !self.account_is_current(rec, j)
+            {
                 continue;
             }
             let Some(sl) = src.limits.get(li) else {
@@ -759,12 +823,22 @@ impl LimitCtx<'_> {
     /// as the basis tells them (this Region took everything the estate granted it, and the estate
     /// took exactly what the basis says), so a settlement later needs only the newer record.
     /// A switch whose old epoch was closed before starts the account with the next epoch afresh.
+    ///
+    /// An account carried open from an earlier epoch of this Region is settled only against the
+    /// peer epoch's last record, at the switch: this Region takes back what its earlier epoch
+    /// granted and the peer's epoch never took; what the peer's epoch granted the earlier one is
+    /// the peer's successor's to take back in turn. A reclaim takes the portion only and leaves
+    /// the carried account frozen until then.
     fn close(&self, li: usize, rec: &RegionRecord, e: &mut LimitRecord, out: &mut LimitOutcome) {
         let n = self.d.n();
         for j in crate::region::regions(n).filter(|&r| r != self.me) {
-            let basis = match self.closure(j) {
-                Closure::Reclaim(b) | Closure::Switch(Some(b)) => b,
-                Closure::Switch(None) => {
+            let (basis, switch) = match self.closure(j) {
+                Closure::Reclaim(b) => (b, false),
+                Closure::Switch { last, close: true } => (last, true),
+                Closure::Switch { last, close: false } => {
+                    let back = self.carried_back(li, rec, e, j, last);
+                    e.pool += back;
+                    out.reclaimed[j] = back;
                     reset_account(e, j);
                     continue;
                 }
@@ -773,7 +847,11 @@ impl LimitCtx<'_> {
             let src = basis.limits.get(li).copied().unwrap_or_default();
             let portion = heir_portion(estate_room(&src), n, j, self.me);
             let mut back = Room::ZERO;
-            if accounts_with(basis, self.me, rec.epoch) && rec.peer_epochs[j] == basis.epoch {
+            if self.carries_open(rec, j) {
+                if switch {
+                    back = self.carried_back(li, rec, e, j, basis);
+                }
+            } else if basis.accounts_with(self.me, rec.epoch) && rec.peer_epochs[j] == basis.epoch {
                 back = e.granted[j].saturating_sub(src.taken[self.me]);
                 e.granted[j] = src.taken[self.me];
             } else {
@@ -783,11 +861,33 @@ impl LimitCtx<'_> {
             e.pool += portion + back;
             e.reclaimed[j] = portion;
             out.reclaimed[j] = portion + back;
-            if matches!(self.closure(j), Closure::Switch(_)) {
+            if switch {
                 // The old epoch's last record was final: nothing is left to settle.
                 reset_account(e, j);
             }
         }
+    }
+
+    /// What this Region takes back of an account carried open from its earlier epoch, against
+    /// `last`, the last record of the peer's epoch it is with: the earlier epoch's grants that
+    /// the peer's epoch never took, unless that epoch settled the account itself.
+    fn carried_back(
+        &self,
+        li: usize,
+        rec: &RegionRecord,
+        e: &LimitRecord,
+        j: RegionId,
+        last: &RegionRecord,
+    ) -> Room {
+        let acct = rec.account_epochs[j];
+        if !self.carries_open(rec, j)
+            || !last.accounts_with(self.me, acct)
+            || last.settled_with(self.me, acct)
+        {
+            return Room::ZERO;
+        }
+        let taken = last.limits.get(li).map_or(Room::ZERO, |l| l.taken[self.me]);
+        e.granted[j].saturating_sub(taken)
     }
 
     /// Settles the last close of a peer's epoch again against a newer record of that epoch: the
@@ -806,10 +906,20 @@ impl LimitCtx<'_> {
             let new = newer.limits.get(li).copied().unwrap_or_default();
             let portion = heir_portion(estate_room(&new), n, j, self.me);
             let mut delta = portion.0 as i128 - e.reclaimed[j].0 as i128;
-            if accounts_with(newer, self.me, mark.by) {
-                delta += new.granted[self.me].0 as i128 - e.taken[j].0 as i128;
+            if newer.accounts_with(self.me, mark.by)
+                && (rec.account_epochs[j] == mark.by || self.drops_carried(j))
+            {
+                // If the peer's epoch closed this Region's epoch too (two false verdicts), its
+                // `granted` counter was rewritten by its own close, and its settlements (of what
+                // it took back) happen against this Region's records: only this Region's own
+                // grants are settled here, or both sides would repay the same grants.
+                let closed_me = newer.reclaims[self.me]
+                    .is_some_and(|m| m.epoch == mark.by && m.by == newer.epoch);
+                if !closed_me {
+                    delta += new.granted[self.me].0 as i128 - e.taken[j].0 as i128;
+                    e.taken[j] = new.granted[self.me];
+                }
                 delta -= new.taken[self.me].0 as i128 - e.granted[j].0 as i128;
-                e.taken[j] = new.granted[self.me];
                 e.granted[j] = new.taken[self.me];
             }
             e.reclaimed[j] = portion;
@@ -873,7 +983,10 @@ impl LimitCtx<'_> {
                 continue;
             }
             let p = &self.peers[j.index()].latest;
-            if !accounts_with(p, self.me, rec.epoch) || p.epoch != rec.peer_epochs[j] {
+            if !p.accounts_with(self.me, rec.epoch)
+                || p.epoch != rec.peer_epochs[j]
+                || !self.account_is_current(rec, j)
+            {
                 continue;
             }
             let Some(pl) = p.limits.get(li) else { continue };
@@ -919,12 +1032,6 @@ impl LimitCtx<'_> {
         }
         sum
     }
-}
-
-/// Whether `r`'s record accounts with epoch `epoch` of Region `me` (its grants to `me` and its
-/// takes from `me` refer to that epoch).
-fn accounts_with(r: &RegionRecord, me: RegionId, epoch: u64) -> bool {
-    r.peer_epochs[me] == epoch
 }
 
 /// Clears the account with peer `j` (a new pair of epochs starts from zero).

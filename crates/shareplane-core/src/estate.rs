@@ -20,6 +20,11 @@
 //! estate's record tells it. If the estate later turns out to have a newer record (late
 //! replication), the survivor settles again against it, to the last unit.
 //!
+//! Grants between two epochs that both ended before either closed the other are settled by the
+//! successors: each Region's next epoch carries the open account (`account_epochs`) and, once the
+//! other epoch's last record is visible, takes back its earlier epoch's grants that the other
+//! never took (never the other's grants to it: those are the other successor's to take back).
+//!
 //! # The audit (physical truth)
 //!
 //! [`audit`] counts the room that exists, for one limit, from what an omniscient observer knows:
@@ -89,8 +94,9 @@ pub struct Audit {
     /// Grants in flight between epochs, both directions.
     pub pairs: i128,
     /// The part of `pairs` between two epochs that have both ended: each side's successor closed
-    /// the other's epoch without either settling the account between them. Nobody can take it
-    /// (stranded, under the limit; docs/PROTOCOL.md, residual risks).
+    /// the other's epoch without either settling the account between them. Each Region's next
+    /// epoch takes back its earlier one's grants of it once it sees the other's last record
+    /// (docs/PROTOCOL.md, "Accounts between two ended epochs"); until then it waits, under the limit.
     pub between_ended: i128,
     /// Room that some heir or grantee took beyond what it was owed (pieces that went negative),
     /// plus debts of ended epochs that nobody pays: room above `L`.
@@ -265,9 +271,57 @@ fn latest_mark(
     found
 }
 
+/// Every record Region `region` wrote, and its running daemon's committed one, oldest first.
+fn records_of<'a>(
+    world: &'a [Truth<'a>],
+    region: RegionId,
+) -> impl Iterator<Item = &'a RegionRecord> + 'a {
+    world
+        .get(region.index())
+        .into_iter()
+        .flat_map(|t| t.written.iter().map(|r| &**r).chain(t.running))
+}
+
+/// Whether a later epoch of `g`'s Region settled the account that `g` had with `r` against
+/// `r`'s last record. A new epoch carries every open account of the one before, so a later
+/// epoch that no longer carries it settled it, or dropped it because `r` settled it; `r`'s last
+/// record tells which (it shows the account unsettled on `r`'s side only in the first case).
+fn settled_carried(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
+    let carries = |rec: &RegionRecord| {
+        rec.account_epochs[r.region] == g.epoch && rec.peer_epochs[r.region] == r.epoch
+    };
+    let newest = records_of(world, g.region).max_by_key(|rec| (rec.epoch, rec.version));
+    let last = r.last();
+    newest.is_some_and(|n| n.epoch > g.epoch && !carries(n))
+        && last.accounts_with(g.region, g.epoch)
+        && !last.settled_with(g.region, g.epoch)
+}
+
+/// If `r`'s epoch closed `g`'s as well (both reclaimed each other), the newest record of `r`'s
+/// Region that still keeps that closed account: its counters are `r`'s settlement of the pair
+/// (what it took of `g`'s grants, and its own grants as `g`'s last record shows them taken),
+/// which `r` may have made in a later epoch of its own.
+fn mutual_account<'a>(
+    world: &'a [Truth<'a>],
+    g: &Epoch<'_>,
+    r: &Epoch<'_>,
+) -> Option<&'a RegionRecord> {
+    let m = latest_mark(world, r.region, g.region, g.epoch)?;
+    if m.by != r.epoch {
+        return None;
+    }
+    records_of(world, r.region)
+        .filter(|rec| {
+            rec.account_epochs[g.region] == r.epoch && rec.peer_epochs[g.region] == g.epoch
+        })
+        .max_by_key(|rec| (rec.epoch, rec.version))
+}
+
 /// `g`'s side of the account between epochs `g` and `r`: what it sent `r` net (granted to it
 /// less taken from it). Once `g` has closed `r`'s epoch, its side is the settlement it made:
-/// exactly the opposite of `r`'s side as the basis record tells it.
+/// exactly the opposite of `r`'s side as the basis record tells it. Once a later epoch of `g`'s
+/// Region has settled the account carried from `g`, it took back what `r` never took of `g`'s
+/// grants: `g`'s side is then what `r` took, less what `g` took.
 fn side(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Audit) -> i128 {
     let out = |rec: &RegionRecord, to: RegionId| {
         rec.limits
@@ -278,8 +332,11 @@ fn side(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Au
     // (a Region that closed an estate and then began a new epoch may still settle it).
     match latest_mark(world, g.region, r.region, r.epoch) {
         Some(m) if m.by == g.epoch => {
+            if let Some(kept) = mutual_account(world, g, r) {
+                return -out(kept, g.region);
+            }
             return match r.at(m.version) {
-                Some(basis) if basis.peer_epochs[g.region] == g.epoch => -out(basis, g.region),
+                Some(basis) if basis.accounts_with(g.region, g.epoch) => -out(basis, g.region),
                 Some(_) => 0,
                 None => {
                     a.missing_basis += 1;
@@ -292,11 +349,19 @@ fn side(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Au
         Some(m) if m.by < g.epoch => return 0,
         _ => {}
     }
-    g.records
+    let Some(own) = g
+        .records
         .iter()
         .rev()
-        .find(|rec| rec.peer_epochs[r.region] == r.epoch)
-        .map_or(0, |rec| out(rec, r.region))
+        .find(|rec| rec.accounts_with(r.region, r.epoch))
+    else {
+        return 0;
+    };
+    if settled_carried(world, g, r) {
+        let l = |rec: &RegionRecord| rec.limits.get(li).copied().unwrap_or_default();
+        return l(r.last()).taken[g.region].0 as i128 - l(own).taken[r.region].0 as i128;
+    }
+    out(own, r.region)
 }
 
 fn expected(d: &Deployment, li: usize, world: &[Truth<'_>], n: usize) -> i128 {

@@ -42,6 +42,14 @@ pub struct RegionRecord {
     pub prev_final: u64,
     /// The epoch of each peer that this record's grants to it and takes from it refer to.
     pub peer_epochs: PerRegion<u64>,
+    /// This Region's own epoch that its account with each peer (the `granted`, `taken` and
+    /// `reclaimed` counters for it) belongs to: `epoch` itself, or an earlier epoch whose account
+    /// with the peer's epoch in `peer_epochs` was carried into this one when it began. An open
+    /// account is carried until it is settled: by the peer (its record closes the earlier epoch)
+    /// or, once the peer's epoch has ended too, by this Region taking back what the earlier
+    /// epoch granted and the peer never took (docs/PROTOCOL.md, "Accounts between two ended
+    /// epochs"). An account closed by an earlier epoch is kept with that epoch to settle later.
+    pub account_epochs: PerRegion<u64>,
     /// The latest reclaim of each peer's estate made by this Region.
     pub reclaims: PerRegion<Option<ReclaimMark>>,
     pub limits: Vec<LimitRecord>,
@@ -140,6 +148,7 @@ impl RegionRecord {
         for e in peer_epochs.0.iter_mut().take(n) {
             *e = 1;
         }
+        let account_epochs = peer_epochs;
         let limits = d
             .limits
             .iter()
@@ -166,9 +175,32 @@ impl RegionRecord {
             written_at_ms: 0,
             prev_final: 0,
             peer_epochs,
+            account_epochs,
             reclaims: PerRegion([None; MAX_REGIONS]),
             limits,
         }
+    }
+
+    /// Whether this record's account with `peer` is between this record's own epoch and the
+    /// peer's epoch `peer_epoch` (its grants to the peer and takes from it refer to that pair).
+    pub fn accounts_with(&self, peer: RegionId, peer_epoch: u64) -> bool {
+        self.peer_epochs[peer] == peer_epoch && self.account_epochs[peer] == self.epoch
+    }
+
+    /// Whether the account with `peer` is one that an earlier epoch of this Region opened and
+    /// nobody has settled yet: carried into this epoch, frozen (no grant, no take) until settled.
+    pub fn carries_open(&self, peer: RegionId) -> bool {
+        let acct = self.account_epochs[peer];
+        acct < self.epoch
+            && self.reclaims[peer].is_none_or(|m| m.epoch != self.peer_epochs[peer] || m.by != acct)
+    }
+
+    /// Whether this record shows that its Region settled the account it had with `peer`'s
+    /// epoch `peer_epoch`: it closed that epoch (a mark on it) or moved on to a later one.
+    pub fn settled_with(&self, peer: RegionId, peer_epoch: u64) -> bool {
+        self.peer_epochs[peer] > peer_epoch
+            || (self.peer_epochs[peer] == peer_epoch
+                && self.reclaims[peer].is_some_and(|m| m.epoch == peer_epoch))
     }
 
     /// Checks what can be checked of one record alone against this Region's configuration.
@@ -200,6 +232,11 @@ impl RegionRecord {
             if self.peer_epochs.0[r] > MAX_EPOCH {
                 return contradiction(None, "a peer epoch is out of range");
             }
+            if r != self.region.index()
+                && (self.account_epochs.0[r] == 0 || self.account_epochs.0[r] > self.epoch)
+            {
+                return contradiction(None, "an account belongs to an epoch its writer never had");
+            }
             if let Some(m) = self.reclaims.0[r] {
                 if m.epoch == 0 || m.epoch > MAX_EPOCH || m.version > MAX_COUNTER {
                     return contradiction(None, "a reclaim mark is out of range");
@@ -216,7 +253,10 @@ impl RegionRecord {
             }
         }
         for i in n..MAX_REGIONS {
-            if self.peer_epochs.0[i] != 0 || self.reclaims.0[i].is_some() {
+            if self.peer_epochs.0[i] != 0
+                || self.account_epochs.0[i] != 0
+                || self.reclaims.0[i].is_some()
+            {
                 return contradiction(None, "names a Region that is not configured");
             }
         }
@@ -288,8 +328,8 @@ impl RegionRecord {
                 "marks an epoch of this Region that never existed as reclaimed",
             );
         }
-        let aligned = self.peer_epochs[me] == own.epoch
-            && own.peer_epochs[self.region] == self.epoch
+        let aligned = self.accounts_with(me, own.epoch)
+            && own.accounts_with(self.region, self.epoch)
             && own.reclaims[self.region].is_none_or(|m| m.epoch < self.epoch);
         for (i, l) in self.limits.iter().enumerate() {
             let mine = own.limits.get(i).copied().unwrap_or_default();
@@ -317,7 +357,9 @@ impl RegionRecord {
         }
         for (i, (new, old)) in self.limits.iter().zip(prev.limits.iter()).enumerate() {
             for r in 0..MAX_REGIONS {
-                if self.peer_epochs.0[r] != prev.peer_epochs.0[r] {
+                if self.peer_epochs.0[r] != prev.peer_epochs.0[r]
+                    || self.account_epochs.0[r] != prev.account_epochs.0[r]
+                {
                     continue;
                 }
                 if new.granted.0[r] < old.granted.0[r] || new.taken.0[r] < old.taken.0[r] {
@@ -331,5 +373,104 @@ impl RegionRecord {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
+
+    fn d() -> Deployment {
+        let rate = Room::rps(1_000);
+        Deployment::try_new(Deployment {
+            regions: vec!["A".into(), "B".into(), "C".into()],
+            limits: vec![LimitSpec {
+                id: "l".into(),
+                version: 1,
+                rate,
+                burst_ms: 2_000,
+                floor: Room::rps(10),
+                step_cap: Room::rps(100),
+                kind: LimitKind::Capacity,
+                shadow: false,
+            }],
+            design: Design::NamedGrants,
+            policy: SilentPolicy::TwoSignals,
+            fence: Fence::OwnUnhealthy,
+            silent_after: 3,
+            period_ms: 5_000,
+        })
+        .expect("valid deployment")
+    }
+
+    fn rid(i: usize) -> RegionId {
+        RegionId::new(i).expect("region")
+    }
+
+    #[test]
+    fn an_account_must_belong_to_an_epoch_its_writer_had() {
+        let d = d();
+        let mut r = RegionRecord::genesis(&d, rid(1));
+        r.epoch = 3;
+        r.version = 9;
+        r.prev_final = 8;
+        assert_eq!(r.validate(&d, rid(0)), Ok(()));
+        r.account_epochs.0[0] = 2;
+        assert_eq!(r.validate(&d, rid(0)), Ok(()), "carried from epoch 2");
+        for bad in [0, 4] {
+            r.account_epochs.0[0] = bad;
+            assert!(
+                matches!(
+                    r.validate(&d, rid(0)),
+                    Err(RecordError::Contradiction { .. })
+                ),
+                "account epoch {bad} of a writer in epoch 3"
+            );
+        }
+        r.account_epochs.0[0] = 3;
+        r.account_epochs.0[5] = 1;
+        assert!(matches!(
+            r.validate(&d, rid(0)),
+            Err(RecordError::Contradiction { .. })
+        ));
+    }
+
+    #[test]
+    fn carried_and_settled_accounts_read_from_the_record() {
+        let d = d();
+        let mut r = RegionRecord::genesis(&d, rid(1));
+        r.epoch = 2;
+        assert!(r.carries_open(rid(0)), "epoch 1's open account");
+        assert!(!r.accounts_with(rid(0), 1), "its counters are epoch 1's");
+        r.reclaims.0[0] = Some(ReclaimMark {
+            epoch: 1,
+            version: 4,
+            by: 1,
+        });
+        assert!(!r.carries_open(rid(0)), "closed by epoch 1, kept to settle");
+        assert!(r.settled_with(rid(0), 1));
+        r.reclaims.0[0] = None;
+        r.peer_epochs.0[0] = 2;
+        assert!(r.settled_with(rid(0), 1), "moved on to the peer's epoch 2");
+        assert!(!r.settled_with(rid(0), 2));
+    }
+
+    #[test]
+    fn counters_may_restart_when_the_account_changes_epoch() {
+        let d = d();
+        let mut prev = RegionRecord::genesis(&d, rid(1));
+        prev.epoch = 2;
+        prev.version = 5;
+        prev.limits[0].granted.0[0] = Room(700);
+        let mut next = prev.clone();
+        next.version = 6;
+        next.limits[0].granted.0[0] = Room::ZERO;
+        assert_eq!(
+            next.validate_successor(&prev),
+            Err(RecordError::CounterWentDown { limit: 0 })
+        );
+        next.account_epochs.0[0] = 2;
+        assert_eq!(next.validate_successor(&prev), Ok(()));
     }
 }

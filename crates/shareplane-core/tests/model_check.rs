@@ -6,9 +6,9 @@ mod model;
 fn check(s: &model::Settings) -> model::Report {
     let r = model::explore(s);
     println!(
-        "model check: {} Regions, depth {} faults<={}: {} states, {} transitions, {} recoveries checked ({} in a residual class after a false verdict, {} with grants stranded between ended epochs), {} states after a false verdict",
+        "model check: {} Regions, depth {} faults<={}: {} states, {} transitions, {} recoveries checked ({} in a residual class after a false verdict), {} states after a false verdict",
         s.n, r.depth_reached, s.max_faults, r.states, r.transitions, r.recoveries_checked,
-        r.false_verdict_recovery_failures, r.stranded_recoveries, r.false_verdict_states
+        r.false_verdict_recovery_failures, r.false_verdict_states
     );
     assert!(
         r.violations.is_empty(),
@@ -17,9 +17,10 @@ fn check(s: &model::Settings) -> model::Report {
         r.violations.join("\n")
     );
     assert!(r.states > 1_000, "the explorer explored almost nothing");
-    // Residual classes are documented bounds, not a licence: they must stay a small minority.
+    // The residual class (a false verdict) is a documented bound, not a licence: it must stay a
+    // small minority.
     assert!(
-        (r.false_verdict_recovery_failures + r.stranded_recoveries) * 20 <= r.recoveries_checked,
+        r.false_verdict_recovery_failures * 20 <= r.recoveries_checked,
         "residual recoveries are more than 5% of those checked"
     );
     r
@@ -50,4 +51,35 @@ fn four_regions_three_faults() {
         depth("SHAREPLANE_MODEL_DEPTH_4", 4),
         3,
     ));
+}
+
+/// Region 1 grants to Region 0, and both restart into new epochs before either closed the
+/// other: the grant is between two ended epochs. Region 1's next epoch carries the open account
+/// and takes the grant back once Region 0's new epoch shows its old one ended (the first trace
+/// the model checker found while grants there were stranded; the other two are the same with a
+/// third Region, lost instead of restarted).
+#[test]
+fn grants_between_two_ended_epochs_come_back() {
+    use model::Action::*;
+    let s = model::Settings::small(5, 2);
+    let traces: [&[model::Action]; 3] = [
+        &[
+            Rebalance(0),
+            Deliver(0, 1),
+            Restart(0),
+            Rebalance(1),
+            Restart(1),
+        ],
+        &[Rebalance(0), Deliver(0, 2), Lose(0), Rebalance(2), Lose(2)],
+        &[
+            Rebalance(0),
+            Deliver(0, 2),
+            Restart(0),
+            Rebalance(2),
+            Restart(2),
+        ],
+    ];
+    for t in traces {
+        assert_eq!(model::replay_and_recover(&s, t), None, "{t:?}");
+    }
 }

@@ -221,7 +221,7 @@ fn fuzz(args: &[OsString]) -> ExitCode {
             let _ = writeln!(out, "{}", crate::fuzz::to_toml(&sc));
         }
         match crate::fuzz::check(&sc) {
-            Ok(report) => totals.add(seed, &report, sc.limit),
+            Ok(report) => totals.add(&report, sc.limit),
             Err(failure) => {
                 failed += 1;
                 let _ = writeln!(

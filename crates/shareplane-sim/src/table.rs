@@ -173,6 +173,7 @@ mod tests {
             written_at_ms: 0,
             prev_final: 0,
             peer_epochs: PerRegion::default(),
+            account_epochs: PerRegion::default(),
             reclaims: PerRegion([None; MAX_REGIONS]),
             limits: Vec::new(),
         })

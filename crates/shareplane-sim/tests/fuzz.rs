@@ -47,7 +47,7 @@ fn ci_seeds() -> (u64, u64) {
 
 /// A CI-sized run. Every seed must pass: a finding fails CI (there is no list of seeds allowed
 /// to fail). The residual risks the checker measures instead of failing (false verdicts while
-/// they last, grants stranded between two ended epochs) have stated bounds it enforces.
+/// they last, heirs that reclaimed from a stale record) have stated bounds it enforces.
 #[test]
 fn ci_sized_fuzz_run() {
     let (start, seeds) = ci_seeds();
@@ -56,7 +56,7 @@ fn ci_sized_fuzz_run() {
     for seed in start..start.saturating_add(seeds) {
         let sc = fuzz::generate(seed);
         match fuzz::check(&sc) {
-            Ok(r) => totals.add(seed, &r, sc.limit),
+            Ok(r) => totals.add(&r, sc.limit),
             Err(f) => failed.push(format!(
                 "seed {seed}: {f} (replay: shareplane sim fuzz --seeds 1 --start {seed})"
             )),
@@ -67,12 +67,6 @@ fn ci_sized_fuzz_run() {
     assert!(
         totals.with_false_verdict > 0,
         "the generator draws false verdicts"
-    );
-    // Stranding is a residual with a bound, not the common case.
-    assert!(
-        (totals.stranded.len() as u64) * 20 <= seeds,
-        "{} of {seeds} seeds ended with grants stranded between ended epochs",
-        totals.stranded.len()
     );
 }
 

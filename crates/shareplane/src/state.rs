@@ -361,7 +361,7 @@ fn limit_view(v: &ViewInput<'_>, li: usize, spec: &shareplane_core::LimitSpec) -
         let taken = peer_record(v, r)
             .filter(|p| {
                 v.own
-                    .is_some_and(|o| p.peer_epochs[v.me] == o.epoch && o.peer_epochs[r] == p.epoch)
+                    .is_some_and(|o| p.accounts_with(v.me, o.epoch) && o.accounts_with(r, p.epoch))
             })
             .and_then(|p| p.limits.get(li).map(|l| l.taken[v.me]))
             .unwrap_or_default();

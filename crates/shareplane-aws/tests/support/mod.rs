@@ -54,6 +54,7 @@ pub fn record(d: &Deployment, region: usize, version: u64) -> RegionRecord {
     r.written_at_ms = 1_700_000_000_000 + version * 5_000;
     for p in 0..d.n() {
         r.peer_epochs.0[p] = 1 + ((p + region) as u64 % 2);
+        r.account_epochs.0[p] = 1 + ((p * 3 + region) as u64 % 2);
     }
     let victim = (region + 1) % d.n();
     r.reclaims.0[victim] = Some(ReclaimMark {
@@ -87,10 +88,18 @@ pub fn record(d: &Deployment, region: usize, version: u64) -> RegionRecord {
     r
 }
 
+/// Moves `r` to `epoch`, keeping every account in an epoch its writer had.
+pub fn set_epoch(r: &mut RegionRecord, epoch: u64) {
+    r.epoch = epoch;
+    for e in r.account_epochs.0.iter_mut().filter(|e| **e > epoch) {
+        *e = epoch;
+    }
+}
+
 /// Region 0's record at `version` in `epoch`, whose previous epoch ended at `prev_final`.
 pub fn owner_at(d: &Deployment, epoch: u64, version: u64, prev_final: u64) -> RegionRecord {
     let mut r = record(d, 0, version);
-    r.epoch = epoch;
+    set_epoch(&mut r, epoch);
     r.prev_final = prev_final;
     r
 }

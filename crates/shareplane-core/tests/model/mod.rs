@@ -74,9 +74,6 @@ pub struct Report {
     /// of docs/PROTOCOL.md: room can be stranded, never created).
     pub false_verdict_recovery_failures: usize,
     pub false_verdict_examples: Vec<String>,
-    /// Recoveries that converged except for grants stranded between two ended epochs
-    /// (docs/PROTOCOL.md, residual risk 2: exactly that room missing, nothing idle).
-    pub stranded_recoveries: usize,
 }
 
 #[derive(Clone)]
@@ -445,8 +442,8 @@ fn check_state(w: &World, d: &Deployment) -> Option<String> {
             let (g, t) = (g.own(), t.own());
             if g.region != t.region
                 && g.reclaims[t.region].is_none_or(|m| m.epoch != t.epoch)
-                && g.peer_epochs[t.region] == t.epoch
-                && t.peer_epochs[g.region] == g.epoch
+                && g.accounts_with(t.region, t.epoch)
+                && t.accounts_with(g.region, g.epoch)
                 && t.limits[0].taken[g.region] > g.limits[0].granted[t.region]
             {
                 return Some(format!(
@@ -459,20 +456,12 @@ fn check_state(w: &World, d: &Deployment) -> Option<String> {
     None
 }
 
-thread_local! {
-    /// Recoveries that ended with grants stranded between two ended epochs (counted per run).
-    static STRANDED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
 /// Heal everything, restore every lost Region, tell the truth about health, and run full rounds.
 /// Returns the failure and whether it belongs to a documented residual class (a false health
-/// verdict was in force, or a reclaimer ended before it could settle again).
+/// verdict was in force).
 fn check_recovery(w: &World, s: &Settings) -> Option<(String, bool)> {
     let w = recover(w, s);
     let residual = w.false_verdict;
-    if w.audit(&deployment(s)).between_ended > 0 {
-        STRANDED.with(|c| c.set(c.get() + 1));
-    }
     converged(&w, s, residual).map(|v| (v, residual))
 }
 
@@ -534,39 +523,24 @@ fn converged(w: &World, s: &Settings, residual: bool) -> Option<String> {
     if settled {
         return None;
     }
-    // The one residual the protocol admits (docs/PROTOCOL.md): grants in flight between two
-    // epochs that both ended before either settled them stay stranded. Everything outside the
-    // live Regions' hands must be exactly that, and nothing may sit idle in pools.
+    // Everything has healed: no room may be left outside the live Regions' hands (an estate
+    // not taken, grants in flight between epochs that ended), and none idle in a pool.
     let a = w.audit(&deployment(s));
-    if a.outside_live() != a.between_ended {
+    if a.outside_live() != 0 {
         return Some(format!("after recovery room is outside live hands: {a:?}"));
     }
-    let stranded = a.between_ended;
-    let sum: Room = w.coords.iter().map(|c| c.own().limits[0].share).sum();
-    let pools: Room = w.coords.iter().map(|c| c.own().limits[0].pool).sum();
-    if stranded > 0
-        && sum.0 as i128 + stranded == Room::rps(s.rate_rps).0 as i128
-        && pools.is_zero()
-    {
-        None
-    } else {
-        let shares: Vec<String> = w
-            .coords
-            .iter()
-            .map(|c| {
-                format!(
-                    "{}/{} pool {}",
-                    c.own().limits[0].share,
-                    c.own().limits[0].target,
-                    c.own().limits[0].pool
-                )
-            })
-            .collect();
-        Some(format!(
-            "no convergence after recovery: {}",
-            shares.join(", ")
-        ))
-    }
+    let shares: Vec<String> = w
+        .coords
+        .iter()
+        .map(|c| {
+            let l = c.own().limits[0];
+            format!("{}/{} pool {}", l.share, l.target, l.pool)
+        })
+        .collect();
+    Some(format!(
+        "no convergence after recovery: {}",
+        shares.join(", ")
+    ))
 }
 
 /// Explores every interleaving to `s.depth`.
@@ -577,7 +551,6 @@ pub fn explore(s: &Settings) -> Report {
     let start = initial(&d, s);
     seen.insert(start.key());
     let mut frontier = vec![start];
-    STRANDED.with(|c| c.set(0));
     for depth in 0..=s.depth {
         report.depth_reached = depth;
         let mut next = Vec::new();
@@ -632,8 +605,23 @@ pub fn explore(s: &Settings) -> Report {
             break;
         }
     }
-    report.stranded_recoveries = STRANDED.with(|c| c.get());
     report
+}
+
+/// Applies `trace` from the start, then recovers (heal, restore, true health, full rounds): the
+/// first violation on the way or after it, if any.
+pub fn replay_and_recover(s: &Settings, trace: &[Action]) -> Option<String> {
+    let d = deployment(s);
+    let mut w = initial(&d, s);
+    for a in trace {
+        if let Some(v) = apply(&mut w, *a) {
+            return Some(format!("at {a:?}: {v}"));
+        }
+        if let Some(v) = check_state(&w, &d) {
+            return Some(format!("after {a:?}: {v}"));
+        }
+    }
+    check_recovery(&w, s).map(|(v, _)| v)
 }
 
 /// Replays a trace and prints every Region's own record after each step (for debugging a
@@ -646,9 +634,10 @@ pub fn replay(s: &Settings, trace: &[Action], recover: bool) {
             let o = c.own();
             let l = o.limits[0];
             println!(
-                "   {} e{} v{} share {} pool {} debt {} target {} unmet {} granted {:?} taken {:?} reclaimed {:?} marks {:?}",
+                "   {} e{} v{} share {} pool {} debt {} target {} unmet {} granted {:?} taken {:?} reclaimed {:?} marks {:?} peer epochs {:?} accounts {:?}",
                 o.region, o.epoch, o.version, l.share, l.pool, l.debt, l.target, l.unmet,
-                &l.granted.0[..3], &l.taken.0[..3], &l.reclaimed.0[..3], &o.reclaims.0[..3]
+                &l.granted.0[..s.n], &l.taken.0[..s.n], &l.reclaimed.0[..s.n], &o.reclaims.0[..s.n],
+                &o.peer_epochs.0[..s.n], &o.account_epochs.0[..s.n]
             );
         }
     };
