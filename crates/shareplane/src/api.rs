@@ -330,8 +330,21 @@ fn refused_totals(s: &Shared, gateway: &str, o: &crate::demand::ReportOutcome) -
     (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response()
 }
 
+/// The view and what the configuration reloads did (`config`).
+#[derive(serde::Serialize)]
+struct StateAnswer<'a> {
+    #[serde(flatten)]
+    view: &'a crate::state::StateView,
+    config: crate::state::ConfigStatus,
+}
+
 async fn state(State(s): State<Arc<Shared>>) -> Response {
-    Json(&*s.view()).into_response()
+    let view = s.view();
+    Json(StateAnswer {
+        view: &view,
+        config: s.config_status(),
+    })
+    .into_response()
 }
 
 async fn explain(
@@ -344,7 +357,7 @@ async fn explain(
         return Err(err(StatusCode::NOT_FOUND, format!("no limit {id:?}")));
     };
     let published = s.rules();
-    let index = s.d.limit_index(&id);
+    let index = s.d().limit_index(&id);
     let published_rate = index
         .and_then(|i| published.rates.get(i))
         .map(|r| r.as_rps());

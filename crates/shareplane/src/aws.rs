@@ -109,7 +109,7 @@ pub fn points(
 /// never fatal.
 pub async fn publish_metrics(publisher: MetricsPublisher, shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown_signal();
-    let mut tick = tokio::time::interval(Duration::from_millis(shared.d.period_ms));
+    let mut tick = tokio::time::interval(Duration::from_millis(shared.d().period_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut rejected_before = shared.metrics.records_rejected.total();
     let mut stale_before = shared.metrics.stale_rebalances.get();

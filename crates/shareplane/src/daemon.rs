@@ -44,8 +44,8 @@ use crate::health::HealthSource;
 use crate::rules::{lowered, zero_rules, RuleSet};
 use crate::state::{build_view, Shared, ViewInput};
 use shareplane_core::{
-    regions, Alarms, Coordinator, Health, Inputs, PeerState, PeerView, PerRegion, RegionRecord,
-    Room,
+    regions, Alarms, Coordinator, Deployment, Health, Inputs, PeerState, PeerView, PerRegion,
+    RegionRecord, Room,
 };
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::future::Future;
@@ -78,6 +78,9 @@ impl DaemonOptions {
 /// One replica's loop state.
 pub struct Daemon<S, H> {
     shared: Arc<Shared>,
+    /// The deployment this replica runs (its coordinator's); replaced only between rebalances,
+    /// by [`Daemon::adopt_proposed`].
+    d: Arc<Deployment>,
     store: S,
     health: H,
     opts: DaemonOptions,
@@ -113,8 +116,10 @@ pub struct Daemon<S, H> {
 
 impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     pub fn new(shared: Arc<Shared>, store: S, health: H, opts: DaemonOptions) -> Daemon<S, H> {
-        let n = shared.d.n();
+        let d = shared.d();
+        let n = d.n();
         Daemon {
+            d,
             shared,
             store,
             health,
@@ -146,7 +151,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     }
 
     fn period_ms(&self) -> u64 {
-        self.shared.d.period_ms
+        self.d.period_ms
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -196,6 +201,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 self.stalled = true;
                 continue;
             }
+            self.adopt_proposed();
             if phase_tick || !self.is_leader(now) {
                 self.tick(now, phase_tick).await;
             }
@@ -204,6 +210,32 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         let released = self.is_leader(now) && self.release(now).await;
         info!(region = %self.shared.region, replica = %self.opts.replica, released_lease = released,
               "rebalance loop stopped");
+    }
+
+    /// Adopts a reloaded deployment ([`Shared::propose`]) between two rebalances: the
+    /// coordinator, the store's codec, the demand book, the rule set and the API switch
+    /// together. The coordinator's next rebalance adopts each limit at its new version in this
+    /// Region's static part (the core's limit-change protocol) and an added limit in its static
+    /// part. The reloader checked the deployment; should the coordinator still refuse it, the
+    /// running one stays.
+    fn adopt_proposed(&mut self) {
+        let Some(d) = self.shared.take_proposed() else {
+            return;
+        };
+        if let Some(c) = self.coord.as_mut() {
+            if let Err(es) = c.set_limits(d.limits.clone()) {
+                let es: Vec<String> = es.iter().map(|e| e.to_string()).collect();
+                warn!(region = %self.shared.region, errors = %es.join("; "),
+                      "the coordinator refused the reloaded limits; the running ones stay");
+                return;
+            }
+        }
+        self.store.set_deployment(d.clone());
+        self.shared.set_deployment(d.clone());
+        info!(region = %self.shared.region, limits = d.limits.len(),
+              digest = %format!("{:016x}", shareplane_core::limits_digest(&d.limits)),
+              "adopted the reloaded limits");
+        self.d = d;
     }
 
     /// Hands the lease back on a clean stop (renewed to expire now), so that a follower takes
@@ -269,7 +301,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     /// from the own durable record, or starts a new epoch when it may have been reclaimed).
     async fn resume_from_durable(&mut self, now: u64) -> bool {
         let me = self.shared.me;
-        let d = self.shared.d.clone();
+        let d = self.d.clone();
         match self.call(self.store.read_one(me)).await {
             Ok(fetched) => {
                 let durable = match fetched {
@@ -388,7 +420,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                             warn!(region = %self.shared.region, peer = j, error = %e, "peer record rejected");
                             continue;
                         }
-                    } else if let Err(e) = r.validate(&self.shared.d, me) {
+                    } else if let Err(e) = r.validate(&self.d, me) {
                         self.shared.metrics.records_rejected.inc(e.cause());
                         continue;
                     }
@@ -480,7 +512,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         if self.unwritten_epoch || !self.stalled {
             return None;
         }
-        let d = &self.shared.d;
+        let d = &self.d;
         let window = u64::from(d.silent_after.saturating_sub(1)).saturating_mul(d.period_ms);
         let age = now.saturating_sub(own.written_at_ms);
         (own.version > 0 && age >= window).then_some(age)
@@ -522,7 +554,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             explain: false,
         });
         self.shared.metrics.rebalances.inc();
-        self.alarms = alarm_names(&decision.alarms, &self.shared);
+        self.alarms = alarm_names(&decision.alarms, &self.d);
         for (i, w) in self.waiting_for_record.iter_mut().enumerate() {
             let waiting = decision
                 .alarms
@@ -535,7 +567,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             self.shared.metrics.stale_rebalances.inc();
         }
         let v = decision.record.version;
-        let (d, region) = (self.shared.d.clone(), self.shared.region.clone());
+        let (d, region) = (self.d.clone(), self.shared.region.clone());
         if let Some(low) = lowered(&self.shared.rules(), &decision.rules) {
             self.shared
                 .publish(RuleSet::build(&d, &region, (2 * v).saturating_sub(1), &low));
@@ -626,7 +658,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     /// gateways' lease on it: only a record newer than the last one renews, so a follower whose
     /// view is stale (the leader stopped writing, or reads fail) lets the lease run out.
     fn serve_own(&self, own: &RegionRecord, now: u64) {
-        let d = self.shared.d.clone();
+        let d = self.d.clone();
         let version = 2 * own.version;
         let rules = RuleSet::rules_of(&d, own);
         self.shared
@@ -666,7 +698,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     /// The peers as a follower sees them: silence from its own count, reclaimed when the
     /// leader's record marks the peer's current epoch as reclaimed.
     fn follower_peers(&self, own: Option<&RegionRecord>) -> Vec<PeerView> {
-        let d = &self.shared.d;
+        let d = &self.d;
         let me = self.shared.me;
         regions(d.n())
             .filter(|&r| r != me)
@@ -697,7 +729,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     }
 
     fn update_view(&mut self) {
-        let d = self.shared.d.clone();
+        let d = self.d.clone();
         let me = self.shared.me;
         let (role, own, peer_records, peer_views, waiting) = match &self.coord {
             Some(c) if self.lease_until_ms > 0 => {
@@ -737,10 +769,10 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     }
 }
 
-fn alarm_names(a: &Alarms, shared: &Shared) -> Vec<String> {
+fn alarm_names(a: &Alarms, d: &Deployment) -> Vec<String> {
     let mut out = Vec::new();
     for &li in &a.sum_above_limit {
-        let id = shared.d.limits.get(li).map_or("?", |l| l.id.as_str());
+        let id = d.limits.get(li).map_or("?", |l| l.id.as_str());
         out.push(format!("sum_above_limit:{id}"));
     }
     if a.stale_view {
@@ -753,10 +785,10 @@ fn alarm_names(a: &Alarms, shared: &Shared) -> Vec<String> {
         out.push("fenced".into());
     }
     for r in &a.reclaimed {
-        out.push(format!("reclaimed:{}", shared.d.region_name(*r)));
+        out.push(format!("reclaimed:{}", d.region_name(*r)));
     }
     for r in &a.waiting_for_record {
-        out.push(format!("waiting_for_record:{}", shared.d.region_name(*r)));
+        out.push(format!("waiting_for_record:{}", d.region_name(*r)));
     }
     out
 }

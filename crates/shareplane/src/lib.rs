@@ -2,6 +2,7 @@
 //!
 //! - [`config`]: the TOML configuration and its checks (`shareplane validate`).
 //! - [`daemon`]: one replica's rebalance loop and writer lease.
+//! - [`reload`]: reloading the configuration on SIGHUP and when the file changes.
 //! - [`api`]: the HTTP API (rules, demand, state, explain, health, metrics).
 //! - [`demo`]: three Regions in one process with a web dashboard (`shareplane demo`).
 //! - [`table`]: a simulated global table with visibility delay and cuts (demo and tests).
@@ -18,6 +19,7 @@ pub mod demand;
 pub mod demo;
 pub mod health;
 pub mod metrics;
+pub mod reload;
 pub mod rules;
 pub mod slow_store;
 pub mod state;
@@ -51,8 +53,9 @@ pub enum RunError {
     Serve(std::io::Error),
 }
 
-/// `shareplane run`: one replica of one Region's daemon, until SIGINT or SIGTERM.
-pub async fn run(cfg: Config) -> Result<(), RunError> {
+/// `shareplane run`: one replica of one Region's daemon, until SIGINT or SIGTERM. It reloads
+/// its configuration from `source` on SIGHUP and when the file changes ([`reload`]).
+pub async fn run(cfg: Config, source: reload::ConfigSource) -> Result<(), RunError> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(shutdown_on_signals(tx));
     let shared = Shared::new(
@@ -62,6 +65,9 @@ pub async fn run(cfg: Config) -> Result<(), RunError> {
         cfg.api_token.clone(),
         rx.clone(),
     );
+    let (reloader, reloads) = reload::Reloader::new(source, cfg.clone(), shared.clone());
+    tokio::spawn(reload::reload_on_sighup(reloads));
+    tokio::spawn(reloader.run());
     let opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
     if !cfg.test_store_delay.is_zero() {
         warn!(
@@ -88,7 +94,9 @@ pub async fn run(cfg: Config) -> Result<(), RunError> {
             addr: cfg.listen,
             source,
         })?;
-    info!(region = %cfg.region, listen = %cfg.listen, "serving the API");
+    // The bound address (with `listen = "127.0.0.1:0"` the port the system chose).
+    let bound = listener.local_addr().unwrap_or(cfg.listen);
+    info!(region = %cfg.region, listen = %bound, "serving the API");
     let served = api::serve(listener, api::router(shared), rx, DRAIN).await;
     stop_loop(loop_task).await;
     served.map_err(RunError::Serve)

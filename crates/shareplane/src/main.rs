@@ -33,6 +33,10 @@ enum Command {
     },
     /// Run one replica of this Region's daemon until SIGINT or SIGTERM.
     ///
+    /// SIGHUP, or a change of the file (looked at once a period), reloads the configuration:
+    /// limits change live (a rate with a higher version, an added limit); anything else, and any
+    /// invalid file, is refused with every problem logged and the running configuration kept.
+    ///
     /// Environment: SHAREPLANE_CONFIG_TOML (the whole TOML text, instead of --config),
     /// SHAREPLANE_REGION, SHAREPLANE_LISTEN, SHAREPLANE_API_TOKEN, SHAREPLANE_PHASE_MS,
     /// SHAREPLANE_AWS_ENDPOINT, SHAREPLANE_REPLICA_ID override the file.
@@ -114,6 +118,10 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 fn run(path: Option<PathBuf>) -> ExitCode {
+    let source = shareplane::reload::ConfigSource {
+        path: path.clone(),
+        env: config::process_env(),
+    };
     let cfg = match load(path) {
         Ok(c) => c,
         Err(code) => return code,
@@ -123,7 +131,7 @@ fn run(path: Option<PathBuf>) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match rt.block_on(shareplane::run(cfg)) {
+    match rt.block_on(shareplane::run(cfg, source)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("shareplane run: {e}");

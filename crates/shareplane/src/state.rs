@@ -19,7 +19,13 @@ use tokio::sync::watch;
 pub struct Shared {
     pub region: String,
     pub me: RegionId,
-    pub d: Arc<Deployment>,
+    /// The deployment the daemon runs; replaced only by the daemon's loop, between rebalances,
+    /// when it adopts a reloaded configuration ([`Shared::set_deployment`]).
+    d: RwLock<Arc<Deployment>>,
+    /// A reloaded deployment waiting for the loop to adopt it ([`Shared::propose`]).
+    proposed: Mutex<Option<Arc<Deployment>>>,
+    /// What the last reloads of the configuration did (`GET /v1/state`, `config`).
+    config: RwLock<ConfigStatus>,
     pub clock: Clock,
     /// Bearer token for write endpoints; `None` refuses every write.
     pub api_token: Option<String>,
@@ -59,8 +65,48 @@ impl Shared {
             view: RwLock::new(Arc::new(view)),
             ready: AtomicBool::new(false),
             shutdown,
-            d,
+            d: RwLock::new(d),
+            proposed: Mutex::new(None),
+            config: RwLock::new(ConfigStatus::default()),
         })
+    }
+
+    /// The deployment the daemon runs now.
+    pub fn d(&self) -> Arc<Deployment> {
+        self.d.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Adopts `d` (the loop calls it between rebalances, once its coordinator runs `d`): the
+    /// API, the view and the demand book follow it. The demand book keeps every limit's
+    /// timeline; `d` lists the old limits first, in their order (see [`crate::config::plan_reload`]).
+    pub fn set_deployment(&self, d: Arc<Deployment>) {
+        self.demand().set_limits(TrackedLimit::of(&d));
+        *self.d.write().unwrap_or_else(|e| e.into_inner()) = d;
+    }
+
+    /// Hands a reloaded deployment to the loop, which adopts it at its next tick (replacing any
+    /// proposal it has not adopted yet).
+    pub fn propose(&self, d: Arc<Deployment>) {
+        *self.proposed.lock().unwrap_or_else(|e| e.into_inner()) = Some(d);
+    }
+
+    /// The deployment proposed since the last call, if any.
+    pub fn take_proposed(&self) -> Option<Arc<Deployment>> {
+        self.proposed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    pub fn config_status(&self) -> ConfigStatus {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn update_config_status(&self, f: impl FnOnce(&mut ConfigStatus)) {
+        f(&mut self.config.write().unwrap_or_else(|e| e.into_inner()));
     }
 
     /// Publishes `rules` if its version is above the current one and its rules differ from the
@@ -142,6 +188,7 @@ impl Shared {
             store_ok: view.store_ok,
             watchers: self.watchers(),
             rules_lease_remaining_ms: self.lease_remaining_ms(self.clock.now_ms()),
+            config_generation: self.config_status().generation,
         };
         self.metrics.render(&view, &extra)
     }
@@ -176,6 +223,23 @@ impl Shared {
     pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.shutdown.clone()
     }
+}
+
+/// What the configuration reloads did, for `GET /v1/state` (`config`).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ConfigStatus {
+    /// 1 for the configuration the daemon started with, one more for every reload that changed
+    /// the limits.
+    pub generation: u64,
+    /// The file reloads read (`None`: the configuration came from `SHAREPLANE_CONFIG_TOML`).
+    pub path: Option<String>,
+    /// `applied`, `unchanged` or `refused`; `None` before the first reload.
+    pub last_reload: Option<&'static str>,
+    /// Wall-clock time of the last reload attempt (ms since the Unix epoch).
+    pub last_reload_at_ms: Option<u64>,
+    /// Every problem of the last refused reload, one per entry, each naming its field; cleared by
+    /// a reload that is applied or finds nothing to change.
+    pub last_reload_error: Vec<String>,
 }
 
 /// How long gateways may enforce what a replica publishes (SPEC §7), on the Region's clock.
@@ -231,7 +295,13 @@ pub struct LimitJson {
     pub id: String,
     pub kind: &'static str,
     pub shadow: bool,
+    /// The configured rate and version.
     pub rate: f64,
+    pub version: u64,
+    /// The version and rate this Region's record has adopted (0 until it has): a limit change
+    /// is under way while they differ from the configured ones.
+    pub adopted_version: u64,
+    pub adopted_rate: f64,
     pub demand: f64,
     pub target: f64,
     pub share: f64,
@@ -375,6 +445,9 @@ fn limit_view(v: &ViewInput<'_>, li: usize, spec: &shareplane_core::LimitSpec) -
         },
         shadow: spec.shadow,
         rate: spec.rate.as_rps(),
+        version: spec.version,
+        adopted_version: e.limit_version,
+        adopted_rate: e.rate.as_rps(),
         demand: e.demand.as_rps(),
         target: e.target.as_rps(),
         share: e.share.as_rps(),

@@ -4,8 +4,9 @@
 use shareplane::clock::Clock;
 use shareplane::daemon::{Daemon, DaemonOptions};
 use shareplane::health::SimHealth;
+use shareplane::reload::{ConfigSource, ReloadHandle, ReloadOutcome, Reloader};
 use shareplane::slow_store::SlowStore;
-use shareplane::state::Shared;
+use shareplane::state::{LimitJson, Shared};
 use shareplane::table::SimTable;
 use shareplane_core::{
     audit, Deployment, Health, PerRegion, RegionId, RegionRecord, Truth, MAX_REGIONS,
@@ -770,6 +771,230 @@ async fn demand_noise_within_the_band_changes_no_share_and_no_rule_set() {
     settle(60).await;
     assert!(
         close(&c.published(), &[3_900.0, 2_200.0, 3_900.0], 1.0),
+        "{:?}",
+        c.published()
+    );
+}
+
+/// The configuration file of Region `region` of the test cluster, with `limits` (TOML tables).
+fn config_text(region: usize, limits: &str) -> String {
+    format!(
+        "region = \"{}\"\nphase_ms = {}\nperiod_ms = {PERIOD_MS}\nstore = \"memory\"\n\
+         api_token = \"{}\"\n[[regions]]\nname = \"A\"\n[[regions]]\nname = \"B\"\n\
+         [[regions]]\nname = \"C\"\n{limits}",
+        ["A", "B", "C"][region],
+        PHASES_MS[region],
+        "t".repeat(16)
+    )
+}
+
+/// The cluster's one limit as the demo configures it.
+const K_BIG: &str = "[[limits]]\nid = \"k-big\"\nrate = 10000\nfloor = 500\nstep_cap = 1000\n";
+
+/// A directory of this test's own (removed at the start of the next run of the same test).
+fn test_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("shareplane-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
+
+/// Moves 1 ms past the reloaders' polls (they fall on whole periods of the shared clock), so a
+/// file written now is reloaded by the handle that the test calls next, not by a poll that
+/// happened to be due at the same instant.
+async fn off_the_poll() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+fn write(path: &std::path::Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+impl Cluster {
+    /// Starts a reloader for the first replica of `region`, reading `dir/<region>.toml`
+    /// (written with `limits` first). Returns the file and the handle that triggers a reload.
+    fn reloader(
+        &self,
+        region: usize,
+        dir: &std::path::Path,
+        limits: &str,
+    ) -> (std::path::PathBuf, ReloadHandle) {
+        let path = dir.join(format!("{region}.toml"));
+        write(&path, &config_text(region, limits));
+        let source = ConfigSource {
+            path: Some(path.clone()),
+            env: Default::default(),
+        };
+        let cfg = source.load().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(*cfg.deployment, *self.d, "the file describes the cluster");
+        let shared = self.replicas[region][0].shared.clone();
+        let (r, handle) = Reloader::new(source, cfg, shared);
+        tokio::spawn(r.run());
+        (path, handle)
+    }
+}
+
+fn limit_json<'a>(v: &'a shareplane::state::StateView, id: &str) -> Option<&'a LimitJson> {
+    v.limits.iter().find(|l| l.id == id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reloaded_rate_at_a_higher_version_is_adopted_live_and_never_exceeds_the_larger_limit() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    let dir = test_dir("reload-rate");
+    let reloaders: Vec<_> = (0..3).map(|r| c.reloader(r, &dir, K_BIG)).collect();
+    settle(120).await;
+    let shareds: Vec<_> = c.replicas.iter().map(|rs| rs[0].shared.clone()).collect();
+    let (max_sum, _w) = watch_sum(shareds.clone());
+
+    let v2 = K_BIG.replace("rate = 10000", "rate = 8000\nversion = 2");
+    off_the_poll().await;
+    // A is told by its handle (as SIGHUP does); B and C only find their files changed.
+    for (r, (path, _)) in reloaders.iter().enumerate() {
+        write(path, &config_text(r, &v2));
+    }
+    let outcome = reloaders[0].1.reload().await;
+    assert!(
+        matches!(&outcome, Some(ReloadOutcome::Applied(ch)) if ch.versioned.len() == 1),
+        "{outcome:?}"
+    );
+    settle(2 * PERIOD_MS / 1000).await;
+    for s in &shareds {
+        let v = s.view();
+        let l = limit_json(&v, "k-big");
+        assert_eq!(
+            l.map(|l| (l.rate, l.version, l.adopted_version, l.adopted_rate)),
+            Some((8_000.0, 2, 2, 8_000.0)),
+            "{}: not adopted within two periods",
+            s.region
+        );
+        assert_eq!(s.config_status().generation, 2, "{}", s.region);
+        assert_eq!(s.metrics.config_reloads.get("applied"), 1, "{}", s.region);
+    }
+    settle(120).await;
+    let after = c.published();
+    let sum: f64 = after.iter().sum();
+    assert!(
+        (7_990.0..=8_000.0 + 1e-9).contains(&sum),
+        "shares after the downgrade {after:?}"
+    );
+    let max = *max_sum.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(
+        max <= 10_000.0 + 1e-9,
+        "the sum of published shares reached {max}"
+    );
+    c.d = shareds[0].d();
+    c.assert_conserved().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bad_file_keeps_the_running_configuration_and_reports_every_problem() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    let dir = test_dir("reload-bad");
+    let (path, handle) = c.reloader(0, &dir, K_BIG);
+    settle(60).await;
+    let before = c.published();
+    off_the_poll().await;
+    // Two problems: a policy that does not exist, and a listen address that is none.
+    let bad = config_text(0, K_BIG).replace(
+        "store = \"memory\"",
+        "store = \"memory\"\npolicy = \"hope\"\nlisten = \"nowhere\"",
+    );
+    write(&path, &bad);
+    let outcome = handle.reload().await;
+    let errors = match outcome {
+        Some(ReloadOutcome::Refused(es)) => es,
+        other => panic!("not refused: {other:?}"),
+    };
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].starts_with("policy: \"hope\""), "{errors:?}");
+    assert!(errors[1].starts_with("listen: \"nowhere\""), "{errors:?}");
+    let s = c.replicas[0][0].shared.clone();
+    let status = s.config_status();
+    assert_eq!(
+        (
+            status.generation,
+            status.last_reload,
+            status.last_reload_error.clone()
+        ),
+        (1, Some("refused"), errors)
+    );
+    assert_eq!(s.metrics.config_reloads.get("refused"), 1);
+    assert!(s
+        .render_metrics()
+        .contains("shareplane_config_reloads_total{region=\"A\",result=\"refused\"} 1"));
+    // The poll saw the same bad file and did not count it again; the old limit runs on.
+    settle(30).await;
+    assert_eq!(s.metrics.config_reloads.get("refused"), 1);
+    assert_eq!(
+        limit_json(&s.view(), "k-big").map(|l| l.rate),
+        Some(10_000.0)
+    );
+    assert_eq!(c.published(), before);
+
+    // A rate change without a higher version is refused too, with its own message.
+    write(
+        &path,
+        &config_text(0, &K_BIG.replace("rate = 10000", "rate = 8000")),
+    );
+    let outcome = handle.reload().await;
+    assert!(
+        matches!(&outcome, Some(ReloadOutcome::Refused(es)) if es.len() == 1
+            && es[0].contains("the rate changed from 10000 to 8000 without a higher version")),
+        "{outcome:?}"
+    );
+    // A good file clears the error.
+    write(&path, &config_text(0, K_BIG));
+    assert_eq!(handle.reload().await, Some(ReloadOutcome::Unchanged));
+    assert!(s.config_status().last_reload_error.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_limit_added_in_every_region_is_adopted_live_within_its_rate() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    let dir = test_dir("reload-add");
+    let reloaders: Vec<_> = (0..3).map(|r| c.reloader(r, &dir, K_BIG)).collect();
+    settle(60).await;
+    // The new limit comes first in the file: it still goes after k-big.
+    let added = format!("[[limits]]\nid = \"k-new\"\nrate = 300\n{K_BIG}");
+    off_the_poll().await;
+    for (r, (path, handle)) in reloaders.iter().enumerate() {
+        write(path, &config_text(r, &added));
+        let outcome = handle.reload().await;
+        assert!(
+            matches!(&outcome, Some(ReloadOutcome::Applied(ch)) if ch.added == ["k-new"]),
+            "{outcome:?}"
+        );
+    }
+    settle(2 * PERIOD_MS / 1000).await;
+    let mut sum = 0.0;
+    for rs in &c.replicas {
+        let s = &rs[0].shared;
+        let rules = s.rules();
+        assert_eq!(
+            rules.rates.len(),
+            2,
+            "{}: the rule set lacks the new limit",
+            s.region
+        );
+        sum += rules.rates[1].as_rps();
+        let v = s.view();
+        assert_eq!(limit_json(&v, "k-new").map(|l| l.adopted_version), Some(1));
+        assert_eq!(v.limits[0].id, "k-big");
+    }
+    assert!(
+        sum <= 300.0 + 1e-9 && sum > 0.0,
+        "k-new shares sum to {sum}"
+    );
+    settle(60).await;
+    assert!(
+        close(&c.published(), &[5_600.0, 3_050.0, 1_350.0], 1.0),
         "{:?}",
         c.published()
     );
