@@ -175,6 +175,7 @@ mod tests {
             peer_epochs: PerRegion::default(),
             reclaims: PerRegion([None; MAX_REGIONS]),
             limits: Vec::new(),
+            limits_digest: None,
         })
     }
 

@@ -96,6 +96,15 @@ pub fn points(
         let secs = f64::from(longest) * view.period_ms as f64 / 1000.0;
         out.push(Point::longest_wait_for_record(&view.region, secs));
     }
+    let mismatched = view
+        .alarms
+        .iter()
+        .filter(|a| a.starts_with("limits_mismatch:"))
+        .count();
+    out.push(Point::limits_mismatch_peers(
+        &view.region,
+        mismatched as u64,
+    ));
     out.push(Point::rejected_records(&view.region, rejected_since_last));
     out.push(Point::rebalances_without_fresh_data(
         &view.region,

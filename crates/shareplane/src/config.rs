@@ -50,6 +50,9 @@ pub struct RawConfig {
     pub listen: Option<String>,
     pub api_token: Option<String>,
     pub replica_id: Option<String>,
+    /// Phase ticks a peer may run other limits (a different digest) before the
+    /// `limits_mismatch:<peer>` alarm; default 10.
+    pub limits_rollout_periods: Option<u32>,
     /// Tests only: every store call waits this long first (see [`crate::slow_store`]).
     pub test_store_delay_ms: Option<u64>,
 }
@@ -118,12 +121,18 @@ pub struct Config {
     pub listen: SocketAddr,
     pub api_token: Option<String>,
     pub replica_id: String,
+    /// Phase ticks a peer may run other limits before the `limits_mismatch:<peer>` alarm.
+    pub limits_rollout_periods: u32,
     /// Tests only: the delay before every store call (zero in production).
     pub test_store_delay: std::time::Duration,
 }
 
 pub const DEFAULT_PERIOD_MS: u64 = 5_000;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// How many phase ticks a rollout of new limits may take to reach every Region before the
+/// Regions that disagree raise `limits_mismatch` (50 s at the default period).
+pub const DEFAULT_ROLLOUT_PERIODS: u32 = 10;
+const MAX_ROLLOUT_PERIODS: u32 = 100_000;
 const MIN_PERIOD_MS: u64 = 100;
 const MAX_PERIOD_MS: u64 = 600_000;
 const MAX_BURST_S: f64 = 3_600.0;
@@ -318,6 +327,15 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     if let Some(Err(e)) = d.as_ref().map(shareplane_core::lease_bound) {
         errors.push(e);
     }
+    let limits_rollout_periods = raw
+        .limits_rollout_periods
+        .unwrap_or(DEFAULT_ROLLOUT_PERIODS);
+    if !(1..=MAX_ROLLOUT_PERIODS).contains(&limits_rollout_periods) {
+        errors.push(problem(
+            "limits_rollout_periods",
+            format!("must be 1 to {MAX_ROLLOUT_PERIODS}"),
+        ));
+    }
     let replica_id = raw.replica_id.clone().unwrap_or_else(default_replica_id);
     if replica_id.is_empty() || replica_id.len() > 128 {
         errors.push(problem("replica_id", "1 to 128 characters"));
@@ -341,6 +359,7 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         api_token,
         replica_id,
         test_store_delay: std::time::Duration::from_millis(test_store_delay_ms),
+        limits_rollout_periods,
         region,
     })
 }
@@ -392,7 +411,12 @@ pub fn plan_reload(old: &Config, new: &Config) -> Result<LimitChanges, ConfigErr
 fn fixed_fields(old: &Config, new: &Config, errors: &mut Vec<ConfigError>) {
     let (a, b) = (&old.deployment, &new.deployment);
     let secret = |t: &Option<String>| t.as_ref().map(|_| "(set)".to_string());
-    let fields: [(&str, String, String); 16] = [
+    let fields: [(&str, String, String); 17] = [
+        (
+            "limits_rollout_periods",
+            old.limits_rollout_periods.to_string(),
+            new.limits_rollout_periods.to_string(),
+        ),
         ("region", old.region.clone(), new.region.clone()),
         (
             "regions",

@@ -62,6 +62,9 @@ pub struct DaemonOptions {
     pub phase_ms: u64,
     /// Bound on every store and health call; a call that takes longer counts as failed.
     pub call_timeout_ms: u64,
+    /// Phase ticks a peer's records may name other limits than this Region's before the
+    /// `limits_mismatch:<peer>` alarm (a rollout reaches Regions at different times).
+    pub rollout_periods: u32,
 }
 
 impl DaemonOptions {
@@ -71,6 +74,7 @@ impl DaemonOptions {
             phase_ms,
             // The gateways' lease allows for a peer's read taking this long (see `lease_bound`).
             call_timeout_ms: shareplane_core::lease::call_bound_ms(period_ms),
+            rollout_periods: crate::config::DEFAULT_ROLLOUT_PERIODS,
         }
     }
 }
@@ -81,6 +85,11 @@ pub struct Daemon<S, H> {
     /// The deployment this replica runs (its coordinator's); replaced only between rebalances,
     /// by [`Daemon::adopt_proposed`].
     d: Arc<Deployment>,
+    /// [`shareplane_core::limits_digest`] of `d`'s limits, stamped into every own record.
+    digest: u64,
+    /// Phase ticks in a row at which each peer's latest record named other limits (a known
+    /// digest other than `digest`), by Region index.
+    mismatch: Vec<u32>,
     store: S,
     health: H,
     opts: DaemonOptions,
@@ -119,6 +128,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         let d = shared.d();
         let n = d.n();
         Daemon {
+            digest: shareplane_core::limits_digest(&d.limits),
+            mismatch: vec![0; n],
             d,
             shared,
             store,
@@ -235,6 +246,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         info!(region = %self.shared.region, limits = d.limits.len(),
               digest = %format!("{:016x}", shareplane_core::limits_digest(&d.limits)),
               "adopted the reloaded limits");
+        self.digest = shareplane_core::limits_digest(&d.limits);
         self.d = d;
     }
 
@@ -543,16 +555,19 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             self.update_view();
             return;
         }
+        self.count_mismatch();
         let demand = self.demand();
         let Some(coord) = self.coord.as_mut() else {
             return;
         };
-        let decision = coord.rebalance(&Inputs {
+        let mut decision = coord.rebalance(&Inputs {
             now_ms: now,
             demand: &demand,
             health: &health,
             explain: false,
         });
+        // What limits this Region runs, for the peers' mismatch check (no decision reads it).
+        decision.record.limits_digest = Some(self.digest);
         self.shared.metrics.rebalances.inc();
         self.alarms = alarm_names(&decision.alarms, &self.d);
         for (i, w) in self.waiting_for_record.iter_mut().enumerate() {
@@ -647,6 +662,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         if self.read_all().await {
             self.store_works();
             self.count_silence();
+            self.count_mismatch();
             if let Some(own) = self.own_seen.clone() {
                 self.serve_own(&own, now);
             }
@@ -682,6 +698,28 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             self.own_seen = Some(r.clone());
             self.serve_own(&r, now);
         }
+    }
+
+    /// Counts, at each phase tick, how long each peer's latest record has named other limits
+    /// than this Region runs. A record without a digest (an older daemon) tells nothing and
+    /// counts as agreeing.
+    fn count_mismatch(&mut self) {
+        for (rec, n) in self.peer_records.iter().zip(self.mismatch.iter_mut()) {
+            let differs = rec
+                .as_ref()
+                .and_then(|r| r.limits_digest)
+                .is_some_and(|d| d != self.digest);
+            *n = if differs { n.saturating_add(1) } else { 0 };
+        }
+    }
+
+    /// `limits_mismatch:<peer>` for every peer past the rollout window.
+    fn mismatch_alarms(&self) -> Vec<String> {
+        let window = self.opts.rollout_periods;
+        regions(self.d.n())
+            .filter(|r| self.mismatch.get(r.index()).is_some_and(|&n| n > window))
+            .map(|r| format!("limits_mismatch:{}", self.d.region_name(r)))
+            .collect()
     }
 
     /// Counts, at a follower's phase tick, how long each peer's record has not changed.
@@ -762,8 +800,9 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             store_ok: self.store_ok,
             last_error: self.last_error.clone(),
             rules_version: self.shared.rules().version,
-            alarms: self.alarms.clone(),
+            alarms: [self.alarms.clone(), self.mismatch_alarms()].concat(),
             waiting_for_record: waiting,
+            limits_mismatch: self.mismatch.clone(),
         });
         self.shared.set_view(view);
     }

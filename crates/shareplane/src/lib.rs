@@ -68,7 +68,8 @@ pub async fn run(cfg: Config, source: reload::ConfigSource) -> Result<(), RunErr
     let (reloader, reloads) = reload::Reloader::new(source, cfg.clone(), shared.clone());
     tokio::spawn(reload::reload_on_sighup(reloads));
     tokio::spawn(reloader.run());
-    let opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
+    let mut opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
+    opts.rollout_periods = cfg.limits_rollout_periods;
     if !cfg.test_store_delay.is_zero() {
         warn!(
             delay_ms = cfg.test_store_delay.as_millis() as u64,

@@ -347,6 +347,17 @@ impl Metrics {
                 );
             }
         }
+        let name = "shareplane_peer_limits_mismatch_rebalances";
+        let _ = writeln!(o, "# HELP {name} Phase ticks in a row at which the peer's record named other limits than this Region runs (alarm limits_mismatch:<peer> past the rollout window).\n# TYPE {name} gauge");
+        for p in &view.peers {
+            if let Some(m) = p.limits_mismatch {
+                let _ = writeln!(
+                    o,
+                    "{name}{{region=\"{region}\",peer=\"{}\"}} {m}",
+                    esc(&p.region)
+                );
+            }
+        }
         let name = "shareplane_alarm";
         let _ = writeln!(o, "# HELP {name} Alarms raised by the last rebalance (1 per active alarm).\n# TYPE {name} gauge");
         for a in &view.alarms {

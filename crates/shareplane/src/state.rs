@@ -266,6 +266,8 @@ pub struct StateView {
     pub record_version: u64,
     pub written_at_ms: u64,
     pub rules_version: u64,
+    /// The digest of the limits this Region runs (hex, [`shareplane_core::limits_digest`]).
+    pub limits_digest: String,
     pub health: BTreeMap<String, &'static str>,
     pub peers: Vec<PeerJson>,
     pub limits: Vec<LimitJson>,
@@ -287,6 +289,12 @@ pub struct PeerJson {
     /// neither closed nor settled (leader only). Lasting, that room is stranded (alarm
     /// `waiting_for_record:<peer>`, CloudWatch `LongestWaitForRecordSeconds`).
     pub waiting_for_record: Option<u32>,
+    /// The digest of the limits the peer's latest record says it runs (hex; `None`: unknown,
+    /// an older daemon).
+    pub limits_digest: Option<String>,
+    /// Phase ticks in a row at which that digest differed from this Region's; past the rollout
+    /// window the `limits_mismatch:<peer>` alarm is raised (CloudWatch `LimitsMismatchPeers`).
+    pub limits_mismatch: Option<u32>,
 }
 
 /// Amounts are requests per second.
@@ -353,6 +361,9 @@ pub struct ViewInput<'a> {
     /// The leader's count of rebalances in a row waiting for each peer's record, by Region index
     /// (empty for a follower).
     pub waiting_for_record: Vec<u32>,
+    /// Phase ticks in a row at which each peer named other limits, by Region index (empty:
+    /// not counted yet).
+    pub limits_mismatch: Vec<u32>,
 }
 
 impl StateView {
@@ -371,6 +382,7 @@ impl StateView {
             rules_version: 0,
             alarms: Vec::new(),
             waiting_for_record: Vec::new(),
+            limits_mismatch: Vec::new(),
         })
     }
 }
@@ -398,6 +410,7 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
         record_version: v.own.map_or(0, |o| o.version),
         written_at_ms: v.own.map_or(0, |o| o.written_at_ms),
         rules_version: v.rules_version,
+        limits_digest: format!("{:016x}", shareplane_core::limits_digest(&d.limits)),
         health: regions(d.n())
             .map(|r| (d.region_name(r).to_string(), health_name(v.health[r])))
             .collect(),
@@ -482,6 +495,11 @@ fn peer_view(v: &ViewInput<'_>, r: RegionId) -> PeerJson {
         },
         written_at_ms: pv.map_or_else(|| from_rec(|x| x.written_at_ms), |p| p.written_at_ms),
         waiting_for_record: v.waiting_for_record.get(r.index()).copied(),
+        limits_digest: rec
+            .as_deref()
+            .and_then(|x| x.limits_digest)
+            .map(|x| format!("{x:016x}")),
+        limits_mismatch: v.limits_mismatch.get(r.index()).copied(),
     }
 }
 

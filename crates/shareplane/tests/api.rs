@@ -418,6 +418,7 @@ async fn a_peer_whose_old_epoch_cannot_be_closed_shows_in_state_metrics_and_clou
             rules_version: 1,
             alarms: vec!["waiting_for_record:B".into()],
             waiting_for_record: waiting,
+            limits_mismatch: Vec::new(),
         })
     };
     // The leader has waited 7 rebalances for B's old epoch's last record, none for C's.

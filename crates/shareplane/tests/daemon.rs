@@ -999,3 +999,109 @@ async fn a_limit_added_in_every_region_is_adopted_live_within_its_rate() {
         c.published()
     );
 }
+
+fn mismatch_alarms(s: &Shared) -> Vec<String> {
+    s.view()
+        .alarms
+        .iter()
+        .filter(|a| a.starts_with("limits_mismatch:"))
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_limit_added_in_one_region_only_raises_the_mismatch_alarm_in_both_after_the_rollout_window(
+) {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    let dir = test_dir("mismatch");
+    let reloaders: Vec<_> = (0..3).map(|r| c.reloader(r, &dir, K_BIG)).collect();
+    settle(60).await;
+    let shareds: Vec<_> = c.replicas.iter().map(|rs| rs[0].shared.clone()).collect();
+    let digests: Vec<String> = shareds
+        .iter()
+        .map(|s| s.view().limits_digest.clone())
+        .collect();
+    assert!(digests.iter().all(|d| *d == digests[0]), "{digests:?}");
+    for s in &shareds {
+        assert!(mismatch_alarms(s).is_empty(), "{}", s.region);
+    }
+
+    off_the_poll().await;
+    let extra = format!("{K_BIG}[[limits]]\nid = \"k-extra\"\nrate = 600\n");
+    write(&reloaders[0].0, &config_text(0, &extra));
+    assert!(matches!(
+        reloaders[0].1.reload().await,
+        Some(ReloadOutcome::Applied(_))
+    ));
+    // Within the rollout window (10 periods) it is a rollout under way, not an alarm.
+    settle(5 * PERIOD_MS / 1000).await;
+    let a = shareds[0].view();
+    assert_ne!(a.limits_digest, digests[0], "A's digest did not change");
+    let b_of_a = a.peers.iter().find(|p| p.region == "B");
+    assert_eq!(
+        b_of_a.and_then(|p| p.limits_digest.clone()),
+        Some(digests[0].clone())
+    );
+    assert!(b_of_a.and_then(|p| p.limits_mismatch) >= Some(4));
+    for s in &shareds {
+        assert!(
+            mismatch_alarms(s).is_empty(),
+            "{}: {:?}",
+            s.region,
+            s.view().alarms
+        );
+    }
+    settle(7 * PERIOD_MS / 1000).await;
+    assert_eq!(
+        mismatch_alarms(&shareds[0]),
+        vec![
+            "limits_mismatch:B".to_string(),
+            "limits_mismatch:C".to_string()
+        ]
+    );
+    for s in &shareds[1..] {
+        assert_eq!(
+            mismatch_alarms(s),
+            vec!["limits_mismatch:A".to_string()],
+            "{}",
+            s.region
+        );
+        let line = format!(
+            "shareplane_alarm{{region=\"{}\",alarm=\"limits_mismatch:A\"}} 1",
+            s.region
+        );
+        assert!(s.render_metrics().contains(&line), "{line}");
+    }
+    let pts = shareplane::aws::points(&shareds[1].view(), true, 0, 0);
+    let cw = pts
+        .iter()
+        .find(|p| p.name == "LimitsMismatchPeers")
+        .map(|p| p.value);
+    assert_eq!(cw, Some(1.0), "B's CloudWatch point");
+    // The others adopt the limit too: the digests agree again and every alarm clears.
+    off_the_poll().await;
+    for (r, (path, handle)) in reloaders.iter().enumerate().skip(1) {
+        write(path, &config_text(r, &extra));
+        assert!(matches!(
+            handle.reload().await,
+            Some(ReloadOutcome::Applied(_))
+        ));
+    }
+    settle(2 * PERIOD_MS / 1000).await;
+    for s in &shareds {
+        assert!(
+            mismatch_alarms(s).is_empty(),
+            "{}: {:?}",
+            s.region,
+            s.view().alarms
+        );
+    }
+    let pts = shareplane::aws::points(&shareds[1].view(), true, 0, 0);
+    let cw = pts
+        .iter()
+        .find(|p| p.name == "LimitsMismatchPeers")
+        .map(|p| p.value);
+    assert_eq!(cw, Some(0.0), "a 0 clears the CloudWatch alarm");
+}
