@@ -40,12 +40,13 @@
 //! [`Coordinator::restart`] and rebalances at once.
 
 use crate::clock::{next_tick, Clock};
+use crate::events::Kind;
 use crate::health::HealthSource;
 use crate::rules::{lowered, zero_rules, RuleSet};
 use crate::state::{build_view, Shared, ViewInput};
 use shareplane_core::{
-    regions, Alarms, Coordinator, Deployment, Health, Inputs, PeerState, PeerView, PerRegion,
-    RegionRecord, Room,
+    regions, Alarms, Coordinator, Decision, Deployment, Health, Inputs, PeerState, PeerView,
+    PerRegion, RegionRecord, Room,
 };
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::future::Future;
@@ -107,6 +108,8 @@ pub struct Daemon<S, H> {
     /// have answered its health check meanwhile.
     stalled: bool,
     last_health: PerRegion<Health>,
+    /// The last committed decision fenced this Region (for the fence on / off events).
+    fenced: bool,
     /// The last health read outlasted the call bound (logged once each way).
     health_timing_out: bool,
     store_ok: bool,
@@ -143,6 +146,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             stalled: false,
             last_health: PerRegion::default(),
             health_timing_out: false,
+            fenced: false,
             store_ok: true,
             last_error: None,
             peer_records: vec![None; n],
@@ -347,6 +351,15 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                     if self.shared.publish(zero) {
                         info!(region = %self.shared.region, version, "new epoch: pushed zero to the gateways");
                     }
+                    self.shared.event(
+                        Kind::NewEpoch,
+                        None,
+                        None,
+                        format!(
+                            "resumed {down_ms} ms after the last own write, too late to be sure nobody reclaimed it: epoch {} at share 0 (zero pushed to the gateways); raises only by grants named to it",
+                            c.own().epoch
+                        ),
+                    );
                 }
                 self.coord = Some(c);
                 true
@@ -560,6 +573,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         let Some(coord) = self.coord.as_mut() else {
             return;
         };
+        let peers_before = coord.peers();
         let mut decision = coord.rebalance(&Inputs {
             now_ms: now,
             demand: &demand,
@@ -591,8 +605,17 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         match self.call(self.store.put(&decision.record, token)).await {
             Ok(()) => {
                 if let Some(c) = self.coord.as_mut() {
+                    let decided = decision_events(&d, c.own(), &decision, self.fenced);
                     c.commit(&decision);
+                    // A peer's change of state first: it is why a reclaim happened.
+                    let mut events = peer_events(&d, &peers_before, &c.peers());
+                    events.extend(decided);
+                    for (kind, peer, limit, detail) in events {
+                        self.shared
+                            .event(kind, peer.as_deref(), limit.as_deref(), detail);
+                    }
                 }
+                self.fenced = decision.alarms.fenced;
                 self.unwritten_epoch = false;
                 self.stalled = false;
                 self.shared.metrics.writes.inc();
@@ -828,6 +851,101 @@ fn alarm_names(a: &Alarms, d: &Deployment) -> Vec<String> {
     }
     for r in &a.waiting_for_record {
         out.push(format!("waiting_for_record:{}", d.region_name(*r)));
+    }
+    out
+}
+
+/// One operator event: kind, peer, limit, detail.
+type Ev = (Kind, Option<String>, Option<String>, String);
+
+/// The events of a decision that was durably written, read from what the core returned: its
+/// alarms (closes, settlements, a new epoch, fencing) and the limit versions of its record
+/// against `old`, the record it follows.
+fn decision_events(
+    d: &Deployment,
+    old: &RegionRecord,
+    decision: &Decision,
+    was_fenced: bool,
+) -> Vec<Ev> {
+    let (a, rec) = (&decision.alarms, &decision.record);
+    let mut out: Vec<Ev> = Vec::new();
+    if a.new_epoch {
+        out.push((Kind::NewEpoch, None, None, format!(
+            "started epoch {} at share 0 (epoch {} may have been reclaimed); raises only by grants named to it",
+            rec.epoch, old.epoch)));
+    }
+    if a.fenced != was_fenced {
+        let (kind, what) = if a.fenced {
+            (Kind::FenceOn, "the own health check reads unhealthy: every capacity share lowered to zero, nothing raised, granted or reclaimed")
+        } else {
+            (
+                Kind::FenceOff,
+                "the own health check no longer reads unhealthy: shares may rise again",
+            )
+        };
+        out.push((kind, None, None, what.to_string()));
+    }
+    for (list, kind, what) in [
+        (&a.reclaimed, Kind::Reclaim, "closed the estate of"),
+        (&a.settled, Kind::Settlement, "settled again the estate of"),
+    ] {
+        for &r in list {
+            let mark = rec.reclaims[r];
+            let detail = match mark {
+                Some(m) => format!(
+                    "{what} {}'s epoch {} against its record version {}",
+                    d.region_name(r),
+                    m.epoch,
+                    m.version
+                ),
+                None => format!("{what} {}", d.region_name(r)),
+            };
+            out.push((kind, Some(d.region_name(r).to_string()), None, detail));
+        }
+    }
+    for (li, (spec, new)) in d.limits.iter().zip(&rec.limits).enumerate() {
+        let was = old.limits.get(li).copied().unwrap_or_default();
+        if new.limit_version != was.limit_version {
+            out.push((Kind::LimitAdopted, None, Some(spec.id.clone()), format!(
+                "adopted version {} (rate {}) after version {} (rate {}), in this Region's static part",
+                new.limit_version, new.rate, was.limit_version, was.rate)));
+        }
+    }
+    out
+}
+
+/// Peers whose state the core reports differently after a committed rebalance: silent, or
+/// live again. (That a peer's estate was closed is a [`Kind::Reclaim`] of the decision.)
+fn peer_events(d: &Deployment, before: &[PeerView], after: &[PeerView]) -> Vec<Ev> {
+    let mut out = Vec::new();
+    for p in after {
+        let was = before
+            .iter()
+            .find(|b| b.region == p.region)
+            .map(|b| b.state);
+        let name = d.region_name(p.region).to_string();
+        match (was, p.state) {
+            // A peer reclaimed straight from live was counted silent by the same rebalance.
+            (Some(PeerState::Live), PeerState::Silent | PeerState::Reclaimed) => out.push((
+                Kind::PeerSilent,
+                Some(name.clone()),
+                None,
+                format!(
+                    "{name}'s record (epoch {}, version {}) has not changed for {} own rebalances",
+                    p.epoch, p.version, p.unchanged
+                ),
+            )),
+            (Some(PeerState::Silent | PeerState::Reclaimed), PeerState::Live) => out.push((
+                Kind::PeerLive,
+                Some(name.clone()),
+                None,
+                format!(
+                    "{name} writes again (epoch {}, version {})",
+                    p.epoch, p.version
+                ),
+            )),
+            _ => {}
+        }
     }
     out
 }

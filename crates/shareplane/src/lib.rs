@@ -3,7 +3,8 @@
 //! - [`config`]: the TOML configuration and its checks (`shareplane validate`).
 //! - [`daemon`]: one replica's rebalance loop and writer lease.
 //! - [`reload`]: reloading the configuration on SIGHUP and when the file changes.
-//! - [`api`]: the HTTP API (rules, demand, state, explain, health, metrics).
+//! - [`api`]: the HTTP API (rules, demand, state, events, explain, health, metrics).
+//! - [`events`]: operator events, logged and kept in a bounded ring.
 //! - [`demo`]: three Regions in one process with a web dashboard (`shareplane demo`).
 //! - [`table`]: a simulated global table with visibility delay and cuts (demo and tests).
 //! - [`slow_store`]: the test-only store delay (`test_store_delay_ms`).
@@ -17,6 +18,7 @@ pub mod config;
 pub mod daemon;
 pub mod demand;
 pub mod demo;
+pub mod events;
 pub mod health;
 pub mod metrics;
 pub mod reload;
@@ -136,15 +138,31 @@ pub async fn shutdown_on_signals(tx: watch::Sender<bool>) {
     let _ = tx.send(true);
 }
 
-/// Logs to stderr; `RUST_LOG` overrides the default `info` level.
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines (colours on a terminal).
+    Text,
+    /// One JSON object per line, every field of the event at the top level of `fields`.
+    Json,
+}
+
+/// Logs to stderr as text; `RUST_LOG` overrides the default `info` level.
 pub fn init_logging() {
+    init_logging_as(LogFormat::Text);
+}
+
+/// Logs to stderr in `format`; `RUST_LOG` overrides the default `info` level.
+pub fn init_logging_as(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => fmt.with_ansi(ansi).try_init(),
+        LogFormat::Json => fmt.json().with_ansi(false).try_init(),
+    };
 }

@@ -44,6 +44,9 @@ enum Command {
         /// The TOML file (see crates/shareplane/config.example.toml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// How log lines are written: `text`, or `json` (one object per line).
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        log_format: String,
     },
     /// Three Regions in one process with a live web dashboard; no AWS account needed.
     Demo {
@@ -66,7 +69,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Sim { args } => shareplane_sim::cli::main(args),
         Command::Validate { config } => validate(config),
-        Command::Run { config } => run(config),
+        Command::Run { config, log_format } => run(config, &log_format),
         Command::Demo { listen, period_ms } => demo(listen, period_ms),
         Command::Gateway(flags) => gateway(flags),
     }
@@ -117,7 +120,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         })
 }
 
-fn run(path: Option<PathBuf>) -> ExitCode {
+fn run(path: Option<PathBuf>, log_format: &str) -> ExitCode {
     let source = shareplane::reload::ConfigSource {
         path: path.clone(),
         env: config::process_env(),
@@ -126,7 +129,11 @@ fn run(path: Option<PathBuf>) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    shareplane::init_logging();
+    shareplane::init_logging_as(if log_format == "json" {
+        shareplane::LogFormat::Json
+    } else {
+        shareplane::LogFormat::Text
+    });
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,

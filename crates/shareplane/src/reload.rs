@@ -15,6 +15,7 @@
 //! [`ReloadHandle`], and tests call the handle directly (on paused time, without a signal).
 
 use crate::config::{self, Config, ConfigErrors, LimitChanges};
+use crate::events::Kind;
 use crate::state::Shared;
 use shareplane_core::Deployment;
 use std::collections::BTreeMap;
@@ -213,10 +214,16 @@ impl Reloader {
             }
         });
         match outcome {
-            ReloadOutcome::Refused(es) => {
-                warn!(%region, trigger = why, problems = es.len(), errors = %es.join("; "),
-                      "configuration reload refused; the running configuration stays")
-            }
+            ReloadOutcome::Refused(es) => self.shared.event(
+                Kind::ConfigRefused,
+                None,
+                None,
+                format!(
+                    "reload ({why}) refused, the running configuration stays; {} problems: {}",
+                    es.len(),
+                    es.join("; ")
+                ),
+            ),
             ReloadOutcome::Unchanged => {
                 info!(%region, trigger = why, "configuration reloaded: no limit changed")
             }
@@ -226,9 +233,17 @@ impl Reloader {
                     .iter()
                     .map(|(id, v0, v1, r0, r1)| format!("{id} v{v0}→v{v1} {r0}→{r1}"))
                     .collect();
-                info!(%region, trigger = why, added = %c.added.join(","),
-                      versioned = %versioned.join(", "), tuned = %c.tuned.join(","),
-                      "configuration reloaded: limits changed; the next rebalance adopts them")
+                self.shared.event(
+                    Kind::ConfigReloaded,
+                    None,
+                    None,
+                    format!(
+                        "reload ({why}): added [{}], new versions [{}], tuned [{}]; the next rebalance adopts them",
+                        c.added.join(", "),
+                        versioned.join(", "),
+                        c.tuned.join(", ")
+                    ),
+                )
             }
         }
     }

@@ -30,6 +30,8 @@ pub struct Shared {
     /// Bearer token for write endpoints; `None` refuses every write.
     pub api_token: Option<String>,
     pub metrics: Metrics,
+    /// Operator events (`GET /v1/events`), each also logged as one line.
+    pub events: crate::events::EventLog,
     rules: watch::Sender<Arc<RuleSet>>,
     /// The full lease of a rule set ([`shareplane_core::lease_bound`]); 0 if the deployment
     /// allows none, so that gateways fence (`validate` refuses such a deployment).
@@ -58,6 +60,7 @@ impl Shared {
             clock,
             api_token,
             metrics: Metrics::new(),
+            events: crate::events::EventLog::default(),
             rules: watch::channel(Arc::new(RuleSet::none())).0,
             lease_full_ms,
             lease: watch::channel(RuleLease::default()).0,
@@ -69,6 +72,19 @@ impl Shared {
             proposed: Mutex::new(None),
             config: RwLock::new(ConfigStatus::default()),
         })
+    }
+
+    /// Records and logs an operator event of this Region, stamped with the Region's clock.
+    pub fn event(
+        &self,
+        kind: crate::events::Kind,
+        peer: Option<&str>,
+        limit: Option<&str>,
+        detail: String,
+    ) {
+        let now = self.clock.now_ms();
+        self.events
+            .emit(now, &self.region, kind, peer, limit, detail);
     }
 
     /// The deployment the daemon runs now.

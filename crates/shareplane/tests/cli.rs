@@ -137,28 +137,40 @@ fn sighup_reloads_a_new_rate_within_two_periods_and_the_daemon_runs_on() {
     write(text("rate = 10000\n"));
     let mut child = Child(
         shareplane()
-            .args(["run", "--config"])
+            .args(["run", "--log-format", "json", "--config"])
             .arg(&path)
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("{e}")),
     );
-    // The daemon logs the address it bound: the readiness signal to wait for.
-    let (tx, rx) = std::sync::mpsc::channel();
+    // Every log line is one JSON object; the line that says where the daemon listens is the
+    // readiness signal to wait for.
+    let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
     let stderr = child.0.stderr.take().unwrap_or_else(|| panic!("no stderr"));
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr)
             .lines()
             .map_while(Result::ok)
         {
-            if let Some(at) = line.split("listen=").nth(1) {
-                let _ = tx.send(at.split_whitespace().next().unwrap_or("").to_string());
+            let v = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("a log line is not JSON ({e}): {line}"));
+            if tx.send(v).is_err() {
+                return;
             }
         }
     });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|e| panic!("the daemon never said where it listens: {e}"));
+    let next_line = |what: &str, ok: &dyn Fn(&serde_json::Value) -> bool| loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(v) if ok(&v) => return v,
+            Ok(_) => {}
+            Err(e) => panic!("no log line with {what}: {e}"),
+        }
+    };
+    let listening = next_line("listen", &|v| v["fields"]["listen"].is_string());
+    let addr = listening["fields"]["listen"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     let limit = |v: &serde_json::Value| {
         let l = &v["limits"][0];
         (l["rate"].as_f64(), l["adopted_version"].as_u64())
@@ -198,5 +210,11 @@ fn sighup_reloads_a_new_rate_within_two_periods_and_the_daemon_runs_on() {
         child.0.try_wait().ok().flatten().is_none(),
         "SIGHUP ended the daemon"
     );
+    // The reload and the adoption were one structured event line each.
+    for kind in ["config_reloaded", "limit_adopted"] {
+        let e = next_line(kind, &|v| v["fields"]["event"] == kind);
+        assert_eq!(e["fields"]["region"], "A", "{e}");
+        assert!(e["fields"]["detail"].is_string(), "{e}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1105,3 +1105,134 @@ async fn a_limit_added_in_one_region_only_raises_the_mismatch_alarm_in_both_afte
         .map(|p| p.value);
     assert_eq!(cw, Some(0.0), "a 0 clears the CloudWatch alarm");
 }
+
+/// The kinds of `s`'s events about `peer` (or about no peer, with `None`), oldest first.
+fn event_kinds(s: &Shared, peer: Option<&str>) -> Vec<&'static str> {
+    s.events
+        .since(0)
+        .0
+        .iter()
+        .filter(|e| e.peer.as_deref() == peer)
+        .map(|e| e.kind.name())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loss_a_reclaim_a_return_and_a_fence_are_one_event_each() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    settle(60).await;
+    let (a, cc) = (
+        c.replicas[0][0].shared.clone(),
+        c.replicas[2][0].shared.clone(),
+    );
+    // Live from the first record seen: no change, no event.
+    assert!(event_kinds(&a, Some("B")).is_empty());
+    // B is lost and its health check turns unhealthy: silent, then reclaimed, once each.
+    let b = c.replicas[1].remove(0);
+    b.task.abort();
+    c.health.set(rid(1), Health::Unhealthy);
+    settle(30).await;
+    for s in [&a, &cc] {
+        assert_eq!(
+            event_kinds(s, Some("B")),
+            vec!["peer_silent", "reclaim"],
+            "{}",
+            s.region
+        );
+    }
+    let reclaim = a
+        .events
+        .since(0)
+        .0
+        .into_iter()
+        .find(|e| e.kind.name() == "reclaim");
+    assert!(
+        reclaim
+            .as_ref()
+            .is_some_and(|e| e.detail.starts_with("closed the estate of B's epoch 1")),
+        "{reclaim:?}"
+    );
+    // B returns (restarted long after): a new epoch in B, live again in A.
+    c.health.set(rid(1), Health::Healthy);
+    let b2 = c.start(1, "r1b", c.clock);
+    settle(30).await;
+    assert!(
+        event_kinds(&b2, None).contains(&"new_epoch"),
+        "{:?}",
+        event_kinds(&b2, None)
+    );
+    assert_eq!(
+        event_kinds(&a, Some("B")).last(),
+        Some(&"peer_live"),
+        "{:?}",
+        event_kinds(&a, Some("B"))
+    );
+    // A's own check reads unhealthy, then healthy again: fence on, fence off.
+    c.health.set(rid(0), Health::Unhealthy);
+    settle(10).await;
+    c.health.set(rid(0), Health::Healthy);
+    settle(10).await;
+    let own: Vec<_> = event_kinds(&a, None);
+    assert_eq!(own, vec!["fence_on", "fence_off"], "{own:?}");
+    // Every event has both timestamps, in order.
+    let all = a.events.since(0).0;
+    assert!(all
+        .windows(2)
+        .all(|w| w[0].seq < w[1].seq && w[0].at_ms <= w[1].at_ms));
+    assert!(all
+        .iter()
+        .all(|e| e.at == shareplane::events::rfc3339(e.at_ms)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_and_the_adoption_of_a_limit_are_events() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    let dir = test_dir("reload-events");
+    let (path, handle) = c.reloader(0, &dir, K_BIG);
+    settle(30).await;
+    off_the_poll().await;
+    write(
+        &path,
+        &config_text(0, &K_BIG.replace("rate = 10000", "rate = 8000")),
+    );
+    assert!(matches!(
+        handle.reload().await,
+        Some(ReloadOutcome::Refused(_))
+    ));
+    write(
+        &path,
+        &config_text(
+            0,
+            &K_BIG.replace("rate = 10000", "rate = 12000\nversion = 2"),
+        ),
+    );
+    assert!(matches!(
+        handle.reload().await,
+        Some(ReloadOutcome::Applied(_))
+    ));
+    settle(10).await;
+    let s = &c.replicas[0][0].shared;
+    let events = s.events.since(0).0;
+    let kinds: Vec<_> = events
+        .iter()
+        .filter(|e| e.peer.is_none())
+        .map(|e| (e.kind.name(), e.limit.clone()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("config_refused", None),
+            ("config_reloaded", None),
+            ("limit_adopted", Some("k-big".to_string()))
+        ]
+    );
+    let adopted = events.iter().find(|e| e.kind.name() == "limit_adopted");
+    assert!(
+        adopted.is_some_and(|e| e.detail.starts_with("adopted version 2 (rate 12000)")),
+        "{adopted:?}"
+    );
+}
