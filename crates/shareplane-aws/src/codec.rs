@@ -7,7 +7,7 @@
 //!
 //! | `sk`         | attributes                                                            |
 //! |--------------|-----------------------------------------------------------------------|
-//! | `rec`        | `sv` (N, schema), `ver` (N, record version), `tok` (N, writer token), `h` (B, header) |
+//! | `rec`        | `sv` (N, schema), `ver` (N, record version), `tok` (N, writer token), `h` (B, header), `ld` (N, optional: the digest of the writer's limits) |
 //! | `rec#0000`…  | `sv`, `ver` (N, the record version the shard was last written at), `tok`, `d` (B, limits) |
 //! | `lease`      | written by the store, not by this codec                               |
 //! | `prev#0000000007`, `prev#0000000007#0000`… | a copy of the header and shards of the Region's last record of its ended epoch 7 (attributes as above), kept until every heir has closed that epoch ([`crate::dynamo`]) |
@@ -48,6 +48,9 @@ use std::collections::{BTreeMap, HashMap};
 pub const SCHEMA_VERSION: u32 = 3;
 /// The sort key of a Region's record header.
 pub const HEADER_SK: &str = "rec";
+/// The header attribute holding the digest of the writer's limits (N, optional: a header
+/// without it, from an older writer, decodes to an unknown digest; older readers ignore it).
+pub const DIGEST_ATTR: &str = "ld";
 /// The sort key of a Region's writer lease.
 pub const LEASE_SK: &str = "lease";
 /// Limits per shard, by deployment index. At most ~450 bytes per limit (a 128-byte id and every
@@ -76,6 +79,7 @@ pub struct Encoded {
     reclaims: Vec<Option<ReclaimMark>>,
     account_epochs: Vec<u64>,
     regions: Vec<String>,
+    limits_digest: Option<u64>,
 }
 
 /// What the items of one Region decode to.
@@ -240,6 +244,7 @@ pub fn encode(d: &Deployment, record: &RegionRecord) -> Encoded {
         reclaims: record.reclaims.0[..n].to_vec(),
         account_epochs: record.account_epochs.0[..n].to_vec(),
         regions: d.regions.clone(),
+        limits_digest: record.limits_digest,
     }
 }
 
@@ -286,6 +291,9 @@ impl Encoded {
         let mut item = self.base(HEADER_SK.to_string(), self.version, token);
         item.insert("h".into(), AttributeValue::B(Blob::new(h)));
         item.insert("sv".into(), AttributeValue::N(schema.to_string()));
+        if let Some(digest) = self.limits_digest {
+            item.insert(DIGEST_ATTR.into(), AttributeValue::N(digest.to_string()));
+        }
         item
     }
 
@@ -447,6 +455,10 @@ fn decode_inner(
         account_epochs: h.account_epochs,
         reclaims: h.reclaims,
         limits,
+        limits_digest: match header.get(DIGEST_ATTR) {
+            None => None,
+            Some(_) => Some(number(header, DIGEST_ATTR)?),
+        },
     }))
 }
 

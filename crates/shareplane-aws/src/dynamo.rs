@@ -109,7 +109,9 @@ enum Keys {
 pub struct DynamoStore {
     client: Client,
     table: String,
-    deployment: Arc<Deployment>,
+    /// Replaced when the daemon adopts a reloaded configuration ([`RecordStore::set_deployment`]):
+    /// limits are encoded and decoded by id against it.
+    deployment: std::sync::RwLock<Arc<Deployment>>,
     me: RegionId,
     written: Mutex<Option<Written>>,
     max_actions: usize,
@@ -145,6 +147,13 @@ struct Written {
 }
 
 impl DynamoStore {
+    fn d(&self) -> Arc<Deployment> {
+        self.deployment
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// A store for Region `me` of `deployment` on `table` (which must exist: see [`create_table`]).
     pub fn new(
         client: Client,
@@ -155,7 +164,7 @@ impl DynamoStore {
         DynamoStore {
             client,
             table: table.into(),
-            deployment,
+            deployment: std::sync::RwLock::new(deployment),
             me,
             written: Mutex::new(None),
             max_actions: MAX_TRANSACTION_ACTIONS,
@@ -196,10 +205,10 @@ impl DynamoStore {
     }
 
     fn region_name(&self, r: RegionId) -> Result<String, StoreError> {
-        if r.index() >= self.deployment.n() {
+        if r.index() >= self.d().n() {
             return Err(StoreError::Fatal(format!("Region {r} is not configured")));
         }
-        Ok(self.deployment.region_name(r).to_string())
+        Ok(self.d().region_name(r).to_string())
     }
 
     /// Every item of `region` whose sort key starts with `rec`.
@@ -237,8 +246,8 @@ impl DynamoStore {
         current: u64,
         items: &[Item],
     ) -> Option<Fetched> {
-        let name = self.deployment.region_name(region).to_string();
-        let reason = match codec::decode_kept(&self.deployment, self.me, region, epoch, items) {
+        let name = self.d().region_name(region).to_string();
+        let reason = match codec::decode_kept(&self.d(), self.me, region, epoch, items) {
             Decoded::Record(r) if r.version < current => {
                 return Some(Fetched::Record(Arc::from(r)))
             }
@@ -279,7 +288,7 @@ impl DynamoStore {
         let name = self.region_name(record.region)?;
         let items = self.query(&name, true).await?;
         // Decoded as its own Region's: the writer's record is not checked as a foreign one.
-        let why = match codec::decode(&self.deployment, record.region, record.region, &items) {
+        let why = match codec::decode(&self.d(), record.region, record.region, &items) {
             Decoded::Record(stored) if stored.epoch < record.epoch => {
                 return self.copies(record, token, &stored, &items).map(Some)
             }
@@ -343,13 +352,7 @@ impl DynamoStore {
         let mut out = Vec::new();
         for (epoch, mut keys) in kept {
             if Some(epoch) == carried
-                || !closed_by_every_heir(
-                    &self.deployment,
-                    record.region,
-                    record.epoch,
-                    epoch,
-                    &latest,
-                )
+                || !closed_by_every_heir(&self.d(), record.region, record.epoch, epoch, &latest)
             {
                 continue;
             }
@@ -385,8 +388,8 @@ impl DynamoStore {
     /// Decodes one Region's items into what the trait returns, counting rejections and serving the
     /// last consistent record while a write is still replicating.
     fn fetched(&self, region: RegionId, items: &[Item]) -> Option<Fetched> {
-        let name = self.deployment.region_name(region).to_string();
-        match codec::decode(&self.deployment, self.me, region, items) {
+        let name = self.d().region_name(region).to_string();
+        match codec::decode(&self.d(), self.me, region, items) {
             Decoded::Absent => None,
             Decoded::Record(r) => {
                 let r: Arc<RegionRecord> = Arc::from(r);
@@ -717,14 +720,20 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError
 }
 
 impl RecordStore for DynamoStore {
+    fn set_deployment(&self, d: Arc<Deployment>) {
+        *self.deployment.write().unwrap_or_else(|e| e.into_inner()) = d;
+        // The shard layout may have grown: the next write writes every shard.
+        *lock(&self.written) = None;
+    }
+
     async fn put(&self, record: &RegionRecord, token: WriterToken) -> Result<(), StoreError> {
         self.region_name(record.region)?;
-        let enc = codec::encode(&self.deployment, record);
+        let enc = codec::encode(&self.d(), record);
         if enc.shards.len() > codec::MAX_SHARDS {
             // Readers would reject the header; refuse here, where the cause is clear.
             return Err(StoreError::Fatal(format!(
                 "{} limits need {} shards, more than the {} a record may have",
-                self.deployment.limits.len(),
+                self.d().limits.len(),
                 enc.shards.len(),
                 codec::MAX_SHARDS
             )));
@@ -751,7 +760,7 @@ impl RecordStore for DynamoStore {
 
     async fn read_all(&self) -> Result<Vec<Fetched>, StoreError> {
         let mut tasks = tokio::task::JoinSet::new();
-        for r in shareplane_core::regions(self.deployment.n()) {
+        for r in shareplane_core::regions(self.d().n()) {
             let (client, table, name) = (
                 self.client.clone(),
                 self.table.clone(),

@@ -11,6 +11,7 @@
 //! | `RebalancesWithoutFreshData`  | Region          | Count   |
 //! | `Ready`                       | Region          | None (1 or 0) |
 //! | `LongestWaitForRecordSeconds` | Region          | Seconds (leader only) |
+//! | `LimitsMismatchPeers`         | Region          | Count   |
 //!
 //! Datums go out in batches of at most [`MAX_DATUMS_PER_CALL`] and about 800 KB of request, below
 //! CloudWatch's limits of 1000 datums and 1 MB. Non-finite values, which CloudWatch refuses, are
@@ -97,6 +98,17 @@ impl Point {
             vec![("Region", region.into())],
             seconds,
             Unit::Seconds,
+        )
+    }
+
+    /// Peers whose records have named limits other than this Region's for longer than the
+    /// rollout window (`limits_rollout_periods`): the Regions run different limits. 0 when none.
+    pub fn limits_mismatch_peers(region: &str, count: u64) -> Point {
+        Point::new(
+            "LimitsMismatchPeers",
+            vec![("Region", region.into())],
+            count as f64,
+            Unit::Count,
         )
     }
 

@@ -280,3 +280,28 @@ fn a_schema_2_record_reads_its_accounts_as_they_were_kept() {
         Decoded::Rejected(_)
     ));
 }
+
+#[test]
+fn the_limits_digest_round_trips_and_a_header_without_it_is_unknown() {
+    let d = deployment(10);
+    let mut r = record(&d, 1, 5);
+    r.limits_digest = Some(shareplane_core::limits_digest(&d.limits));
+    let enc = codec::encode(&d, &r);
+    let mut items: Vec<Item> = (0..enc.shards.len())
+        .filter_map(|i| enc.shard_item(i, 1))
+        .collect();
+    items.push(enc.header_item(1, &vec![5; enc.shards.len()]));
+    let decoded = |items: &[Item]| match codec::decode(&d, rid(0), rid(1), items) {
+        Decoded::Record(r) => Ok(r.limits_digest),
+        other => Err(format!("{other:?}")),
+    };
+    assert_eq!(decoded(&items), Ok(r.limits_digest));
+    assert!(r.limits_digest.is_some());
+    // A header of an older writer carries no digest: it decodes, as unknown.
+    let last = items.len() - 1;
+    items[last].remove(codec::DIGEST_ATTR);
+    assert_eq!(decoded(&items), Ok(None));
+    // One that is not a number is malformed, never misread.
+    items[last].insert(codec::DIGEST_ATTR.into(), AttributeValue::N("-1".into()));
+    assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
+}

@@ -647,3 +647,44 @@ async fn an_inconsistent_stored_record_is_not_kept_and_the_new_epoch_is_still_wr
     let reader = DynamoStore::new(s.client.clone(), s.table.clone(), d.clone(), rid(1));
     assert_eq!(region_reads(&reader, 0).await, (vec![(3, 8)], vec![]));
 }
+
+#[tokio::test]
+async fn after_a_reload_that_adds_a_limit_the_store_writes_it_with_the_digest_and_every_reader_copes(
+) {
+    let Some(s) = setup("reload_adds_a_limit", codec::LIMITS_PER_SHARD).await else {
+        return;
+    };
+    let store = s.store();
+    let mut r1 = record(&s.d, 0, 1);
+    r1.limits_digest = Some(shareplane_core::limits_digest(&s.d.limits));
+    store.put(&r1, WriterToken(1)).await.expect("put");
+    // The reload adds one limit: the record now needs a second shard.
+    let mut d2 = (*s.d).clone();
+    let mut extra = d2.limits[0].clone();
+    extra.id = "tenant-added/api".into();
+    d2.limits.push(extra.clone());
+    let d2 = Arc::new(d2);
+    store.set_deployment(d2.clone());
+    let mut r2 = record(&d2, 0, 2);
+    r2.limits_digest = Some(shareplane_core::limits_digest(&d2.limits));
+    assert_ne!(r1.limits_digest, r2.limits_digest);
+    store
+        .put(&r2, WriterToken(1))
+        .await
+        .expect("put after the reload");
+    let Ok(Some(Fetched::Record(back))) = store.read_one(rid(0)).await else {
+        panic!("the own record does not read back")
+    };
+    assert_eq!(
+        *back, r2,
+        "the own record with the added limit and its digest"
+    );
+    // A peer that has not reloaded yet ignores the limit it does not know and sees the digest.
+    let peer = DynamoStore::new(s.client.clone(), s.table.clone(), s.d.clone(), rid(1));
+    let Ok(Some(Fetched::Record(seen))) = peer.read_one(rid(0)).await else {
+        panic!("the peer cannot read the record")
+    };
+    assert_eq!(seen.limits.len(), codec::LIMITS_PER_SHARD);
+    assert_eq!(&seen.limits[..], &r2.limits[..codec::LIMITS_PER_SHARD]);
+    assert_eq!(seen.limits_digest, r2.limits_digest);
+}

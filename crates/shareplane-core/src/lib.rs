@@ -11,6 +11,7 @@
 mod config;
 mod coordinator;
 mod demand;
+mod digest;
 mod estate;
 pub mod lease;
 mod record;
@@ -24,6 +25,7 @@ pub use coordinator::{
 pub use demand::{
     band as demand_band, published_demand, DEMAND_BAND_MIN_PERMILLE_OF_RATE, DEMAND_BAND_PERMILLE,
 };
+pub use digest::{fnv1a_64, limits_digest};
 pub use estate::{audit, estate_room, heir_portion, Audit, Truth};
 pub use lease::{lease_bound, LeaseBound};
 pub use record::{LimitRecord, ReclaimMark, RecordError, RegionRecord, MAX_COUNTER, MAX_EPOCH};

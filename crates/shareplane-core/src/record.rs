@@ -53,6 +53,10 @@ pub struct RegionRecord {
     /// The latest reclaim of each peer's estate made by this Region.
     pub reclaims: PerRegion<Option<ReclaimMark>>,
     pub limits: Vec<LimitRecord>,
+    /// [`crate::limits_digest`] of the limits the writer runs, so that Regions can see that
+    /// they run different limits; `None` when unknown (a record of an older writer, or one the
+    /// driver did not stamp). Informational: no protocol decision reads it.
+    pub limits_digest: Option<u64>,
 }
 
 /// One Region's state for one limit. All amounts are rates in milli-requests per second;
@@ -178,6 +182,7 @@ impl RegionRecord {
             account_epochs,
             reclaims: PerRegion([None; MAX_REGIONS]),
             limits,
+            limits_digest: None,
         }
     }
 

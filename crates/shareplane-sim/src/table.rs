@@ -176,6 +176,7 @@ mod tests {
             account_epochs: PerRegion::default(),
             reclaims: PerRegion([None; MAX_REGIONS]),
             limits: Vec::new(),
+            limits_digest: None,
         })
     }
 

@@ -4,7 +4,7 @@
 //! The DynamoDB implementation lives in `shareplane-aws`. Both must pass the same conformance
 //! suite, so that the in-memory store stays an honest stand-in.
 
-use shareplane_core::{RecordError, RegionId, RegionRecord};
+use shareplane_core::{Deployment, RecordError, RegionId, RegionRecord};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -81,6 +81,13 @@ impl StoreError {
 
 /// The global table as one Region's daemon sees it (its local replica).
 pub trait RecordStore: Send + Sync + 'static {
+    /// Follows a configuration reload that changed the limits (the daemon calls it between
+    /// rebalances). A store that keeps core records as they are (the in-memory one) needs
+    /// nothing; one that encodes limits by id (DynamoDB) encodes and decodes with `d` from now on.
+    fn set_deployment(&self, d: Arc<Deployment>) {
+        let _ = d;
+    }
+
     /// Writes this Region's own record, only if its version is higher than the stored one and
     /// `token` is not lower than the stored writer token.
     fn put(

@@ -5,6 +5,7 @@
 //! | `GET /v1/rules` | the rule set and its `lease_ms`; `ETag`, `If-None-Match` → 304; long-poll `?after=V&wait_ms=W&lease_seq=S`, answered on a newer version or a lease renewal; lease headers on every answer |
 //! | `POST /v1/demand` | a gateway's running totals (bearer token; body ≤ 64 KiB); 422 names implausible totals |
 //! | `GET /v1/state` | why each share is what it is |
+//! | `GET /v1/events` | operator events, oldest first (`?after=SEQ`: only newer ones); at most the last 1,000 |
 //! | `GET /v1/limits/{id}/explain` | one limit: demand, target, share, pool, grants in flight, peers, health, policy |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness latch, Prometheus text |
 //!
@@ -43,6 +44,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/rules", get(rules))
         .route("/v1/demand", post(demand))
         .route("/v1/state", get(state))
+        .route("/v1/events", get(events))
         .route("/v1/limits/{id}/explain", get(explain))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -307,8 +309,15 @@ fn refused_totals(s: &Shared, gateway: &str, o: &crate::demand::ReportOutcome) -
     }
     let named: Vec<String> = o.refused.iter().map(|(l, r)| format!("{l}: {r}")).collect();
     if o.first_refusal {
-        tracing::warn!(region = %s.region, gateway, refused = %named.join("; "),
-            "implausible demand totals refused and not adopted (logged once per gateway)");
+        s.event(
+            crate::events::Kind::DemandRefused,
+            None,
+            None,
+            format!(
+                "gateway {gateway}: implausible totals refused and not adopted (logged once per gateway): {}",
+                named.join("; ")
+            ),
+        );
     } else {
         tracing::debug!(region = %s.region, gateway, refused = %named.join("; "), "implausible demand totals refused");
     }
@@ -330,8 +339,42 @@ fn refused_totals(s: &Shared, gateway: &str, o: &crate::demand::ReportOutcome) -
     (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response()
 }
 
+/// The view and what the configuration reloads did (`config`).
+#[derive(serde::Serialize)]
+struct StateAnswer<'a> {
+    #[serde(flatten)]
+    view: &'a crate::state::StateView,
+    config: crate::state::ConfigStatus,
+}
+
 async fn state(State(s): State<Arc<Shared>>) -> Response {
-    Json(&*s.view()).into_response()
+    let view = s.view();
+    Json(StateAnswer {
+        view: &view,
+        config: s.config_status(),
+    })
+    .into_response()
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    after: Option<u64>,
+}
+
+async fn events(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<EventsQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = q.map_err(|e| err(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let (events, dropped) = s.events.since(q.after.unwrap_or(0));
+    Ok(Json(serde_json::json!({
+        "region": s.region,
+        "events": events,
+        // Events newer than `after` that the ring no longer holds.
+        "dropped": dropped,
+    }))
+    .into_response())
 }
 
 async fn explain(
@@ -344,7 +387,7 @@ async fn explain(
         return Err(err(StatusCode::NOT_FOUND, format!("no limit {id:?}")));
     };
     let published = s.rules();
-    let index = s.d.limit_index(&id);
+    let index = s.d().limit_index(&id);
     let published_rate = index
         .and_then(|i| published.rates.get(i))
         .map(|r| r.as_rps());

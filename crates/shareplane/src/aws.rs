@@ -108,6 +108,15 @@ pub fn points(
         let secs = f64::from(longest) * view.period_ms as f64 / 1000.0;
         out.push(Point::longest_wait_for_record(&view.region, secs));
     }
+    let mismatched = view
+        .alarms
+        .iter()
+        .filter(|a| a.starts_with("limits_mismatch:"))
+        .count();
+    out.push(Point::limits_mismatch_peers(
+        &view.region,
+        mismatched as u64,
+    ));
     out.push(Point::rejected_records(&view.region, rejected_since_last));
     out.push(Point::rebalances_without_fresh_data(
         &view.region,
@@ -121,7 +130,7 @@ pub fn points(
 /// never fatal.
 pub async fn publish_metrics(publisher: MetricsPublisher, shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown_signal();
-    let mut tick = tokio::time::interval(Duration::from_millis(shared.d.period_ms));
+    let mut tick = tokio::time::interval(Duration::from_millis(shared.d().period_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut rejected_before = shared.metrics.records_rejected.total();
     let mut stale_before = shared.metrics.stale_rebalances.get();

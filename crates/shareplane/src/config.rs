@@ -53,6 +53,9 @@ pub struct RawConfig {
     pub listen: Option<String>,
     pub api_token: Option<String>,
     pub replica_id: Option<String>,
+    /// Phase ticks a peer may run other limits (a different digest) before the
+    /// `limits_mismatch:<peer>` alarm; default 10.
+    pub limits_rollout_periods: Option<u32>,
     /// Tests only: every store call waits this long first (see [`crate::slow_store`]).
     pub test_store_delay_ms: Option<u64>,
 }
@@ -123,12 +126,18 @@ pub struct Config {
     pub listen: SocketAddr,
     pub api_token: Option<String>,
     pub replica_id: String,
+    /// Phase ticks a peer may run other limits before the `limits_mismatch:<peer>` alarm.
+    pub limits_rollout_periods: u32,
     /// Tests only: the delay before every store call (zero in production).
     pub test_store_delay: std::time::Duration,
 }
 
 pub const DEFAULT_PERIOD_MS: u64 = 5_000;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// How many phase ticks a rollout of new limits may take to reach every Region before the
+/// Regions that disagree raise `limits_mismatch` (50 s at the default period).
+pub const DEFAULT_ROLLOUT_PERIODS: u32 = 10;
+const MAX_ROLLOUT_PERIODS: u32 = 100_000;
 const MIN_PERIOD_MS: u64 = 100;
 const MAX_PERIOD_MS: u64 = 600_000;
 const MAX_BURST_S: f64 = 3_600.0;
@@ -323,6 +332,15 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     if let Some(Err(e)) = d.as_ref().map(shareplane_core::lease_bound) {
         errors.push(e);
     }
+    let limits_rollout_periods = raw
+        .limits_rollout_periods
+        .unwrap_or(DEFAULT_ROLLOUT_PERIODS);
+    if !(1..=MAX_ROLLOUT_PERIODS).contains(&limits_rollout_periods) {
+        errors.push(problem(
+            "limits_rollout_periods",
+            format!("must be 1 to {MAX_ROLLOUT_PERIODS}"),
+        ));
+    }
     let replica_id = raw.replica_id.clone().unwrap_or_else(default_replica_id);
     if replica_id.is_empty() || replica_id.len() > 128 {
         errors.push(problem("replica_id", "1 to 128 characters"));
@@ -347,8 +365,208 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         api_token,
         replica_id,
         test_store_delay: std::time::Duration::from_millis(test_store_delay_ms),
+        limits_rollout_periods,
         region,
     })
+}
+
+/// What a reload changes: the deployment to run next and, for the log, what differs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LimitChanges {
+    /// The running limits first, in their order, with their new settings, then the added ones
+    /// in the order of the file.
+    pub limits: Vec<LimitSpec>,
+    /// Ids of limits that are new.
+    pub added: Vec<String>,
+    /// `(id, old version, new version, old rate, new rate)` of limits at a higher version.
+    pub versioned: Vec<(String, u64, u64, Room, Room)>,
+    /// Ids of limits whose floor, step cap, burst or shadow changed (live, at any version).
+    pub tuned: Vec<String>,
+}
+
+impl LimitChanges {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.versioned.is_empty() && self.tuned.is_empty()
+    }
+}
+
+/// Checks what a reload from `old` to `new` (both already valid) would change, and refuses
+/// anything that cannot change while the daemon runs, naming each field:
+///
+/// - every setting but the limits (Region, Regions, store, table, period, phase, listen address,
+///   token, policy, fence, health checks, …): restart the daemon to change them;
+/// - a limit's rate without a higher `version`, a lower `version`, its `kind` or `home`;
+/// - a removed limit: records hold limits by position in the deployment, so removing one live
+///   would make the limits after it read the wrong entries. Restart the daemon to remove one.
+///
+/// A rate at a higher version goes through the core's limit-change protocol (room in static
+/// parts, never above the larger of the old and new rate); an added limit is adopted in this
+/// Region's static part, like a limit present from the start. Limits keep their position, so
+/// added ones go last whatever their place in the file.
+pub fn plan_reload(old: &Config, new: &Config) -> Result<LimitChanges, ConfigErrors> {
+    let mut errors = Vec::new();
+    fixed_fields(old, new, &mut errors);
+    let changes = limit_changes(&old.deployment.limits, &new.deployment.limits, &mut errors);
+    if errors.is_empty() {
+        Ok(changes)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+fn fixed_fields(old: &Config, new: &Config, errors: &mut Vec<ConfigError>) {
+    let (a, b) = (&old.deployment, &new.deployment);
+    let secret = |t: &Option<String>| t.as_ref().map(|_| "(set)".to_string());
+    let fields: [(&str, String, String); 17] = [
+        (
+            "limits_rollout_periods",
+            old.limits_rollout_periods.to_string(),
+            new.limits_rollout_periods.to_string(),
+        ),
+        ("region", old.region.clone(), new.region.clone()),
+        (
+            "regions",
+            format!("{:?}", a.regions),
+            format!("{:?}", b.regions),
+        ),
+        (
+            "phase_ms",
+            old.phase_ms.to_string(),
+            new.phase_ms.to_string(),
+        ),
+        (
+            "period_ms",
+            old.period_ms.to_string(),
+            new.period_ms.to_string(),
+        ),
+        (
+            "policy",
+            format!("{:?}", a.policy),
+            format!("{:?}", b.policy),
+        ),
+        ("fence", format!("{:?}", a.fence), format!("{:?}", b.fence)),
+        (
+            "regions[].health_check_id",
+            format!("{:?}", old.health_check_ids),
+            format!("{:?}", new.health_check_ids),
+        ),
+        ("table", old.table.clone(), new.table.clone()),
+        (
+            "store",
+            format!("{:?}", old.store),
+            format!("{:?}", new.store),
+        ),
+        (
+            "aws_endpoint",
+            format!("{:?}", old.aws_endpoint),
+            format!("{:?}", new.aws_endpoint),
+        ),
+        ("aws_region", old.aws_region.clone(), new.aws_region.clone()),
+        (
+            "metrics_namespace",
+            old.metrics_namespace.clone(),
+            new.metrics_namespace.clone(),
+        ),
+        ("listen", old.listen.to_string(), new.listen.to_string()),
+        ("replica_id", old.replica_id.clone(), new.replica_id.clone()),
+        (
+            "test_store_delay_ms",
+            old.test_store_delay.as_millis().to_string(),
+            new.test_store_delay.as_millis().to_string(),
+        ),
+        (
+            "api_token",
+            format!("{:?}", secret(&old.api_token)),
+            String::new(),
+        ),
+    ];
+    for (field, was, now) in fields {
+        let changed = if field == "api_token" {
+            old.api_token != new.api_token
+        } else {
+            was != now
+        };
+        if !changed {
+            continue;
+        }
+        let what = if field == "api_token" {
+            "cannot change while the daemon runs; restart it to change the token".to_string()
+        } else {
+            format!("cannot change while the daemon runs (running {was}, file {now}); restart it to change this")
+        };
+        errors.push(problem(field, what));
+    }
+}
+
+fn limit_changes(
+    old: &[LimitSpec],
+    new: &[LimitSpec],
+    errors: &mut Vec<ConfigError>,
+) -> LimitChanges {
+    let mut out = LimitChanges::default();
+    let by_id: BTreeMap<&str, (usize, &LimitSpec)> = new
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.id.as_str(), (i, l)))
+        .collect();
+    for o in old {
+        let Some(&(i, n)) = by_id.get(o.id.as_str()) else {
+            errors.push(problem(
+                "limits",
+                format!(
+                    "limit {:?} was removed: a limit cannot be removed while the daemon runs \
+                     (records hold limits by position); restart the daemon to remove it",
+                    o.id
+                ),
+            ));
+            continue;
+        };
+        let at = format!("limits[{i}]");
+        if n.kind != o.kind {
+            errors.push(problem(
+                format!("{at}.kind"),
+                format!(
+                    "{:?}: a limit's kind or home cannot change while the daemon runs",
+                    o.id
+                ),
+            ));
+        }
+        if n.version < o.version {
+            errors.push(problem(
+                format!("{at}.version"),
+                format!(
+                    "{:?}: version {} is below the running version {}; versions only go up",
+                    o.id, n.version, o.version
+                ),
+            ));
+        } else if n.version == o.version && n.rate != o.rate {
+            errors.push(problem(
+                format!("{at}.version"),
+                format!(
+                    "{:?}: the rate changed from {} to {} without a higher version; set version = {} or more",
+                    o.id,
+                    o.rate,
+                    n.rate,
+                    o.version + 1
+                ),
+            ));
+        } else if n.version > o.version {
+            out.versioned
+                .push((o.id.clone(), o.version, n.version, o.rate, n.rate));
+        }
+        let tuned = (n.floor, n.step_cap, n.burst_ms, n.shadow)
+            != (o.floor, o.step_cap, o.burst_ms, o.shadow);
+        if tuned {
+            out.tuned.push(o.id.clone());
+        }
+        out.limits.push(n.clone());
+    }
+    let running: std::collections::BTreeSet<&str> = old.iter().map(|l| l.id.as_str()).collect();
+    for n in new.iter().filter(|l| !running.contains(l.id.as_str())) {
+        out.added.push(n.id.clone());
+        out.limits.push(n.clone());
+    }
+    out
 }
 
 /// One of a few names; the first is the default. An unknown name is a problem naming the choices.
@@ -657,6 +875,83 @@ kind = "weird"
         assert_eq!(
             c.ok(),
             Some(("A".into(), 1700, Some("ffffffffffffffffffff".into())))
+        );
+    }
+
+    fn reload(old: &str, new: &str) -> Result<LimitChanges, Vec<String>> {
+        let env = BTreeMap::new();
+        let cfg = |t: &str| parse(t, &env).unwrap_or_else(|e| panic!("{e}"));
+        let (old, new) = (cfg(old), cfg(new));
+        plan_reload(&old, &new).map_err(|e| e.0.iter().map(|p| p.to_string()).collect())
+    }
+
+    #[test]
+    fn a_reload_changes_rates_at_a_higher_version_and_adds_limits_last() {
+        let new = GOOD.replace("rate = 10000", "rate = 8000\nversion = 2")
+            + "[[limits]]\nid = \"k-new\"\nrate = 100\n";
+        // The added limit is listed first in the file: it still goes last.
+        let new = new.replacen(
+            "[[limits]]",
+            "[[limits]]\nid = \"k-first\"\nrate = 50\n[[limits]]",
+            1,
+        );
+        let c = reload(GOOD, &new);
+        let ids = c
+            .as_ref()
+            .map(|c| c.limits.iter().map(|l| l.id.clone()).collect::<Vec<_>>());
+        assert_eq!(
+            ids,
+            Ok(vec!["k-big".into(), "k-first".into(), "k-new".into()])
+        );
+        let c = c.unwrap_or_default();
+        assert_eq!(c.added, vec!["k-first".to_string(), "k-new".to_string()]);
+        assert_eq!(
+            c.versioned,
+            vec![("k-big".into(), 1, 2, Room::rps(10_000), Room::rps(8_000))]
+        );
+        assert_eq!(reload(GOOD, GOOD).map(|c| c.is_empty()), Ok(true));
+    }
+
+    #[test]
+    fn a_reload_refuses_what_cannot_change_live_naming_each_field() {
+        let new = GOOD
+            .replace("rate = 10000", "rate = 8000")
+            .replace("phase_ms = 1700", "phase_ms = 1800\nperiod_ms = 4000")
+            .replace(
+                "store = \"memory\"",
+                "store = \"memory\"\nlisten = \"127.0.0.1:9999\"",
+            );
+        let errs = reload(GOOD, &new).err().unwrap_or_default();
+        for want in [
+            "phase_ms: cannot change while the daemon runs (running 1700, file 1800)",
+            "period_ms: cannot change",
+            "listen: cannot change",
+            "limits[0].version: \"k-big\": the rate changed from 10000 to 8000 without a higher version; set version = 2 or more",
+        ] {
+            assert!(errs.iter().any(|e| e.starts_with(want)), "{want:?} missing in {errs:?}");
+        }
+        assert_eq!(errs.len(), 4, "{errs:?}");
+        let removed = GOOD.replace("id = \"k-big\"", "id = \"k-other\"");
+        let errs = reload(GOOD, &removed).err().unwrap_or_default();
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("limits: limit \"k-big\" was removed")),
+            "{errs:?}"
+        );
+        let lower = GOOD.replace("rate = 10000", "rate = 10000\nversion = 3");
+        let errs = reload(&lower, GOOD).err().unwrap_or_default();
+        assert!(
+            errs.iter().any(|e| e.contains("versions only go up")),
+            "{errs:?}"
+        );
+        let kind = GOOD.replace(
+            "rate = 10000",
+            "rate = 10000\nkind = \"security\"\nversion = 2",
+        );
+        let errs = reload(GOOD, &kind).err().unwrap_or_default();
+        assert!(
+            errs.iter().any(|e| e.starts_with("limits[0].kind")),
+            "{errs:?}"
         );
     }
 }

@@ -40,12 +40,13 @@
 //! [`Coordinator::restart`] and rebalances at once.
 
 use crate::clock::{next_tick, Clock};
+use crate::events::Kind;
 use crate::health::HealthSource;
 use crate::rules::{lowered, zero_rules, RuleSet};
 use crate::state::{build_view, Shared, ViewInput};
 use shareplane_core::{
-    regions, Alarms, Coordinator, Health, Inputs, PeerState, PeerView, PerRegion, RegionRecord,
-    Room,
+    regions, Alarms, Coordinator, Decision, Deployment, Health, Inputs, PeerState, PeerView,
+    PerRegion, RegionRecord, Room,
 };
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::future::Future;
@@ -62,6 +63,9 @@ pub struct DaemonOptions {
     pub phase_ms: u64,
     /// Bound on every store and health call; a call that takes longer counts as failed.
     pub call_timeout_ms: u64,
+    /// Phase ticks a peer's records may name other limits than this Region's before the
+    /// `limits_mismatch:<peer>` alarm (a rollout reaches Regions at different times).
+    pub rollout_periods: u32,
 }
 
 impl DaemonOptions {
@@ -71,6 +75,7 @@ impl DaemonOptions {
             phase_ms,
             // The gateways' lease allows for a peer's read taking this long (see `lease_bound`).
             call_timeout_ms: shareplane_core::lease::call_bound_ms(period_ms),
+            rollout_periods: crate::config::DEFAULT_ROLLOUT_PERIODS,
         }
     }
 }
@@ -78,6 +83,14 @@ impl DaemonOptions {
 /// One replica's loop state.
 pub struct Daemon<S, H> {
     shared: Arc<Shared>,
+    /// The deployment this replica runs (its coordinator's); replaced only between rebalances,
+    /// by [`Daemon::adopt_proposed`].
+    d: Arc<Deployment>,
+    /// [`shareplane_core::limits_digest`] of `d`'s limits, stamped into every own record.
+    digest: u64,
+    /// Phase ticks in a row at which each peer's latest record named other limits (a known
+    /// digest other than `digest`), by Region index.
+    mismatch: Vec<u32>,
     store: S,
     health: H,
     opts: DaemonOptions,
@@ -95,6 +108,8 @@ pub struct Daemon<S, H> {
     /// have answered its health check meanwhile.
     stalled: bool,
     last_health: PerRegion<Health>,
+    /// The last committed decision fenced this Region (for the fence on / off events).
+    fenced: bool,
     /// The last health read outlasted the call bound (logged once each way).
     health_timing_out: bool,
     store_ok: bool,
@@ -113,8 +128,12 @@ pub struct Daemon<S, H> {
 
 impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     pub fn new(shared: Arc<Shared>, store: S, health: H, opts: DaemonOptions) -> Daemon<S, H> {
-        let n = shared.d.n();
+        let d = shared.d();
+        let n = d.n();
         Daemon {
+            digest: shareplane_core::limits_digest(&d.limits),
+            mismatch: vec![0; n],
+            d,
             shared,
             store,
             health,
@@ -127,6 +146,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             stalled: false,
             last_health: PerRegion::default(),
             health_timing_out: false,
+            fenced: false,
             store_ok: true,
             last_error: None,
             peer_records: vec![None; n],
@@ -146,7 +166,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     }
 
     fn period_ms(&self) -> u64 {
-        self.shared.d.period_ms
+        self.d.period_ms
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -196,6 +216,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 self.stalled = true;
                 continue;
             }
+            self.adopt_proposed();
             if phase_tick || !self.is_leader(now) {
                 self.tick(now, phase_tick).await;
             }
@@ -204,6 +225,33 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         let released = self.is_leader(now) && self.release(now).await;
         info!(region = %self.shared.region, replica = %self.opts.replica, released_lease = released,
               "rebalance loop stopped");
+    }
+
+    /// Adopts a reloaded deployment ([`Shared::propose`]) between two rebalances: the
+    /// coordinator, the store's codec, the demand book, the rule set and the API switch
+    /// together. The coordinator's next rebalance adopts each limit at its new version in this
+    /// Region's static part (the core's limit-change protocol) and an added limit in its static
+    /// part. The reloader checked the deployment; should the coordinator still refuse it, the
+    /// running one stays.
+    fn adopt_proposed(&mut self) {
+        let Some(d) = self.shared.take_proposed() else {
+            return;
+        };
+        if let Some(c) = self.coord.as_mut() {
+            if let Err(es) = c.set_limits(d.limits.clone()) {
+                let es: Vec<String> = es.iter().map(|e| e.to_string()).collect();
+                warn!(region = %self.shared.region, errors = %es.join("; "),
+                      "the coordinator refused the reloaded limits; the running ones stay");
+                return;
+            }
+        }
+        self.store.set_deployment(d.clone());
+        self.shared.set_deployment(d.clone());
+        info!(region = %self.shared.region, limits = d.limits.len(),
+              digest = %format!("{:016x}", shareplane_core::limits_digest(&d.limits)),
+              "adopted the reloaded limits");
+        self.digest = shareplane_core::limits_digest(&d.limits);
+        self.d = d;
     }
 
     /// Hands the lease back on a clean stop (renewed to expire now), so that a follower takes
@@ -269,7 +317,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     /// from the own durable record, or starts a new epoch when it may have been reclaimed).
     async fn resume_from_durable(&mut self, now: u64) -> bool {
         let me = self.shared.me;
-        let d = self.shared.d.clone();
+        let d = self.d.clone();
         match self.call(self.store.read_one(me)).await {
             Ok(fetched) => {
                 let durable = match fetched {
@@ -303,6 +351,15 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                     if self.shared.publish(zero) {
                         info!(region = %self.shared.region, version, "new epoch: pushed zero to the gateways");
                     }
+                    self.shared.event(
+                        Kind::NewEpoch,
+                        None,
+                        None,
+                        format!(
+                            "resumed {down_ms} ms after the last own write, too late to be sure nobody reclaimed it: epoch {} at share 0 (zero pushed to the gateways); raises only by grants named to it",
+                            c.own().epoch
+                        ),
+                    );
                 }
                 self.coord = Some(c);
                 true
@@ -388,7 +445,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                             warn!(region = %self.shared.region, peer = j, error = %e, "peer record rejected");
                             continue;
                         }
-                    } else if let Err(e) = r.validate(&self.shared.d, me) {
+                    } else if let Err(e) = r.validate(&self.d, me) {
                         self.shared.metrics.records_rejected.inc(e.cause());
                         continue;
                     }
@@ -480,7 +537,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         if self.unwritten_epoch || !self.stalled {
             return None;
         }
-        let d = &self.shared.d;
+        let d = &self.d;
         let window = u64::from(d.silent_after.saturating_sub(1)).saturating_mul(d.period_ms);
         let age = now.saturating_sub(own.written_at_ms);
         (own.version > 0 && age >= window).then_some(age)
@@ -511,18 +568,22 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             self.update_view();
             return;
         }
+        self.count_mismatch();
         let demand = self.demand();
         let Some(coord) = self.coord.as_mut() else {
             return;
         };
-        let decision = coord.rebalance(&Inputs {
+        let peers_before = coord.peers();
+        let mut decision = coord.rebalance(&Inputs {
             now_ms: now,
             demand: &demand,
             health: &health,
             explain: false,
         });
+        // What limits this Region runs, for the peers' mismatch check (no decision reads it).
+        decision.record.limits_digest = Some(self.digest);
         self.shared.metrics.rebalances.inc();
-        self.alarms = alarm_names(&decision.alarms, &self.shared);
+        self.alarms = alarm_names(&decision.alarms, &self.d);
         for (i, w) in self.waiting_for_record.iter_mut().enumerate() {
             let waiting = decision
                 .alarms
@@ -535,7 +596,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             self.shared.metrics.stale_rebalances.inc();
         }
         let v = decision.record.version;
-        let (d, region) = (self.shared.d.clone(), self.shared.region.clone());
+        let (d, region) = (self.d.clone(), self.shared.region.clone());
         if let Some(low) = lowered(&self.shared.rules(), &decision.rules) {
             self.shared
                 .publish(RuleSet::build(&d, &region, (2 * v).saturating_sub(1), &low));
@@ -544,8 +605,17 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         match self.call(self.store.put(&decision.record, token)).await {
             Ok(()) => {
                 if let Some(c) = self.coord.as_mut() {
+                    let decided = decision_events(&d, c.own(), &decision, self.fenced);
                     c.commit(&decision);
+                    // A peer's change of state first: it is why a reclaim happened.
+                    let mut events = peer_events(&d, &peers_before, &c.peers());
+                    events.extend(decided);
+                    for (kind, peer, limit, detail) in events {
+                        self.shared
+                            .event(kind, peer.as_deref(), limit.as_deref(), detail);
+                    }
                 }
+                self.fenced = decision.alarms.fenced;
                 self.unwritten_epoch = false;
                 self.stalled = false;
                 self.shared.metrics.writes.inc();
@@ -615,6 +685,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         if self.read_all().await {
             self.store_works();
             self.count_silence();
+            self.count_mismatch();
             if let Some(own) = self.own_seen.clone() {
                 self.serve_own(&own, now);
             }
@@ -626,7 +697,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     /// gateways' lease on it: only a record newer than the last one renews, so a follower whose
     /// view is stale (the leader stopped writing, or reads fail) lets the lease run out.
     fn serve_own(&self, own: &RegionRecord, now: u64) {
-        let d = self.shared.d.clone();
+        let d = self.d.clone();
         let version = 2 * own.version;
         let rules = RuleSet::rules_of(&d, own);
         self.shared
@@ -652,6 +723,28 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         }
     }
 
+    /// Counts, at each phase tick, how long each peer's latest record has named other limits
+    /// than this Region runs. A record without a digest (an older daemon) tells nothing and
+    /// counts as agreeing.
+    fn count_mismatch(&mut self) {
+        for (rec, n) in self.peer_records.iter().zip(self.mismatch.iter_mut()) {
+            let differs = rec
+                .as_ref()
+                .and_then(|r| r.limits_digest)
+                .is_some_and(|d| d != self.digest);
+            *n = if differs { n.saturating_add(1) } else { 0 };
+        }
+    }
+
+    /// `limits_mismatch:<peer>` for every peer past the rollout window.
+    fn mismatch_alarms(&self) -> Vec<String> {
+        let window = self.opts.rollout_periods;
+        regions(self.d.n())
+            .filter(|r| self.mismatch.get(r.index()).is_some_and(|&n| n > window))
+            .map(|r| format!("limits_mismatch:{}", self.d.region_name(r)))
+            .collect()
+    }
+
     /// Counts, at a follower's phase tick, how long each peer's record has not changed.
     fn count_silence(&mut self) {
         for (rec, slot) in self.peer_records.iter().zip(self.silence.iter_mut()) {
@@ -666,7 +759,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     /// The peers as a follower sees them: silence from its own count, reclaimed when the
     /// leader's record marks the peer's current epoch as reclaimed.
     fn follower_peers(&self, own: Option<&RegionRecord>) -> Vec<PeerView> {
-        let d = &self.shared.d;
+        let d = &self.d;
         let me = self.shared.me;
         regions(d.n())
             .filter(|&r| r != me)
@@ -697,7 +790,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     }
 
     fn update_view(&mut self) {
-        let d = self.shared.d.clone();
+        let d = self.d.clone();
         let me = self.shared.me;
         let (role, own, peer_records, peer_views, waiting) = match &self.coord {
             Some(c) if self.lease_until_ms > 0 => {
@@ -730,17 +823,18 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             store_ok: self.store_ok,
             last_error: self.last_error.clone(),
             rules_version: self.shared.rules().version,
-            alarms: self.alarms.clone(),
+            alarms: [self.alarms.clone(), self.mismatch_alarms()].concat(),
             waiting_for_record: waiting,
+            limits_mismatch: self.mismatch.clone(),
         });
         self.shared.set_view(view);
     }
 }
 
-fn alarm_names(a: &Alarms, shared: &Shared) -> Vec<String> {
+fn alarm_names(a: &Alarms, d: &Deployment) -> Vec<String> {
     let mut out = Vec::new();
     for &li in &a.sum_above_limit {
-        let id = shared.d.limits.get(li).map_or("?", |l| l.id.as_str());
+        let id = d.limits.get(li).map_or("?", |l| l.id.as_str());
         out.push(format!("sum_above_limit:{id}"));
     }
     if a.stale_view {
@@ -753,10 +847,105 @@ fn alarm_names(a: &Alarms, shared: &Shared) -> Vec<String> {
         out.push("fenced".into());
     }
     for r in &a.reclaimed {
-        out.push(format!("reclaimed:{}", shared.d.region_name(*r)));
+        out.push(format!("reclaimed:{}", d.region_name(*r)));
     }
     for r in &a.waiting_for_record {
-        out.push(format!("waiting_for_record:{}", shared.d.region_name(*r)));
+        out.push(format!("waiting_for_record:{}", d.region_name(*r)));
+    }
+    out
+}
+
+/// One operator event: kind, peer, limit, detail.
+type Ev = (Kind, Option<String>, Option<String>, String);
+
+/// The events of a decision that was durably written, read from what the core returned: its
+/// alarms (closes, settlements, a new epoch, fencing) and the limit versions of its record
+/// against `old`, the record it follows.
+fn decision_events(
+    d: &Deployment,
+    old: &RegionRecord,
+    decision: &Decision,
+    was_fenced: bool,
+) -> Vec<Ev> {
+    let (a, rec) = (&decision.alarms, &decision.record);
+    let mut out: Vec<Ev> = Vec::new();
+    if a.new_epoch {
+        out.push((Kind::NewEpoch, None, None, format!(
+            "started epoch {} at share 0 (epoch {} may have been reclaimed); raises only by grants named to it",
+            rec.epoch, old.epoch)));
+    }
+    if a.fenced != was_fenced {
+        let (kind, what) = if a.fenced {
+            (Kind::FenceOn, "the own health check reads unhealthy: every capacity share lowered to zero, nothing raised, granted or reclaimed")
+        } else {
+            (
+                Kind::FenceOff,
+                "the own health check no longer reads unhealthy: shares may rise again",
+            )
+        };
+        out.push((kind, None, None, what.to_string()));
+    }
+    for (list, kind, what) in [
+        (&a.reclaimed, Kind::Reclaim, "closed the estate of"),
+        (&a.settled, Kind::Settlement, "settled again the estate of"),
+    ] {
+        for &r in list {
+            let mark = rec.reclaims[r];
+            let detail = match mark {
+                Some(m) => format!(
+                    "{what} {}'s epoch {} against its record version {}",
+                    d.region_name(r),
+                    m.epoch,
+                    m.version
+                ),
+                None => format!("{what} {}", d.region_name(r)),
+            };
+            out.push((kind, Some(d.region_name(r).to_string()), None, detail));
+        }
+    }
+    for (li, (spec, new)) in d.limits.iter().zip(&rec.limits).enumerate() {
+        let was = old.limits.get(li).copied().unwrap_or_default();
+        if new.limit_version != was.limit_version {
+            out.push((Kind::LimitAdopted, None, Some(spec.id.clone()), format!(
+                "adopted version {} (rate {}) after version {} (rate {}), in this Region's static part",
+                new.limit_version, new.rate, was.limit_version, was.rate)));
+        }
+    }
+    out
+}
+
+/// Peers whose state the core reports differently after a committed rebalance: silent, or
+/// live again. (That a peer's estate was closed is a [`Kind::Reclaim`] of the decision.)
+fn peer_events(d: &Deployment, before: &[PeerView], after: &[PeerView]) -> Vec<Ev> {
+    let mut out = Vec::new();
+    for p in after {
+        let was = before
+            .iter()
+            .find(|b| b.region == p.region)
+            .map(|b| b.state);
+        let name = d.region_name(p.region).to_string();
+        match (was, p.state) {
+            // A peer reclaimed straight from live was counted silent by the same rebalance.
+            (Some(PeerState::Live), PeerState::Silent | PeerState::Reclaimed) => out.push((
+                Kind::PeerSilent,
+                Some(name.clone()),
+                None,
+                format!(
+                    "{name}'s record (epoch {}, version {}) has not changed for {} own rebalances",
+                    p.epoch, p.version, p.unchanged
+                ),
+            )),
+            (Some(PeerState::Silent | PeerState::Reclaimed), PeerState::Live) => out.push((
+                Kind::PeerLive,
+                Some(name.clone()),
+                None,
+                format!(
+                    "{name} writes again (epoch {}, version {})",
+                    p.epoch, p.version
+                ),
+            )),
+            _ => {}
+        }
     }
     out
 }

@@ -215,6 +215,22 @@ impl DemandBook {
         }
     }
 
+    /// Follows a configuration reload: `limits` lists the book's limits first, in their order
+    /// (a reload never removes or reorders limits), then any added ones, which start with an
+    /// empty timeline. Rise bounds follow the new rates at once.
+    pub fn set_limits(&mut self, limits: Vec<TrackedLimit>) {
+        let n = limits.len();
+        debug_assert!(
+            self.limits.iter().zip(&limits).all(|(a, b)| a.id == b.id),
+            "a reload reordered the demand book's limits"
+        );
+        if n > self.timelines.len() {
+            self.timelines.resize_with(n, Timeline::default);
+            self.synthetic.resize(n, None);
+        }
+        self.limits = limits;
+    }
+
     /// Whether every gateway that reports at least every [`GRACE_MS`] has had a whole window
     /// since the book was opened. Before that the rates undercount (a restarted daemon would
     /// publish a demand near zero and give its share away), so the daemon uses the demand in

@@ -2,7 +2,9 @@
 //!
 //! - [`config`]: the TOML configuration and its checks (`shareplane validate`).
 //! - [`daemon`]: one replica's rebalance loop and writer lease.
-//! - [`api`]: the HTTP API (rules, demand, state, explain, health, metrics).
+//! - [`reload`]: reloading the configuration on SIGHUP and when the file changes.
+//! - [`api`]: the HTTP API (rules, demand, state, events, explain, health, metrics).
+//! - [`events`]: operator events, logged and kept in a bounded ring.
 //! - [`demo`]: three Regions in one process with a web dashboard (`shareplane demo`).
 //! - [`table`]: a simulated global table with visibility delay and cuts (demo and tests).
 //! - [`slow_store`]: the test-only store delay (`test_store_delay_ms`).
@@ -16,8 +18,10 @@ pub mod config;
 pub mod daemon;
 pub mod demand;
 pub mod demo;
+pub mod events;
 pub mod health;
 pub mod metrics;
+pub mod reload;
 pub mod rules;
 pub mod slow_store;
 pub mod state;
@@ -51,8 +55,9 @@ pub enum RunError {
     Serve(std::io::Error),
 }
 
-/// `shareplane run`: one replica of one Region's daemon, until SIGINT or SIGTERM.
-pub async fn run(cfg: Config) -> Result<(), RunError> {
+/// `shareplane run`: one replica of one Region's daemon, until SIGINT or SIGTERM. It reloads
+/// its configuration from `source` on SIGHUP and when the file changes ([`reload`]).
+pub async fn run(cfg: Config, source: reload::ConfigSource) -> Result<(), RunError> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(shutdown_on_signals(tx));
     let shared = Shared::new(
@@ -62,7 +67,11 @@ pub async fn run(cfg: Config) -> Result<(), RunError> {
         cfg.api_token.clone(),
         rx.clone(),
     );
-    let opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
+    let (reloader, reloads) = reload::Reloader::new(source, cfg.clone(), shared.clone());
+    tokio::spawn(reload::reload_on_sighup(reloads));
+    tokio::spawn(reloader.run());
+    let mut opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
+    opts.rollout_periods = cfg.limits_rollout_periods;
     if !cfg.test_store_delay.is_zero() {
         warn!(
             delay_ms = cfg.test_store_delay.as_millis() as u64,
@@ -88,7 +97,9 @@ pub async fn run(cfg: Config) -> Result<(), RunError> {
             addr: cfg.listen,
             source,
         })?;
-    info!(region = %cfg.region, listen = %cfg.listen, "serving the API");
+    // The bound address (with `listen = "127.0.0.1:0"` the port the system chose).
+    let bound = listener.local_addr().unwrap_or(cfg.listen);
+    info!(region = %cfg.region, listen = %bound, "serving the API");
     let served = api::serve(listener, api::router(shared), rx, DRAIN).await;
     stop_loop(loop_task).await;
     served.map_err(RunError::Serve)
@@ -127,15 +138,31 @@ pub async fn shutdown_on_signals(tx: watch::Sender<bool>) {
     let _ = tx.send(true);
 }
 
-/// Logs to stderr; `RUST_LOG` overrides the default `info` level.
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines (colours on a terminal).
+    Text,
+    /// One JSON object per line, every field of the event at the top level of `fields`.
+    Json,
+}
+
+/// Logs to stderr as text; `RUST_LOG` overrides the default `info` level.
 pub fn init_logging() {
+    init_logging_as(LogFormat::Text);
+}
+
+/// Logs to stderr in `format`; `RUST_LOG` overrides the default `info` level.
+pub fn init_logging_as(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => fmt.with_ansi(ansi).try_init(),
+        LogFormat::Json => fmt.json().with_ansi(false).try_init(),
+    };
 }

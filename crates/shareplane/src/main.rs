@@ -33,6 +33,10 @@ enum Command {
     },
     /// Run one replica of this Region's daemon until SIGINT or SIGTERM.
     ///
+    /// SIGHUP, or a change of the file (looked at once a period), reloads the configuration:
+    /// limits change live (a rate with a higher version, an added limit); anything else, and any
+    /// invalid file, is refused with every problem logged and the running configuration kept.
+    ///
     /// Environment: SHAREPLANE_CONFIG_TOML (the whole TOML text, instead of --config),
     /// SHAREPLANE_REGION, SHAREPLANE_LISTEN, SHAREPLANE_API_TOKEN, SHAREPLANE_PHASE_MS,
     /// SHAREPLANE_AWS_ENDPOINT, SHAREPLANE_REPLICA_ID override the file.
@@ -40,6 +44,9 @@ enum Command {
         /// The TOML file (see crates/shareplane/config.example.toml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// How log lines are written: `text`, or `json` (one object per line).
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        log_format: String,
     },
     /// Three Regions in one process with a live web dashboard; no AWS account needed.
     Demo {
@@ -62,7 +69,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Sim { args } => shareplane_sim::cli::main(args),
         Command::Validate { config } => validate(config),
-        Command::Run { config } => run(config),
+        Command::Run { config, log_format } => run(config, &log_format),
         Command::Demo { listen, period_ms } => demo(listen, period_ms),
         Command::Gateway(flags) => gateway(flags),
     }
@@ -113,17 +120,25 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         })
 }
 
-fn run(path: Option<PathBuf>) -> ExitCode {
+fn run(path: Option<PathBuf>, log_format: &str) -> ExitCode {
+    let source = shareplane::reload::ConfigSource {
+        path: path.clone(),
+        env: config::process_env(),
+    };
     let cfg = match load(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    shareplane::init_logging();
+    shareplane::init_logging_as(if log_format == "json" {
+        shareplane::LogFormat::Json
+    } else {
+        shareplane::LogFormat::Text
+    });
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match rt.block_on(shareplane::run(cfg)) {
+    match rt.block_on(shareplane::run(cfg, source)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("shareplane run: {e}");

@@ -68,10 +68,17 @@ pub struct Extra {
     pub store_ok: bool,
     pub watchers: usize,
     pub rules_lease_remaining_ms: u64,
+    pub config_generation: u64,
 }
 
 /// Every replica-wide metric, defined here and nowhere else.
-const SCALARS: [Scalar; 19] = [
+const SCALARS: [Scalar; 20] = [
+    (
+        "shareplane_config_generation",
+        "gauge",
+        "1 for the configuration the daemon started with, one more for every reload that changed the limits.",
+        |_, x| x.config_generation,
+    ),
     (
         "shareplane_rebalances_total",
         "counter",
@@ -188,7 +195,13 @@ const SCALARS: [Scalar; 19] = [
     ),
 ];
 
-const BY_LABEL: [ByLabel; 5] = [
+const BY_LABEL: [ByLabel; 6] = [
+    (
+        "shareplane_config_reloads_total",
+        "result",
+        "Configuration reloads (SIGHUP or a changed file): applied, unchanged, refused (the running configuration stayed).",
+        |m| &m.config_reloads,
+    ),
     (
         "shareplane_record_writes_failed_total",
         "reason",
@@ -276,6 +289,7 @@ pub struct Metrics {
     pub stale_rebalances: Counter,
     pub rules_lease_renewals: Counter,
     pub health_reads_timed_out: Counter,
+    pub config_reloads: Labeled,
 }
 
 impl Metrics {
@@ -329,6 +343,17 @@ impl Metrics {
                 let _ = writeln!(
                     o,
                     "{name}{{region=\"{region}\",peer=\"{}\"}} {w}",
+                    esc(&p.region)
+                );
+            }
+        }
+        let name = "shareplane_peer_limits_mismatch_rebalances";
+        let _ = writeln!(o, "# HELP {name} Phase ticks in a row at which the peer's record named other limits than this Region runs (alarm limits_mismatch:<peer> past the rollout window).\n# TYPE {name} gauge");
+        for p in &view.peers {
+            if let Some(m) = p.limits_mismatch {
+                let _ = writeln!(
+                    o,
+                    "{name}{{region=\"{region}\",peer=\"{}\"}} {m}",
                     esc(&p.region)
                 );
             }

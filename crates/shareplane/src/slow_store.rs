@@ -5,8 +5,9 @@
 //! Not a mock: every call goes to the wrapped store, after the delay. The daemon's per-call
 //! timeout still applies to the whole call, delay included.
 
-use shareplane_core::{RegionId, RegionRecord};
+use shareplane_core::{Deployment, RegionId, RegionRecord};
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `inner`, with every call waiting `delay` first (no wait at all when it is zero).
@@ -28,6 +29,10 @@ impl<S> SlowStore<S> {
 }
 
 impl<S: RecordStore> RecordStore for SlowStore<S> {
+    fn set_deployment(&self, d: Arc<Deployment>) {
+        self.inner.set_deployment(d);
+    }
+
     async fn put(&self, record: &RegionRecord, token: WriterToken) -> Result<(), StoreError> {
         self.wait().await;
         self.inner.put(record, token).await

@@ -19,11 +19,19 @@ use tokio::sync::watch;
 pub struct Shared {
     pub region: String,
     pub me: RegionId,
-    pub d: Arc<Deployment>,
+    /// The deployment the daemon runs; replaced only by the daemon's loop, between rebalances,
+    /// when it adopts a reloaded configuration ([`Shared::set_deployment`]).
+    d: RwLock<Arc<Deployment>>,
+    /// A reloaded deployment waiting for the loop to adopt it ([`Shared::propose`]).
+    proposed: Mutex<Option<Arc<Deployment>>>,
+    /// What the last reloads of the configuration did (`GET /v1/state`, `config`).
+    config: RwLock<ConfigStatus>,
     pub clock: Clock,
     /// Bearer token for write endpoints; `None` refuses every write.
     pub api_token: Option<String>,
     pub metrics: Metrics,
+    /// Operator events (`GET /v1/events`), each also logged as one line.
+    pub events: crate::events::EventLog,
     rules: watch::Sender<Arc<RuleSet>>,
     /// The full lease of a rule set ([`shareplane_core::lease_bound`]); 0 if the deployment
     /// allows none, so that gateways fence (`validate` refuses such a deployment).
@@ -52,6 +60,7 @@ impl Shared {
             clock,
             api_token,
             metrics: Metrics::new(),
+            events: crate::events::EventLog::default(),
             rules: watch::channel(Arc::new(RuleSet::none())).0,
             lease_full_ms,
             lease: watch::channel(RuleLease::default()).0,
@@ -59,8 +68,61 @@ impl Shared {
             view: RwLock::new(Arc::new(view)),
             ready: AtomicBool::new(false),
             shutdown,
-            d,
+            d: RwLock::new(d),
+            proposed: Mutex::new(None),
+            config: RwLock::new(ConfigStatus::default()),
         })
+    }
+
+    /// Records and logs an operator event of this Region, stamped with the Region's clock.
+    pub fn event(
+        &self,
+        kind: crate::events::Kind,
+        peer: Option<&str>,
+        limit: Option<&str>,
+        detail: String,
+    ) {
+        let now = self.clock.now_ms();
+        self.events
+            .emit(now, &self.region, kind, peer, limit, detail);
+    }
+
+    /// The deployment the daemon runs now.
+    pub fn d(&self) -> Arc<Deployment> {
+        self.d.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Adopts `d` (the loop calls it between rebalances, once its coordinator runs `d`): the
+    /// API, the view and the demand book follow it. The demand book keeps every limit's
+    /// timeline; `d` lists the old limits first, in their order (see [`crate::config::plan_reload`]).
+    pub fn set_deployment(&self, d: Arc<Deployment>) {
+        self.demand().set_limits(TrackedLimit::of(&d));
+        *self.d.write().unwrap_or_else(|e| e.into_inner()) = d;
+    }
+
+    /// Hands a reloaded deployment to the loop, which adopts it at its next tick (replacing any
+    /// proposal it has not adopted yet).
+    pub fn propose(&self, d: Arc<Deployment>) {
+        *self.proposed.lock().unwrap_or_else(|e| e.into_inner()) = Some(d);
+    }
+
+    /// The deployment proposed since the last call, if any.
+    pub fn take_proposed(&self) -> Option<Arc<Deployment>> {
+        self.proposed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    pub fn config_status(&self) -> ConfigStatus {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn update_config_status(&self, f: impl FnOnce(&mut ConfigStatus)) {
+        f(&mut self.config.write().unwrap_or_else(|e| e.into_inner()));
     }
 
     /// Publishes `rules` if its version is above the current one and its rules differ from the
@@ -142,6 +204,7 @@ impl Shared {
             store_ok: view.store_ok,
             watchers: self.watchers(),
             rules_lease_remaining_ms: self.lease_remaining_ms(self.clock.now_ms()),
+            config_generation: self.config_status().generation,
         };
         self.metrics.render(&view, &extra)
     }
@@ -178,6 +241,23 @@ impl Shared {
     }
 }
 
+/// What the configuration reloads did, for `GET /v1/state` (`config`).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ConfigStatus {
+    /// 1 for the configuration the daemon started with, one more for every reload that changed
+    /// the limits.
+    pub generation: u64,
+    /// The file reloads read (`None`: the configuration came from `SHAREPLANE_CONFIG_TOML`).
+    pub path: Option<String>,
+    /// `applied`, `unchanged` or `refused`; `None` before the first reload.
+    pub last_reload: Option<&'static str>,
+    /// Wall-clock time of the last reload attempt (ms since the Unix epoch).
+    pub last_reload_at_ms: Option<u64>,
+    /// Every problem of the last refused reload, one per entry, each naming its field; cleared by
+    /// a reload that is applied or finds nothing to change.
+    pub last_reload_error: Vec<String>,
+}
+
 /// How long gateways may enforce what a replica publishes (SPEC §7), on the Region's clock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RuleLease {
@@ -202,6 +282,8 @@ pub struct StateView {
     pub record_version: u64,
     pub written_at_ms: u64,
     pub rules_version: u64,
+    /// The digest of the limits this Region runs (hex, [`shareplane_core::limits_digest`]).
+    pub limits_digest: String,
     pub health: BTreeMap<String, &'static str>,
     pub peers: Vec<PeerJson>,
     pub limits: Vec<LimitJson>,
@@ -223,6 +305,12 @@ pub struct PeerJson {
     /// neither closed nor settled (leader only). Lasting, that room is stranded (alarm
     /// `waiting_for_record:<peer>`, CloudWatch `LongestWaitForRecordSeconds`).
     pub waiting_for_record: Option<u32>,
+    /// The digest of the limits the peer's latest record says it runs (hex; `None`: unknown,
+    /// an older daemon).
+    pub limits_digest: Option<String>,
+    /// Phase ticks in a row at which that digest differed from this Region's; past the rollout
+    /// window the `limits_mismatch:<peer>` alarm is raised (CloudWatch `LimitsMismatchPeers`).
+    pub limits_mismatch: Option<u32>,
 }
 
 /// Amounts are requests per second.
@@ -231,7 +319,13 @@ pub struct LimitJson {
     pub id: String,
     pub kind: &'static str,
     pub shadow: bool,
+    /// The configured rate and version.
     pub rate: f64,
+    pub version: u64,
+    /// The version and rate this Region's record has adopted (0 until it has): a limit change
+    /// is under way while they differ from the configured ones.
+    pub adopted_version: u64,
+    pub adopted_rate: f64,
     pub demand: f64,
     pub target: f64,
     pub share: f64,
@@ -283,6 +377,9 @@ pub struct ViewInput<'a> {
     /// The leader's count of rebalances in a row waiting for each peer's record, by Region index
     /// (empty for a follower).
     pub waiting_for_record: Vec<u32>,
+    /// Phase ticks in a row at which each peer named other limits, by Region index (empty:
+    /// not counted yet).
+    pub limits_mismatch: Vec<u32>,
 }
 
 impl StateView {
@@ -301,6 +398,7 @@ impl StateView {
             rules_version: 0,
             alarms: Vec::new(),
             waiting_for_record: Vec::new(),
+            limits_mismatch: Vec::new(),
         })
     }
 }
@@ -328,6 +426,7 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
         record_version: v.own.map_or(0, |o| o.version),
         written_at_ms: v.own.map_or(0, |o| o.written_at_ms),
         rules_version: v.rules_version,
+        limits_digest: format!("{:016x}", shareplane_core::limits_digest(&d.limits)),
         health: regions(d.n())
             .map(|r| (d.region_name(r).to_string(), health_name(v.health[r])))
             .collect(),
@@ -375,6 +474,9 @@ fn limit_view(v: &ViewInput<'_>, li: usize, spec: &shareplane_core::LimitSpec) -
         },
         shadow: spec.shadow,
         rate: spec.rate.as_rps(),
+        version: spec.version,
+        adopted_version: e.limit_version,
+        adopted_rate: e.rate.as_rps(),
         demand: e.demand.as_rps(),
         target: e.target.as_rps(),
         share: e.share.as_rps(),
@@ -409,6 +511,11 @@ fn peer_view(v: &ViewInput<'_>, r: RegionId) -> PeerJson {
         },
         written_at_ms: pv.map_or_else(|| from_rec(|x| x.written_at_ms), |p| p.written_at_ms),
         waiting_for_record: v.waiting_for_record.get(r.index()).copied(),
+        limits_digest: rec
+            .as_deref()
+            .and_then(|x| x.limits_digest)
+            .map(|x| format!("{x:016x}")),
+        limits_mismatch: v.limits_mismatch.get(r.index()).copied(),
     }
 }
 

@@ -32,7 +32,7 @@ fn publish(s: &Shared, version: u64, rps: u64) {
         burst: Room::rps(2 * rps),
         shadow: false,
     };
-    assert!(s.publish(RuleSet::build(&s.d, &s.region, version, &[rule])));
+    assert!(s.publish(RuleSet::build(&s.d(), &s.region, version, &[rule])));
 }
 
 async fn call(app: &Router, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
@@ -102,7 +102,7 @@ async fn rules_have_an_etag_and_answer_304_when_unchanged() {
     let (status, _, _) = call(&app, req.unwrap_or_else(|e| panic!("{e}"))).await;
     assert_eq!(status, StatusCode::OK);
     // Versions only go up: an older or equal one is not published.
-    assert!(!s.publish(RuleSet::build(&s.d, "A", 4, &[])));
+    assert!(!s.publish(RuleSet::build(&s.d(), "A", 4, &[])));
 }
 
 #[tokio::test(start_paused = true)]
@@ -405,7 +405,7 @@ async fn a_peer_whose_old_epoch_cannot_be_closed_shows_in_state_metrics_and_clou
     };
     let view = |role, waiting: Vec<u32>| {
         build_view(ViewInput {
-            d: &s.d,
+            d: &s.d(),
             me: s.me,
             role,
             replica: "r0",
@@ -418,6 +418,7 @@ async fn a_peer_whose_old_epoch_cannot_be_closed_shows_in_state_metrics_and_clou
             rules_version: 1,
             alarms: vec!["waiting_for_record:B".into()],
             waiting_for_record: waiting,
+            limits_mismatch: Vec::new(),
         })
     };
     // The leader has waited 7 rebalances for B's old epoch's last record, none for C's.
@@ -446,4 +447,48 @@ async fn a_peer_whose_old_epoch_cannot_be_closed_shows_in_state_metrics_and_clou
     let follower = view("follower", Vec::new());
     assert_eq!(seconds(&follower), None);
     assert_eq!(follower.peers[0].waiting_for_record, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_carry_both_timestamps_and_a_refused_demand_report_is_one() {
+    let (s, _tx) = shared();
+    let app = api::router(s.clone());
+    let (status, _, body) = call(&app, get("/v1/events")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(json(&body)["events"], serde_json::json!([]));
+    let report = |total: u64| {
+        format!(r#"{{"gateway":"gw-1","incarnation":1,"totals":{{"k-big":{total}}}}}"#)
+    };
+    assert_eq!(
+        call(&app, demand_req(Some(TOKEN), report(1_000))).await.0,
+        StatusCode::OK
+    );
+    tokio::time::advance(Duration::from_millis(250)).await;
+    // Down without a new incarnation: refused, and the first refusal of the gateway is an event.
+    for _ in 0..2 {
+        let (status, _, _) = call(&app, demand_req(Some(TOKEN), report(10))).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+    let (_, _, body) = call(&app, get("/v1/events")).await;
+    let v = json(&body);
+    let events = v["events"].as_array().cloned().unwrap_or_default();
+    assert_eq!(events.len(), 1, "{v}");
+    let e = &events[0];
+    assert_eq!(e["kind"], "demand_refused");
+    assert_eq!(e["region"], "A");
+    assert_eq!(e["seq"], 1);
+    // The shared test clock starts at 1,000,000 ms after the epoch; 250 ms have passed.
+    assert_eq!(e["at_ms"], 1_000_250);
+    assert_eq!(e["at"], "1970-01-01T00:16:40.250Z");
+    assert!(
+        e["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("gw-1") && d.contains("k-big")),
+        "{e}"
+    );
+    let (_, _, body) = call(&app, get("/v1/events?after=1")).await;
+    assert_eq!(json(&body)["events"], serde_json::json!([]));
+    let (status, _, body) = call(&app, get("/v1/events?after=x")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(json(&body)["error"].is_string());
 }

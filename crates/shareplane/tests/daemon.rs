@@ -4,8 +4,9 @@
 use shareplane::clock::Clock;
 use shareplane::daemon::{Daemon, DaemonOptions};
 use shareplane::health::SimHealth;
+use shareplane::reload::{ConfigSource, ReloadHandle, ReloadOutcome, Reloader};
 use shareplane::slow_store::SlowStore;
-use shareplane::state::Shared;
+use shareplane::state::{LimitJson, Shared};
 use shareplane::table::SimTable;
 use shareplane_core::{
     audit, Deployment, Health, PerRegion, RegionId, RegionRecord, Truth, MAX_REGIONS,
@@ -772,5 +773,466 @@ async fn demand_noise_within_the_band_changes_no_share_and_no_rule_set() {
         close(&c.published(), &[3_900.0, 2_200.0, 3_900.0], 1.0),
         "{:?}",
         c.published()
+    );
+}
+
+/// The configuration file of Region `region` of the test cluster, with `limits` (TOML tables).
+fn config_text(region: usize, limits: &str) -> String {
+    format!(
+        "region = \"{}\"\nphase_ms = {}\nperiod_ms = {PERIOD_MS}\nstore = \"memory\"\n\
+         api_token = \"{}\"\n[[regions]]\nname = \"A\"\n[[regions]]\nname = \"B\"\n\
+         [[regions]]\nname = \"C\"\n{limits}",
+        ["A", "B", "C"][region],
+        PHASES_MS[region],
+        "t".repeat(16)
+    )
+}
+
+/// The cluster's one limit as the demo configures it.
+const K_BIG: &str = "[[limits]]\nid = \"k-big\"\nrate = 10000\nfloor = 500\nstep_cap = 1000\n";
+
+/// A directory of this test's own (removed at the start of the next run of the same test).
+fn test_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("shareplane-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
+
+/// Moves 1 ms past the reloaders' polls (they fall on whole periods of the shared clock), so a
+/// file written now is reloaded by the handle that the test calls next, not by a poll that
+/// happened to be due at the same instant.
+async fn off_the_poll() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+fn write(path: &std::path::Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+impl Cluster {
+    /// Starts a reloader for the first replica of `region`, reading `dir/<region>.toml`
+    /// (written with `limits` first). Returns the file and the handle that triggers a reload.
+    fn reloader(
+        &self,
+        region: usize,
+        dir: &std::path::Path,
+        limits: &str,
+    ) -> (std::path::PathBuf, ReloadHandle) {
+        let path = dir.join(format!("{region}.toml"));
+        write(&path, &config_text(region, limits));
+        let source = ConfigSource {
+            path: Some(path.clone()),
+            env: Default::default(),
+        };
+        let cfg = source.load().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(*cfg.deployment, *self.d, "the file describes the cluster");
+        let shared = self.replicas[region][0].shared.clone();
+        let (r, handle) = Reloader::new(source, cfg, shared);
+        tokio::spawn(r.run());
+        (path, handle)
+    }
+}
+
+fn limit_json<'a>(v: &'a shareplane::state::StateView, id: &str) -> Option<&'a LimitJson> {
+    v.limits.iter().find(|l| l.id == id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reloaded_rate_at_a_higher_version_is_adopted_live_and_never_exceeds_the_larger_limit() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    let dir = test_dir("reload-rate");
+    let reloaders: Vec<_> = (0..3).map(|r| c.reloader(r, &dir, K_BIG)).collect();
+    settle(120).await;
+    let shareds: Vec<_> = c.replicas.iter().map(|rs| rs[0].shared.clone()).collect();
+    let (max_sum, _w) = watch_sum(shareds.clone());
+
+    let v2 = K_BIG.replace("rate = 10000", "rate = 8000\nversion = 2");
+    off_the_poll().await;
+    // A is told by its handle (as SIGHUP does); B and C only find their files changed.
+    for (r, (path, _)) in reloaders.iter().enumerate() {
+        write(path, &config_text(r, &v2));
+    }
+    let outcome = reloaders[0].1.reload().await;
+    assert!(
+        matches!(&outcome, Some(ReloadOutcome::Applied(ch)) if ch.versioned.len() == 1),
+        "{outcome:?}"
+    );
+    settle(2 * PERIOD_MS / 1000).await;
+    for s in &shareds {
+        let v = s.view();
+        let l = limit_json(&v, "k-big");
+        assert_eq!(
+            l.map(|l| (l.rate, l.version, l.adopted_version, l.adopted_rate)),
+            Some((8_000.0, 2, 2, 8_000.0)),
+            "{}: not adopted within two periods",
+            s.region
+        );
+        assert_eq!(s.config_status().generation, 2, "{}", s.region);
+        assert_eq!(s.metrics.config_reloads.get("applied"), 1, "{}", s.region);
+    }
+    settle(120).await;
+    let after = c.published();
+    let sum: f64 = after.iter().sum();
+    assert!(
+        (7_990.0..=8_000.0 + 1e-9).contains(&sum),
+        "shares after the downgrade {after:?}"
+    );
+    let max = *max_sum.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(
+        max <= 10_000.0 + 1e-9,
+        "the sum of published shares reached {max}"
+    );
+    c.d = shareds[0].d();
+    c.assert_conserved().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bad_file_keeps_the_running_configuration_and_reports_every_problem() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    let dir = test_dir("reload-bad");
+    let (path, handle) = c.reloader(0, &dir, K_BIG);
+    settle(60).await;
+    let before = c.published();
+    off_the_poll().await;
+    // Two problems: a policy that does not exist, and a listen address that is none.
+    let bad = config_text(0, K_BIG).replace(
+        "store = \"memory\"",
+        "store = \"memory\"\npolicy = \"hope\"\nlisten = \"nowhere\"",
+    );
+    write(&path, &bad);
+    let outcome = handle.reload().await;
+    let errors = match outcome {
+        Some(ReloadOutcome::Refused(es)) => es,
+        other => panic!("not refused: {other:?}"),
+    };
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].starts_with("policy: \"hope\""), "{errors:?}");
+    assert!(errors[1].starts_with("listen: \"nowhere\""), "{errors:?}");
+    let s = c.replicas[0][0].shared.clone();
+    let status = s.config_status();
+    assert_eq!(
+        (
+            status.generation,
+            status.last_reload,
+            status.last_reload_error.clone()
+        ),
+        (1, Some("refused"), errors)
+    );
+    assert_eq!(s.metrics.config_reloads.get("refused"), 1);
+    assert!(s
+        .render_metrics()
+        .contains("shareplane_config_reloads_total{region=\"A\",result=\"refused\"} 1"));
+    // The poll saw the same bad file and did not count it again; the old limit runs on.
+    settle(30).await;
+    assert_eq!(s.metrics.config_reloads.get("refused"), 1);
+    assert_eq!(
+        limit_json(&s.view(), "k-big").map(|l| l.rate),
+        Some(10_000.0)
+    );
+    assert_eq!(c.published(), before);
+
+    // A rate change without a higher version is refused too, with its own message.
+    write(
+        &path,
+        &config_text(0, &K_BIG.replace("rate = 10000", "rate = 8000")),
+    );
+    let outcome = handle.reload().await;
+    assert!(
+        matches!(&outcome, Some(ReloadOutcome::Refused(es)) if es.len() == 1
+            && es[0].contains("the rate changed from 10000 to 8000 without a higher version")),
+        "{outcome:?}"
+    );
+    // A good file clears the error.
+    write(&path, &config_text(0, K_BIG));
+    assert_eq!(handle.reload().await, Some(ReloadOutcome::Unchanged));
+    assert!(s.config_status().last_reload_error.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_limit_added_in_every_region_is_adopted_live_within_its_rate() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    let dir = test_dir("reload-add");
+    let reloaders: Vec<_> = (0..3).map(|r| c.reloader(r, &dir, K_BIG)).collect();
+    settle(60).await;
+    // The new limit comes first in the file: it still goes after k-big.
+    let added = format!("[[limits]]\nid = \"k-new\"\nrate = 300\n{K_BIG}");
+    off_the_poll().await;
+    for (r, (path, handle)) in reloaders.iter().enumerate() {
+        write(path, &config_text(r, &added));
+        let outcome = handle.reload().await;
+        assert!(
+            matches!(&outcome, Some(ReloadOutcome::Applied(ch)) if ch.added == ["k-new"]),
+            "{outcome:?}"
+        );
+    }
+    settle(2 * PERIOD_MS / 1000).await;
+    let mut sum = 0.0;
+    for rs in &c.replicas {
+        let s = &rs[0].shared;
+        let rules = s.rules();
+        assert_eq!(
+            rules.rates.len(),
+            2,
+            "{}: the rule set lacks the new limit",
+            s.region
+        );
+        sum += rules.rates[1].as_rps();
+        let v = s.view();
+        assert_eq!(limit_json(&v, "k-new").map(|l| l.adopted_version), Some(1));
+        assert_eq!(v.limits[0].id, "k-big");
+    }
+    assert!(
+        sum <= 300.0 + 1e-9 && sum > 0.0,
+        "k-new shares sum to {sum}"
+    );
+    settle(60).await;
+    assert!(
+        close(&c.published(), &[5_600.0, 3_050.0, 1_350.0], 1.0),
+        "{:?}",
+        c.published()
+    );
+}
+
+fn mismatch_alarms(s: &Shared) -> Vec<String> {
+    s.view()
+        .alarms
+        .iter()
+        .filter(|a| a.starts_with("limits_mismatch:"))
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_limit_added_in_one_region_only_raises_the_mismatch_alarm_in_both_after_the_rollout_window(
+) {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    let dir = test_dir("mismatch");
+    let reloaders: Vec<_> = (0..3).map(|r| c.reloader(r, &dir, K_BIG)).collect();
+    settle(60).await;
+    let shareds: Vec<_> = c.replicas.iter().map(|rs| rs[0].shared.clone()).collect();
+    let digests: Vec<String> = shareds
+        .iter()
+        .map(|s| s.view().limits_digest.clone())
+        .collect();
+    assert!(digests.iter().all(|d| *d == digests[0]), "{digests:?}");
+    for s in &shareds {
+        assert!(mismatch_alarms(s).is_empty(), "{}", s.region);
+    }
+
+    off_the_poll().await;
+    let extra = format!("{K_BIG}[[limits]]\nid = \"k-extra\"\nrate = 600\n");
+    write(&reloaders[0].0, &config_text(0, &extra));
+    assert!(matches!(
+        reloaders[0].1.reload().await,
+        Some(ReloadOutcome::Applied(_))
+    ));
+    // Within the rollout window (10 periods) it is a rollout under way, not an alarm.
+    settle(5 * PERIOD_MS / 1000).await;
+    let a = shareds[0].view();
+    assert_ne!(a.limits_digest, digests[0], "A's digest did not change");
+    let b_of_a = a.peers.iter().find(|p| p.region == "B");
+    assert_eq!(
+        b_of_a.and_then(|p| p.limits_digest.clone()),
+        Some(digests[0].clone())
+    );
+    assert!(b_of_a.and_then(|p| p.limits_mismatch) >= Some(4));
+    for s in &shareds {
+        assert!(
+            mismatch_alarms(s).is_empty(),
+            "{}: {:?}",
+            s.region,
+            s.view().alarms
+        );
+    }
+    settle(7 * PERIOD_MS / 1000).await;
+    assert_eq!(
+        mismatch_alarms(&shareds[0]),
+        vec![
+            "limits_mismatch:B".to_string(),
+            "limits_mismatch:C".to_string()
+        ]
+    );
+    for s in &shareds[1..] {
+        assert_eq!(
+            mismatch_alarms(s),
+            vec!["limits_mismatch:A".to_string()],
+            "{}",
+            s.region
+        );
+        let line = format!(
+            "shareplane_alarm{{region=\"{}\",alarm=\"limits_mismatch:A\"}} 1",
+            s.region
+        );
+        assert!(s.render_metrics().contains(&line), "{line}");
+    }
+    let pts = shareplane::aws::points(&shareds[1].view(), true, 0, 0);
+    let cw = pts
+        .iter()
+        .find(|p| p.name == "LimitsMismatchPeers")
+        .map(|p| p.value);
+    assert_eq!(cw, Some(1.0), "B's CloudWatch point");
+    // The others adopt the limit too: the digests agree again and every alarm clears.
+    off_the_poll().await;
+    for (r, (path, handle)) in reloaders.iter().enumerate().skip(1) {
+        write(path, &config_text(r, &extra));
+        assert!(matches!(
+            handle.reload().await,
+            Some(ReloadOutcome::Applied(_))
+        ));
+    }
+    settle(2 * PERIOD_MS / 1000).await;
+    for s in &shareds {
+        assert!(
+            mismatch_alarms(s).is_empty(),
+            "{}: {:?}",
+            s.region,
+            s.view().alarms
+        );
+    }
+    let pts = shareplane::aws::points(&shareds[1].view(), true, 0, 0);
+    let cw = pts
+        .iter()
+        .find(|p| p.name == "LimitsMismatchPeers")
+        .map(|p| p.value);
+    assert_eq!(cw, Some(0.0), "a 0 clears the CloudWatch alarm");
+}
+
+/// The kinds of `s`'s events about `peer` (or about no peer, with `None`), oldest first.
+fn event_kinds(s: &Shared, peer: Option<&str>) -> Vec<&'static str> {
+    s.events
+        .since(0)
+        .0
+        .iter()
+        .filter(|e| e.peer.as_deref() == peer)
+        .map(|e| e.kind.name())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loss_a_reclaim_a_return_and_a_fence_are_one_event_each() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    settle(60).await;
+    let (a, cc) = (
+        c.replicas[0][0].shared.clone(),
+        c.replicas[2][0].shared.clone(),
+    );
+    // Live from the first record seen: no change, no event.
+    assert!(event_kinds(&a, Some("B")).is_empty());
+    // B is lost and its health check turns unhealthy: silent, then reclaimed, once each.
+    let b = c.replicas[1].remove(0);
+    b.task.abort();
+    c.health.set(rid(1), Health::Unhealthy);
+    settle(30).await;
+    for s in [&a, &cc] {
+        assert_eq!(
+            event_kinds(s, Some("B")),
+            vec!["peer_silent", "reclaim"],
+            "{}",
+            s.region
+        );
+    }
+    let reclaim = a
+        .events
+        .since(0)
+        .0
+        .into_iter()
+        .find(|e| e.kind.name() == "reclaim");
+    assert!(
+        reclaim
+            .as_ref()
+            .is_some_and(|e| e.detail.starts_with("closed the estate of B's epoch 1")),
+        "{reclaim:?}"
+    );
+    // B returns (restarted long after): a new epoch in B, live again in A.
+    c.health.set(rid(1), Health::Healthy);
+    let b2 = c.start(1, "r1b", c.clock);
+    settle(30).await;
+    assert!(
+        event_kinds(&b2, None).contains(&"new_epoch"),
+        "{:?}",
+        event_kinds(&b2, None)
+    );
+    assert_eq!(
+        event_kinds(&a, Some("B")).last(),
+        Some(&"peer_live"),
+        "{:?}",
+        event_kinds(&a, Some("B"))
+    );
+    // A's own check reads unhealthy, then healthy again: fence on, fence off.
+    c.health.set(rid(0), Health::Unhealthy);
+    settle(10).await;
+    c.health.set(rid(0), Health::Healthy);
+    settle(10).await;
+    let own: Vec<_> = event_kinds(&a, None);
+    assert_eq!(own, vec!["fence_on", "fence_off"], "{own:?}");
+    // Every event has both timestamps, in order.
+    let all = a.events.since(0).0;
+    assert!(all
+        .windows(2)
+        .all(|w| w[0].seq < w[1].seq && w[0].at_ms <= w[1].at_ms));
+    assert!(all
+        .iter()
+        .all(|e| e.at == shareplane::events::rfc3339(e.at_ms)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_and_the_adoption_of_a_limit_are_events() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    let dir = test_dir("reload-events");
+    let (path, handle) = c.reloader(0, &dir, K_BIG);
+    settle(30).await;
+    off_the_poll().await;
+    write(
+        &path,
+        &config_text(0, &K_BIG.replace("rate = 10000", "rate = 8000")),
+    );
+    assert!(matches!(
+        handle.reload().await,
+        Some(ReloadOutcome::Refused(_))
+    ));
+    write(
+        &path,
+        &config_text(
+            0,
+            &K_BIG.replace("rate = 10000", "rate = 12000\nversion = 2"),
+        ),
+    );
+    assert!(matches!(
+        handle.reload().await,
+        Some(ReloadOutcome::Applied(_))
+    ));
+    settle(10).await;
+    let s = &c.replicas[0][0].shared;
+    let events = s.events.since(0).0;
+    let kinds: Vec<_> = events
+        .iter()
+        .filter(|e| e.peer.is_none())
+        .map(|e| (e.kind.name(), e.limit.clone()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("config_refused", None),
+            ("config_reloaded", None),
+            ("limit_adopted", Some("k-big".to_string()))
+        ]
+    );
+    let adopted = events.iter().find(|e| e.kind.name() == "limit_adopted");
+    assert!(
+        adopted.is_some_and(|e| e.detail.starts_with("adopted version 2 (rate 12000)")),
+        "{adopted:?}"
     );
 }

@@ -21,6 +21,12 @@ export const METRICS = {
    * Region.
    */
   longestWaitForRecordSeconds: { name: 'LongestWaitForRecordSeconds', dimensions: ['Region'] },
+  /**
+   * Peers whose records have named other limits than this Region runs (another digest of ids,
+   * kinds, versions and rates) for longer than the daemon's rollout window
+   * (`limits_rollout_periods`, default 10 periods); 0 when none. Dimensions: Region.
+   */
+  limitsMismatchPeers: { name: 'LimitsMismatchPeers', dimensions: ['Region'] },
 } as const;
 
 /** Frozen room lasting longer than this (seconds) is stranded: the StrandedRoom alarm. */

@@ -599,6 +599,13 @@ export class RegionStack extends Stack {
       evaluationPeriods: 1,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     });
+    add('LimitsMismatch', `${region} runs other limits than some peer, for longer than the daemon's rollout window: the Regions do not hold one limit.`, {
+      metric: metric(METRICS.limitsMismatchPeers.name, {}, 'Maximum'),
+      threshold: 0,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
     add('NotReady', `A shareplane daemon in ${region} is not ready, or publishes no metrics at all.`, {
       metric: metric(METRICS.ready.name, {}, 'Minimum'),
       threshold: 1,

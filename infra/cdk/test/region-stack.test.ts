@@ -306,10 +306,10 @@ function alarms(tpl: Template, region: string): Map<string, any> {
   return out;
 }
 
-test('alarms: stale peer records, sum of shares above the limit, rejected records, no fresh data, stranded room, not ready', () => {
+test('alarms: stale peer records, sum of shares above the limit, rejected records, no fresh data, stranded room, limits mismatch, not ready', () => {
   const a = alarms(t, REGION);
   assert.deepEqual([...a.keys()].sort(), [
-    'NotReady', 'RebalancesWithoutFreshData', 'RecordStale-ap-southeast-2', 'RecordStale-us-east-1',
+    'LimitsMismatch', 'NotReady', 'RebalancesWithoutFreshData', 'RecordStale-ap-southeast-2', 'RecordStale-us-east-1',
     'RejectedRecords', 'StrandedRoom', 'SumOfSharesAboveLimit-k-big',
   ]);
   const expect = (name: string, metric: string, dims: Record<string, string>, stat: string, op: string, threshold: number, missing: string) => {
@@ -331,6 +331,7 @@ test('alarms: stale peer records, sum of shares above the limit, rejected record
   expect('RejectedRecords', 'RejectedRecords', {}, 'Sum', 'GreaterThanThreshold', 0, 'notBreaching');
   expect('RebalancesWithoutFreshData', 'RebalancesWithoutFreshData', {}, 'Sum', 'GreaterThanThreshold', 0, 'notBreaching');
   expect('StrandedRoom', 'LongestWaitForRecordSeconds', {}, 'Maximum', 'GreaterThanThreshold', 300, 'notBreaching');
+  expect('LimitsMismatch', 'LimitsMismatchPeers', {}, 'Maximum', 'GreaterThanThreshold', 0, 'notBreaching');
   expect('NotReady', 'Ready', {}, 'Minimum', 'LessThanThreshold', 1, 'breaching');
 });
 
@@ -395,7 +396,7 @@ test('inventory: every resource of a Region stack, by type', () => {
     'AWS::ElasticLoadBalancingV2::ListenerRule': 2, 'AWS::ElasticLoadBalancingV2::TargetGroup': 2,
     'AWS::ECS::Cluster': 1, 'AWS::ECS::TaskDefinition': 1, 'AWS::ECS::Service': 1,
     'AWS::ElastiCache::ServerlessCache': 1,
-    'AWS::SNS::Topic': 1, 'AWS::CloudWatch::Alarm': 7,
+    'AWS::SNS::Topic': 1, 'AWS::CloudWatch::Alarm': 8,
     'Custom::CrossRegionExportReader': 1, 'AWS::Lambda::Function': 1,
   });
   const home: Record<string, number> = {};

@@ -1,0 +1,299 @@
+//! Reloading the configuration while `shareplane run` runs: on SIGHUP, and when the file
+//! changes (a poll once a period of its modification time and size, then of a hash of its
+//! content).
+//!
+//! A new file is read and checked whole by [`crate::config::load`], exactly as at start, and then
+//! against the running configuration by [`crate::config::plan_reload`]. On any problem every
+//! problem is logged, counted (`shareplane_config_reloads_total{result="refused"}`) and shown in
+//! `GET /v1/state` (`config.last_reload_error`), and the running configuration stays. Otherwise
+//! the new deployment is handed to the rebalance loop ([`Shared::propose`]), which adopts it
+//! between two rebalances, so that the coordinator, the store, the rule set and the API switch
+//! together; the next rebalance adopts changed limit versions through the core's limit-change
+//! protocol.
+//!
+//! The [`Reloader`] does not know where a trigger comes from: `run` connects SIGHUP to its
+//! [`ReloadHandle`], and tests call the handle directly (on paused time, without a signal).
+
+use crate::config::{self, Config, ConfigErrors, LimitChanges};
+use crate::events::Kind;
+use crate::state::Shared;
+use shareplane_core::Deployment;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{info, warn};
+
+/// Where the configuration comes from: the file (or `SHAREPLANE_CONFIG_TOML`) and the
+/// environment overrides captured at start.
+#[derive(Clone, Debug)]
+pub struct ConfigSource {
+    pub path: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+}
+
+impl ConfigSource {
+    pub fn load(&self) -> Result<Config, ConfigErrors> {
+        config::load(self.path.as_deref(), &self.env)
+    }
+}
+
+/// What one reload did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReloadOutcome {
+    /// The limits changed; the loop adopts them at its next tick.
+    Applied(LimitChanges),
+    /// The file says what runs already.
+    Unchanged,
+    /// The running configuration stays; every problem, each naming its field.
+    Refused(Vec<String>),
+}
+
+impl ReloadOutcome {
+    /// The metric label and the `config.last_reload` value.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ReloadOutcome::Applied(_) => "applied",
+            ReloadOutcome::Unchanged => "unchanged",
+            ReloadOutcome::Refused(_) => "refused",
+        }
+    }
+}
+
+/// Asks the [`Reloader`] to reload now (SIGHUP, or a test). Cheap to clone.
+#[derive(Clone)]
+pub struct ReloadHandle(mpsc::Sender<oneshot::Sender<ReloadOutcome>>);
+
+impl ReloadHandle {
+    /// Reloads and returns what it did; `None` once the reloader has stopped.
+    pub async fn reload(&self) -> Option<ReloadOutcome> {
+        let (tx, rx) = oneshot::channel();
+        self.0.send(tx).await.ok()?;
+        rx.await.ok()
+    }
+}
+
+/// The file as last seen: a change of modification time or size makes the poll hash the
+/// content, and only a different hash reloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fingerprint {
+    modified: Option<SystemTime>,
+    len: u64,
+    hash: u64,
+}
+
+/// Reloads on request and when the file changes; see the module documentation.
+pub struct Reloader {
+    source: ConfigSource,
+    running: Config,
+    shared: Arc<Shared>,
+    seen: Option<Fingerprint>,
+    requests: mpsc::Receiver<oneshot::Sender<ReloadOutcome>>,
+    poll: Duration,
+}
+
+/// Requests queued beyond this are refused (a burst of signals is one reload anyway).
+const MAX_QUEUED_RELOADS: usize = 4;
+
+impl Reloader {
+    /// A reloader for a daemon that started with `running`, read from `source`.
+    pub fn new(
+        source: ConfigSource,
+        running: Config,
+        shared: Arc<Shared>,
+    ) -> (Reloader, ReloadHandle) {
+        let (tx, rx) = mpsc::channel(MAX_QUEUED_RELOADS);
+        let poll = Duration::from_millis(running.period_ms);
+        let seen = source.path.as_ref().and_then(|p| fingerprint(p, None));
+        shared.update_config_status(|s| {
+            s.generation = 1;
+            s.path = source.path.as_ref().map(|p| p.display().to_string());
+        });
+        let r = Reloader {
+            source,
+            running,
+            shared,
+            seen,
+            requests: rx,
+            poll,
+        };
+        (r, ReloadHandle(tx))
+    }
+
+    /// Until the shared shutdown signal.
+    pub async fn run(mut self) {
+        let mut shutdown = self.shared.shutdown_signal();
+        let mut tick = tokio::time::interval(self.poll);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                req = self.requests.recv() => {
+                    let Some(reply) = req else { return };
+                    let outcome = self.reload("signal");
+                    let _ = reply.send(outcome);
+                }
+                _ = tick.tick() => {
+                    if self.file_changed() {
+                        self.reload("the file changed");
+                    }
+                }
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// Whether the file's content differs from what was last loaded (a cheap look first).
+    fn file_changed(&mut self) -> bool {
+        let Some(path) = &self.source.path else {
+            return false;
+        };
+        let now = fingerprint(path, self.seen);
+        match (now, self.seen) {
+            (Some(n), Some(s)) if n.hash == s.hash => {
+                self.seen = Some(n);
+                false
+            }
+            (Some(_), _) => true,
+            // Unreadable now: a reload would only be refused; SIGHUP reports why.
+            (None, _) => false,
+        }
+    }
+
+    /// Reads, checks and (if it changes something and nothing is wrong) proposes the new
+    /// configuration. `why` names the trigger in the log.
+    pub fn reload(&mut self, why: &str) -> ReloadOutcome {
+        if let Some(p) = &self.source.path {
+            self.seen = fingerprint(p, None);
+        }
+        let outcome = match self
+            .source
+            .load()
+            .and_then(|new| config::plan_reload(&self.running, &new).map(|c| (new, c)))
+        {
+            Err(e) => ReloadOutcome::Refused(e.0.iter().map(|p| p.to_string()).collect()),
+            Ok((_, c)) if c.is_empty() => ReloadOutcome::Unchanged,
+            Ok((mut new, c)) => {
+                let d = Deployment {
+                    limits: c.limits.clone(),
+                    ..(*self.running.deployment).clone()
+                };
+                match Deployment::try_new(d) {
+                    Ok(d) => {
+                        let d = Arc::new(d);
+                        new.deployment = d.clone();
+                        self.running = new;
+                        self.shared.propose(d);
+                        ReloadOutcome::Applied(c)
+                    }
+                    Err(es) => ReloadOutcome::Refused(es.iter().map(|p| p.to_string()).collect()),
+                }
+            }
+        };
+        self.report(why, &outcome);
+        outcome
+    }
+
+    fn report(&self, why: &str, outcome: &ReloadOutcome) {
+        let region = &self.shared.region;
+        self.shared.metrics.config_reloads.inc(outcome.name());
+        let at_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.shared.update_config_status(|s| {
+            s.last_reload = Some(outcome.name());
+            s.last_reload_at_ms = Some(at_ms);
+            match outcome {
+                ReloadOutcome::Refused(es) => s.last_reload_error = es.clone(),
+                ReloadOutcome::Applied(_) => {
+                    s.generation += 1;
+                    s.last_reload_error.clear();
+                }
+                ReloadOutcome::Unchanged => s.last_reload_error.clear(),
+            }
+        });
+        match outcome {
+            ReloadOutcome::Refused(es) => self.shared.event(
+                Kind::ConfigRefused,
+                None,
+                None,
+                format!(
+                    "reload ({why}) refused, the running configuration stays; {} problems: {}",
+                    es.len(),
+                    es.join("; ")
+                ),
+            ),
+            ReloadOutcome::Unchanged => {
+                info!(%region, trigger = why, "configuration reloaded: no limit changed")
+            }
+            ReloadOutcome::Applied(c) => {
+                let versioned: Vec<String> = c
+                    .versioned
+                    .iter()
+                    .map(|(id, v0, v1, r0, r1)| format!("{id} v{v0}→v{v1} {r0}→{r1}"))
+                    .collect();
+                self.shared.event(
+                    Kind::ConfigReloaded,
+                    None,
+                    None,
+                    format!(
+                        "reload ({why}): added [{}], new versions [{}], tuned [{}]; the next rebalance adopts them",
+                        c.added.join(", "),
+                        versioned.join(", "),
+                        c.tuned.join(", ")
+                    ),
+                )
+            }
+        }
+    }
+}
+
+fn fingerprint(path: &std::path::Path, seen: Option<Fingerprint>) -> Option<Fingerprint> {
+    let meta = std::fs::metadata(path).ok()?;
+    let (modified, len) = (meta.modified().ok(), meta.len());
+    if let Some(s) = seen.filter(|s| s.modified == modified && s.len == len) {
+        return Some(s);
+    }
+    if len > config::MAX_CONFIG_BYTES as u64 {
+        // Hash the size alone: the reload reports the file as too large.
+        return Some(Fingerprint {
+            modified,
+            len,
+            hash: len,
+        });
+    }
+    let bytes = std::fs::read(path).ok()?;
+    Some(Fingerprint {
+        modified,
+        len,
+        hash: shareplane_core::fnv1a_64(&bytes),
+    })
+}
+
+/// Reloads on every SIGHUP until the reloader stops. The handler is installed before this
+/// returns (so SIGHUP no longer ends the process from then on); the future does the reloading.
+pub fn reload_on_sighup(handle: ReloadHandle) -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+    async move {
+        #[cfg(unix)]
+        {
+            let mut hup = match hup {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(error = %e, "cannot listen for SIGHUP; reloads follow file changes only");
+                    return;
+                }
+            };
+            while hup.recv().await.is_some() {
+                info!("SIGHUP received; reloading the configuration");
+                if handle.reload().await.is_none() {
+                    return;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = handle;
+    }
+}
