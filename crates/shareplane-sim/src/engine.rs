@@ -103,6 +103,8 @@ pub struct Outcome {
 
 struct Reg {
     id: RegionId,
+    /// The deployment this Region's daemon runs: the limit at the version it has been given.
+    d: Arc<Deployment>,
     coord: Option<Coordinator>,
     /// The coordinator's own record when the Region was lost (it may be of an unwritten epoch).
     lost_own: Option<RegionRecord>,
@@ -253,6 +255,9 @@ struct Sim<'a> {
     lease_ticks: Option<i64>,
     lease_problem: String,
     next_event: usize,
+    /// The limit's newest rate and version among the changes applied so far.
+    limit_rate: Room,
+    limit_version: u64,
     dirty: bool,
     conserved: bool,
     violations: u64,
@@ -266,6 +271,7 @@ impl<'a> Sim<'a> {
         sc.validate()
             .map_err(|e| SimError::Scenario(e.to_string()))?;
         let d = Arc::new(deployment(sc)?);
+        let limit_version = d.limits[0].version;
         let lease = shareplane_core::lease_bound(&d);
         let n = sc.regions.len();
         let demands: Vec<Room> = sc.regions.iter().map(|r| r.demand).collect();
@@ -292,6 +298,7 @@ impl<'a> Sim<'a> {
             };
             regs.push(Reg {
                 id: *id,
+                d: d.clone(),
                 coord: Some(coord),
                 lost_own: None,
                 daemon_dead: false,
@@ -326,6 +333,8 @@ impl<'a> Sim<'a> {
                 .map(|b| (b.lease_ms / sc.tick_ms) as i64),
             lease_problem: lease.err().map(|e| e.to_string()).unwrap_or_default(),
             next_event: 0,
+            limit_rate: sc.limit,
+            limit_version,
             dirty: true,
             conserved: true,
             violations: 0,
@@ -411,7 +420,7 @@ impl<'a> Sim<'a> {
                     .ok_or_else(|| lifecycle("restore", &self.sc.regions[*r].name))?;
                 let last = (*reg.last_written).clone();
                 reg.coord = Some(Coordinator::restart(
-                    self.d.clone(),
+                    reg.d.clone(),
                     reg.id,
                     Some(last),
                     u64::MAX,
@@ -445,7 +454,7 @@ impl<'a> Sim<'a> {
                 let down_ms = ((tick - reg.last_write_tick).max(0) as u64) * self.sc.tick_ms;
                 let last = (*reg.last_written).clone();
                 reg.coord = Some(Coordinator::restart(
-                    self.d.clone(),
+                    reg.d.clone(),
                     reg.id,
                     Some(last),
                     down_ms,
@@ -459,10 +468,40 @@ impl<'a> Sim<'a> {
                 let reg = &mut self.regs[*r];
                 let own = reg.coord.as_ref().map(|c| c.own().clone());
                 let own = own.ok_or_else(|| lifecycle("restart", &self.sc.regions[*r].name))?;
-                reg.coord = Some(Coordinator::restart(self.d.clone(), reg.id, Some(own), 0));
+                reg.coord = Some(Coordinator::restart(reg.d.clone(), reg.id, Some(own), 0));
                 self.table.forget_observed(*r);
                 self.dirty = true;
                 format!("{} restarted", self.name(*r))
+            }
+            Action::Limit(rate, mask) => {
+                if *rate != self.limit_rate {
+                    self.limit_rate = *rate;
+                    self.limit_version += 1;
+                }
+                let mut next = (*self.d).clone();
+                next.limits[0].rate = *rate;
+                next.limits[0].version = self.limit_version;
+                let next = Arc::new(
+                    Deployment::try_new(next)
+                        .map_err(|e| SimError::Scenario(format!("limit change: {e:?}")))?,
+                );
+                let mut names = Vec::new();
+                for r in (0..self.regs.len()).filter(|r| mask >> r & 1 == 1) {
+                    let reg = &mut self.regs[r];
+                    if let Some(c) = reg.coord.as_mut() {
+                        c.set_limits(next.limits.clone())
+                            .map_err(|e| SimError::Scenario(format!("limit change: {e:?}")))?;
+                    }
+                    reg.d = next.clone();
+                    names.push(self.sc.regions[r].name.as_str());
+                }
+                self.dirty = true;
+                format!(
+                    "limit {} (version {}) in {}",
+                    rate.as_rps().round(),
+                    self.limit_version,
+                    names.join(", ")
+                )
             }
             Action::Cut(mask) => {
                 self.table.cut(*mask, tick);

@@ -70,7 +70,7 @@ pub fn liveness_bound(sc: &Scenario) -> i64 {
         .map(|r| r.visibility_ticks)
         .max()
         .unwrap_or(0) as i64;
-    let raises = sc.limit.0.div_ceil(sc.step_cap.0.max(1)) as i64;
+    let raises = sc.max_limit().0.div_ceil(sc.step_cap.0.max(1)) as i64;
     sc.window_ticks as i64
         + (raises + 2 * sc.silent_after as i64 + 8) * (sc.period_ticks as i64 + max_vis)
 }
@@ -140,11 +140,48 @@ pub fn generate_with_phases(seed: u64) -> (Scenario, Phases) {
         plot_to_tick: 0,
     };
     sc.events = faults(&mut g, &sc, faults_end);
+    // Limit changes come from a stream of their own, so that every older seed still draws the
+    // scenario it drew before.
+    let mut lc = Rng::new(seed ^ 0x6c69_6d69_742d_7632);
+    sc.events.extend(limit_changes(&mut lc, &sc, faults_end));
+    sc.events.sort_by_key(|e| e.at_tick);
     let bound = liveness_bound(&sc);
     sc.end_tick = faults_end + bound + secs_to_ticks(20);
     sc.plot_from_tick = sc.start_tick;
     sc.plot_to_tick = sc.end_tick;
     (sc, Phases { faults_end, bound })
+}
+
+/// In one seed of four, one or two limit raises during the fault phase: a new rate (up to twice
+/// the one before) that the Regions adopt one by one within about three periods, as a rollout
+/// does, every Region before `end`. Only raises: a lowered limit whose debtor's epoch ends loses
+/// the debt (docs/PROTOCOL.md, "Limit changes"), which is open.
+fn limit_changes(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
+    let mut events = Vec::new();
+    if !g.chance(25) {
+        return events;
+    }
+    let n = sc.regions.len();
+    let spread = 3 * sc.period_ticks as i64;
+    let mut min = sc.limit.0;
+    let changes = g.range(1, 2) as i64;
+    // Each change rolls out in a slot of its own, so that every Region adopts them in order.
+    let slot = end / changes;
+    for k in 0..changes {
+        let rate = Room(g.range(min, 2 * min));
+        min = rate.0;
+        let first = k * slot;
+        let start = first + g.range(0, (slot - spread - 1).max(1) as u64) as i64;
+        for r in 0..n {
+            let at_tick = (start + g.range(0, spread as u64) as i64).min(first + slot - 1);
+            events.push(Event {
+                at_tick,
+                action: Action::Limit(rate, 1 << r),
+                line: 0,
+            });
+        }
+    }
+    events
 }
 
 /// A random fault schedule over `[0, end)` that keeps lose/restore/restart in order, then the
@@ -362,7 +399,7 @@ pub struct Report {
 /// Runs one scenario and checks it. `Err` describes the first failed check.
 pub fn check(sc: &Scenario) -> Result<Report, String> {
     let (faults_end, bound) = phases_of(sc);
-    let ideal = crate::engine::targets(sc.limit, sc.floor, &final_demands(sc));
+    let ideal = crate::engine::targets(sc.final_limit(), sc.floor, &final_demands(sc));
     let mut report = Report {
         bound_s: sc.seconds(bound),
         fenced: sc.fence == Fence::OwnUnhealthy,
@@ -371,7 +408,7 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
     let mut first_false: Option<i64> = None;
     let mut failure: Option<String> = None;
     let mut last_unsettled: Option<i64> = None;
-    let limit = sc.limit;
+    let max_limit = sc.max_limit();
     let relaxed_until = faults_end + bound;
     let outcome = crate::engine::run(sc, &mut |row: &Row<'_>| {
         report.ticks += 1;
@@ -385,6 +422,9 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
         let relaxed = first_false.is_some_and(|f| row.tick >= f) && row.tick < relaxed_until;
         let t = sc.seconds(row.tick);
         let a = &row.audit;
+        // The limit in force: Σ every Region's static part at the limit version it has adopted
+        // (docs/PROTOCOL.md, "Limit changes"), never above the larger of the old and new rates.
+        let limit = Room(a.expected.clamp(0, max_limit.0 as i128) as u64);
         // Room taken twice only by heirs that closed an estate against an older record than its
         // last one (a partition hid the last one): measured, and bounded. Every other count must
         // add up exactly, and the shares may pass L by no more than that room.
@@ -398,7 +438,7 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
             report.stale_over_rps = report.stale_over_rps.max(a.over_stale as f64 / 1000.0);
             report.stale_over_s += sc.tick_ms as f64 / 1000.0;
             let excess = row.sum_shares.0 as i128 - limit.0 as i128;
-            if a.over_stale * 100 > STALE_BOUND_PERCENT as i128 * limit.0 as i128 {
+            if a.over_stale * 100 > STALE_BOUND_PERCENT as i128 * max_limit.0 as i128 {
                 failure = Some(format!(
                     "at {t} s {} is held twice by heirs that reclaimed from stale records, beyond the stated bound of {STALE_BOUND_PERCENT}% of the limit",
                     Room(a.over_stale as u64)
@@ -630,6 +670,17 @@ pub fn to_toml(sc: &Scenario) -> String {
     let name = |r: usize| format!("{:?}", sc.regions[r].name);
     for e in &sc.events {
         let action = match &e.action {
+            Action::Limit(rate, mask) => {
+                let names: Vec<String> = (0..sc.regions.len())
+                    .filter(|r| mask >> r & 1 == 1)
+                    .map(name)
+                    .collect();
+                format!(
+                    "limit = {{ rate = {:?}, regions = [{}] }}",
+                    rate.as_rps(),
+                    names.join(", ")
+                )
+            }
             Action::Demand(rates) => {
                 let parts: Vec<String> = rates
                     .iter()

@@ -76,6 +76,9 @@ pub enum Action {
     KillDaemon(usize),
     /// A killed daemon starts again from its last written record.
     RestartDaemon(usize),
+    /// The Regions in the mask adopt the limit at this rate (a new limit version for every change
+    /// of rate, in time order; Regions adopt it at different times, as a rollout does).
+    Limit(Room, u8),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -131,6 +134,29 @@ impl Scenario {
         1000 / self.tick_ms
     }
 
+    /// The limit's rate once every change has been adopted: the last change's, or `limit`.
+    pub fn final_limit(&self) -> Room {
+        self.events
+            .iter()
+            .rev()
+            .find_map(|e| match e.action {
+                Action::Limit(rate, _) => Some(rate),
+                _ => None,
+            })
+            .unwrap_or(self.limit)
+    }
+
+    /// The largest rate the limit has at any time.
+    pub fn max_limit(&self) -> Room {
+        self.events
+            .iter()
+            .filter_map(|e| match e.action {
+                Action::Limit(rate, _) => Some(rate),
+                _ => None,
+            })
+            .fold(self.limit, Room::max)
+    }
+
     /// Parses and validates a scenario file's text.
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         if text.len() > MAX_FILE_BYTES {
@@ -171,8 +197,14 @@ impl Scenario {
         {
             bad("sync", "visibility, period and window must be positive");
         }
-        if self.floor.0.saturating_mul(self.regions.len() as u64) > self.limit.0
-            || self.limit.is_zero()
+        let held = |rate: Room| {
+            self.floor.0.saturating_mul(self.regions.len() as u64) <= rate.0 && !rate.is_zero()
+        };
+        if !held(self.limit)
+            || self
+                .events
+                .iter()
+                .any(|e| matches!(e.action, Action::Limit(rate, _) if !held(rate)))
         {
             bad(
                 "limit",
@@ -271,6 +303,16 @@ struct RawEvent {
     /// Added field: `{ from = [...], to = [...] }`, a cut in one direction only.
     #[serde(default)]
     one_way_cut: Option<Spanned<RawOneWay>>,
+    /// Added field: `{ rate = ..., regions = [...] }`, a limit change these Regions adopt now.
+    #[serde(default)]
+    limit: Option<Spanned<RawLimitChange>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimitChange {
+    rate: f64,
+    regions: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -456,6 +498,17 @@ impl Checker<'_> {
             );
         }
         let events = self.events(&raw.event, &names, tick_ms, start_tick, end_tick);
+        for e in &events {
+            if let Action::Limit(rate, _) = e.action {
+                if floor.0.saturating_mul(names.len() as u64) > rate.0 {
+                    self.problems.push(Problem {
+                        line: Some(e.line),
+                        field: "event.limit.rate".into(),
+                        problem: "must hold limit.floor for every Region".into(),
+                    });
+                }
+            }
+        }
         let (plot_from_tick, plot_to_tick) =
             self.plot(raw.plot.as_ref(), tick_ms, start_tick, end_tick);
         if !self.problems.is_empty() {
@@ -597,6 +650,22 @@ impl Checker<'_> {
                     self.bad(c, &field, "from and to must not share a Region");
                 }
                 actions.push(Action::OneWayCut(from, to));
+            }
+            if let Some(l) = &e.limit {
+                let field = format!("{at}.limit");
+                let rate = match Room::from_rps(l.get_ref().rate) {
+                    Ok(r) if !r.is_zero() => r,
+                    Ok(_) => {
+                        self.bad(l, &format!("{field}.rate"), "must be positive");
+                        Room::ZERO
+                    }
+                    Err(e) => {
+                        self.bad(l, &format!("{field}.rate"), e.to_string());
+                        Room::ZERO
+                    }
+                };
+                let mask = self.mask(l, names, &l.get_ref().regions, &format!("{field}.regions"));
+                actions.push(Action::Limit(rate, mask));
             }
             if let Some(c) = &e.cut {
                 let mut mask = 0u8;

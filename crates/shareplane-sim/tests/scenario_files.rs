@@ -192,3 +192,42 @@ fn a_file_that_is_too_large_says_so_without_a_made_up_size() {
         "{msg}"
     );
 }
+
+/// A limit change is rolled out Region by Region: the sum of shares never passes the room in
+/// existence and ends at the new rate; a rate that cannot hold the floor, or a change that names
+/// no Region, is refused with its field.
+#[test]
+fn a_limit_raise_rolls_out_and_bad_ones_are_refused() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../simulations/scenarios/g1-grants-staggered.toml");
+    let base = std::fs::read_to_string(path).expect("G1 scenario");
+    let text = format!(
+        "{base}\n[[event]]\nat_s = 20.0\nlimit = {{ rate = 14000.0, regions = [\"A\"] }}\n\
+         [[event]]\nat_s = 27.0\nlimit = {{ rate = 14000.0, regions = [\"B\", \"C\"] }}\n"
+    );
+    let sc = Scenario::parse(&text).expect("valid");
+    assert_eq!(sc.final_limit(), shareplane_core::Room::rps(14_000));
+    let mut worst = i128::MIN;
+    let out = shareplane_sim::engine::run(&sc, &mut |row| {
+        worst = worst.max(row.sum_shares.0 as i128 - row.audit.expected);
+        assert!(row.conserved, "conservation at tick {}", row.tick);
+    })
+    .expect("runs");
+    assert!(
+        worst <= 0,
+        "the shares passed the room in existence by {worst}"
+    );
+    assert_eq!(
+        out.end.expected,
+        shareplane_core::Room::rps(14_000).0 as i128
+    );
+    let too_low = text.replace(
+        "rate = 14000.0, regions = [\"A\"]",
+        "rate = 1000.0, regions = [\"A\"]",
+    );
+    let msg = refused(&too_low);
+    assert!(msg.contains("event.limit.rate"), "{msg}");
+    let nobody = text.replace("regions = [\"A\"]", "regions = []");
+    let msg = refused(&nobody);
+    assert!(msg.contains("limit.regions"), "{msg}");
+}
