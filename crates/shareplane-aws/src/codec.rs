@@ -1,6 +1,6 @@
 //! The versioned codec between a core [`RegionRecord`] and the DynamoDB items that hold it.
 //!
-//! # Items (schema 2)
+//! # Items (schema 3)
 //!
 //! All items of one Region share the partition key `pk` = the Region's name; only that Region
 //! writes them.
@@ -15,7 +15,10 @@
 //! The header blob `h` holds the writer's Region names (so that per-Region columns are mapped by
 //! name, not by position), epoch, write time, the version of the previous epoch's last record,
 //! peer epochs, reclaim marks (peer epoch, basis version, closing epoch) and, for each shard, the
-//! record version at which that shard was last written. Schema 1 (no previous-epoch version, marks
+//! record version at which that shard was last written; since schema 3 also the own epoch each
+//! peer's account belongs to (`account_epochs`; a schema-2 header derives it: the closing epoch
+//! of a closed account, else the writer's epoch). Schema 3 shards add, per limit, the estate debt
+//! taken on from each peer (none before). Schema 1 (no previous-epoch version, marks
 //! without the closing epoch) is still read for records of epoch 1; a schema-1 record of a later
 //! epoch is rejected, since the estate of its previous epoch could not be closed exactly. A shard blob `d` holds the limits whose
 //! index in the writer's deployment falls in the shard's range of [`LIMITS_PER_SHARD`], keyed by
@@ -443,7 +446,8 @@ fn decode_inner(
             )));
         }
         let blob = blob(item, "d")?;
-        decode_shard(&index, &h.columns, blob, &mut limits, &mut seen)?;
+        let schema = number(item, "sv")?;
+        decode_shard(&index, &h.columns, blob, schema, &mut limits, &mut seen)?;
     }
     Ok(Some(RegionRecord {
         region,
@@ -632,6 +636,7 @@ fn decode_shard(
     index: &HashMap<&str, usize>,
     columns: &[Option<RegionId>],
     blob: &[u8],
+    schema: u64,
     limits: &mut [LimitRecord],
     seen: &mut [bool],
 ) -> Result<(), Rejection> {
@@ -640,7 +645,7 @@ fn decode_shard(
     let count = r.count(blob.len() / 9 + 1, "limits")?;
     for _ in 0..count {
         let id = r.string(128)?;
-        let l = read_limit(&mut r, columns)?;
+        let l = read_limit(&mut r, columns, schema)?;
         if let Some(&i) = index.get(id) {
             // `seen` and `limits` both have one slot per configured limit.
             if seen.get(i).copied().unwrap_or(true) {
@@ -653,7 +658,11 @@ fn decode_shard(
     r.end()
 }
 
-fn read_limit(r: &mut Reader<'_>, columns: &[Option<RegionId>]) -> Result<LimitRecord, Rejection> {
+fn read_limit(
+    r: &mut Reader<'_>,
+    columns: &[Option<RegionId>],
+    schema: u64,
+) -> Result<LimitRecord, Rejection> {
     let mut l = LimitRecord {
         limit_version: r.varint()?,
         rate: Room(r.varint()?),
@@ -669,6 +678,13 @@ fn read_limit(r: &mut Reader<'_>, columns: &[Option<RegionId>]) -> Result<LimitR
         for col in columns {
             let v = Room(r.varint()?);
             place(row, *col, v, Room::ZERO)?;
+        }
+    }
+    // Schema 3 added the debt each heir took on from an estate (none was ever taken before).
+    if schema >= 3 {
+        for col in columns {
+            let v = Room(r.varint()?);
+            place(&mut l.debt_taken, *col, v, Room::ZERO)?;
         }
     }
     Ok(l)
@@ -689,7 +705,7 @@ fn put_limit(out: &mut Vec<u8>, id: &str, l: &LimitRecord, n: usize) {
     ] {
         put_varint(out, v);
     }
-    for row in [&l.granted, &l.taken, &l.reclaimed] {
+    for row in [&l.granted, &l.taken, &l.reclaimed, &l.debt_taken] {
         for v in &row.0[..n] {
             put_varint(out, v.0);
         }

@@ -3,7 +3,7 @@
 //! Estates of ended epochs are split by the fixed, view-independent rule of [`crate::estate`].
 
 use crate::config::{Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
-use crate::estate::{estate_room, heir_portion};
+use crate::estate::{estate_debt, estate_room, heir_portion};
 use crate::record::{LimitRecord, ReclaimMark, RecordError, RegionRecord};
 use crate::region::{PerRegion, RegionId, MAX_REGIONS};
 use crate::room::{split, Room};
@@ -612,6 +612,7 @@ fn start_new_epoch(rec: &mut RegionRecord, last_version: u64) {
             granted: l.granted,
             taken: l.taken,
             reclaimed: l.reclaimed,
+            debt_taken: l.debt_taken,
             ..LimitRecord::default()
         };
     }
@@ -846,6 +847,7 @@ impl LimitCtx<'_> {
             };
             let src = basis.limits.get(li).copied().unwrap_or_default();
             let portion = heir_portion(estate_room(&src), n, j, self.me);
+            let owed = heir_portion(estate_debt(&src), n, j, self.me);
             let mut back = Room::ZERO;
             if self.carries_open(rec, j) {
                 if switch {
@@ -859,7 +861,9 @@ impl LimitCtx<'_> {
                 reset_account(e, j);
             }
             e.pool += portion + back;
+            e.debt += owed;
             e.reclaimed[j] = portion;
+            e.debt_taken[j] = owed;
             out.reclaimed[j] = portion + back;
             if switch {
                 // The old epoch's last record was final: nothing is left to settle.
@@ -905,7 +909,10 @@ impl LimitCtx<'_> {
             };
             let new = newer.limits.get(li).copied().unwrap_or_default();
             let portion = heir_portion(estate_room(&new), n, j, self.me);
+            let owed = heir_portion(estate_debt(&new), n, j, self.me);
             let mut delta = portion.0 as i128 - e.reclaimed[j].0 as i128;
+            delta -= owed.0 as i128 - e.debt_taken[j].0 as i128;
+            e.debt_taken[j] = owed;
             if newer.accounts_with(self.me, mark.by)
                 && (rec.account_epochs[j] == mark.by || self.drops_carried(j))
             {
@@ -1039,6 +1046,7 @@ fn reset_account(e: &mut LimitRecord, j: RegionId) {
     e.granted[j] = Room::ZERO;
     e.taken[j] = Room::ZERO;
     e.reclaimed[j] = Room::ZERO;
+    e.debt_taken[j] = Room::ZERO;
 }
 
 /// Adopts a new limit version: room arrives or leaves in this Region's static part, so the sum of

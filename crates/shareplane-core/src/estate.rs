@@ -69,6 +69,12 @@ pub fn estate_room(l: &LimitRecord) -> Room {
     (l.share + l.pool).saturating_sub(l.debt)
 }
 
+/// The debt an estate's record leaves to its heirs: what a lowered limit's debt exceeds
+/// `share + pool` by, never below zero. It is split into the same fixed portions as room.
+pub fn estate_debt(l: &LimitRecord) -> Room {
+    l.debt.saturating_sub(l.share + l.pool)
+}
+
 /// What an omniscient observer knows of one Region.
 #[derive(Clone, Copy, Debug)]
 pub struct Truth<'a> {
@@ -176,26 +182,35 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
         // A live epoch still holds all its room (counted above): any portion taken from it is
         // room that exists twice.
         let last = limit(x.last());
-        let room = if x.live {
-            Room::ZERO
+        let (room, debt) = if x.live {
+            (Room::ZERO, Room::ZERO)
         } else {
-            if last.held() < 0 {
-                a.over += -last.held();
-            }
-            estate_room(&last)
+            (estate_room(&last), estate_debt(&last))
         };
         for h in regions(n).filter(|&h| h != x.region) {
-            let portion = heir_portion(room, n, x.region, h).0 as i128;
+            // An heir's portion is signed: its part of the room, less its part of the debt (an
+            // estate that owed more than it held after a lowered limit).
+            let signed = |l: &LimitRecord| {
+                heir_portion(estate_room(l), n, x.region, h).0 as i128
+                    - heir_portion(estate_debt(l), n, x.region, h).0 as i128
+            };
+            let portion = heir_portion(room, n, x.region, h).0 as i128
+                - heir_portion(debt, n, x.region, h).0 as i128;
+            let debt_owed = heir_portion(debt, n, x.region, h).0 as i128;
             let mark = latest_mark(world, h, x.region, x.epoch).map(|m| m.version);
-            let took = match mark {
-                None => 0,
+            let (took, debt_took) = match mark {
+                None => (0, 0),
                 Some(v) => match x.at(v) {
                     Some(basis) => {
-                        heir_portion(estate_room(&limit(basis)), n, x.region, h).0 as i128
+                        let b = limit(basis);
+                        (
+                            signed(&b),
+                            heir_portion(estate_debt(&b), n, x.region, h).0 as i128,
+                        )
                     }
                     None => {
                         a.missing_basis += 1;
-                        0
+                        (0, 0)
                     }
                 },
             };
@@ -204,6 +219,13 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
                 continue;
             }
             let piece = portion - took + owed[xi][h.index()];
+            // A debt the heir has not taken on yet is room others hold above the limit until it
+            // does (as a running Region's debt is): negative, but not room taken twice.
+            let pending = (debt_owed - debt_took).max(0);
+            if piece < 0 && -piece <= pending {
+                a.estates += piece;
+                continue;
+            }
             if piece < 0 && mark.is_some_and(|v| v < x.last().version) {
                 a.over_stale += -piece;
             }

@@ -81,6 +81,10 @@ pub struct LimitRecord {
     pub taken: PerRegion<Room>,
     /// What the latest reclaim of each peer (see `RegionRecord::reclaims`) brought in.
     pub reclaimed: PerRegion<Room>,
+    /// The part of each peer's estate debt that the latest close of it left this Region to pay:
+    /// an estate whose record owed more than it held (a lowered limit's debt) passes the debt to
+    /// its heirs in the same fixed portions as room.
+    pub debt_taken: PerRegion<Room>,
 }
 
 impl LimitRecord {
@@ -296,17 +300,27 @@ impl RegionRecord {
             if counters.copied().any(|c| c.0 > MAX_COUNTER) {
                 return contradiction(at, "a cumulative counter is out of range");
             }
-            if l.reclaimed.0.iter().any(|c| *c > max) {
+            if l.reclaimed
+                .0
+                .iter()
+                .chain(l.debt_taken.0.iter())
+                .any(|c| *c > max)
+            {
                 return contradiction(at, "a reclaimed amount is out of range");
             }
             let own = self.region;
-            if !l.granted[own].is_zero() || !l.taken[own].is_zero() || !l.reclaimed[own].is_zero() {
+            if !l.granted[own].is_zero()
+                || !l.taken[own].is_zero()
+                || !l.reclaimed[own].is_zero()
+                || !l.debt_taken[own].is_zero()
+            {
                 return contradiction(at, "grants to or takes from itself");
             }
             for r in n..MAX_REGIONS {
                 if !l.granted.0[r].is_zero()
                     || !l.taken.0[r].is_zero()
                     || !l.reclaimed.0[r].is_zero()
+                    || !l.debt_taken.0[r].is_zero()
                 {
                     return contradiction(at, "names a Region that is not configured");
                 }

@@ -152,10 +152,10 @@ pub fn generate_with_phases(seed: u64) -> (Scenario, Phases) {
     (sc, Phases { faults_end, bound })
 }
 
-/// In one seed of four, one or two limit raises during the fault phase: a new rate (up to twice
-/// the one before) that the Regions adopt one by one within about three periods, as a rollout
-/// does, every Region before `end`. Only raises: a lowered limit whose debtor's epoch ends loses
-/// the debt (docs/PROTOCOL.md, "Limit changes"), which is open.
+/// In one seed of four, one or two limit changes during the fault phase: a new rate (half to
+/// twice the one before, holding the floor for every Region) that the Regions adopt one by one
+/// within about three periods, as a rollout does, each change in a slot of its own and every
+/// Region before `end`.
 fn limit_changes(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
     let mut events = Vec::new();
     if !g.chance(25) {
@@ -163,13 +163,14 @@ fn limit_changes(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
     }
     let n = sc.regions.len();
     let spread = 3 * sc.period_ticks as i64;
-    let mut min = sc.limit.0;
+    let mut prev = sc.limit.0;
+    let floor = sc.floor.0 * n as u64;
     let changes = g.range(1, 2) as i64;
     // Each change rolls out in a slot of its own, so that every Region adopts them in order.
     let slot = end / changes;
     for k in 0..changes {
-        let rate = Room(g.range(min, 2 * min));
-        min = rate.0;
+        let rate = Room(g.range((prev / 2).max(floor).max(1), 2 * prev));
+        prev = rate.0;
         let first = k * slot;
         let start = first + g.range(0, (slot - spread - 1).max(1) as u64) as i64;
         for r in 0..n {
@@ -409,6 +410,30 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
     let mut failure: Option<String> = None;
     let mut last_unsettled: Option<i64> = None;
     let max_limit = sc.max_limit();
+    // The rates of the limit's versions in time order: while a change rolls out, and until
+    // a lowered limit's debts are paid, the shares stay within the larger of the two last ones.
+    let changes: Vec<(i64, Room)> = sc
+        .events
+        .iter()
+        .filter_map(|e| match e.action {
+            Action::Limit(rate, _) => Some((e.at_tick, rate)),
+            _ => None,
+        })
+        .collect();
+    let in_force = |tick: i64| {
+        let mut rates = vec![sc.limit];
+        for &(at, rate) in changes.iter().take_while(|(at, _)| *at <= tick) {
+            let _ = at;
+            if rates.last() != Some(&rate) {
+                rates.push(rate);
+            }
+        }
+        let k = rates.len();
+        rates[k.saturating_sub(2)..]
+            .iter()
+            .copied()
+            .fold(Room::ZERO, Room::max)
+    };
     let relaxed_until = faults_end + bound;
     let outcome = crate::engine::run(sc, &mut |row: &Row<'_>| {
         report.ticks += 1;
@@ -422,9 +447,9 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
         let relaxed = first_false.is_some_and(|f| row.tick >= f) && row.tick < relaxed_until;
         let t = sc.seconds(row.tick);
         let a = &row.audit;
-        // The limit in force: Σ every Region's static part at the limit version it has adopted
-        // (docs/PROTOCOL.md, "Limit changes"), never above the larger of the old and new rates.
-        let limit = Room(a.expected.clamp(0, max_limit.0 as i128) as u64);
+        // The limit in force (docs/PROTOCOL.md, "Limit changes"): never above the larger of the
+        // old and the new rate.
+        let limit = in_force(row.tick);
         // Room taken twice only by heirs that closed an estate against an older record than its
         // last one (a partition hid the last one): measured, and bounded. Every other count must
         // add up exactly, and the shares may pass L by no more than that room.
