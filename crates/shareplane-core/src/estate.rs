@@ -194,9 +194,8 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
                 heir_portion(estate_room(l), n, x.region, h).0 as i128
                     - heir_portion(estate_debt(l), n, x.region, h).0 as i128
             };
-            let portion = heir_portion(room, n, x.region, h).0 as i128
-                - heir_portion(debt, n, x.region, h).0 as i128;
             let debt_owed = heir_portion(debt, n, x.region, h).0 as i128;
+            let portion = heir_portion(room, n, x.region, h).0 as i128 - debt_owed;
             let mark = latest_mark(world, h, x.region, x.epoch).map(|m| m.version);
             let (took, debt_took) = match mark {
                 None => (0, 0),

@@ -422,8 +422,7 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
         .collect();
     let in_force = |tick: i64| {
         let mut rates = vec![sc.limit];
-        for &(at, rate) in changes.iter().take_while(|(at, _)| *at <= tick) {
-            let _ = at;
+        for &(_, rate) in changes.iter().take_while(|(at, _)| *at <= tick) {
             if rates.last() != Some(&rate) {
                 rates.push(rate);
             }
