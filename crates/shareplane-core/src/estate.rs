@@ -167,6 +167,15 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
                 continue;
             }
             let flow = side(world, g, r, li, &mut a) + side(world, r, g, li, &mut a);
+            // A pair netted with an heir's portion below is judged there; in any other, a side
+            // that closed the other's epoch against an older record than its last took back
+            // grants that the last record shows taken (residual risk 4).
+            if g.live == r.live
+                && flow < 0
+                && (closed_stale(world, g, r) || closed_stale(world, r, g))
+            {
+                a.over_stale += -flow;
+            }
             match (g.live, r.live) {
                 (true, true) => add_piece(&mut a.pairs, &mut a.over, flow),
                 (false, false) => {
@@ -290,6 +299,12 @@ fn latest_mark(
         }
     }
     found
+}
+
+/// Whether epoch `g` closed epoch `r` against an older record of `r` than its last.
+fn closed_stale(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
+    latest_mark(world, g.region, r.region, r.epoch)
+        .is_some_and(|m| m.by == g.epoch && m.version < r.last().version)
 }
 
 /// Every record Region `region` wrote, and its running daemon's committed one, oldest first.

@@ -39,6 +39,9 @@ pub struct RegionRow {
     pub tokens_micro: u64,
     pub alive: bool,
     pub epoch: u64,
+    /// The limit's rate at the version the Region's newest record holds (a lost Region's, or
+    /// a dead daemon's, last record: its room, enforced or an estate, is of that version).
+    pub rate: Room,
 }
 
 /// Everything about one tick.
@@ -638,6 +641,7 @@ impl<'a> Sim<'a> {
                 tokens_micro: u64::try_from(reg.tokens).unwrap_or(u64::MAX),
                 alive,
                 epoch: rec.epoch,
+                rate: l.rate,
             };
         }
         (sum, admitted_total)

@@ -305,7 +305,10 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
             });
         }
     }
-    events.sort_by_key(|e| e.at_tick);
+    // Verdicts after the other events of their tick, so that one drawn for the tick of a daemon's
+    // death counts as "sooner than the lease after it" (the engine applies a tick's events
+    // together, so the order changes nothing else).
+    events.sort_by_key(|e| (e.at_tick, matches!(e.action, Action::Unhealthy(_))));
     let dead = keep_lifecycle(&mut events, n, lease_ticks.unwrap_or(0));
     // A lost Region is usually reported unhealthy some time after it was lost (the true verdict).
     if cut {
@@ -447,8 +450,14 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
         let t = sc.seconds(row.tick);
         let a = &row.audit;
         // The limit in force (docs/PROTOCOL.md, "Limit changes"): never above the larger of the
-        // old and the new rate.
-        let limit = in_force(row.tick);
+        // old and the new rate, the old one being that of any version a Region still holds (a
+        // Region lost, or whose daemon died, before it adopted a change still holds its room, or
+        // leaves it to its heirs, at its version's rate until its next epoch adopts the change).
+        let limit = row
+            .regions
+            .iter()
+            .map(|r| r.rate)
+            .fold(in_force(row.tick), Room::max);
         // Room taken twice only by heirs that closed an estate against an older record than its
         // last one (a partition hid the last one): measured, and bounded. Every other count must
         // add up exactly, and the shares may pass L by no more than that room.
