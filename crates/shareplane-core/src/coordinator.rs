@@ -204,6 +204,8 @@ pub struct Coordinator {
     me: RegionId,
     own: RegionRecord,
     peers: Vec<Peer>,
+    /// The last committed rebalance was fenced (the own verdict read unhealthy).
+    fenced: bool,
 }
 
 impl Coordinator {
@@ -219,7 +221,13 @@ impl Coordinator {
                 ended: BTreeMap::new(),
             })
             .collect();
-        Coordinator { d, me, own, peers }
+        Coordinator {
+            d,
+            me,
+            own,
+            peers,
+            fenced: false,
+        }
     }
 
     /// A Region of a deployment where nothing was written yet.
@@ -373,6 +381,7 @@ impl Coordinator {
     /// Adopts a decision whose record was durably written.
     pub fn commit(&mut self, decision: &Decision) {
         self.own = decision.record.clone();
+        self.fenced = decision.alarms.fenced;
         for i in 0..self.peers.len() {
             let Some(r) = RegionId::new(i) else { continue };
             let keep_from = self.keep_from(r);
@@ -390,14 +399,19 @@ impl Coordinator {
         rec.written_at_ms = inputs.now_ms;
         let mut alarms = Alarms::default();
 
-        if self.was_reclaimed() {
+        let fenced = d.fence == Fence::OwnUnhealthy
+            && d.policy != SilentPolicy::Freeze
+            && inputs.health[me] == Health::Unhealthy;
+        // A Region whose fence lifts may have been reclaimed meanwhile: a peer cut off from it
+        // counted it silent and read the same unhealthy verdict, and the cut may hide the mark.
+        // Raising its old share again from its pool would hold that room twice, so it comes
+        // back as a reclaimed Region does (its peers close the ended epoch when they see the
+        // new one, or settle the close they made).
+        if self.was_reclaimed() || (self.fenced && !fenced) {
             start_new_epoch(&mut rec, self.own.version);
             alarms.new_epoch = true;
         }
         self.count_silence();
-        let fenced = d.fence == Fence::OwnUnhealthy
-            && d.policy != SilentPolicy::Freeze
-            && inputs.health[me] == Health::Unhealthy;
         alarms.fenced = fenced;
         let plans = self.plan(&rec, inputs.health, fenced, &mut alarms);
         alarms.stale_view = d.n() > 1
@@ -1097,5 +1111,6 @@ impl std::hash::Hash for Coordinator {
         self.me.hash(h);
         self.own.hash(h);
         self.peers.hash(h);
+        self.fenced.hash(h);
     }
 }

@@ -151,6 +151,54 @@ fn a_false_unhealthy_verdict_fences_the_cut_off_region() {
 }
 
 #[test]
+fn a_fence_that_lifts_comes_back_in_a_new_epoch_so_a_reclaim_behind_the_cut_is_not_held_twice() {
+    // B is cut off and wrongly called unhealthy: it fences while A and C reclaim it. When the
+    // verdict clears, B still cannot see their marks; raising its old share again from its pool
+    // would hold that room twice, so it comes back in a new epoch at zero.
+    let mut w = settled(SilentPolicy::TwoSignals);
+    w.health[rid(B)] = Health::Unhealthy;
+    for _ in 0..6 {
+        round(&mut w, &[A, C], &[A, C]);
+        round(&mut w, &[B], &[]);
+    }
+    assert!(w.coords[A].own().reclaims[rid(B)].is_some());
+    assert!(w.coords[C].own().reclaims[rid(B)].is_some());
+    assert_eq!(w.coords[B].own().epoch, 1);
+    w.health[rid(B)] = Health::Healthy;
+    for _ in 0..4 {
+        round(&mut w, &[B], &[]);
+        round(&mut w, &[A, C], &[A, C]);
+        assert_eq!(w.coords[B].own().epoch, 2);
+        assert_eq!(
+            w.share(B),
+            Room::ZERO,
+            "nothing to raise from in the new epoch"
+        );
+        assert!(live_sum(&w, &[A, B, C]) <= Room::rps(10_000));
+    }
+    // Healed: the store hands A and C the last record of B's old epoch too; they settle that
+    // epoch against it and grant to the new one.
+    let last_old = w.written[B]
+        .iter()
+        .rev()
+        .find(|r| r.epoch == 1)
+        .expect("B wrote in epoch 1")
+        .clone();
+    for to in [A, C] {
+        w.coords[to]
+            .observe(last_old.clone())
+            .expect("valid record");
+    }
+    for _ in 0..14 {
+        round(&mut w, &[A, B, C], &[A, B, C]);
+        assert!(live_sum(&w, &[A, B, C]) <= Room::rps(10_000));
+    }
+    let c = w.conservation();
+    assert!(c.holds(), "{c:?}");
+    assert_eq!(shares(&w), vec![3_900.0, 2_200.0, 3_900.0]);
+}
+
+#[test]
 fn a_returning_region_starts_a_new_epoch_at_zero_and_rises_only_by_grants() {
     let mut w = settled(SilentPolicy::TwoSignals);
     w.health[rid(B)] = Health::Unhealthy;
