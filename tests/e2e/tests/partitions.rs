@@ -211,6 +211,7 @@ async fn run_schedule(tools: &Tools, schedule: &Schedule) -> Outcome {
     }
     let tail = bounds().converge_ms + 3_000;
     tokio::time::sleep(Duration::from_millis(tail)).await;
+    run.keep_views().await;
     let history = run.stop(last_heal_ms).await;
     replicating.abort();
     let judgement = checker::judge(&history, bounds());
@@ -265,6 +266,30 @@ fn report(
         },
         dir.display()
     )
+}
+
+impl Run<'_> {
+    /// Keeps each running daemon's own account of the end (`/v1/state` and `/v1/events`) in the
+    /// run's directory, for whoever reads a failure: the checker judges only what the gateways
+    /// did, never what the daemons say of themselves.
+    async fn keep_views(&self) {
+        for l in self.live.iter().filter(|l| l.daemon_up) {
+            for (path, file) in [("/v1/state", "state"), ("/v1/events", "events")] {
+                let url = format!("{}{path}", l.region.daemon);
+                let text = match self.client.get(&url).send().await {
+                    Ok(r) => r
+                        .text()
+                        .await
+                        .unwrap_or_else(|e| format!("unreadable: {e}")),
+                    Err(e) => format!("GET {url}: {e}"),
+                };
+                let name = self.dir.join(format!("{file}-{}.json", l.region.name));
+                if let Err(e) = std::fs::write(&name, text) {
+                    eprintln!("cannot keep {}: {e}", name.display());
+                }
+            }
+        }
+    }
 }
 
 /// Starts one moto server per Region, the table on each, the replicator, the health datapoints,
