@@ -54,6 +54,10 @@ pub const HEADER_SK: &str = "rec";
 /// The header attribute holding the digest of the writer's limits (N, optional: a header
 /// without it, from an older writer, decodes to an unknown digest; older readers ignore it).
 pub const DIGEST_ATTR: &str = "ld";
+/// The header attribute saying that the writer was fenced (BOOL, present only when true: a
+/// header without it, from an older writer or an unfenced one, decodes to not fenced; older
+/// readers ignore it).
+pub const FENCED_ATTR: &str = "fz";
 /// The sort key of a Region's writer lease.
 pub const LEASE_SK: &str = "lease";
 /// Limits per shard, by deployment index. At most ~450 bytes per limit (a 128-byte id and every
@@ -83,6 +87,7 @@ pub struct Encoded {
     account_epochs: Vec<u64>,
     regions: Vec<String>,
     limits_digest: Option<u64>,
+    fenced: bool,
 }
 
 /// What the items of one Region decode to.
@@ -248,6 +253,7 @@ pub fn encode(d: &Deployment, record: &RegionRecord) -> Encoded {
         account_epochs: record.account_epochs.0[..n].to_vec(),
         regions: d.regions.clone(),
         limits_digest: record.limits_digest,
+        fenced: record.fenced,
     }
 }
 
@@ -296,6 +302,9 @@ impl Encoded {
         item.insert("sv".into(), AttributeValue::N(schema.to_string()));
         if let Some(digest) = self.limits_digest {
             item.insert(DIGEST_ATTR.into(), AttributeValue::N(digest.to_string()));
+        }
+        if self.fenced {
+            item.insert(FENCED_ATTR.into(), AttributeValue::Bool(true));
         }
         item
     }
@@ -462,6 +471,11 @@ fn decode_inner(
         limits_digest: match header.get(DIGEST_ATTR) {
             None => None,
             Some(_) => Some(number(header, DIGEST_ATTR)?),
+        },
+        fenced: match header.get(FENCED_ATTR) {
+            None => false,
+            Some(AttributeValue::Bool(b)) => *b,
+            Some(_) => return Err(malformed(format!("{FENCED_ATTR} is not a BOOL")).into()),
         },
     }))
 }

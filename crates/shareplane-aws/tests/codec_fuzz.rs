@@ -305,3 +305,30 @@ fn the_limits_digest_round_trips_and_a_header_without_it_is_unknown() {
     items[last].insert(codec::DIGEST_ATTR.into(), AttributeValue::N("-1".into()));
     assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
 }
+
+#[test]
+fn the_fenced_flag_round_trips_and_a_header_without_it_is_not_fenced() {
+    let d = deployment(10);
+    let mut r = record(&d, 1, 5);
+    r.fenced = true;
+    let enc = codec::encode(&d, &r);
+    let mut items: Vec<Item> = (0..enc.shards.len())
+        .filter_map(|i| enc.shard_item(i, 1))
+        .collect();
+    items.push(enc.header_item(1, &vec![5; enc.shards.len()]));
+    let decoded = |items: &[Item]| match codec::decode(&d, rid(0), rid(1), items) {
+        Decoded::Record(r) => Ok(r.fenced),
+        other => Err(format!("{other:?}")),
+    };
+    assert_eq!(decoded(&items), Ok(true));
+    // An unfenced writer, or an older one, writes no attribute: not fenced.
+    let last = items.len() - 1;
+    items[last].remove(codec::FENCED_ATTR);
+    assert_eq!(decoded(&items), Ok(false));
+    r.fenced = false;
+    let unfenced = codec::encode(&d, &r).header_item(1, &vec![5; enc.shards.len()]);
+    assert!(!unfenced.contains_key(codec::FENCED_ATTR));
+    // One that is not a BOOL is malformed, never misread.
+    items[last].insert(codec::FENCED_ATTR.into(), AttributeValue::N("1".into()));
+    assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
+}

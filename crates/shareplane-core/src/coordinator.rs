@@ -204,8 +204,6 @@ pub struct Coordinator {
     me: RegionId,
     own: RegionRecord,
     peers: Vec<Peer>,
-    /// The last committed rebalance was fenced (the own verdict read unhealthy).
-    fenced: bool,
 }
 
 impl Coordinator {
@@ -221,13 +219,7 @@ impl Coordinator {
                 ended: BTreeMap::new(),
             })
             .collect();
-        Coordinator {
-            d,
-            me,
-            own,
-            peers,
-            fenced: false,
-        }
+        Coordinator { d, me, own, peers }
     }
 
     /// A Region of a deployment where nothing was written yet.
@@ -381,7 +373,6 @@ impl Coordinator {
     /// Adopts a decision whose record was durably written.
     pub fn commit(&mut self, decision: &Decision) {
         self.own = decision.record.clone();
-        self.fenced = decision.alarms.fenced;
         for i in 0..self.peers.len() {
             let Some(r) = RegionId::new(i) else { continue };
             let keep_from = self.keep_from(r);
@@ -407,10 +398,11 @@ impl Coordinator {
         // Raising its old share again from its pool would hold that room twice, so it comes
         // back as a reclaimed Region does (its peers close the ended epoch when they see the
         // new one, or settle the close they made).
-        if self.was_reclaimed() || (self.fenced && !fenced) {
+        if self.was_reclaimed() || (self.own.fenced && !fenced) {
             start_new_epoch(&mut rec, self.own.version);
             alarms.new_epoch = true;
         }
+        rec.fenced = fenced;
         self.count_silence();
         alarms.fenced = fenced;
         let plans = self.plan(&rec, inputs.health, fenced, &mut alarms);
@@ -619,6 +611,10 @@ fn reclaimable(policy: SilentPolicy, health: Health) -> bool {
 fn start_new_epoch(rec: &mut RegionRecord, last_version: u64) {
     rec.epoch += 1;
     rec.prev_final = last_version;
+    // A new epoch holds nothing, so there is no fence to lift: a restart in a new epoch of a
+    // Region that was fenced must not start yet another one at its first rebalance (that epoch
+    // would have no record, and its successor's `prev_final` would name the wrong one).
+    rec.fenced = false;
     for l in rec.limits.iter_mut() {
         *l = LimitRecord {
             limit_version: l.limit_version,
@@ -1111,6 +1107,5 @@ impl std::hash::Hash for Coordinator {
         self.me.hash(h);
         self.own.hash(h);
         self.peers.hash(h);
-        self.fenced.hash(h);
     }
 }

@@ -57,6 +57,10 @@ pub struct RegionRecord {
     /// they run different limits; `None` when unknown (a record of an older writer, or one the
     /// driver did not stamp). Informational: no protocol decision reads it.
     pub limits_digest: Option<u64>,
+    /// The writer's own health verdict read unhealthy and fencing lowered every capacity share
+    /// to zero. The Region comes back in a new epoch when the fence lifts, even after a restart
+    /// (docs/PROTOCOL.md, residual risk 1).
+    pub fenced: bool,
 }
 
 /// One Region's state for one limit. All amounts are rates in milli-requests per second;
@@ -187,6 +191,7 @@ impl RegionRecord {
             reclaims: PerRegion([None; MAX_REGIONS]),
             limits,
             limits_digest: None,
+            fenced: false,
         }
     }
 

@@ -199,6 +199,30 @@ fn a_fence_that_lifts_comes_back_in_a_new_epoch_so_a_reclaim_behind_the_cut_is_n
 }
 
 #[test]
+fn a_fenced_region_restarted_late_comes_back_in_one_new_epoch_only() {
+    // B fences, then its daemon dies and comes back too late to resume: the restart starts
+    // epoch 2. Its first rebalance, healthy again, must not start epoch 3 for the fence that
+    // the restart already left behind: epoch 2 would have no record, and peers would wait for
+    // it forever.
+    let mut w = settled(SilentPolicy::TwoSignals);
+    w.health[rid(B)] = Health::Unhealthy;
+    round(&mut w, &[B], &[A, C]);
+    assert!(w.coords[B].own().fenced);
+    let last = w.coords[B].own().clone();
+    w.coords[B] = Coordinator::restart(w.d.clone(), rid(B), Some(last.clone()), u64::MAX);
+    w.health[rid(B)] = Health::Healthy;
+    round(&mut w, &[B], &[A, C]);
+    let b = w.coords[B].own();
+    assert_eq!((b.epoch, b.prev_final, b.fenced), (2, last.version, false));
+    for _ in 0..12 {
+        round(&mut w, &[A, B, C], &[A, B, C]);
+    }
+    let c = w.conservation();
+    assert!(c.holds(), "{c:?}");
+    assert_eq!(shares(&w), vec![3_900.0, 2_200.0, 3_900.0]);
+}
+
+#[test]
 fn a_returning_region_starts_a_new_epoch_at_zero_and_rises_only_by_grants() {
     let mut w = settled(SilentPolicy::TwoSignals);
     w.health[rid(B)] = Health::Unhealthy;

@@ -177,6 +177,7 @@ mod tests {
             reclaims: PerRegion([None; MAX_REGIONS]),
             limits: Vec::new(),
             limits_digest: None,
+            fenced: false,
         })
     }
 

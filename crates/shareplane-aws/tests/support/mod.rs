@@ -52,6 +52,7 @@ pub fn record(d: &Deployment, region: usize, version: u64) -> RegionRecord {
     r.epoch = 2 + region as u64;
     r.version = version;
     r.written_at_ms = 1_700_000_000_000 + version * 5_000;
+    r.fenced = version % 2 == 1;
     for p in 0..d.n() {
         r.peer_epochs.0[p] = 1 + ((p + region) as u64 % 2);
         r.account_epochs.0[p] = 1 + ((p * 3 + region) as u64 % 2);
