@@ -252,6 +252,11 @@ struct Sim<'a> {
     regs: Vec<Reg>,
     table: Table,
     health: PerRegion<Health>,
+    /// Per reading Region, the Regions whose verdict read unhealthy at some tick since its last
+    /// rebalance (a bit each). A daemon reads the Minimum of `HealthCheckStatus` over one-minute
+    /// periods, so a verdict that was unhealthy between two of its reads still reads unhealthy at
+    /// the next one; no verdict can flip and flip back unseen between two rebalances.
+    unhealthy_since_read: Vec<u64>,
     last_audit: Audit,
     max_over: i128,
     /// The gateways' lease in ticks (`shareplane_core::lease_bound`), or why there is none.
@@ -328,6 +333,7 @@ impl<'a> Sim<'a> {
             regs,
             table,
             health,
+            unhealthy_since_read: vec![0; n],
             last_audit: Audit::default(),
             max_over: 0,
             lease_ticks: lease
@@ -535,6 +541,9 @@ impl<'a> Sim<'a> {
             }
             Action::Unhealthy(r) => {
                 self.health.0[*r] = Health::Unhealthy;
+                for seen in self.unhealthy_since_read.iter_mut() {
+                    *seen |= 1 << *r;
+                }
                 format!("{} unhealthy", self.name(*r))
             }
             Action::Healthy(r) => {
@@ -551,6 +560,13 @@ impl<'a> Sim<'a> {
                 continue;
             }
             self.observe_visible(r, tick);
+            let mut health = self.health;
+            let seen = std::mem::take(&mut self.unhealthy_since_read[r]);
+            for (k, h) in health.0.iter_mut().enumerate().take(self.regs.len()) {
+                if seen >> k & 1 == 1 {
+                    *h = Health::Unhealthy;
+                }
+            }
             let reg = &mut self.regs[r];
             let demand = Room((reg.window_sum / self.sc.window_ticks as u128) as u64);
             let Some(coord) = reg.coord.as_mut() else {
@@ -560,7 +576,7 @@ impl<'a> Sim<'a> {
             let inputs = Inputs {
                 now_ms,
                 demand: &[demand],
-                health: &self.health,
+                health: &health,
                 explain: true,
             };
             let decision = coord.rebalance(&inputs);

@@ -406,7 +406,7 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
     let ideal = crate::engine::targets(sc.final_limit(), sc.floor, &final_demands(sc));
     let mut report = Report {
         bound_s: sc.seconds(bound),
-        fenced: sc.fence == Fence::OwnUnhealthy,
+        fenced: sc.fence == Fence::OwnUnhealthy && sc.policy != SilentPolicy::Freeze,
         ..Report::default()
     };
     let mut first_false: Option<i64> = None;
@@ -437,6 +437,14 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
             .copied()
             .fold(Room::ZERO, Room::max)
     };
+    // The largest rate of every version up to `tick`.
+    let so_far = |tick: i64| {
+        changes
+            .iter()
+            .take_while(|(at, _)| *at <= tick)
+            .map(|&(_, rate)| rate)
+            .fold(sc.limit, Room::max)
+    };
     let relaxed_until = faults_end + bound;
     let outcome = crate::engine::run(sc, &mut |row: &Row<'_>| {
         report.ticks += 1;
@@ -450,7 +458,10 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
         if row.false_verdict {
             last_false = Some(row.tick);
         }
-        let relaxed = first_false.is_some_and(|f| row.tick >= f) && row.tick < relaxed_until;
+        // Under freeze nobody reclaims and nobody fences: a false verdict changes nothing.
+        let relaxed = sc.policy != SilentPolicy::Freeze
+            && first_false.is_some_and(|f| row.tick >= f)
+            && row.tick < relaxed_until;
         // With fencing, a Region that reads its own false verdict enforces nothing from its next
         // rebalance until it comes back in a new epoch once the verdict clears (the simulated
         // health check reads the same for every Region): the shares may pass the limit only
@@ -466,25 +477,42 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
         // old and the new rate, the old one being that of any version a Region still holds (a
         // Region lost, or whose daemon died, before it adopted a change still holds its room, or
         // leaves it to its heirs, at its version's rate until its next epoch adopts the change).
-        let limit = row
+        let mut limit = row
             .regions
             .iter()
             .map(|r| r.rate)
             .fold(in_force(row.tick), Room::max);
+        if a.estates < 0 {
+            // An ended epoch left a lowered limit's debt that some heir has not taken on yet:
+            // until it does, that room is held above the newer rates (docs/PROTOCOL.md, "An
+            // estate in debt"), within the rate it was lowered from.
+            limit = limit.max(so_far(row.tick));
+        }
         // Room taken twice only by heirs that closed an estate against an older record than its
         // last one (a partition hid the last one): measured, and bounded. Every other count must
         // add up exactly, and the shares may pass L by no more than that room.
-        let stale = !relaxed
+        let stale = !excused
             && row.tick < relaxed_until
             && a.over_stale > 0
             && a.over == a.over_stale
             && a.actual - a.over == a.expected
             && a.missing_basis == 0;
         if stale {
-            report.stale_over_rps = report.stale_over_rps.max(a.over_stale as f64 / 1000.0);
-            report.stale_over_s += sc.tick_ms as f64 / 1000.0;
             let excess = row.sum_shares.0 as i128 - limit.0 as i128;
-            if a.over_stale * 100 > STALE_BOUND_PERCENT as i128 * max_limit.0 as i128 {
+            if relaxed {
+                // Counted with the false verdict's figures, not with risk 4's bounded ones.
+                if excess > 0 {
+                    report.false_excess_rps = report.false_excess_rps.max(excess as f64 / 1000.0);
+                    report.false_excess_s += sc.tick_ms as f64 / 1000.0;
+                }
+            } else {
+                report.stale_over_rps = report.stale_over_rps.max(a.over_stale as f64 / 1000.0);
+                report.stale_over_s += sc.tick_ms as f64 / 1000.0;
+            }
+            // After a false verdict (risk 1) the stale heirs may have reclaimed a live Region,
+            // whose room the bound of risk 4 does not cover: the amount must still add up
+            // exactly and be settled away by the end.
+            if !relaxed && a.over_stale * 100 > STALE_BOUND_PERCENT as i128 * max_limit.0 as i128 {
                 failure = Some(format!(
                     "at {t} s {} is held twice by heirs that reclaimed from stale records, beyond the stated bound of {STALE_BOUND_PERCENT}% of the limit",
                     Room(a.over_stale as u64)
