@@ -287,14 +287,8 @@ fn the_limits_digest_round_trips_and_a_header_without_it_is_unknown() {
     let mut r = record(&d, 1, 5);
     r.limits_digest = Some(shareplane_core::limits_digest(&d.limits));
     let enc = codec::encode(&d, &r);
-    let mut items: Vec<Item> = (0..enc.shards.len())
-        .filter_map(|i| enc.shard_item(i, 1))
-        .collect();
-    items.push(enc.header_item(1, &vec![5; enc.shards.len()]));
-    let decoded = |items: &[Item]| match codec::decode(&d, rid(0), rid(1), items) {
-        Decoded::Record(r) => Ok(r.limits_digest),
-        other => Err(format!("{other:?}")),
-    };
+    let mut items = stored(&enc);
+    let decoded = |items: &[Item]| decode_as(&d, items, |r| r.limits_digest);
     assert_eq!(decoded(&items), Ok(r.limits_digest));
     assert!(r.limits_digest.is_some());
     // A header of an older writer carries no digest: it decodes, as unknown.
@@ -312,14 +306,8 @@ fn the_fenced_flag_round_trips_and_a_header_without_it_is_not_fenced() {
     let mut r = record(&d, 1, 5);
     r.fenced = true;
     let enc = codec::encode(&d, &r);
-    let mut items: Vec<Item> = (0..enc.shards.len())
-        .filter_map(|i| enc.shard_item(i, 1))
-        .collect();
-    items.push(enc.header_item(1, &vec![5; enc.shards.len()]));
-    let decoded = |items: &[Item]| match codec::decode(&d, rid(0), rid(1), items) {
-        Decoded::Record(r) => Ok(r.fenced),
-        other => Err(format!("{other:?}")),
-    };
+    let mut items = stored(&enc);
+    let decoded = |items: &[Item]| decode_as(&d, items, |r| r.fenced);
     assert_eq!(decoded(&items), Ok(true));
     // An unfenced writer, or an older one, writes no attribute: not fenced.
     let last = items.len() - 1;
@@ -331,4 +319,25 @@ fn the_fenced_flag_round_trips_and_a_header_without_it_is_not_fenced() {
     // One that is not a BOOL is malformed, never misread.
     items[last].insert(codec::FENCED_ATTR.into(), AttributeValue::N("1".into()));
     assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
+}
+
+/// The items of `enc` as one write stores them (shards and header, all at version 5).
+fn stored(enc: &codec::Encoded) -> Vec<Item> {
+    let mut items: Vec<Item> = (0..enc.shards.len())
+        .filter_map(|i| enc.shard_item(i, 1))
+        .collect();
+    items.push(enc.header_item(1, &vec![5; enc.shards.len()]));
+    items
+}
+
+/// What `field` reads from the record `items` decode to, or why they do not.
+fn decode_as<T>(
+    d: &shareplane_core::Deployment,
+    items: &[Item],
+    field: impl Fn(&shareplane_core::RegionRecord) -> T,
+) -> Result<T, String> {
+    match codec::decode(d, rid(0), rid(1), items) {
+        Decoded::Record(r) => Ok(field(&r)),
+        other => Err(format!("{other:?}")),
+    }
 }
