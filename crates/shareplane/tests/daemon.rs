@@ -1169,13 +1169,14 @@ async fn a_loss_a_reclaim_a_return_and_a_fence_are_one_event_each() {
         "{:?}",
         event_kinds(&a, Some("B"))
     );
-    // A's own check reads unhealthy, then healthy again: fence on, fence off.
+    // A's own check reads unhealthy, then healthy again: fence on, then a new epoch (a peer
+    // behind a cut may have reclaimed A on the same verdict) and fence off.
     c.health.set(rid(0), Health::Unhealthy);
     settle(10).await;
     c.health.set(rid(0), Health::Healthy);
     settle(10).await;
     let own: Vec<_> = event_kinds(&a, None);
-    assert_eq!(own, vec!["fence_on", "fence_off"], "{own:?}");
+    assert_eq!(own, vec!["fence_on", "new_epoch", "fence_off"], "{own:?}");
     // Every event has both timestamps, in order.
     let all = a.events.since(0).0;
     assert!(all
