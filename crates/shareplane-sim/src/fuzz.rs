@@ -411,6 +411,10 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
     };
     let mut first_false: Option<i64> = None;
     let mut last_false: Option<i64> = None;
+    let lease_ticks = crate::engine::deployment(sc)
+        .ok()
+        .and_then(|d| shareplane_core::lease_bound(&d).ok())
+        .map_or(0, |b| b.lease_ms.div_ceil(sc.tick_ms) as i64);
     let mut failure: Option<String> = None;
     let mut last_unsettled: Option<i64> = None;
     let max_limit = sc.max_limit();
@@ -465,9 +469,10 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
         // With fencing, a Region that reads its own false verdict enforces nothing from its next
         // rebalance until it comes back in a new epoch once the verdict clears (the simulated
         // health check reads the same for every Region): the shares may pass the limit only
-        // while a false verdict is in force and for one period after.
+        // while a false verdict is in force and for one period after, or, if the Region's daemon
+        // dies before that rebalance, until its gateways' lease runs out.
         let excused = if report.fenced {
-            last_false.is_some_and(|l| row.tick <= l + sc.period_ticks as i64 + 1)
+            last_false.is_some_and(|l| row.tick <= l + sc.period_ticks as i64 + lease_ticks + 1)
         } else {
             relaxed
         };
