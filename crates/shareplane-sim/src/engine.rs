@@ -151,6 +151,15 @@ impl Reg {
     }
 }
 
+/// How many whole ticks the gateways of a dead daemon keep enforcing its last rules (the lease
+/// of `shareplane_core::lease_bound`, as a run counts it), or `None` where the scenario's
+/// deployment admits no lease.
+pub fn lease_ticks(sc: &Scenario) -> Option<i64> {
+    let d = deployment(sc).ok()?;
+    let b = shareplane_core::lease_bound(&d).ok()?;
+    Some((b.lease_ms / sc.tick_ms) as i64)
+}
+
 /// The Deployment the core sees for a scenario: one capacity limit.
 pub fn deployment(sc: &Scenario) -> Result<Deployment, SimError> {
     Deployment::try_new(Deployment {

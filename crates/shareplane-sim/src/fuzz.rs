@@ -267,10 +267,7 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
         });
     }
     // Daemon deaths (the gateways live on under their lease), where the deployment admits one.
-    let lease_ticks = crate::engine::deployment(sc)
-        .ok()
-        .and_then(|d| shareplane_core::lease_bound(&d).ok())
-        .map(|b| (b.lease_ms / sc.tick_ms) as i64);
+    let lease_ticks = crate::engine::lease_ticks(sc);
     let kills = x.range(0, 2);
     for _ in 0..kills {
         let at_tick = x.range(0, end as u64 - 1) as i64;
@@ -400,6 +397,15 @@ pub struct Report {
     pub stale_over_s: f64,
 }
 
+impl Report {
+    /// One tick of `tick_ms` with the shares `excess` above the limit while a false verdict's
+    /// effects were allowed.
+    fn add_false_excess(&mut self, excess: Room, tick_ms: u64) {
+        self.false_excess_rps = self.false_excess_rps.max(excess.as_rps());
+        self.false_excess_s += tick_ms as f64 / 1000.0;
+    }
+}
+
 /// Runs one scenario and checks it. `Err` describes the first failed check.
 pub fn check(sc: &Scenario) -> Result<Report, String> {
     let (faults_end, bound) = phases_of(sc);
@@ -411,10 +417,7 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
     };
     let mut first_false: Option<i64> = None;
     let mut last_false: Option<i64> = None;
-    let lease_ticks = crate::engine::deployment(sc)
-        .ok()
-        .and_then(|d| shareplane_core::lease_bound(&d).ok())
-        .map_or(0, |b| b.lease_ms.div_ceil(sc.tick_ms) as i64);
+    let lease_ticks = crate::engine::lease_ticks(sc).unwrap_or(0);
     let mut failure: Option<String> = None;
     let mut last_unsettled: Option<i64> = None;
     let max_limit = sc.max_limit();
@@ -507,8 +510,7 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
             if relaxed {
                 // Counted with the false verdict's figures, not with risk 4's bounded ones.
                 if excess > 0 {
-                    report.false_excess_rps = report.false_excess_rps.max(excess as f64 / 1000.0);
-                    report.false_excess_s += sc.tick_ms as f64 / 1000.0;
+                    report.add_false_excess(Room(excess as u64), sc.tick_ms);
                 }
             } else {
                 report.stale_over_rps = report.stale_over_rps.max(a.over_stale as f64 / 1000.0);
@@ -530,9 +532,7 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
             }
         } else if row.sum_shares > limit {
             if excused {
-                let excess = row.sum_shares.saturating_sub(limit).as_rps();
-                report.false_excess_rps = report.false_excess_rps.max(excess);
-                report.false_excess_s += sc.tick_ms as f64 / 1000.0;
+                report.add_false_excess(row.sum_shares.saturating_sub(limit), sc.tick_ms);
             } else {
                 failure = Some(format!(
                     "at {t} s the sum of shares {} exceeds the limit {}",
