@@ -503,12 +503,14 @@ impl Coordinator {
         fenced: bool,
     ) -> Plan {
         let p = &self.peers[j.index()];
-        // The peer's record closed the epoch whose account this Region carries: the peer settled
-        // it (took what that epoch granted it and took back its own grants).
+        // The peer's epoch moved on past the epoch whose account this Region carries: it settled
+        // that account against the ended epoch's last record (took what it granted and took back
+        // its own grants), in the epoch the account is with. A mark alone is not enough: the
+        // peer's epoch may end before it settles, and its later epochs never take grants.
         let drop_carried = p.seen
             && rec.carries_open(j)
             && p.latest.epoch == rec.peer_epochs[j]
-            && p.latest.settled_with(self.me, rec.account_epochs[j]);
+            && p.latest.peer_epochs[self.me] > rec.account_epochs[j];
         let plan = |state, closure| Plan {
             state,
             closure,
@@ -884,7 +886,8 @@ impl LimitCtx<'_> {
 
     /// What this Region takes back of an account carried open from its earlier epoch, against
     /// `last`, the last record of the peer's epoch it is with: the earlier epoch's grants that
-    /// the peer's epoch never took, unless that epoch settled the account itself.
+    /// the peer's epoch never took. That holds even if the peer's epoch closed the earlier one:
+    /// what it took by then is all it takes (its later epochs never take grants by settlement).
     fn carried_back(
         &self,
         li: usize,
@@ -894,10 +897,7 @@ impl LimitCtx<'_> {
         last: &RegionRecord,
     ) -> Room {
         let acct = rec.account_epochs[j];
-        if !self.carries_open(rec, j)
-            || !last.accounts_with(self.me, acct)
-            || last.settled_with(self.me, acct)
-        {
+        if !self.carries_open(rec, j) || !last.accounts_with(self.me, acct) {
             return Room::ZERO;
         }
         let taken = last.limits.get(li).map_or(Room::ZERO, |l| l.taken[self.me]);
@@ -932,7 +932,11 @@ impl LimitCtx<'_> {
                 // grants are settled here, or both sides would repay the same grants.
                 let closed_me = newer.reclaims[self.me]
                     .is_some_and(|m| m.epoch == mark.by && m.by == newer.epoch);
-                if !closed_me {
+                // Only the epoch that closed takes the peer's grants to it. The peer may close
+                // that epoch in turn once it has ended, against its last record, and settles
+                // its own grants by that record alone: a take by a later epoch would be held
+                // twice (it is the peer's successor that takes back what was never taken).
+                if !closed_me && rec.epoch == mark.by {
                     delta += new.granted[self.me].0 as i128 - e.taken[j].0 as i128;
                     e.taken[j] = new.granted[self.me];
                 }

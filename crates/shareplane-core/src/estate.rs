@@ -18,7 +18,10 @@
 //! that closes the estate takes every grant the estate's record made to it and takes back every
 //! grant of its own that the record shows untaken, which leaves the pair's account exactly as the
 //! estate's record tells it. If the estate later turns out to have a newer record (late
-//! replication), the survivor settles again against it, to the last unit.
+//! replication), the survivor settles again against it, to the last unit. A settlement made by a
+//! later epoch of the survivor settles its portion and its own grants only: what the closing
+//! epoch took of the estate's grants is all the survivor ever takes, because the estate's Region
+//! may close that ended epoch in turn and take back whatever its last record shows untaken.
 //!
 //! Grants between two epochs that both ended before either closed the other are settled by the
 //! successors: each Region's next epoch carries the open account (`account_epochs`) and, once the
@@ -42,7 +45,8 @@
 //!   the live Region still holds it;
 //! - **pairs**: for every other pair of epochs, the grants in flight between them in both
 //!   directions, each side read from its own newest record in that epoch or, once it has closed
-//!   the pair, from the other side's record it settled against. Clamped at zero likewise.
+//!   the pair, from its own takes and the other side's record it settled against (what that
+//!   record shows taken of its grants). Clamped at zero likewise.
 //!
 //! `expected` is the sum of every Region's static part at the limit version its newest record
 //! has adopted. Every rebalance of the core moves room between these places without creating or
@@ -330,7 +334,6 @@ fn settled_carried(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
     let last = r.last();
     newest.is_some_and(|n| n.epoch > g.epoch && !carries(n))
         && last.accounts_with(g.region, g.epoch)
-        && !last.settled_with(g.region, g.epoch)
 }
 
 /// If `r`'s epoch closed `g`'s as well (both reclaimed each other), the newest record of `r`'s
@@ -355,7 +358,8 @@ fn mutual_account<'a>(
 
 /// `g`'s side of the account between epochs `g` and `r`: what it sent `r` net (granted to it
 /// less taken from it). Once `g` has closed `r`'s epoch, its side is the settlement it made:
-/// exactly the opposite of `r`'s side as the basis record tells it. Once a later epoch of `g`'s
+/// what the basis record shows taken of `g`'s grants, less what `g`'s own counters show it took
+/// of `r`'s (its later epochs settle only the former). Once a later epoch of `g`'s
 /// Region has settled the account carried from `g`, it took back what `r` never took of `g`'s
 /// grants: `g`'s side is then what `r` took, less what `g` took.
 fn side(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Audit) -> i128 {
@@ -372,7 +376,18 @@ fn side(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Au
                 return -out(kept, g.region);
             }
             return match r.at(m.version) {
-                Some(basis) if basis.accounts_with(g.region, g.epoch) => -out(basis, g.region),
+                Some(basis) if basis.accounts_with(g.region, g.epoch) => {
+                    let l = |rec: &RegionRecord| rec.limits.get(li).copied().unwrap_or_default();
+                    // What `g` took of `r`'s grants is in its own counters: the closing epoch
+                    // took what each basis it settled against granted it, and no later epoch
+                    // takes more. A close at a switch left no counters (the account moved on
+                    // to `r`'s next epoch): it took everything `r`'s last record granted.
+                    let took = match g.last() {
+                        own if own.accounts_with(r.region, r.epoch) => l(own).taken[r.region],
+                        _ => l(basis).granted[g.region],
+                    };
+                    l(basis).taken[g.region].0 as i128 - took.0 as i128
+                }
                 Some(_) => 0,
                 None => {
                     a.missing_basis += 1;

@@ -209,14 +209,6 @@ impl RegionRecord {
             && self.reclaims[peer].is_none_or(|m| m.epoch != self.peer_epochs[peer] || m.by != acct)
     }
 
-    /// Whether this record shows that its Region settled the account it had with `peer`'s
-    /// epoch `peer_epoch`: it closed that epoch (a mark on it) or moved on to a later one.
-    pub fn settled_with(&self, peer: RegionId, peer_epoch: u64) -> bool {
-        self.peer_epochs[peer] > peer_epoch
-            || (self.peer_epochs[peer] == peer_epoch
-                && self.reclaims[peer].is_some_and(|m| m.epoch == peer_epoch))
-    }
-
     /// Checks what can be checked of one record alone against this Region's configuration.
     /// `me` is the checking Region (a foreign record may not claim to be its own).
     pub fn validate(&self, d: &Deployment, me: RegionId) -> Result<(), RecordError> {
@@ -473,11 +465,10 @@ mod tests {
             by: 1,
         });
         assert!(!r.carries_open(rid(0)), "closed by epoch 1, kept to settle");
-        assert!(r.settled_with(rid(0), 1));
         r.reclaims.0[0] = None;
         r.peer_epochs.0[0] = 2;
-        assert!(r.settled_with(rid(0), 1), "moved on to the peer's epoch 2");
-        assert!(!r.settled_with(rid(0), 2));
+        assert!(r.carries_open(rid(0)), "epoch 1's account with the peer's epoch 2");
+        assert!(!r.accounts_with(rid(0), 2));
     }
 
     #[test]

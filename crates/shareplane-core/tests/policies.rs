@@ -312,3 +312,86 @@ fn survivors_that_saw_different_last_records_settle_on_the_newest() {
     let c = w.conservation();
     assert!(c.holds(), "{c:?}");
 }
+
+/// What the store hands a reader once a partition heals: the last record of every epoch `from`
+/// wrote (the store keeps each ended epoch's last record), then its newest.
+fn catch_up(w: &mut World, from: usize, to: usize) {
+    let written = w.written[from].clone();
+    for (k, rec) in written.iter().enumerate() {
+        let last_of_epoch = written
+            .get(k + 1)
+            .is_none_or(|next| next.epoch != rec.epoch);
+        if last_of_epoch {
+            w.coords[to].observe(rec.clone()).expect("valid record");
+        }
+    }
+}
+
+#[test]
+fn a_later_epoch_never_takes_grants_by_settlement_so_a_close_in_turn_is_not_held_twice() {
+    // Silence alone; A and B are cut off from each other and reclaim each other, while B still
+    // grants to A's epoch 1 (A's unmet need, published before the cut). A restarts late (epoch
+    // 2) and only then sees one of those records of B, from before B's close of A; B closes A's
+    // epoch 1 in turn against its last record, which shows those grants untaken, and takes
+    // them back. Were A's epoch 2 to take them too, both would hold them (fuzz seed 39803).
+    let mut w = settled(SilentPolicy::SilenceAlone);
+    // A publishes an unmet need before the cut; B's demand drops only behind it.
+    for i in [A, B, C] {
+        w.rebalance(i, [9_000.0, 3_600.0, 7_200.0][i]);
+        w.publish(i);
+    }
+    let demand = [9_000.0, 500.0, 7_200.0];
+    let cut = |from: usize, to: usize| (from == A && to == B) || (from == B && to == A);
+    let mut granted_later = None;
+    for _ in 0..5 {
+        for i in [A, B, C] {
+            w.rebalance(i, demand[i]);
+            for to in [A, B, C] {
+                if to != i && !cut(i, to) {
+                    w.deliver(i, to);
+                }
+            }
+        }
+        let b = w.coords[B].own();
+        if b.reclaims[rid(A)].is_none() && b.limits[0].granted[rid(A)] > Room::ZERO {
+            granted_later = Some(Arc::new(b.clone()));
+        }
+    }
+    let granted_later = granted_later.expect("B granted to A's epoch 1 behind the cut");
+    let a1 = w.coords[A].own().clone();
+    let mark = a1.reclaims[rid(B)].expect("A reclaimed B on silence");
+    assert!(mark.version < granted_later.version);
+    assert!(
+        granted_later.limits[0].granted[rid(A)] > a1.limits[0].taken[rid(B)],
+        "A's epoch 1 never took what B granted it behind the cut"
+    );
+    assert!(
+        w.coords[B].own().reclaims[rid(A)].is_some(),
+        "B reclaimed A"
+    );
+    w.coords[A] = Coordinator::restart(w.d.clone(), rid(A), Some(a1.clone()), u64::MAX);
+    catch_up(&mut w, C, A);
+    w.coords[A].observe(granted_later).expect("valid record");
+    w.rebalance(A, demand[A]);
+    let a = w.coords[A].own();
+    assert_eq!(a.epoch, 2);
+    assert_eq!(
+        a.limits[0].taken[rid(B)],
+        a1.limits[0].taken[rid(B)],
+        "epoch 2 settles A's close of B but takes none of B's grants to epoch 1"
+    );
+    // Healed: everyone sees everyone; the room adds up and returns to exactly the limit.
+    for _ in 0..30 {
+        for i in [A, B, C] {
+            w.rebalance(i, demand[i]);
+            for to in [A, B, C] {
+                if to != i {
+                    catch_up(&mut w, i, to);
+                }
+            }
+        }
+    }
+    let c = w.conservation();
+    assert!(c.holds(), "{c:?}");
+    assert_eq!(w.sum_shares(), Room::rps(10_000));
+}
