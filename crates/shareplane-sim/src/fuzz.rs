@@ -304,8 +304,16 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
     }
     // Verdicts after the other events of their tick, so that one drawn for the tick of a daemon's
     // death counts as "sooner than the lease after it" (the engine applies a tick's events
-    // together, so the order changes nothing else).
-    events.sort_by_key(|e| (e.at_tick, matches!(e.action, Action::Unhealthy(_))));
+    // together, so the order changes nothing else). The sort is stable and moves every verdict
+    // alike: an "unhealthy" and the "healthy" that clears it, drawn for one tick, stay in the
+    // order drawn (moving only the first made it last, a false verdict that never cleared).
+    events.sort_by_key(|e| {
+        let verdict = matches!(
+            e.action,
+            Action::Unhealthy(_) | Action::Healthy(_) | Action::Unknown(_)
+        );
+        (e.at_tick, verdict)
+    });
     let dead = keep_lifecycle(&mut events, n, lease_ticks.unwrap_or(0));
     // A lost Region is usually reported unhealthy some time after it was lost (the true verdict).
     if cut {
@@ -490,10 +498,12 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
             .iter()
             .map(|r| r.rate)
             .fold(in_force(row.tick), Room::max);
-        if a.estates < 0 {
+        if a.estates < 0 && row.tick < relaxed_until {
             // An ended epoch left a lowered limit's debt that some heir has not taken on yet:
             // until it does, that room is held above the newer rates (docs/PROTOCOL.md, "An
-            // estate in debt"), within the rate it was lowered from.
+            // estate in debt"), within the rate it was lowered from. The condition is read from
+            // the records' own debt counters, so it counts only until the liveness bound after
+            // the last fault: by then every heir has closed every estate, whatever they say.
             limit = limit.max(so_far(row.tick));
         }
         // Room taken twice only by heirs that closed an estate against an older record than its
