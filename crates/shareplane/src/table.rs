@@ -4,8 +4,9 @@
 //!
 //! Writes, fencing and leases are the memory store's own, so the daemon is tested against the
 //! same `put` conditions it meets there. Like the real table, it keeps each Region's last record
-//! of its previous epoch next to the current one: a survivor that never saw that epoch end needs
-//! it to reclaim the old estate (see `Coordinator::observe`).
+//! of every ended epoch next to the current one (the newest [`MAX_KEPT_EPOCHS`]): a survivor that
+//! never saw those epochs end needs them to close the old estates, one by one (see
+//! `Coordinator::observe`).
 
 use crate::clock::Clock;
 use shareplane_core::{PerRegion, RegionId, RegionRecord};
@@ -16,6 +17,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// At most this many pending writes are kept per Region (older visible ones are dropped).
 const MAX_PENDING: usize = 64;
+/// Ended epochs kept per Region (the oldest is dropped first), as many as the real store
+/// returns per read.
+pub const MAX_KEPT_EPOCHS: usize = 64;
 
 #[derive(Default)]
 struct Replicas {
@@ -24,8 +28,8 @@ struct Replicas {
     cut: PerRegion<bool>,
     /// What each reader last saw of each writer: a cut freezes it.
     seen: BTreeMap<(RegionId, RegionId), Arc<RegionRecord>>,
-    /// Each Region's last record of its previous epoch.
-    previous: BTreeMap<RegionId, Arc<RegionRecord>>,
+    /// Each Region's last record of every ended epoch, by epoch.
+    kept: BTreeMap<RegionId, BTreeMap<u64, Arc<RegionRecord>>>,
 }
 
 /// The table. Cloning shares it.
@@ -69,6 +73,16 @@ impl SimTable {
         self.replicas().cut[r]
     }
 
+    /// Loses the kept last record of Region `r`'s ended epoch `epoch` in every replica, as if
+    /// its item had never replicated and its owner's copy were gone too (for tests of
+    /// `waiting_for_record` and its recovery). Returns whether there was one.
+    pub fn lose_kept(&self, r: RegionId, epoch: u64) -> bool {
+        self.replicas()
+            .kept
+            .get_mut(&r)
+            .is_some_and(|k| k.remove(&epoch).is_some())
+    }
+
     fn replicas(&self) -> MutexGuard<'_, Replicas> {
         // Each update is a few inserts; a panic elsewhere cannot leave it half-done.
         self.replicas.lock().unwrap_or_else(|e| e.into_inner())
@@ -90,7 +104,11 @@ impl RecordStore for TableView {
         let mut reps = self.table.replicas();
         if let Some(Fetched::Record(old)) = before {
             if old.epoch < record.epoch {
-                reps.previous.insert(record.region, old);
+                let kept = reps.kept.entry(record.region).or_default();
+                kept.insert(old.epoch, old);
+                while kept.len() > MAX_KEPT_EPOCHS {
+                    kept.pop_first();
+                }
             }
         }
         let h = reps.history.entry(record.region).or_default();
@@ -125,8 +143,8 @@ impl RecordStore for TableView {
                 h.front().filter(|e| e.0 <= now).map(|e| e.1.clone())
             };
             if !cut {
-                if let Some(p) = reps.previous.get(&w) {
-                    out.push(Fetched::Record(p.clone()));
+                if let Some(k) = reps.kept.get(&w) {
+                    out.extend(k.values().map(|p| Fetched::Record(p.clone())));
                 }
             }
             let key = (self.me, w);
