@@ -79,6 +79,9 @@ pub struct Alarms {
     /// last record of that epoch has not reached it: their old room is frozen (held by nobody)
     /// until it does. Lasting, it is stranded room, and an operator should look.
     pub waiting_for_record: Vec<RegionId>,
+    /// Peers whose ended epoch this rebalance stopped waiting for, as an operator asked
+    /// ([`Coordinator::abandon`]): what it would have settled of it stays with nobody.
+    pub abandoned: Vec<RegionId>,
 }
 
 /// The result of [`Coordinator::rebalance`]: a record to write and rules to push.
@@ -102,6 +105,42 @@ pub enum PeerState {
     /// Its estate has been reclaimed; out of targets until it returns in a new epoch.
     Reclaimed,
 }
+
+/// Why [`Coordinator::abandon`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbandonRefused {
+    /// The Region named is this one, or not configured.
+    NotAPeer,
+    /// This Region is not waiting for a record of that peer (it accounts with this epoch).
+    NotWaiting { accounts_with: u64 },
+    /// It waits for the last record of another epoch of that peer.
+    OtherEpoch { waiting_for: u64 },
+    /// It reclaimed that epoch from an older record and must settle against the last one.
+    Reclaimed { epoch: u64 },
+}
+
+impl std::fmt::Display for AbandonRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AbandonRefused::NotAPeer => write!(f, "not a peer Region of this one"),
+            AbandonRefused::NotWaiting { accounts_with } => write!(
+                f,
+                "not waiting for a record of that Region (it accounts with its epoch {accounts_with})"
+            ),
+            AbandonRefused::OtherEpoch { waiting_for } => write!(
+                f,
+                "waiting for the last record of that Region's epoch {waiting_for}, not this one"
+            ),
+            AbandonRefused::Reclaimed { epoch } => write!(
+                f,
+                "this Region reclaimed that Region's epoch {epoch} from an older record and must \
+                 settle against its last one; giving up would keep what it took"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AbandonRefused {}
 
 /// A peer as this Region sees it (for `explain` and metrics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,6 +168,9 @@ struct Peer {
     /// have to close or settle (the store keeps every ended epoch's last record until its heirs
     /// have marked it).
     ended: BTreeMap<u64, Arc<RegionRecord>>,
+    /// The ended epoch an operator asked this Region to stop waiting for, until a rebalance
+    /// acts on it.
+    abandon: Option<u64>,
 }
 
 impl Peer {
@@ -167,6 +209,9 @@ enum Closure {
     },
     /// Settle the last close again against this newer record of the same epoch.
     Settle(Arc<RegionRecord>),
+    /// An operator gave up on the last record of the peer's ended epoch, which never reached
+    /// this Region ([`Coordinator::abandon`]): account with the next epoch, taking nothing.
+    Abandon,
 }
 
 /// This rebalance's plan for one peer.
@@ -217,6 +262,7 @@ impl Coordinator {
                 prev: None,
                 unchanged: 0,
                 ended: BTreeMap::new(),
+                abandon: None,
             })
             .collect();
         Coordinator { d, me, own, peers }
@@ -376,8 +422,39 @@ impl Coordinator {
         for i in 0..self.peers.len() {
             let Some(r) = RegionId::new(i) else { continue };
             let keep_from = self.keep_from(r);
-            self.peers[i].ended.retain(|&e, _| e >= keep_from);
+            let acct = self.own.peer_epochs[r];
+            let p = &mut self.peers[i];
+            p.ended.retain(|&e, _| e >= keep_from);
+            p.abandon = p.abandon.filter(|&e| e >= acct);
         }
+    }
+
+    /// An operator's recovery from `waiting_for_record:<peer>` (docs/PROTOCOL.md, "Giving up on
+    /// a lost record"): this Region stops waiting for the last record of `peer`'s ended epoch
+    /// `epoch` and, at its next rebalance, accounts with the next epoch. It takes nothing of that
+    /// epoch (no portion, none of its grants) and takes back none of its own grants to it: the
+    /// room it would have settled stays with nobody, under the limit, and is never created twice.
+    /// Refused unless this Region is waiting for exactly that record, and when it reclaimed that
+    /// epoch from an older record (what it took from that record stands until it settles against
+    /// the last one; giving up would keep it).
+    pub fn abandon(&mut self, peer: RegionId, epoch: u64) -> Result<(), AbandonRefused> {
+        if peer == self.me || peer.index() >= self.d.n() {
+            return Err(AbandonRefused::NotAPeer);
+        }
+        let acct = self.own.peer_epochs[peer];
+        if !self.waits_for_record(peer, &self.own) {
+            return Err(AbandonRefused::NotWaiting {
+                accounts_with: acct,
+            });
+        }
+        if epoch != acct {
+            return Err(AbandonRefused::OtherEpoch { waiting_for: acct });
+        }
+        if self.own.reclaims[peer].is_some_and(|m| m.epoch == acct) {
+            return Err(AbandonRefused::Reclaimed { epoch: acct });
+        }
+        self.peers[peer.index()].abandon = Some(epoch);
+        Ok(())
     }
 
     /// One rebalance (SPEC §4 and §6). Mutates only the silence counters; the own state changes
@@ -485,9 +562,10 @@ impl Coordinator {
                     alarms.reclaimed.push(j)
                 }
                 Closure::Settle(_) => alarms.settled.push(j),
+                Closure::Abandon => alarms.abandoned.push(j),
                 _ => {}
             }
-            if self.waits_for_record(j, rec) {
+            if !matches!(plan.closure, Closure::Abandon) && self.waits_for_record(j, rec) {
                 alarms.waiting_for_record.push(j);
             }
             plans[j.index()] = Some(plan);
@@ -530,6 +608,9 @@ impl Coordinator {
                 .final_version(acct)
                 .and_then(|v| p.newest_of(acct).filter(|r| r.version == v))
             else {
+                if p.abandon == Some(acct) && mark.is_none() {
+                    return plan(PeerState::Live, Closure::Abandon);
+                }
                 return plan(PeerState::Silent, Closure::None);
             };
             return match mark {
@@ -658,9 +739,9 @@ fn apply_marks(rec: &mut RegionRecord, plans: &[Option<Plan>]) {
                     m.version = newer.version;
                 }
             }
-            Closure::Switch { close: false, .. } => {}
+            Closure::Switch { close: false, .. } | Closure::Abandon => {}
         }
-        if let Closure::Switch { .. } = p.closure {
+        if let Closure::Switch { .. } | Closure::Abandon = p.closure {
             rec.peer_epochs[j] += 1;
             rec.account_epochs[j] = rec.epoch;
         }
@@ -803,7 +884,7 @@ impl LimitCtx<'_> {
             Closure::Reclaim(b) => Some(b),
             Closure::Switch { last, close: true } => Some(last),
             Closure::Switch { close: false, .. } => None,
-            Closure::Settle(_) => None,
+            Closure::Settle(_) | Closure::Abandon => None,
             Closure::None => match self.state(j) {
                 Some(PeerState::Live | PeerState::Silent) => Some(&self.peers[j.index()].latest),
                 _ => None,
@@ -852,6 +933,11 @@ impl LimitCtx<'_> {
                     let back = self.carried_back(li, rec, e, j, last);
                     e.pool += back;
                     out.reclaimed[j] = back;
+                    reset_account(e, j);
+                    continue;
+                }
+                Closure::Abandon => {
+                    // Nothing moves: grants in flight either way stay with nobody.
                     reset_account(e, j);
                     continue;
                 }

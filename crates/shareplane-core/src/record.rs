@@ -467,7 +467,10 @@ mod tests {
         assert!(!r.carries_open(rid(0)), "closed by epoch 1, kept to settle");
         r.reclaims.0[0] = None;
         r.peer_epochs.0[0] = 2;
-        assert!(r.carries_open(rid(0)), "epoch 1's account with the peer's epoch 2");
+        assert!(
+            r.carries_open(rid(0)),
+            "epoch 1's account with the peer's epoch 2"
+        );
         assert!(!r.accounts_with(rid(0), 2));
     }
 

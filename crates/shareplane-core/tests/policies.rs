@@ -395,3 +395,69 @@ fn a_later_epoch_never_takes_grants_by_settlement_so_a_close_in_turn_is_not_held
     assert!(c.holds(), "{c:?}");
     assert_eq!(w.sum_shares(), Room::rps(10_000));
 }
+
+#[test]
+fn an_operator_can_give_up_on_a_lost_record_and_the_room_it_would_have_settled_stays_with_nobody() {
+    // B restarts late twice while its records do not reach A, and the store never hands A the
+    // last records of B's epochs 1 and 2 (a lost replication): A can close neither and waits.
+    let mut w = settled(SilentPolicy::TwoSignals);
+    for _ in 0..2 {
+        let last = w.coords[B].own().clone();
+        w.coords[B] = Coordinator::restart(w.d.clone(), rid(B), Some(last), u64::MAX);
+        w.deliver(A, B);
+        w.deliver(C, B);
+        w.rebalance(B, DEMAND[B]);
+        w.deliver(B, C);
+    }
+    assert_eq!(w.coords[B].own().epoch, 3);
+    w.deliver(B, A);
+    let waits = |w: &mut World| w.rebalance(A, DEMAND[A]).alarms.waiting_for_record;
+    assert_eq!(waits(&mut w), vec![rid(B)]);
+    w.deliver(A, C);
+    let refused =
+        |w: &mut World, peer, epoch| w.coords[A].abandon(rid(peer), epoch).expect_err("refused");
+    assert_eq!(refused(&mut w, A, 1), AbandonRefused::NotAPeer);
+    assert_eq!(
+        refused(&mut w, C, 1),
+        AbandonRefused::NotWaiting { accounts_with: 1 }
+    );
+    assert_eq!(
+        refused(&mut w, B, 2),
+        AbandonRefused::OtherEpoch { waiting_for: 1 }
+    );
+    // Given up on epoch 1, A accounts with epoch 2, whose last record is lost too.
+    w.coords[A].abandon(rid(B), 1).expect("A waits for epoch 1");
+    let given_up = w.rebalance(A, DEMAND[A]).alarms;
+    assert_eq!(
+        (given_up.waiting_for_record, given_up.abandoned),
+        (vec![], vec![rid(B)]),
+        "epoch 1 given up"
+    );
+    assert_eq!(waits(&mut w), vec![rid(B)], "now epoch 2's last record");
+    w.coords[A].abandon(rid(B), 2).expect("A waits for epoch 2");
+    for _ in 0..12 {
+        round(&mut w, &[A, B, C], &[A, B, C]);
+        assert!(w.sum_shares() <= Room::rps(10_000));
+    }
+    assert!(w.coords[A].own().accounts_with(rid(B), 3));
+    assert!(
+        w.coords[A].own().reclaims[rid(B)].is_none(),
+        "A took nothing"
+    );
+    let c = w.conservation();
+    assert_eq!(
+        (c.actual, c.over, c.missing_basis),
+        (c.expected, 0, 0),
+        "{c:?}"
+    );
+    // What A would have settled of B's two ended epochs (its portions) is held by nobody.
+    assert!(c.outside_live() > 0, "{c:?}");
+    assert_eq!(
+        Room::rps(10_000).0 as i128 - w.sum_shares().0 as i128,
+        c.outside_live()
+            + (0..3)
+                .map(|i| w.coords[i].own().limits[0].pool.0 as i128)
+                .sum::<i128>(),
+        "every unit of the limit is either held or stranded, once"
+    );
+}

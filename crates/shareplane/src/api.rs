@@ -7,6 +7,7 @@
 //! | `GET /v1/state` | why each share is what it is |
 //! | `GET /v1/events` | operator events, oldest first (`?after=SEQ`: only newer ones); at most the last 1,000 |
 //! | `GET /v1/limits/{id}/explain` | one limit: demand, target, share, pool, grants in flight, peers, health, policy |
+//! | `POST /v1/peers/{region}/abandon` | `{"epoch": E}` (bearer token): stop waiting for the last record of that peer's ended epoch `E` (`waiting_for_record:<region>`); 202, decided at the next rebalance (event `estate_abandoned` or `abandon_refused`); 409 unless this replica leads and waits for exactly that record |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness latch, Prometheus text |
 //!
 //! Every refusal is a 4xx (or 503) with a JSON body `{"error": "..."}`.
@@ -46,6 +47,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/state", get(state))
         .route("/v1/events", get(events))
         .route("/v1/limits/{id}/explain", get(explain))
+        .route("/v1/peers/{region}/abandon", post(abandon))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -297,6 +299,81 @@ async fn demand(
         body["stale"] = serde_json::json!(true);
     }
     Ok(Json(body).into_response())
+}
+
+/// The body of `POST /v1/peers/{region}/abandon`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AbandonRequest {
+    epoch: u64,
+}
+
+/// An operator's recovery from `waiting_for_record:<region>` (docs/PROTOCOL.md, "Giving up on a
+/// lost record"). Checked here against the leader's last view so that a mistake is answered at
+/// once; the coordinator decides at the next rebalance.
+async fn abandon(
+    State(s): State<Arc<Shared>>,
+    Path(region): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    authorized(&s, &headers)?;
+    let body = body.map_err(|e| err(e.status(), e.body_text()))?;
+    let req: AbandonRequest = serde_json::from_slice(&body).map_err(|e| {
+        err(
+            StatusCode::BAD_REQUEST,
+            format!("bad request: {e} (expected {{\"epoch\": N}})"),
+        )
+    })?;
+    let d = s.d();
+    let Some(peer) = shareplane_core::regions(d.n()).find(|&r| d.region_name(r) == region) else {
+        return Err(err(
+            StatusCode::NOT_FOUND,
+            format!("no Region named {region:?} is configured"),
+        ));
+    };
+    if peer == s.me {
+        return Err(err(
+            StatusCode::CONFLICT,
+            "this is the Region's own name: it never waits for its own records",
+        ));
+    }
+    let view = s.view();
+    if view.role != "leader" {
+        return Err(err(
+            StatusCode::CONFLICT,
+            format!(
+                "this replica is {}: ask the replica that leads the Region (GET /v1/state, role)",
+                view.role
+            ),
+        ));
+    }
+    let p = view.peers.iter().find(|p| p.region == region);
+    let acct = p.and_then(|p| p.accounts_with_epoch).unwrap_or(0);
+    if p.and_then(|p| p.waiting_for_record).unwrap_or(0) == 0 {
+        return Err(err(
+            StatusCode::CONFLICT,
+            format!("not waiting for a record of {region} (it accounts with its epoch {acct})"),
+        ));
+    }
+    if req.epoch != acct {
+        return Err(err(
+            StatusCode::CONFLICT,
+            format!(
+                "waiting for the last record of {region}'s epoch {acct}, not epoch {}",
+                req.epoch
+            ),
+        ));
+    }
+    s.request_abandon(peer, req.epoch);
+    let body = serde_json::json!({
+        "queued": true,
+        "detail": format!(
+            "the next rebalance stops waiting for the last record of {region}'s epoch {acct} unless \
+             the coordinator refuses: see GET /v1/events (estate_abandoned or abandon_refused)"
+        ),
+    });
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
 /// 422 for a report with implausible totals: each refused limit with its reason. The report's

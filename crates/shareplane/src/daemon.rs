@@ -217,6 +217,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 continue;
             }
             self.adopt_proposed();
+            self.adopt_abandons();
             if phase_tick || !self.is_leader(now) {
                 self.tick(now, phase_tick).await;
             }
@@ -252,6 +253,26 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
               "adopted the reloaded limits");
         self.digest = shareplane_core::limits_digest(&d.limits);
         self.d = d;
+    }
+
+    /// Hands operators' requests to stop waiting for a peer epoch's last record
+    /// ([`Shared::request_abandon`]) to the coordinator, which decides; a refusal is an event.
+    fn adopt_abandons(&mut self) {
+        for (peer, epoch) in self.shared.take_abandons() {
+            let name = self.d.region_name(peer).to_string();
+            let refused = match self.coord.as_mut() {
+                Some(c) => c.abandon(peer, epoch).err().map(|e| e.to_string()),
+                None => Some("this replica does not lead its Region".to_string()),
+            };
+            if let Some(why) = refused {
+                self.shared.event(
+                    Kind::AbandonRefused,
+                    Some(&name),
+                    None,
+                    format!("refused to stop waiting for the last record of {name}'s epoch {epoch}: {why}"),
+                );
+            }
+        }
     }
 
     /// Hands the lease back on a clean stop (renewed to expire now), so that a follower takes
@@ -902,6 +923,14 @@ fn decision_events(
             };
             out.push((kind, Some(d.region_name(r).to_string()), None, detail));
         }
+    }
+    for &r in &a.abandoned {
+        let name = d.region_name(r);
+        out.push((Kind::EstateAbandoned, Some(name.to_string()), None, format!(
+            "stopped waiting for the last record of {name}'s epoch {}, as an operator asked: what \
+             this Region would have settled of that epoch (its portion, grants in flight either way) \
+             stays with nobody, under the limit; it now accounts with epoch {}",
+            old.peer_epochs[r], rec.peer_epochs[r])));
     }
     for (li, (spec, new)) in d.limits.iter().zip(&rec.limits).enumerate() {
         let was = old.limits.get(li).copied().unwrap_or_default();

@@ -36,6 +36,11 @@ pub enum Kind {
     ConfigRefused,
     /// A gateway's demand report held implausible totals (first refusal of that gateway).
     DemandRefused,
+    /// As an operator asked, this Region stopped waiting for the last record of a peer's ended
+    /// epoch: what it would have settled of it stays with nobody.
+    EstateAbandoned,
+    /// An operator's request to stop waiting was refused by the coordinator.
+    AbandonRefused,
 }
 
 impl Kind {
@@ -52,6 +57,8 @@ impl Kind {
             Kind::ConfigReloaded => "config_reloaded",
             Kind::ConfigRefused => "config_refused",
             Kind::DemandRefused => "demand_refused",
+            Kind::EstateAbandoned => "estate_abandoned",
+            Kind::AbandonRefused => "abandon_refused",
         }
     }
 }
@@ -100,7 +107,12 @@ impl EventLog {
     ) -> u64 {
         let warn = matches!(
             kind,
-            Kind::FenceOn | Kind::NewEpoch | Kind::ConfigRefused | Kind::DemandRefused
+            Kind::FenceOn
+                | Kind::NewEpoch
+                | Kind::ConfigRefused
+                | Kind::DemandRefused
+                | Kind::EstateAbandoned
+                | Kind::AbandonRefused
         );
         let (event, p, l) = (kind.name(), peer.unwrap_or(""), limit.unwrap_or(""));
         if warn {

@@ -24,6 +24,9 @@ pub struct Shared {
     d: RwLock<Arc<Deployment>>,
     /// A reloaded deployment waiting for the loop to adopt it ([`Shared::propose`]).
     proposed: Mutex<Option<Arc<Deployment>>>,
+    /// Operators' requests to stop waiting for a peer epoch's last record, for the loop
+    /// ([`Shared::request_abandon`]).
+    abandons: Mutex<Vec<(RegionId, u64)>>,
     /// What the last reloads of the configuration did (`GET /v1/state`, `config`).
     config: RwLock<ConfigStatus>,
     pub clock: Clock,
@@ -70,6 +73,7 @@ impl Shared {
             shutdown,
             d: RwLock::new(d),
             proposed: Mutex::new(None),
+            abandons: Mutex::new(Vec::new()),
             config: RwLock::new(ConfigStatus::default()),
         })
     }
@@ -104,6 +108,20 @@ impl Shared {
     /// proposal it has not adopted yet).
     pub fn propose(&self, d: Arc<Deployment>) {
         *self.proposed.lock().unwrap_or_else(|e| e.into_inner()) = Some(d);
+    }
+
+    /// Asks the loop to stop waiting for the last record of `peer`'s epoch `epoch`
+    /// (`POST /v1/peers/{region}/abandon`); the coordinator decides at the next rebalance.
+    pub fn request_abandon(&self, peer: RegionId, epoch: u64) {
+        let mut q = self.abandons.lock().unwrap_or_else(|e| e.into_inner());
+        if !q.contains(&(peer, epoch)) {
+            q.push((peer, epoch));
+        }
+    }
+
+    /// The requests made since the last call.
+    pub fn take_abandons(&self) -> Vec<(RegionId, u64)> {
+        std::mem::take(&mut *self.abandons.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The deployment proposed since the last call, if any.
@@ -305,6 +323,9 @@ pub struct PeerJson {
     /// neither closed nor settled (leader only). Lasting, that room is stranded (alarm
     /// `waiting_for_record:<peer>`, CloudWatch `LongestWaitForRecordSeconds`).
     pub waiting_for_record: Option<u32>,
+    /// The peer's epoch this Region accounts with (the one whose last record it waits for,
+    /// while it waits); `None` before the own record is known.
+    pub accounts_with_epoch: Option<u64>,
     /// The digest of the limits the peer's latest record says it runs (hex; `None`: unknown,
     /// an older daemon).
     pub limits_digest: Option<String>,
@@ -511,6 +532,7 @@ fn peer_view(v: &ViewInput<'_>, r: RegionId) -> PeerJson {
         },
         written_at_ms: pv.map_or_else(|| from_rec(|x| x.written_at_ms), |p| p.written_at_ms),
         waiting_for_record: v.waiting_for_record.get(r.index()).copied(),
+        accounts_with_epoch: v.own.map(|o| o.peer_epochs[r]),
         limits_digest: rec
             .as_deref()
             .and_then(|x| x.limits_digest)

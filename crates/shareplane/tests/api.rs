@@ -492,3 +492,102 @@ async fn events_carry_both_timestamps_and_a_refused_demand_report_is_one() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(json(&body)["error"].is_string());
 }
+
+#[tokio::test]
+async fn giving_up_on_a_lost_record_is_checked_against_the_leaders_view_then_queued() {
+    use shareplane::state::{build_view, ViewInput};
+    use shareplane_core::{Health, PeerState, PeerView, PerRegion, RegionRecord, MAX_REGIONS};
+    let (s, _tx) = shared();
+    let rid = |i| RegionId::new(i).unwrap_or_else(|| panic!("region {i}"));
+    // The own record accounts with B's epoch 1; B's latest record is in epoch 3.
+    let own = RegionRecord::genesis(&s.d(), s.me);
+    let peer = |i: usize| PeerView {
+        region: rid(i),
+        epoch: 3,
+        version: 9,
+        unchanged: 0,
+        state: PeerState::Silent,
+        written_at_ms: 1_000,
+    };
+    let view = |role, waiting: Vec<u32>| {
+        build_view(ViewInput {
+            d: &s.d(),
+            me: s.me,
+            role,
+            replica: "r0",
+            own: Some(&own),
+            peer_records: vec![None; 3],
+            peer_views: Some(vec![peer(1), peer(2)]),
+            health: PerRegion([Health::Healthy; MAX_REGIONS]),
+            store_ok: true,
+            last_error: None,
+            rules_version: 1,
+            alarms: vec!["waiting_for_record:B".into()],
+            waiting_for_record: waiting,
+            limits_mismatch: Vec::new(),
+        })
+    };
+    let app = api::router(s.clone());
+    let req = |region: &str, token: Option<&str>, body: &str| {
+        let mut b = Request::post(format!("/v1/peers/{region}/abandon"))
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(t) = token {
+            b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        b.body(Body::from(body.to_string()))
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let answer = |region: &'static str, token, body: &'static str| {
+        let app = app.clone();
+        async move {
+            let (status, _, bytes) = call(&app, req(region, token, body)).await;
+            (status, json(&bytes))
+        }
+    };
+    s.set_view(view("follower", Vec::new()));
+    let (status, body) = answer("B", Some(TOKEN), r#"{"epoch": 1}"#).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("follower")),
+        "{body}"
+    );
+    s.set_view(view("leader", vec![0, 7, 0]));
+    for (region, token, body, want) in [
+        ("B", None, r#"{"epoch": 1}"#, StatusCode::UNAUTHORIZED),
+        (
+            "B",
+            Some("wrong"),
+            r#"{"epoch": 1}"#,
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "B",
+            Some(TOKEN),
+            r#"{"epoch": "one"}"#,
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "B",
+            Some(TOKEN),
+            r#"{"epoch": 1, "all": true}"#,
+            StatusCode::BAD_REQUEST,
+        ),
+        ("Z", Some(TOKEN), r#"{"epoch": 1}"#, StatusCode::NOT_FOUND),
+        ("A", Some(TOKEN), r#"{"epoch": 1}"#, StatusCode::CONFLICT),
+        ("C", Some(TOKEN), r#"{"epoch": 1}"#, StatusCode::CONFLICT),
+        ("B", Some(TOKEN), r#"{"epoch": 2}"#, StatusCode::CONFLICT),
+    ] {
+        let (status, answer) = answer(region, token, body).await;
+        assert_eq!(status, want, "{region} {body}: {answer}");
+        assert!(answer["error"].is_string(), "{answer}");
+    }
+    assert!(s.take_abandons().is_empty(), "nothing refused was queued");
+    let (status, body) = answer("B", Some(TOKEN), r#"{"epoch": 1}"#).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["queued"], true);
+    assert_eq!(s.take_abandons(), vec![(rid(1), 1)]);
+    let (_, _, bytes) = call(&app, get("/v1/state")).await;
+    assert_eq!(json(&bytes)["peers"][0]["accounts_with_epoch"], 1);
+}

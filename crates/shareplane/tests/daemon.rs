@@ -1237,3 +1237,86 @@ async fn a_reload_and_the_adoption_of_a_limit_are_events() {
         "{adopted:?}"
     );
 }
+
+/// Stops Region `r`'s serving replica and waits for its task to end.
+async fn stop_replica(c: &mut Cluster, r: usize) {
+    let old = c.replicas[r].remove(0);
+    let _ = old.stop.send(true);
+    let _ = old.task.await;
+}
+
+fn alarms_of(s: &Shared) -> Vec<String> {
+    s.view().alarms.clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_operator_gives_up_on_lost_records_one_epoch_at_a_time_and_nothing_is_created() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let feed = c.feed_demand();
+    settle(60).await;
+    let a = c.replicas[0][0].shared.clone();
+    // A is cut off while B restarts late twice (epochs 2 and 3); the table then loses the last
+    // records of B's epochs 1 and 2 for good, so A, healed, can close neither.
+    c.table.set_cut(rid(0), true);
+    for k in 0..2 {
+        stop_replica(&mut c, 1).await;
+        settle(20).await;
+        c.start(1, &format!("r1-{k}"), c.clock);
+        settle(10).await;
+    }
+    feed.abort();
+    let _feed = c.feed_demand();
+    assert_eq!(c.replicas[1][0].shared.view().epoch, 3);
+    assert!(c.table.lose_kept(rid(1), 1) && c.table.lose_kept(rid(1), 2));
+    c.table.set_cut(rid(0), false);
+    settle(20).await;
+    let b_view = |a: &Shared| {
+        let v = a.view();
+        let p = v.peers.iter().find(|p| p.region == "B").cloned();
+        p.unwrap_or_else(|| panic!("no peer B in {v:?}"))
+    };
+    assert!(
+        alarms_of(&a).contains(&"waiting_for_record:B".to_string()),
+        "{:?}",
+        a.view()
+    );
+    assert_eq!(b_view(&a).accounts_with_epoch, Some(1));
+    // A request for another epoch reaches the coordinator, which refuses it: an event.
+    a.request_abandon(rid(1), 2);
+    settle(6).await;
+    assert_eq!(event_kinds(&a, Some("B")).last(), Some(&"abandon_refused"));
+    let mut max_sum: f64 = 0.0;
+    for epoch in [1, 2] {
+        assert_eq!(b_view(&a).accounts_with_epoch, Some(epoch));
+        a.request_abandon(rid(1), epoch);
+        for _ in 0..6 {
+            settle(1).await;
+            max_sum = max_sum.max(c.published().iter().sum());
+        }
+        assert_eq!(event_kinds(&a, Some("B")).last(), Some(&"estate_abandoned"));
+    }
+    for _ in 0..60 {
+        settle(1).await;
+        max_sum = max_sum.max(c.published().iter().sum());
+    }
+    assert_eq!(b_view(&a).accounts_with_epoch, Some(3));
+    assert!(
+        !alarms_of(&a)
+            .iter()
+            .any(|x| x.starts_with("waiting_for_record")),
+        "{:?}",
+        a.view()
+    );
+    let abandoned = event_kinds(&a, Some("B"))
+        .into_iter()
+        .filter(|k| *k == "estate_abandoned")
+        .count();
+    assert_eq!(abandoned, 2);
+    assert!(
+        max_sum <= 10_000.0 + 1e-6,
+        "the shares never add up to more than L: {max_sum}"
+    );
+    // B rises again by A's grants too: A accounts with its current epoch.
+    assert!(c.published()[1] > 0.0, "{:?}", c.published());
+}
