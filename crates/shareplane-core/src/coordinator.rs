@@ -155,15 +155,72 @@ pub struct PeerView {
     pub written_at_ms: u64,
 }
 
+/// How many reads in a row found a peer's latest record unchanged (SPEC §6: silent after
+/// `silent_after`). The leader counts at its rebalances, a follower at its phase ticks; both with
+/// this, so that both report a peer silent by the same rule.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Silence {
+    /// `(epoch, version)` of the record seen at the previous read.
+    prev: Option<(u64, u64)>,
+    unchanged: u32,
+}
+
+impl Silence {
+    /// One read that found `now` (`None`: no record) as the peer's latest record.
+    pub fn read(&mut self, now: Option<(u64, u64)>) {
+        self.unchanged = match (now, self.prev) {
+            (Some(c), Some(p)) if c == p => self.unchanged.saturating_add(1),
+            _ => 0,
+        };
+        self.prev = now;
+    }
+
+    pub fn unchanged(&self) -> u32 {
+        self.unchanged
+    }
+}
+
+/// How a Region sees one peer: `latest`, the peer's latest record (`seen` false: never heard
+/// of), against `own`, the Region's own latest record, after `unchanged` reads without a change.
+/// The coordinator reports its peers by this rule ([`Coordinator::peers`]), and a replica that
+/// does not lead reports them by it from the leader's record.
+pub fn peer_view(
+    d: &Deployment,
+    own: Option<&RegionRecord>,
+    latest: &RegionRecord,
+    seen: bool,
+    unchanged: u32,
+) -> PeerView {
+    let r = latest.region;
+    let marked = own.is_some_and(|o| {
+        o.reclaims[r].map(|m| m.epoch) == Some(o.peer_epochs[r]) && latest.epoch <= o.peer_epochs[r]
+    });
+    let state = if marked {
+        PeerState::Reclaimed
+    } else if !seen || unchanged >= d.silent_after {
+        // As in `plan`: a peer never heard of is kept in targets but never a grantee.
+        PeerState::Silent
+    } else {
+        PeerState::Live
+    };
+    PeerView {
+        region: r,
+        epoch: latest.epoch,
+        version: latest.version,
+        unchanged,
+        state,
+        written_at_ms: latest.written_at_ms,
+    }
+}
+
 #[derive(Clone, Hash)]
 struct Peer {
     /// False until a record of the peer was observed; `latest` is then its genesis record, which
     /// is never reclaimed (the peer may have written records this Region has not seen).
     seen: bool,
     latest: Arc<RegionRecord>,
-    /// `(epoch, version)` of `latest` at the previous own rebalance.
-    prev: Option<(u64, u64)>,
-    unchanged: u32,
+    /// Own rebalances in a row at which `latest` had not changed.
+    silence: Silence,
     /// The newest record seen of every epoch older than `latest`'s that this Region may still
     /// have to close or settle (the store keeps every ended epoch's last record until its heirs
     /// have marked it).
@@ -259,8 +316,7 @@ impl Coordinator {
             .map(|r| Peer {
                 seen: false,
                 latest: Arc::new(RegionRecord::genesis(&d, r)),
-                prev: None,
-                unchanged: 0,
+                silence: Silence::default(),
                 ended: BTreeMap::new(),
                 abandon: None,
             })
@@ -391,29 +447,15 @@ impl Coordinator {
             if r == self.me {
                 continue;
             }
-            let state = if self.is_marked(r) && p.latest.epoch <= self.own.peer_epochs[r] {
-                PeerState::Reclaimed
-            } else if !p.seen || p.unchanged >= self.d.silent_after {
-                // As in `plan`: a peer never heard of is kept in targets but never a grantee.
-                PeerState::Silent
-            } else {
-                PeerState::Live
-            };
-            out.push(PeerView {
-                region: r,
-                epoch: p.latest.epoch,
-                version: p.latest.version,
-                unchanged: p.unchanged,
-                state,
-                written_at_ms: p.latest.written_at_ms,
-            });
+            out.push(peer_view(
+                &self.d,
+                Some(&self.own),
+                &p.latest,
+                p.seen,
+                p.silence.unchanged(),
+            ));
         }
         out
-    }
-
-    /// Whether the epoch this Region accounts with for peer `r` is closed (reclaimed).
-    fn is_marked(&self, r: RegionId) -> bool {
-        self.own.reclaims[r].map(|m| m.epoch) == Some(self.own.peer_epochs[r])
     }
 
     /// Adopts a decision whose record was durably written.
@@ -486,7 +528,7 @@ impl Coordinator {
         alarms.stale_view = d.n() > 1
             && crate::region::regions(d.n())
                 .filter(|&r| r != me)
-                .all(|r| self.peers[r.index()].unchanged > 0);
+                .all(|r| self.peers[r.index()].silence.unchanged() > 0);
         let ctx = LimitCtx {
             d: &d,
             me,
@@ -535,13 +577,7 @@ impl Coordinator {
             if i == self.me.index() || !p.seen {
                 continue;
             }
-            let cur = (p.latest.epoch, p.latest.version);
-            if p.prev == Some(cur) {
-                p.unchanged = p.unchanged.saturating_add(1);
-            } else {
-                p.unchanged = 0;
-            }
-            p.prev = Some(cur);
+            p.silence.read(Some((p.latest.epoch, p.latest.version)));
         }
     }
 
@@ -641,7 +677,7 @@ impl Coordinator {
                 _ => plan(PeerState::Reclaimed, Closure::None),
             };
         }
-        let silent = p.unchanged >= self.d.silent_after;
+        let silent = p.silence.unchanged() >= self.d.silent_after;
         if silent && !fenced && reclaimable(self.d.policy, health[j]) {
             // A fenced Region is itself suspect (its own check says unhealthy): it reclaims
             // nobody, or two Regions cut off from each other and both wrongly called unhealthy

@@ -45,8 +45,8 @@ use crate::health::HealthSource;
 use crate::rules::{lowered, zero_rules, RuleSet};
 use crate::state::{build_view, Shared, ViewInput};
 use shareplane_core::{
-    regions, Alarms, Coordinator, Decision, Deployment, Health, Inputs, PeerState, PeerView,
-    PerRegion, RegionRecord, Room,
+    peer_view, regions, Alarms, Coordinator, Decision, Deployment, Health, Inputs, PeerState,
+    PeerView, PerRegion, RegionRecord, Room, Silence,
 };
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::future::Future;
@@ -97,7 +97,7 @@ pub struct Daemon<S, H> {
     coord: Option<Coordinator>,
     /// A follower's count of its phase ticks at which each peer's record had not changed, with
     /// the `(epoch, version)` seen at the previous one (for `/v1/state`, like the leader's).
-    silence: Vec<(Option<(u64, u64)>, u32)>,
+    silence: Vec<Silence>,
     /// The token `coord`'s writes were made with.
     token: Option<WriterToken>,
     /// Lease end on this replica's clock; 0 when not the leader.
@@ -139,7 +139,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             health,
             opts,
             coord: None,
-            silence: vec![(None, 0); n],
+            silence: vec![Silence::default(); n],
             token: None,
             lease_until_ms: 0,
             unwritten_epoch: false,
@@ -769,43 +769,20 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     /// Counts, at a follower's phase tick, how long each peer's record has not changed.
     fn count_silence(&mut self) {
         for (rec, slot) in self.peer_records.iter().zip(self.silence.iter_mut()) {
-            let cur = rec.as_ref().map(|r| (r.epoch, r.version));
-            *slot = match (cur, *slot) {
-                (Some(c), (Some(prev), n)) if c == prev => (Some(c), n.saturating_add(1)),
-                (c, _) => (c, 0),
-            };
+            slot.read(rec.as_ref().map(|r| (r.epoch, r.version)));
         }
     }
 
-    /// The peers as a follower sees them: silence from its own count, reclaimed when the
-    /// leader's record marks the peer's current epoch as reclaimed.
+    /// The peers as a follower sees them, by the coordinator's rule ([`peer_view`]): silence
+    /// from its own count, reclaimed when the leader's record marks the peer's current epoch.
     fn follower_peers(&self, own: Option<&RegionRecord>) -> Vec<PeerView> {
-        let d = &self.d;
         let me = self.shared.me;
-        regions(d.n())
+        regions(self.d.n())
             .filter(|&r| r != me)
             .filter_map(|r| {
                 let rec = self.peer_records.get(r.index())?.as_ref()?;
-                let unchanged = self.silence.get(r.index()).map_or(0, |s| s.1);
-                let reclaimed = own.is_some_and(|o| {
-                    o.reclaims[r].is_some_and(|m| m.epoch == o.peer_epochs[r])
-                        && rec.epoch <= o.peer_epochs[r]
-                });
-                let state = if reclaimed {
-                    PeerState::Reclaimed
-                } else if unchanged >= d.silent_after {
-                    PeerState::Silent
-                } else {
-                    PeerState::Live
-                };
-                Some(PeerView {
-                    region: r,
-                    epoch: rec.epoch,
-                    version: rec.version,
-                    unchanged,
-                    state,
-                    written_at_ms: rec.written_at_ms,
-                })
+                let silence = self.silence.get(r.index()).copied().unwrap_or_default();
+                Some(peer_view(&self.d, own, rec, true, silence.unchanged()))
             })
             .collect()
     }
