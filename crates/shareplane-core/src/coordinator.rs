@@ -142,6 +142,27 @@ impl std::fmt::Display for AbandonRefused {
 
 impl std::error::Error for AbandonRefused {}
 
+/// Step 2's targets (SPEC §4) of the Regions whose demands are `weights`, into `out` (as long):
+/// `floor + (rate − floor × n) × demand_i / Σ demand`, split exactly (largest remainder). A floor
+/// that the rate cannot give every Region is lowered to `rate / n`. The coordinator computes each
+/// share's target with it, and the simulator its ideal end state.
+pub fn targets(rate: Room, floor: Room, weights: &[u64], out: &mut [Room]) {
+    let n = weights.len().min(out.len());
+    if n == 0 {
+        return;
+    }
+    let floor = if floor.0.saturating_mul(n as u64) > rate.0 {
+        Room(rate.0 / n as u64)
+    } else {
+        floor
+    };
+    let rest = Room(rate.0 - floor.0 * n as u64);
+    split(rest, &weights[..n], &mut out[..n]);
+    for t in out[..n].iter_mut() {
+        *t += floor;
+    }
+}
+
 /// A peer as this Region sees it (for `explain` and metrics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerView {
@@ -1100,17 +1121,14 @@ impl LimitCtx<'_> {
             weights[members] = w;
             members += 1;
         }
-        let spec = &self.d.limits[li];
-        let rate = e.rate;
-        let floor = if spec.floor.0.saturating_mul(members as u64) > rate.0 {
-            Room(rate.0 / members as u64)
-        } else {
-            spec.floor
-        };
-        let rest = Room(rate.0 - floor.0 * members as u64);
         let mut parts = [Room::ZERO; MAX_REGIONS];
-        split(rest, &weights[..members], &mut parts[..members]);
-        floor + parts[mine]
+        targets(
+            e.rate,
+            self.d.limits[li].floor,
+            &weights[..members],
+            &mut parts[..members],
+        );
+        parts[mine]
     }
 
     /// Step 4: grant the pool to live peers by name, in proportion to the unmet needs they last

@@ -20,8 +20,8 @@ mod room;
 
 pub use config::{ConfigError, Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
 pub use coordinator::{
-    peer_view, AbandonRefused, Alarms, Coordinator, Decision, Health, Inputs, LimitOutcome,
-    PeerState, PeerView, Rule, Silence,
+    peer_view, targets, AbandonRefused, Alarms, Coordinator, Decision, Health, Inputs,
+    LimitOutcome, PeerState, PeerView, Rule, Silence,
 };
 pub use demand::{
     band as demand_band, published_demand, DEMAND_BAND_MIN_PERMILLE_OF_RATE, DEMAND_BAND_PERMILLE,

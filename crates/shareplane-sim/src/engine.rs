@@ -190,15 +190,14 @@ pub fn deployment(sc: &Scenario) -> Result<Deployment, SimError> {
     })
 }
 
-/// Targets of the given demands, computed as the core does: the floor for every Region, the rest
-/// split by demand with largest-remainder rounding (evenly when every demand is zero).
+/// Targets of the given demands, by the core's own rule ([`shareplane_core::targets`]): the
+/// floor for every Region (lowered if the limit cannot give it to all), the rest split by demand
+/// with largest-remainder rounding (evenly when every demand is zero).
 pub fn targets(limit: Room, floor: Room, demands: &[Room]) -> Vec<Room> {
-    let n = demands.len();
-    let rest = limit.saturating_sub(Room(floor.0.saturating_mul(n as u64)));
     let weights: Vec<u64> = demands.iter().map(|d| d.0).collect();
-    let mut parts = vec![Room::ZERO; n];
-    shareplane_core::split(rest, &weights, &mut parts);
-    parts.into_iter().map(|p| floor + p).collect()
+    let mut parts = vec![Room::ZERO; demands.len()];
+    shareplane_core::targets(limit, floor, &weights, &mut parts);
+    parts
 }
 
 fn initial_record(

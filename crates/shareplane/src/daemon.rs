@@ -39,7 +39,7 @@
 //! other than the one its coordinator wrote with resumes from the own durable record through
 //! [`Coordinator::restart`] and rebalances at once.
 
-use crate::clock::{next_tick, Clock};
+use crate::clock::next_tick;
 use crate::events::Kind;
 use crate::health::HealthSource;
 use crate::rules::{lowered, zero_rules, RuleSet};
@@ -954,9 +954,4 @@ fn peer_events(d: &Deployment, before: &[PeerView], after: &[PeerView]) -> Vec<E
         }
     }
     out
-}
-
-/// A clock for tests and the demo that every daemon of one process shares.
-pub fn shared_clock() -> Clock {
-    Clock::starting_at(1_000_000)
 }
