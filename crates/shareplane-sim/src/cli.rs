@@ -68,9 +68,14 @@ struct FuzzArgs {
     /// The first seed.
     #[arg(long, default_value_t = 1)]
     start: u64,
-    /// Print each generated scenario as TOML (to replay it with `shareplane sim`).
+    /// Print each generated scenario as TOML (to replay it with `shareplane sim`); runs the
+    /// seeds one by one, in order.
     #[arg(long)]
     print: bool,
+    /// Threads (default: `SHAREPLANE_FUZZ_JOBS`, else every core). The figures do not depend
+    /// on it.
+    #[arg(long)]
+    jobs: Option<usize>,
 }
 
 /// `shareplane sim ARGS` (ARGS without the word "sim").
@@ -212,25 +217,35 @@ fn fuzz(args: &[OsString]) -> ExitCode {
         eprintln!("shareplane sim fuzz: --seeds must be 1 to 100000000");
         return ExitCode::from(2);
     }
-    let mut failed = 0u64;
     let mut out = std::io::stdout().lock();
-    let mut totals = crate::fuzz::Totals::default();
-    for seed in a.start..a.start.saturating_add(a.seeds) {
-        let sc = crate::fuzz::generate(seed);
-        if a.print {
+    let failed_line = |seed: u64, failure: &str| {
+        format!(
+            "seed {seed} FAILED: {failure}\n  replay: shareplane sim fuzz --seeds 1 --start {seed}   (add --print for the scenario as TOML)"
+        )
+    };
+    let (totals, failed) = if a.print {
+        let mut totals = crate::fuzz::Totals::default();
+        let mut failed = 0u64;
+        for seed in a.start..a.start.saturating_add(a.seeds) {
+            let sc = crate::fuzz::generate(seed);
             let _ = writeln!(out, "{}", crate::fuzz::to_toml(&sc));
-        }
-        match crate::fuzz::check(&sc) {
-            Ok(report) => totals.add(&report, sc.limit),
-            Err(failure) => {
-                failed += 1;
-                let _ = writeln!(
-                    out,
-                    "seed {seed} FAILED: {failure}\n  replay: shareplane sim fuzz --seeds 1 --start {seed}   (add --print for the scenario as TOML)"
-                );
+            match crate::fuzz::check(&sc) {
+                Ok(report) => totals.add(&report, sc.limit),
+                Err(failure) => {
+                    failed += 1;
+                    let _ = writeln!(out, "{}", failed_line(seed, &failure));
+                }
             }
         }
-    }
+        (totals, failed)
+    } else {
+        let jobs = a.jobs.unwrap_or_else(crate::fuzz::default_jobs);
+        let (totals, failures) = crate::fuzz::run_seeds(a.start, a.seeds, jobs);
+        for (seed, failure) in &failures {
+            let _ = writeln!(out, "{}", failed_line(*seed, failure));
+        }
+        (totals, failures.len() as u64)
+    };
     let _ = writeln!(out, "{}", totals.report(a.seeds, failed));
     if failed > 0 {
         ExitCode::from(1)

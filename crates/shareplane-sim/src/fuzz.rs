@@ -676,6 +676,26 @@ impl Totals {
         }
     }
 
+    /// Adds another run's totals (of other seeds) to these.
+    pub fn merge(&mut self, o: &Totals) {
+        self.passed += o.passed;
+        self.with_false_verdict += o.with_false_verdict;
+        self.ticks += o.ticks;
+        self.with_stale += o.with_stale;
+        for (mine, theirs) in [
+            (&mut self.max_false_excess_rps, o.max_false_excess_rps),
+            (&mut self.max_false_excess_s, o.max_false_excess_s),
+            (&mut self.fenced_false_excess_rps, o.fenced_false_excess_rps),
+            (&mut self.fenced_false_excess_s, o.fenced_false_excess_s),
+            (&mut self.max_settled_after_s, o.max_settled_after_s),
+            (&mut self.max_settle_ratio, o.max_settle_ratio),
+            (&mut self.max_stale_ratio, o.max_stale_ratio),
+            (&mut self.max_stale_s, o.max_stale_s),
+        ] {
+            *mine = mine.max(theirs);
+        }
+    }
+
     pub fn report(&self, seeds: u64, failed: u64) -> String {
         format!(
             "fuzz: {seeds} seeds, {} passed, {failed} failed, {} ticks simulated\n\
@@ -811,4 +831,62 @@ pub fn to_toml(sc: &Scenario) -> String {
         let _ = writeln!(o, "\n[[event]]\nat_s = {:?}\n{action}", s(e.at_tick));
     }
     o
+}
+
+/// Generates and checks seeds `start..start + seeds` on `jobs` threads (each takes every
+/// `jobs`-th seed). The totals do not depend on `jobs`; failures come back in seed order.
+pub fn run_seeds(start: u64, seeds: u64, jobs: usize) -> (Totals, Vec<(u64, String)>) {
+    let jobs = jobs.clamp(1, 64) as u64;
+    let end = start.saturating_add(seeds);
+    let parts: Vec<(Totals, Vec<(u64, String)>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..jobs)
+            .map(|k| {
+                s.spawn(move || {
+                    let mut totals = Totals::default();
+                    let mut failed = Vec::new();
+                    let mut seed = start.saturating_add(k);
+                    while seed < end {
+                        let sc = generate(seed);
+                        match check(&sc) {
+                            Ok(r) => totals.add(&r, sc.limit),
+                            Err(f) => failed.push((seed, f)),
+                        }
+                        seed = seed.saturating_add(jobs);
+                    }
+                    (totals, failed)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h.join() {
+                Ok(part) => part,
+                // A panic in the checker is a failure of every seed that thread had left.
+                Err(_) => (
+                    Totals::default(),
+                    vec![(
+                        start,
+                        "a fuzz thread panicked (see its message above)".into(),
+                    )],
+                ),
+            })
+            .collect()
+    });
+    let mut totals = Totals::default();
+    let mut failed = Vec::new();
+    for (t, f) in parts {
+        totals.merge(&t);
+        failed.extend(f);
+    }
+    failed.sort_by_key(|(seed, _)| *seed);
+    (totals, failed)
+}
+
+/// Threads for [`run_seeds`]: `SHAREPLANE_FUZZ_JOBS`, else every core.
+pub fn default_jobs() -> usize {
+    std::env::var("SHAREPLANE_FUZZ_JOBS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&j: &usize| j > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }

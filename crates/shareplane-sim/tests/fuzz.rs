@@ -51,17 +51,13 @@ fn ci_seeds() -> (u64, u64) {
 #[test]
 fn ci_sized_fuzz_run() {
     let (start, seeds) = ci_seeds();
-    let mut totals = fuzz::Totals::default();
-    let mut failed = Vec::new();
-    for seed in start..start.saturating_add(seeds) {
-        let sc = fuzz::generate(seed);
-        match fuzz::check(&sc) {
-            Ok(r) => totals.add(&r, sc.limit),
-            Err(f) => failed.push(format!(
-                "seed {seed}: {f} (replay: shareplane sim fuzz --seeds 1 --start {seed})"
-            )),
-        }
-    }
+    let (totals, failures) = fuzz::run_seeds(start, seeds, fuzz::default_jobs());
+    let failed: Vec<String> = failures
+        .iter()
+        .map(|(seed, f)| {
+            format!("seed {seed}: {f} (replay: shareplane sim fuzz --seeds 1 --start {seed})")
+        })
+        .collect();
     println!("{}", totals.report(seeds, failed.len() as u64));
     assert!(failed.is_empty(), "{}", failed.join("\n"));
     assert!(
@@ -108,4 +104,16 @@ fn seeds_are_deterministic_and_replay_through_a_scenario_file() {
             "seed {seed}: the printed scenario is the generated one"
         );
     }
+}
+
+#[test]
+fn the_figures_do_not_depend_on_the_number_of_threads() {
+    let (one, f1) = fuzz::run_seeds(1, 40, 1);
+    let (three, f3) = fuzz::run_seeds(1, 40, 3);
+    assert_eq!(f1, f3);
+    assert_eq!(
+        one.report(40, f1.len() as u64),
+        three.report(40, f3.len() as u64)
+    );
+    assert_eq!(one.passed + f1.len() as u64, 40);
 }
