@@ -389,38 +389,48 @@ async fn rules_carry_the_lease_and_a_long_poll_answers_each_renewal() {
         .contains("shareplane_rules_lease_remaining_ms{region=\"A\"} 0"));
 }
 
-#[tokio::test]
-async fn a_peer_whose_old_epoch_cannot_be_closed_shows_in_state_metrics_and_cloudwatch() {
+/// A view in which B and C wrote `peer_epoch` records, B's old epoch's last record has not
+/// reached this Region (alarm `waiting_for_record:B`), and the leader has waited `waiting`
+/// rebalances for each peer (by Region index; empty for a follower).
+fn waiting_view(
+    s: &Shared,
+    role: &'static str,
+    own: Option<&shareplane_core::RegionRecord>,
+    peer_epoch: u64,
+    waiting: Vec<u32>,
+) -> shareplane::state::StateView {
     use shareplane::state::{build_view, ViewInput};
     use shareplane_core::{Health, PeerState, PeerView, PerRegion, MAX_REGIONS};
-    let (s, _tx) = shared();
-    let rid = |i| RegionId::new(i).unwrap_or_else(|| panic!("region {i}"));
     let peer = |i: usize| PeerView {
-        region: rid(i),
-        epoch: 2,
+        region: RegionId::new(i).unwrap_or_else(|| panic!("region {i}")),
+        epoch: peer_epoch,
         version: 9,
         unchanged: 0,
         state: PeerState::Live,
         written_at_ms: 1_000,
     };
-    let view = |role, waiting: Vec<u32>| {
-        build_view(ViewInput {
-            d: &s.d(),
-            me: s.me,
-            role,
-            replica: "r0",
-            own: None,
-            peer_records: vec![None; 3],
-            peer_views: Some(vec![peer(1), peer(2)]),
-            health: PerRegion([Health::Healthy; MAX_REGIONS]),
-            store_ok: true,
-            last_error: None,
-            rules_version: 1,
-            alarms: vec!["waiting_for_record:B".into()],
-            waiting_for_record: waiting,
-            limits_mismatch: Vec::new(),
-        })
-    };
+    build_view(ViewInput {
+        d: &s.d(),
+        me: s.me,
+        role,
+        replica: "r0",
+        own,
+        peer_records: vec![None; 3],
+        peer_views: Some(vec![peer(1), peer(2)]),
+        health: PerRegion([Health::Healthy; MAX_REGIONS]),
+        store_ok: true,
+        last_error: None,
+        rules_version: 1,
+        alarms: vec!["waiting_for_record:B".into()],
+        waiting_for_record: waiting,
+        limits_mismatch: Vec::new(),
+    })
+}
+
+#[tokio::test]
+async fn a_peer_whose_old_epoch_cannot_be_closed_shows_in_state_metrics_and_cloudwatch() {
+    let (s, _tx) = shared();
+    let view = |role, waiting: Vec<u32>| waiting_view(&s, role, None, 2, waiting);
     // The leader has waited 7 rebalances for B's old epoch's last record, none for C's.
     s.set_view(view("leader", vec![0, 7, 0]));
     let app = api::router(s.clone());
@@ -495,38 +505,11 @@ async fn events_carry_both_timestamps_and_a_refused_demand_report_is_one() {
 
 #[tokio::test]
 async fn giving_up_on_a_lost_record_is_checked_against_the_leaders_view_then_queued() {
-    use shareplane::state::{build_view, ViewInput};
-    use shareplane_core::{Health, PeerState, PeerView, PerRegion, RegionRecord, MAX_REGIONS};
     let (s, _tx) = shared();
     let rid = |i| RegionId::new(i).unwrap_or_else(|| panic!("region {i}"));
     // The own record accounts with B's epoch 1; B's latest record is in epoch 3.
-    let own = RegionRecord::genesis(&s.d(), s.me);
-    let peer = |i: usize| PeerView {
-        region: rid(i),
-        epoch: 3,
-        version: 9,
-        unchanged: 0,
-        state: PeerState::Silent,
-        written_at_ms: 1_000,
-    };
-    let view = |role, waiting: Vec<u32>| {
-        build_view(ViewInput {
-            d: &s.d(),
-            me: s.me,
-            role,
-            replica: "r0",
-            own: Some(&own),
-            peer_records: vec![None; 3],
-            peer_views: Some(vec![peer(1), peer(2)]),
-            health: PerRegion([Health::Healthy; MAX_REGIONS]),
-            store_ok: true,
-            last_error: None,
-            rules_version: 1,
-            alarms: vec!["waiting_for_record:B".into()],
-            waiting_for_record: waiting,
-            limits_mismatch: Vec::new(),
-        })
-    };
+    let own = shareplane_core::RegionRecord::genesis(&s.d(), s.me);
+    let view = |role, waiting: Vec<u32>| waiting_view(&s, role, Some(&own), 3, waiting);
     let app = api::router(s.clone());
     let req = |region: &str, token: Option<&str>, body: &str| {
         let mut b = Request::post(format!("/v1/peers/{region}/abandon"))

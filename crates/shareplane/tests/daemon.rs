@@ -384,9 +384,7 @@ async fn a_quick_restart_resumes_the_own_record_and_a_long_one_starts_a_new_epoc
 
     // Down for four periods: it may have been reclaimed, so it comes back in a new epoch with
     // nothing and rises again by grants; room is conserved throughout.
-    let old = c.replicas[1].remove(0);
-    let _ = old.stop.send(true);
-    let _ = old.task.await;
+    stop_replica(&mut c, 1).await;
     settle(20).await;
     let b = c.start(1, "r1-third", c.clock);
     feed.abort();
