@@ -46,7 +46,9 @@
 //! - **pairs**: for every other pair of epochs, the grants in flight between them in both
 //!   directions, each side read from its own newest record in that epoch or, once it has closed
 //!   the pair, from its own takes and the other side's record it settled against (what that
-//!   record shows taken of its grants). Clamped at zero likewise.
+//!   record shows taken of its grants); when both closed each other, from each side's own
+//!   counters alone (the newest record of its Region that keeps the pair, in whatever epoch), so
+//!   that neither side's account is read from the other's. Clamped at zero likewise.
 //!
 //! `expected` is the sum of every Region's static part at the limit version its newest record
 //! has adopted. Every rebalance of the core moves room between these places without creating or
@@ -336,24 +338,48 @@ fn settled_carried(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
         && last.accounts_with(g.region, g.epoch)
 }
 
-/// If `r`'s epoch closed `g`'s as well (both reclaimed each other), the newest record of `r`'s
-/// Region that still keeps that closed account: its counters are `r`'s settlement of the pair
-/// (what it took of `g`'s grants, and its own grants as `g`'s last record shows them taken),
-/// which `r` may have made in a later epoch of its own.
-fn mutual_account<'a>(
-    world: &'a [Truth<'a>],
-    g: &Epoch<'_>,
-    r: &Epoch<'_>,
-) -> Option<&'a RegionRecord> {
-    let m = latest_mark(world, r.region, g.region, g.epoch)?;
-    if m.by != r.epoch {
-        return None;
-    }
-    records_of(world, r.region)
-        .filter(|rec| {
-            rec.account_epochs[g.region] == r.epoch && rec.peer_epochs[g.region] == g.epoch
-        })
-        .max_by_key(|rec| (rec.epoch, rec.version))
+/// Whether `r`'s epoch closed `g`'s as well (both reclaimed each other).
+fn mutual(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
+    latest_mark(world, r.region, g.region, g.epoch).is_some_and(|m| m.by == r.epoch)
+}
+
+/// `g`'s side of a pair that both epochs closed, read from `g`'s own counters: what it still
+/// counts as granted to `r`, less what it took of `r`'s grants. Its takes stop at its closing
+/// epoch (no later epoch takes by settlement), and its grants follow `r`'s takes as it settles;
+/// both are in the newest record of `g`'s Region that keeps the pair, in whatever epoch. Once
+/// `g` no longer keeps it (it settled against `r`'s last record and moved on), it holds its
+/// grants as that record shows them taken. A close made at the switch to `r`'s next epoch left
+/// no counters of the pair at all: it took and took back exactly as `r`'s last record says.
+fn own_side_of_closed_pair(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize) -> i128 {
+    let l = |rec: &RegionRecord| rec.limits.get(li).copied().unwrap_or_default();
+    let keeps = |rec: &RegionRecord| {
+        rec.account_epochs[r.region] == g.epoch && rec.peer_epochs[r.region] == r.epoch
+    };
+    let newest = |f: &dyn Fn(&RegionRecord) -> bool| {
+        records_of(world, g.region)
+            .filter(|rec| f(rec))
+            .max_by_key(|rec| (rec.epoch, rec.version))
+    };
+    let closed = |rec: &RegionRecord| {
+        keeps(rec) && rec.reclaims[r.region].is_some_and(|m| m.epoch == r.epoch && m.by == g.epoch)
+    };
+    // `r`'s last record speaks of this pair only if its account with `g`'s Region is with `g`'s
+    // epoch (an account carried from an earlier epoch of `r` is another pair's).
+    let last = if r.last().accounts_with(g.region, g.epoch) {
+        l(r.last())
+    } else {
+        LimitRecord::default()
+    };
+    let Some(kept) = newest(&closed) else {
+        return last.taken[g.region].0 as i128 - last.granted[g.region].0 as i128;
+    };
+    let still_kept = newest(&|_| true).is_some_and(keeps);
+    let granted = if still_kept {
+        l(kept).granted[r.region]
+    } else {
+        last.taken[g.region]
+    };
+    granted.0 as i128 - l(kept).taken[r.region].0 as i128
 }
 
 /// `g`'s side of the account between epochs `g` and `r`: what it sent `r` net (granted to it
@@ -372,8 +398,8 @@ fn side(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Au
     // (a Region that closed an estate and then began a new epoch may still settle it).
     match latest_mark(world, g.region, r.region, r.epoch) {
         Some(m) if m.by == g.epoch => {
-            if let Some(kept) = mutual_account(world, g, r) {
-                return -out(kept, g.region);
+            if mutual(world, g, r) {
+                return own_side_of_closed_pair(world, g, r, li);
             }
             return match r.at(m.version) {
                 Some(basis) if basis.accounts_with(g.region, g.epoch) => {
