@@ -26,6 +26,46 @@ pub enum SilentPolicy {
     SilenceAlone,
 }
 
+/// The names the configuration, the scenario files and the API use for a setting's values.
+macro_rules! named {
+    ($t:ty, $($name:literal => $v:expr),+ $(,)?) => {
+        impl $t {
+            /// Every value with its name, in the order documented.
+            pub const NAMES: &'static [(&'static str, $t)] = &[$(($name, $v)),+];
+
+            pub fn name(self) -> &'static str {
+                Self::NAMES
+                    .iter()
+                    .find(|(_, v)| *v == self)
+                    .map_or("?", |(n, _)| n)
+            }
+
+            pub fn from_name(name: &str) -> Option<$t> {
+                Self::NAMES.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+            }
+
+            /// `"a", "b" or "c"`, for error messages.
+            pub fn choices() -> String {
+                let quoted: Vec<String> = Self::NAMES.iter().map(|(n, _)| format!("{n:?}")).collect();
+                match quoted.split_last() {
+                    Some((last, [])) => last.clone(),
+                    Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                    None => String::new(),
+                }
+            }
+        }
+    };
+}
+
+named!(Design, "named-grants" => Design::NamedGrants, "jump-to-target" => Design::JumpToTarget);
+named!(
+    SilentPolicy,
+    "two-signals" => SilentPolicy::TwoSignals,
+    "freeze" => SilentPolicy::Freeze,
+    "silence-alone" => SilentPolicy::SilenceAlone,
+);
+named!(Fence, "own-unhealthy" => Fence::OwnUnhealthy, "never" => Fence::Never);
+
 /// Capacity limits move between Regions; security limits never do (SPEC §8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LimitKind {
@@ -234,5 +274,31 @@ impl LimitSpec {
             }
             _ => Self::static_part(self.rate, n, r),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_value_round_trips_and_the_first_is_the_default() {
+        for &(n, v) in SilentPolicy::NAMES {
+            assert_eq!((v.name(), SilentPolicy::from_name(n)), (n, Some(v)));
+        }
+        for &(n, v) in Fence::NAMES {
+            assert_eq!((v.name(), Fence::from_name(n)), (n, Some(v)));
+        }
+        for &(n, v) in Design::NAMES {
+            assert_eq!((v.name(), Design::from_name(n)), (n, Some(v)));
+        }
+        assert_eq!(SilentPolicy::NAMES[0].1, SilentPolicy::TwoSignals);
+        assert_eq!(Fence::NAMES[0].1, Fence::OwnUnhealthy);
+        assert_eq!(SilentPolicy::from_name("Two-Signals"), None);
+        assert_eq!(
+            SilentPolicy::choices(),
+            r#""two-signals", "freeze" or "silence-alone""#
+        );
+        assert_eq!(Fence::choices(), r#""own-unhealthy" or "never""#);
     }
 }

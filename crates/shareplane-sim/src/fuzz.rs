@@ -725,19 +725,7 @@ impl Totals {
 pub fn to_toml(sc: &Scenario) -> String {
     let s = |t: i64| sc.seconds(t);
     let mut o = String::new();
-    let design = match sc.design {
-        Design::NamedGrants => "named-grants",
-        Design::JumpToTarget => "jump-to-target",
-    };
-    let rule = match sc.policy {
-        SilentPolicy::Freeze => "freeze",
-        SilentPolicy::TwoSignals => "two-signals",
-        SilentPolicy::SilenceAlone => "silence-alone",
-    };
-    let fence = match sc.fence {
-        Fence::OwnUnhealthy => "own-unhealthy",
-        Fence::Never => "never",
-    };
+    let (design, rule, fence) = (sc.design.name(), sc.policy.name(), sc.fence.name());
     let _ = writeln!(
         o,
         "name = {:?}\nstart_s = {:?}\nend_s = {:?}\ntick_ms = {}\ndesign = \"{design}\"\nsilent_rule = \"{rule}\"\nfence = \"{fence}\"",

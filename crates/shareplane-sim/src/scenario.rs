@@ -437,37 +437,22 @@ impl Checker<'_> {
         if raw.name.get_ref().len() > 200 {
             self.bad(&raw.name, "name", "is longer than 200 characters");
         }
-        let design = match raw.design.get_ref().as_str() {
-            "named-grants" => Design::NamedGrants,
-            "jump-to-target" => Design::JumpToTarget,
-            _ => {
-                self.bad(
-                    &raw.design,
-                    "design",
-                    "must be \"named-grants\" or \"jump-to-target\"",
-                );
-                Design::NamedGrants
-            }
-        };
-        let policy = match raw.silent_rule.get_ref().as_str() {
-            "freeze" => SilentPolicy::Freeze,
-            "two-signals" => SilentPolicy::TwoSignals,
-            "silence-alone" => SilentPolicy::SilenceAlone,
-            _ => {
-                let msg = "must be \"freeze\", \"two-signals\" or \"silence-alone\"";
-                self.bad(&raw.silent_rule, "silent_rule", msg);
-                SilentPolicy::TwoSignals
-            }
-        };
-        let fence = match raw.fence.as_ref().map(|f| f.get_ref().as_str()) {
-            None | Some("own-unhealthy") => Fence::OwnUnhealthy,
-            Some("never") => Fence::Never,
-            Some(_) => {
-                if let Some(f) = &raw.fence {
-                    self.bad(f, "fence", "must be \"own-unhealthy\" or \"never\"");
-                }
+        let design = Design::from_name(raw.design.get_ref()).unwrap_or_else(|| {
+            let msg = format!("must be {}", Design::choices());
+            self.bad(&raw.design, "design", msg);
+            Design::NamedGrants
+        });
+        let policy = SilentPolicy::from_name(raw.silent_rule.get_ref()).unwrap_or_else(|| {
+            let msg = format!("must be {}", SilentPolicy::choices());
+            self.bad(&raw.silent_rule, "silent_rule", msg);
+            SilentPolicy::TwoSignals
+        });
+        let fence = match &raw.fence {
+            None => Fence::OwnUnhealthy,
+            Some(f) => Fence::from_name(f.get_ref()).unwrap_or_else(|| {
+                self.bad(f, "fence", format!("must be {}", Fence::choices()));
                 Fence::OwnUnhealthy
-            }
+            }),
         };
         let l = &raw.limit;
         let limit = self.rate(&l.rate, "limit.rate");

@@ -287,25 +287,8 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
             ("memory", StoreKind::Memory),
         ],
     );
-    let policy = choice(
-        errors,
-        "policy",
-        &raw.policy,
-        &[
-            ("two-signals", SilentPolicy::TwoSignals),
-            ("freeze", SilentPolicy::Freeze),
-            ("silence-alone", SilentPolicy::SilenceAlone),
-        ],
-    );
-    let fence = choice(
-        errors,
-        "fence",
-        &raw.fence,
-        &[
-            ("own-unhealthy", Fence::OwnUnhealthy),
-            ("never", Fence::Never),
-        ],
-    );
+    let policy = choice(errors, "policy", &raw.policy, SilentPolicy::NAMES);
+    let fence = choice(errors, "fence", &raw.fence, Fence::NAMES);
     check_aws(&raw, store, policy, errors);
     let listen = check_listen(raw.listen.as_deref(), errors);
     let api_token = check_token(raw.api_token.as_deref(), errors);

@@ -8,7 +8,6 @@ use crate::metrics::Metrics;
 use crate::rules::RuleSet;
 use shareplane_core::{
     regions, Deployment, Health, LimitKind, PeerState, PeerView, PerRegion, RegionId, RegionRecord,
-    SilentPolicy,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -363,14 +362,6 @@ pub struct LimitJson {
     pub seen_sum_of_shares: f64,
 }
 
-pub fn policy_name(p: SilentPolicy) -> &'static str {
-    match p {
-        SilentPolicy::TwoSignals => "two-signals",
-        SilentPolicy::Freeze => "freeze",
-        SilentPolicy::SilenceAlone => "silence-alone",
-    }
-}
-
 pub fn health_name(h: Health) -> &'static str {
     match h {
         Health::Healthy => "healthy",
@@ -440,7 +431,7 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
         region: d.region_name(v.me).to_string(),
         role: v.role,
         replica: v.replica.to_string(),
-        policy: policy_name(d.policy),
+        policy: d.policy.name(),
         period_ms: d.period_ms,
         store_ok: v.store_ok,
         epoch: v.own.map_or(0, |o| o.epoch),
