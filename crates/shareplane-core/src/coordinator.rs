@@ -43,6 +43,43 @@ pub struct Rule {
     pub shadow: bool,
 }
 
+impl Rule {
+    /// The rule of limit `spec` at share `rate`: its bucket holds `burst_ms` of it.
+    pub fn at(spec: &LimitSpec, rate: Room) -> Rule {
+        Rule {
+            rate,
+            burst: rate.mul_div(spec.burst_ms, 1000),
+            shadow: spec.shadow,
+        }
+    }
+
+    /// The rules a written record stands for, one per limit of `d` (a limit the record does not
+    /// hold yet at zero): what a replica that does not lead serves.
+    pub fn of_record(d: &Deployment, record: &RegionRecord) -> Vec<Rule> {
+        d.limits
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| Rule::at(spec, record.limits.get(i).map_or(Room::ZERO, |l| l.share)))
+            .collect()
+    }
+
+    /// What a Region that cannot prove it still holds its room pushes before anything else (a
+    /// new epoch, SPEC §7): every capacity limit at zero, every security limit at its static
+    /// split.
+    pub fn zeroed(d: &Deployment, me: RegionId) -> Vec<Rule> {
+        d.limits
+            .iter()
+            .map(|spec| {
+                let rate = match spec.kind {
+                    LimitKind::Capacity => Room::ZERO,
+                    LimitKind::Security { .. } => spec.security_share(d.n(), me),
+                };
+                Rule::at(spec, rate)
+            })
+            .collect()
+    }
+}
+
 /// Why one limit's share is what it is after a rebalance (for `explain`, the simulator's summary
 /// and logs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -565,11 +602,7 @@ impl Coordinator {
             let demand = inputs.demand.get(li).copied().unwrap_or_default();
             let (e, out) = ctx.rebalance_limit(li, spec, demand, &rec, &mut alarms);
             rec.limits[li] = e;
-            rules.push(Rule {
-                rate: e.share,
-                burst: e.share.mul_div(spec.burst_ms, 1000),
-                shadow: spec.shadow,
-            });
+            rules.push(Rule::at(spec, e.share));
             if inputs.explain {
                 outcomes.push(out);
             }

@@ -42,11 +42,11 @@
 use crate::clock::next_tick;
 use crate::events::Kind;
 use crate::health::HealthSource;
-use crate::rules::{lowered, zero_rules, RuleSet};
+use crate::rules::{lowered, RuleSet};
 use crate::state::{build_view, Shared, ViewInput};
 use shareplane_core::{
     peer_view, regions, Alarms, Coordinator, Decision, Deployment, Health, Inputs, PeerState,
-    PeerView, PerRegion, RegionRecord, Room, Silence,
+    PeerView, PerRegion, RegionRecord, Room, Rule, Silence,
 };
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::future::Future;
@@ -368,7 +368,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                     // the early push of its next write (see `crate::rules`).
                     let version = 2 * (c.own().version + 1) - 1;
                     let zero =
-                        RuleSet::build(&d, &self.shared.region, version, &zero_rules(&d, me));
+                        RuleSet::build(&d, &self.shared.region, version, &Rule::zeroed(&d, me));
                     if self.shared.publish(zero) {
                         info!(region = %self.shared.region, version, "new epoch: pushed zero to the gateways");
                     }
@@ -720,7 +720,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     fn serve_own(&self, own: &RegionRecord, now: u64) {
         let d = self.d.clone();
         let version = 2 * own.version;
-        let rules = RuleSet::rules_of(&d, own);
+        let rules = Rule::of_record(&d, own);
         self.shared
             .publish(RuleSet::build(&d, &self.shared.region, version, &rules));
         // What is published may be newer (this replica led until just now): the lease then stays

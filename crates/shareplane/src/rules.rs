@@ -10,7 +10,7 @@
 //! rules equal the current ones (so a long-poll is answered only when something changed).
 
 use axum::body::Bytes;
-use shareplane_core::{Deployment, LimitKind, RegionId, RegionRecord, Room, Rule};
+use shareplane_core::{Deployment, LimitKind, Room, Rule};
 
 /// One published rule set, with its JSON body ready to send.
 #[derive(Debug)]
@@ -86,41 +86,6 @@ impl RuleSet {
             etag: format!("\"{version}\""),
         }
     }
-
-    /// The rules a written record stands for (what a follower serves).
-    pub fn rules_of(d: &Deployment, record: &RegionRecord) -> Vec<Rule> {
-        d.limits
-            .iter()
-            .enumerate()
-            .map(|(i, spec)| {
-                let share = record.limits.get(i).map_or(Room::ZERO, |l| l.share);
-                Rule {
-                    rate: share,
-                    burst: share.mul_div(spec.burst_ms, 1000),
-                    shadow: spec.shadow,
-                }
-            })
-            .collect()
-    }
-}
-
-/// What a Region that cannot prove it still holds its room pushes before anything else (a new
-/// epoch, SPEC §7): every capacity limit at zero, every security limit at its static split.
-pub fn zero_rules(d: &Deployment, me: RegionId) -> Vec<Rule> {
-    d.limits
-        .iter()
-        .map(|spec| {
-            let rate = match spec.kind {
-                LimitKind::Capacity => Room::ZERO,
-                LimitKind::Security { .. } => spec.security_share(d.n(), me),
-            };
-            Rule {
-                rate,
-                burst: rate.mul_div(spec.burst_ms, 1000),
-                shadow: spec.shadow,
-            }
-        })
-        .collect()
 }
 
 /// The early push before writing a decision: every limit at the lower of what is published and
