@@ -42,6 +42,9 @@ pub struct RegionRow {
     /// The limit's rate at the version the Region's newest record holds (a lost Region's, or
     /// a dead daemon's, last record: its room, enforced or an estate, is of that version).
     pub rate: Room,
+    /// The debt of a lowered limit that the Region's newest record still owes: room others hold
+    /// above the newer rates until it is repaid.
+    pub debt: Room,
 }
 
 /// Everything about one tick.
@@ -666,6 +669,7 @@ impl<'a> Sim<'a> {
                 alive,
                 epoch: rec.epoch,
                 rate: l.rate,
+                debt: l.debt,
             };
         }
         (sum, admitted_total)

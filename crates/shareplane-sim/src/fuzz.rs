@@ -498,12 +498,15 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
             .iter()
             .map(|r| r.rate)
             .fold(in_force(row.tick), Room::max);
-        if a.estates < 0 && row.tick < relaxed_until {
-            // An ended epoch left a lowered limit's debt that some heir has not taken on yet:
-            // until it does, that room is held above the newer rates (docs/PROTOCOL.md, "An
-            // estate in debt"), within the rate it was lowered from. The condition is read from
-            // the records' own debt counters, so it counts only until the liveness bound after
-            // the last fault: by then every heir has closed every estate, whatever they say.
+        let in_debt = a.estates < 0 || row.regions.iter().any(|r| !r.debt.is_zero());
+        if in_debt && row.tick < relaxed_until {
+            // A lowered limit's debt is still owed: by an ended epoch that some heir has not
+            // taken on yet, or by a Region (one lost before a change that adopts the newest
+            // version only when it returns owes the difference from the version it held). Until
+            // it is repaid that room is held above the newer rates (docs/PROTOCOL.md, "An estate
+            // in debt"), within the rate it was lowered from. The condition is read from the
+            // records' own debt counters, so it counts only until the liveness bound after the
+            // last fault: by then every debt is repaid, whatever the records say.
             limit = limit.max(so_far(row.tick));
         }
         // Room taken twice only by heirs that closed an estate against an older record than its
