@@ -25,6 +25,15 @@
 //!   full (SPEC §7), so the Region may admit one extra burst (`2 × share`) in windows containing the
 //!   restart. Enforced shares are not affected.
 //!
+//! **Limit changes** (docs/PROTOCOL.md, "Limit changes"): `L` is the rate in force, and while a
+//! change rolls out it is the larger of the old and the new rate, from the first Region's reload
+//! until the change has *settled*: every Region runs the new file, and has for the time its
+//! daemon needs to adopt it (the runner states it: three periods, or the convergence bound for a
+//! Region that was down or stopped before it adopted, whose heirs hold its room at the old
+//! version until it returns and repays). After that the new rate alone. The burst of `2L + L·t`
+//! is `2 ×` the largest `L` of the window, and `L·t` sums `L` second by second. Convergence is to
+//! the last rate rolled out.
+//!
 //! Pure, so that it is tested on histories of its own.
 
 /// Tenths of a second per second in the recorded history.
@@ -42,6 +51,45 @@ pub struct History {
     pub allowances: Vec<Allowance>,
     /// Milliseconds since the start of the load of the last step that undid a fault.
     pub last_heal_ms: u64,
+    /// The limit changes rolled out, in order (`limit_rps` is the rate before the first).
+    pub limit_changes: Vec<LimitChange>,
+}
+
+/// One limit change as the runner rolled it out.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LimitChange {
+    /// When the first Region's file said the new rate (ms since the start of the load).
+    pub at_ms: u64,
+    /// From when only the new rate counts (see the module documentation).
+    pub settled_ms: u64,
+    pub old_rps: f64,
+    pub new_rps: f64,
+}
+
+impl History {
+    /// `L` at tenth `t`, milli-requests/s: the rate in force, or during a change the larger of
+    /// the rates in play.
+    pub fn limit_milli_at(&self, t: usize) -> i64 {
+        let ms = t as u64 * 100;
+        let mut rate = self.limit_rps;
+        let mut in_play: f64 = 0.0;
+        for c in &self.limit_changes {
+            if ms >= c.at_ms {
+                rate = c.new_rps;
+                if ms < c.settled_ms {
+                    in_play = in_play.max(c.old_rps).max(c.new_rps);
+                }
+            }
+        }
+        (rate.max(in_play) * 1000.0).round() as i64
+    }
+
+    /// The rate the shares must return to: the last one rolled out.
+    pub fn final_limit_rps(&self) -> f64 {
+        self.limit_changes
+            .last()
+            .map_or(self.limit_rps, |c| c.new_rps)
+    }
 }
 
 /// A stated excess, see the module documentation.
@@ -89,9 +137,9 @@ pub fn judge(h: &History, b: Bounds) -> Judgement {
         worst_unallowed_excess_rps: f64::NEG_INFINITY,
         ..Judgement::default()
     };
-    let limit_milli = (h.limit_rps * 1000.0).round() as i64;
     let sums = sum_per_tenth(&h.enforced);
     for (t, sum) in sums.iter().enumerate() {
+        let limit_milli = h.limit_milli_at(t);
         let excess = *sum as i64 - limit_milli;
         let rps = excess as f64 / 1000.0;
         if rps > j.worst_enforced_excess_rps {
@@ -107,14 +155,14 @@ pub fn judge(h: &History, b: Bounds) -> Judgement {
                 "enforced shares summed to {:.3}/s at {:.1} s, above L = {} by {:.3} (allowed {:.3})",
                 *sum as f64 / 1000.0,
                 t as f64 / TENTHS as f64,
-                h.limit_rps,
+                limit_milli as f64 / 1000.0,
                 rps,
                 allowed as f64 / 1000.0
             ));
         }
     }
     windows(h, b, &mut j);
-    converge(h, b, &sums, limit_milli, &mut j);
+    converge(h, b, &sums, &mut j);
     j.failures.truncate(20);
     j
 }
@@ -191,15 +239,27 @@ fn windows(h: &History, b: Bounds, j: &mut Judgement) {
                 .sum()
         })
         .collect();
-    let (l, burst) = (h.limit_rps, 2.0 * h.limit_rps);
+    // L of each second: the largest of its tenths.
+    let l_of: Vec<f64> = (0..len)
+        .map(|s| {
+            (s * TENTHS..(s + 1) * TENTHS)
+                .map(|t| h.limit_milli_at(t))
+                .max()
+                .unwrap_or(0) as f64
+                / 1000.0
+        })
+        .collect();
     j.worst_window_excess = f64::NEG_INFINITY;
     let mut failed = 0;
     for from in 0..total.len() {
         let mut sum = 0u64;
+        let (mut l_sum, mut l_max) = (0.0, 0.0f64);
         for (i, a) in total[from..].iter().enumerate() {
             sum += a;
             let to = from + i + 1;
-            let excess = sum as f64 - burst - l * (to - from) as f64;
+            l_sum += l_of[to - 1];
+            l_max = l_max.max(l_of[to - 1]);
+            let excess = sum as f64 - 2.0 * l_max - l_sum;
             if excess > j.worst_window_excess {
                 j.worst_window_excess = excess;
                 j.worst_window = (from, to);
@@ -215,7 +275,8 @@ fn windows(h: &History, b: Bounds, j: &mut Judgement) {
     }
 }
 
-fn converge(h: &History, b: Bounds, sums: &[u64], limit_milli: i64, j: &mut Judgement) {
+fn converge(h: &History, b: Bounds, sums: &[u64], j: &mut Judgement) {
+    let limit_milli = (h.final_limit_rps() * 1000.0).round() as i64;
     let heal_tenth = (h.last_heal_ms / 100) as usize;
     // Returned: the whole limit enforced again, by every Region (two Regions holding all of it
     // while the third has not come back is not a return: the third's room would be missing).
@@ -234,7 +295,7 @@ fn converge(h: &History, b: Bounds, sums: &[u64], limit_milli: i64, j: &mut Judg
         )),
         None => j.failures.push(format!(
             "the enforced shares did not return to L = {} after the last heal at {} ms (total at the end {:.3}/s)",
-            h.limit_rps,
+            h.final_limit_rps(),
             h.last_heal_ms,
             sums.last().copied().unwrap_or(0) as f64 / 1000.0
         )),
@@ -261,6 +322,7 @@ mod tests {
             admitted: shares.iter().map(|s| vec![*s; secs]).collect(),
             allowances: vec![],
             last_heal_ms: 0,
+            limit_changes: vec![],
         }
     }
 
@@ -330,6 +392,81 @@ mod tests {
             "{:?}",
             judge(&h, B).failures
         );
+    }
+
+    #[test]
+    fn a_lowered_limit_allows_the_old_rate_until_it_has_settled_and_then_the_new_one() {
+        let mut h = steady([333, 333, 334], 40);
+        h.limit_changes.push(LimitChange {
+            at_ms: 10_000,
+            settled_ms: 15_000,
+            old_rps: 1000.0,
+            new_rps: 600.0,
+        });
+        // The Regions go down to 200 each at 13 s (within the change) and stay there.
+        for r in &mut h.enforced {
+            for x in &mut r[130..] {
+                *x = 200_000;
+            }
+        }
+        for r in &mut h.admitted {
+            for x in &mut r[13..] {
+                *x = 200;
+            }
+        }
+        h.last_heal_ms = 10_000;
+        let j = judge(&h, B);
+        assert!(j.failures.is_empty(), "{:?}", j.failures);
+        assert_eq!(j.converged_after_ms, Some(3_000));
+        // Still at the old shares when the change has settled: above the new L.
+        h.enforced[0][150] = 333_000;
+        let j = judge(&h, B);
+        assert!(
+            j.failures.iter().any(|f| f.contains("above L = 600")),
+            "{:?}",
+            j.failures
+        );
+        // Admissions at the old rate after the change settled exceed 2L + L·t of the new one.
+        let mut h2 = steady([333, 333, 334], 40);
+        h2.limit_changes = h.limit_changes.clone();
+        for r in &mut h2.enforced {
+            for x in &mut r[130..] {
+                *x = 200_000;
+            }
+        }
+        let j = judge(&h2, B);
+        assert!(
+            j.failures.iter().any(|f| f.contains("admissions")),
+            "{:?}",
+            j.failures
+        );
+    }
+
+    #[test]
+    fn a_raised_limit_counts_at_once_and_the_return_is_to_the_last_rate() {
+        let mut h = steady([333, 333, 334], 40);
+        h.limit_changes.push(LimitChange {
+            at_ms: 10_000,
+            settled_ms: 13_000,
+            old_rps: 1000.0,
+            new_rps: 1500.0,
+        });
+        for r in &mut h.enforced {
+            for x in &mut r[100..] {
+                *x = 500_000;
+            }
+        }
+        h.last_heal_ms = 10_000;
+        let j = judge(&h, B);
+        assert!(j.failures.is_empty(), "{:?}", j.failures);
+        assert_eq!(j.converged_after_ms, Some(0));
+        assert_eq!(h.limit_milli_at(99), 1_000_000);
+        assert_eq!(h.limit_milli_at(100), 1_500_000);
+        // Never back at 1500 in total: no return.
+        for x in &mut h.enforced[2][100..] {
+            *x = 400_000;
+        }
+        assert!(!judge(&h, B).failures.is_empty());
     }
 
     #[test]

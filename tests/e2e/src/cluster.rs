@@ -5,7 +5,7 @@
 use crate::local_aws;
 use crate::procs::{binary, free_port, wait_for_port, ProcError, Procs};
 use shareplane_limiter::loadgen::unix_ms_now;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -43,6 +43,9 @@ pub struct Setup {
     pub stores: Vec<String>,
     /// Route 53 health check id by Region index.
     pub health_ids: Vec<String>,
+    /// The limit's `(rate, version)` each Region's file says, by index, once a test has changed
+    /// it ([`Setup::set_limit`]); a Region not listed runs `limit_rps` at version 1.
+    pub region_limits: Vec<Option<(f64, u64)>>,
 }
 
 /// One Region of a run.
@@ -82,11 +85,42 @@ impl Setup {
                 "\n[[regions]]\nname = \"{name}\"\nhealth_check_id = \"{id}\"\n"
             ));
         }
+        let (rate, version) = self.limit_of(me);
         c.push_str(&format!(
-            "\n[[limits]]\nid = \"{}\"\nrate = {}\nburst_s = 2\nfloor = {}\nstep_cap = {}\n",
-            self.limit, self.limit_rps, self.floor_rps, self.step_cap_rps
+            "\n[[limits]]\nid = \"{}\"\nrate = {rate}\nversion = {version}\nburst_s = 2\n\
+             floor = {}\nstep_cap = {}\n",
+            self.limit, self.floor_rps, self.step_cap_rps
         ));
         c
+    }
+
+    /// The limit's `(rate, version)` in Region `me`'s file.
+    pub fn limit_of(&self, me: usize) -> (f64, u64) {
+        self.region_limits
+            .get(me)
+            .copied()
+            .flatten()
+            .unwrap_or((self.limit_rps, 1))
+    }
+
+    /// Region `me`'s file from now on says `rate` at `version`; [`Setup::write_config`] writes it.
+    pub fn set_limit(&mut self, me: usize, rate: f64, version: u64) {
+        if self.region_limits.len() <= me {
+            self.region_limits.resize(me + 1, None);
+        }
+        self.region_limits[me] = Some((rate, version));
+    }
+
+    /// Writes Region `me`'s configuration (listening on `port`) to the run's directory, where
+    /// its daemon reads it at start and reloads it on SIGHUP. Returns the file.
+    pub fn write_config(&self, dir: &Path, me: usize, port: u16) -> Result<PathBuf, ProcError> {
+        let listen = format!("127.0.0.1:{port}");
+        let file = dir.join(format!("daemon-{}.toml", self.regions[me]));
+        std::fs::write(&file, self.config(me, &listen)).map_err(|source| ProcError::Log {
+            path: file.clone(),
+            source,
+        })?;
+        Ok(file)
     }
 
     /// Starts Region `me`'s daemon on `port` (a free one if `None`) and waits until it listens.
@@ -103,11 +137,7 @@ impl Setup {
             None => free_port()?,
         };
         let listen = format!("127.0.0.1:{port}");
-        let file = procs.dir().join(format!("daemon-{name}.toml"));
-        std::fs::write(&file, self.config(me, &listen)).map_err(|source| ProcError::Log {
-            path: file.clone(),
-            source,
-        })?;
+        let file = self.write_config(procs.dir(), me, port)?;
         let args = vec![
             "run".to_string(),
             "--config".to_string(),

@@ -63,6 +63,15 @@ pub enum Action {
     Resume(usize),
     /// SIGKILL the Region's Redis and start an empty one on the same port.
     RestartRedis(usize),
+    /// Region `region`'s file now says the limit is `rps` at `version`; the runner writes it and
+    /// sends the daemon SIGHUP (a dead daemon reads it when it restarts, a stopped one when it
+    /// resumes). A rollout is one such step per Region, at different moments, as a deployment
+    /// pipeline rolls a change out.
+    SetLimit {
+        region: usize,
+        rps: u64,
+        version: u64,
+    },
     /// Wait (at most the runner's bound) until every Region in `by` marks `lost` reclaimed in
     /// `/v1/state`.
     WaitReclaimed {
@@ -118,6 +127,15 @@ impl fmt::Display for Action {
             Action::Pause(r) => write!(f, "SIGSTOP daemon {}", name(*r)),
             Action::Resume(r) => write!(f, "SIGCONT daemon {}", name(*r)),
             Action::RestartRedis(r) => write!(f, "restart Redis {}", name(*r)),
+            Action::SetLimit {
+                region,
+                rps,
+                version,
+            } => write!(
+                f,
+                "limit {rps}/s at version {version} in {} (file, SIGHUP)",
+                name(*region)
+            ),
             Action::WaitReclaimed { lost, by } => {
                 let by: Vec<&str> = by.iter().map(|r| name(*r)).collect();
                 write!(
@@ -195,6 +213,18 @@ pub struct Draw {
     /// check needs longer than the gateways' lease to call a dead daemon unhealthy: PROTOCOL.md,
     /// residual risk 5; an instant verdict is what the restore race tests, without cuts).
     pub verdict_after_kill_ms: u64,
+    /// The limit's rate at the start (requests/s): a limit change rolls another rate out and,
+    /// at its end, this one back.
+    pub limit_rps: u64,
+}
+
+/// The rates a limit change rolls out, in percent of the starting rate: lowered and raised alike.
+pub const LIMIT_CHANGES_PERCENT: [u64; 4] = [60, 80, 120, 150];
+
+/// The largest rate any schedule drawn with `draw` may run (the checker's bounds grow with it).
+pub fn largest_limit(draw: &Draw) -> u64 {
+    let top = LIMIT_CHANGES_PERCENT.iter().max().copied().unwrap_or(100);
+    draw.limit_rps * top.max(100) / 100
 }
 
 /// What a random fault keeps busy, so that two faults never undo each other halfway (two cuts of
@@ -207,13 +237,18 @@ enum Resource {
     Redis(usize),
     /// The pair of Regions `(lower, higher)`.
     Link(usize, usize),
+    /// The limit's rate (one change rolls out at a time).
+    Limit,
 }
 
 /// A random schedule of `draw.faults` faults from `seed`, over three Regions. Each fault is an
 /// episode (its start and the step that undoes it, 1.5 to 10 s later); episodes overlap freely
 /// except on the same resource. Kinds: kill -9 a daemon (with a true unhealthy verdict from
 /// `verdict_after_kill_ms` on, 2 times in 3), lose a whole Region (likewise), cut one link one way
-/// or both, a false unhealthy verdict for a live Region, SIGSTOP a daemon, restart a Redis.
+/// or both, a false unhealthy verdict for a live Region, SIGSTOP a daemon, restart a Redis, change
+/// the limit (rolled out Region by Region, and back at the end). Limit versions are numbered
+/// after the draw, in time order, so that each Region's only go up and a version names one rate
+/// in every Region.
 pub fn random(seed: u64, draw: Draw) -> Schedule {
     let mut rng = SplitMix64::new(seed);
     let mut timed: Vec<(u64, u64, Action)> = Vec::new();
@@ -243,6 +278,16 @@ pub fn random(seed: u64, draw: Draw) -> Schedule {
         placed += 1;
     }
     timed.sort_by_key(|(at, n, _)| (*at, *n));
+    let mut versions = [1u64; 3];
+    for (_, _, action) in &mut timed {
+        if let Action::SetLimit {
+            region, version, ..
+        } = action
+        {
+            versions[*region] += 1;
+            *version = versions[*region];
+        }
+    }
     let mut prev = 0;
     let steps = timed
         .into_iter()
@@ -275,7 +320,7 @@ fn episode(rng: &mut SplitMix64, r: usize, start: u64, len: u64, draw: Draw) -> 
         // Healthy again as it comes back (also when no unhealthy verdict was put: a no-op).
         steps.push((end, Action::Health(r, true)));
     };
-    match rng.range(0, 6) {
+    match rng.range(0, 7) {
         0 => {
             let mut steps = vec![(start, Action::KillDaemon(r))];
             verdict(rng, &mut steps);
@@ -321,11 +366,49 @@ fn episode(rng: &mut SplitMix64, r: usize, start: u64, len: u64, draw: Draw) -> 
                 steps: vec![(start, Action::Pause(r)), (resume, Action::Resume(r))],
             }
         }
-        _ => Episode {
+        5 => Episode {
             uses: vec![Resource::Redis(r)],
             steps: vec![(start, Action::RestartRedis(r))],
         },
+        _ => {
+            let pct =
+                LIMIT_CHANGES_PERCENT[rng.range(0, LIMIT_CHANGES_PERCENT.len() as u64) as usize];
+            let changed = draw.limit_rps * pct / 100;
+            let mut steps = rollout(rng, start, changed);
+            // Back to the starting rate at the end: a rollout takes under 1 s, less than the
+            // shortest episode, so the way back starts after the way out has reached everyone.
+            steps.extend(rollout(rng, end, draw.limit_rps));
+            Episode {
+                uses: vec![Resource::Limit],
+                steps,
+            }
+        }
     }
+}
+
+/// `rps` reaches the Regions in a random order from `start`, 0 to 300 ms apart (under 1 s in all:
+/// the gap kept between two episodes on one resource, so two rollouts never interleave). Versions
+/// are set after the draw ([`random`]).
+fn rollout(rng: &mut SplitMix64, start: u64, rps: u64) -> Vec<(u64, Action)> {
+    let mut order = vec![0, 1, 2];
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.range(0, i as u64 + 1) as usize);
+    }
+    let mut at = start;
+    order
+        .into_iter()
+        .map(|region| {
+            at += rng.range(0, 300);
+            (
+                at,
+                Action::SetLimit {
+                    region,
+                    rps,
+                    version: 0,
+                },
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -337,6 +420,7 @@ mod tests {
         warm_ms: 15_000,
         span_ms: 60_000,
         verdict_after_kill_ms: 2_000,
+        limit_rps: 1_000,
     };
 
     #[test]
@@ -362,6 +446,8 @@ mod tests {
             let mut paused = [false; 3];
             let mut healthy = [true; 3];
             let mut cut = std::collections::BTreeSet::new();
+            let mut limit = [(DRAW.limit_rps, 1u64); 3];
+            let mut rate_of_version = std::collections::BTreeMap::new();
             for st in &s.steps {
                 match &st.action {
                     Action::KillDaemon(r) | Action::KillRegion(r) => {
@@ -381,12 +467,41 @@ mod tests {
                     Action::Heal { from, to, .. } => {
                         cut.remove(&(*from.min(to), *from.max(to)));
                     }
+                    Action::SetLimit {
+                        region,
+                        rps,
+                        version,
+                    } => {
+                        // Versions only go up, and one version is one rate everywhere.
+                        assert_eq!(*version, limit[*region].1 + 1, "seed {seed}:\n{s}");
+                        let rate = rate_of_version.entry(*version).or_insert(*rps);
+                        assert_eq!(rate, rps, "seed {seed}:\n{s}");
+                        limit[*region] = (*rps, *version);
+                    }
                     _ => {}
                 }
             }
             assert_eq!((down, paused, healthy), ([false; 3], [false; 3], [true; 3]));
+            assert!(
+                limit.iter().all(|(rps, _)| *rps == DRAW.limit_rps),
+                "seed {seed}:\n{s}"
+            );
             assert!(cut.is_empty(), "seed {seed}:\n{s}");
         }
+    }
+
+    #[test]
+    fn limit_changes_are_drawn_lowered_and_raised() {
+        let rates: std::collections::BTreeSet<u64> = (0..200)
+            .flat_map(|seed| random(seed, DRAW).steps)
+            .filter_map(|st| match st.action {
+                Action::SetLimit { rps, .. } => Some(rps),
+                _ => None,
+            })
+            .collect();
+        assert!(rates.iter().any(|r| *r < DRAW.limit_rps), "{rates:?}");
+        assert!(rates.iter().any(|r| *r > DRAW.limit_rps), "{rates:?}");
+        assert_eq!(rates.last().copied(), Some(largest_limit(&DRAW)));
     }
 
     #[test]

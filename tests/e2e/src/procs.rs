@@ -155,6 +155,19 @@ impl Procs {
         }
     }
 
+    /// Sends `signal` to the program of process `i` only, not to the `timeout` that runs it: a
+    /// signal that the program handles and lives on (SIGHUP for `shareplane run`'s reload).
+    /// `timeout` forwards the signals it catches (SIGHUP, SIGINT, SIGTERM…) to the program and
+    /// then, with `-k`, kills it that much later: sent to the whole group, a SIGHUP would end the
+    /// daemon 5 s after its reload.
+    pub fn signal_program(&self, i: usize, signal: &str) {
+        if let Some(p) = self.procs.get(i) {
+            for pid in children(p.child.id()) {
+                signal_pid(pid, signal);
+            }
+        }
+    }
+
     /// Sends `signal` (`"STOP"`, `"CONT"`, …) to process `i`'s whole process group.
     pub fn signal(&self, i: usize, signal: &str) {
         if let Some(p) = self.procs.get(i) {
@@ -248,6 +261,31 @@ fn signal_group(pgid: u32, signal: &str) {
         .status();
 }
 
+fn signal_pid(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The running processes whose parent is `parent`, from `/proc`.
+fn children(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let (state, ppid, _) = stat_fields(&stat)?;
+            (ppid == parent && state != 'Z' && state != 'X').then_some(pid)
+        })
+        .collect()
+}
+
 /// Whether any process of group `pgid` is still running: a member of it in `/proc` that is not a
 /// zombie (a zombie has stopped; it only waits for whoever adopted it to reap it).
 pub fn group_running(pgid: u32) -> bool {
@@ -267,15 +305,20 @@ pub fn group_running(pgid: u32) -> bool {
     })
 }
 
-/// The process group and state of a `/proc/<pid>/stat` line: `pid (comm) state ppid pgrp …`, where
-/// `comm` may hold spaces and parentheses, so the fields are counted from its last `)`.
+/// The process group and state of a `/proc/<pid>/stat` line.
 fn stat_group_and_state(stat: &str) -> Option<(u32, char)> {
+    stat_fields(stat).map(|(state, _, group)| (group, state))
+}
+
+/// The state, parent and process group of a `/proc/<pid>/stat` line: `pid (comm) state ppid pgrp
+/// …`, where `comm` may hold spaces and parentheses, so the fields are counted from its last `)`.
+fn stat_fields(stat: &str) -> Option<(char, u32, u32)> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_whitespace();
     let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
     let group = fields.next()?.parse().ok()?;
-    Some((group, state))
+    Some((state, ppid, group))
 }
 
 /// A port on 127.0.0.1 that was free a moment ago.
@@ -346,6 +389,31 @@ mod tests {
         assert_eq!(stat_group_and_state(line), Some((4240, 'S')));
         assert_eq!(stat_group_and_state("4242 (x) Z 1"), None);
         assert_eq!(stat_group_and_state("garbage"), None);
+        assert_eq!(stat_fields(line), Some(('S', 1, 4240)));
+    }
+
+    #[test]
+    fn a_signal_to_the_program_reaches_it_and_not_its_timeout() {
+        let dir = std::env::temp_dir().join(format!("shareplane-e2e-hup-{}", std::process::id()));
+        let mut procs = Procs::new(&dir).unwrap_or_else(|e| panic!("{e}"));
+        // A shell that counts SIGHUPs and lives on: sent to the group, `timeout` would forward
+        // one (a second HUP) and end it 5 s later.
+        let sh = PathBuf::from("sh");
+        let script = "n=0; trap 'n=$((n+1)); echo hup $n' HUP; while :; do sleep 0.1; done";
+        let i = procs
+            .spawn("hup", &sh, &["-c".into(), script.into()], &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::thread::sleep(Duration::from_millis(300));
+        procs.signal_program(i, "HUP");
+        std::thread::sleep(Duration::from_millis(6_000));
+        let out = procs.stdout(i);
+        assert_eq!(out.trim(), "hup 1", "{out}");
+        assert!(
+            procs.pid(i).is_some_and(group_running),
+            "the program died after its SIGHUP"
+        );
+        drop(procs);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

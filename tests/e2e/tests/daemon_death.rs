@@ -132,6 +132,7 @@ async fn a_dead_daemons_gateway_fences_before_its_room_is_reclaimed() {
         moto: moto.clone(),
         stores: Vec::new(),
         health_ids: REGIONS.iter().map(|r| format!("{run}-hc-{r}")).collect(),
+        region_limits: Vec::new(),
     };
     let verdicts = Verdicts::all_healthy(REGIONS.len());
     let health = tokio::spawn(keep_health(

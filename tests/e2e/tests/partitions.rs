@@ -5,17 +5,19 @@
 //! us-east-1, and per Region a `redis-server` and a `shareplane-loadgen` gateway with demand high
 //! everywhere. Fault schedules (`shareplane_e2e::faults`) kill daemons (their gateways live on),
 //! lose and restore whole Regions, cut and heal replication, flip health verdicts (true and false),
-//! freeze daemons and restart Redis; the checker (`shareplane_e2e::checker`) judges what the
-//! gateways enforced and admitted.
+//! freeze daemons, restart Redis and roll limit changes out Region by Region (a new file and
+//! SIGHUP, the live reload of `shareplane run`); the checker (`shareplane_e2e::checker`) judges
+//! what the gateways enforced and admitted.
 //!
 //! Always run: the restore race (a fixed schedule), then `SHAREPLANE_FAULT_SCHEDULES` random
 //! schedules (default 1) of `SHAREPLANE_FAULT_COUNT` faults (default 4) with seeds
 //! `SHAREPLANE_FAULT_SEED` (default [`DEFAULT_SEED`]), `+1`, `+2`…; each prints its seed and steps,
-//! and a failure prints the command that replays it.
-//!
-//! Limit changes are not among the faults: live reload of limits does not exist yet.
+//! and a failure prints the command that replays it. The default seed's schedule holds a limit
+//! change (a test below checks it), so that every CI run rolls one out.
 
-use shareplane_e2e::checker::{self, Allowance, AllowanceKind, Bounds, History, Judgement};
+use shareplane_e2e::checker::{
+    self, Allowance, AllowanceKind, Bounds, History, Judgement, LimitChange,
+};
 use shareplane_e2e::cluster::{self, keep_health_ahead, Region, Setup, Verdicts};
 use shareplane_e2e::faults::{self, Action, Draw, Schedule};
 use shareplane_e2e::figures::parse_seconds;
@@ -40,21 +42,22 @@ const SCAN_EVERY: Duration = Duration::from_millis(200);
 /// Load before the first fault: the first demand window and the grants that follow.
 const WARM_MS: u64 = 15_000;
 /// The seed of the first random schedule when `SHAREPLANE_FAULT_SEED` is not set.
-const DEFAULT_SEED: u64 = 18;
+const DEFAULT_SEED: u64 = 29;
 /// How long the restore race waits for A and C to mark B reclaimed.
 const RECLAIM_WAIT: Duration = Duration::from_secs(30);
 /// The demand window of the daemon (SPEC §2).
 const DEMAND_WINDOW_MS: u64 = 5_000;
 
-/// The bounds the checker enforces, derived from the settings:
+/// The bounds the checker enforces for a schedule whose largest limit is `largest_rps`, derived
+/// from the settings:
 /// - a false verdict: its Region reads it at its next rebalance and fences then; its gateways
 ///   hear of the zero at once (long-poll). Three periods, one more for a busy machine.
 /// - convergence after the last heal: a returning Region starts at 0 and raises by the step cap
 ///   per period, after its demand window fills, survivors count silence for `silent_after`
 ///   periods, and the liveness bound of docs/PROTOCOL.md is `ceil(L / step cap) + 4` rounds; plus
 ///   a replication delay each way for grants and takes.
-fn bounds() -> Bounds {
-    let rounds = (L_RPS / STEP_CAP_RPS).ceil() as u64 + 4 + SILENT_AFTER;
+fn bounds(largest_rps: f64) -> Bounds {
+    let rounds = (largest_rps.max(L_RPS) / STEP_CAP_RPS).ceil() as u64 + 4 + SILENT_AFTER;
     Bounds {
         false_verdict_ms: 4 * PERIOD_MS,
         converge_ms: rounds * PERIOD_MS
@@ -92,12 +95,7 @@ async fn partitions_and_faults_on_the_real_path() {
     let seed = env_u64("SHAREPLANE_FAULT_SEED").unwrap_or(DEFAULT_SEED);
     let count = env_u64("SHAREPLANE_FAULT_SCHEDULES").unwrap_or(1);
     let faults_each = env_u64("SHAREPLANE_FAULT_COUNT").unwrap_or(4) as usize;
-    let draw = Draw {
-        faults: faults_each,
-        warm_ms: WARM_MS,
-        span_ms: (faults_each as u64 * 6_000).max(10_000),
-        verdict_after_kill_ms: 2_000,
-    };
+    let draw = draw(faults_each);
     let mut schedules = vec![faults::restore_race(WARM_MS)];
     schedules.extend((0..count).map(|k| faults::random(seed.wrapping_add(k), draw)));
     let mut outcomes = Vec::new();
@@ -123,9 +121,43 @@ async fn partitions_and_faults_on_the_real_path() {
     );
 }
 
+fn draw(faults: usize) -> Draw {
+    Draw {
+        faults,
+        warm_ms: WARM_MS,
+        span_ms: (faults as u64 * 6_000).max(10_000),
+        verdict_after_kill_ms: 2_000,
+        limit_rps: L_RPS as u64,
+    }
+}
+
+/// The largest limit a schedule rolls out (`L_RPS` when it changes none).
+fn largest_limit(s: &Schedule) -> f64 {
+    s.steps
+        .iter()
+        .filter_map(|st| match st.action {
+            Action::SetLimit { rps, .. } => Some(rps as f64),
+            _ => None,
+        })
+        .fold(L_RPS, f64::max)
+}
+
+#[test]
+fn the_default_schedule_rolls_a_limit_change_out() {
+    let s = faults::random(DEFAULT_SEED, draw(4));
+    assert!(
+        s.steps
+            .iter()
+            .any(|st| matches!(st.action, Action::SetLimit { .. })),
+        "{s}"
+    );
+}
+
 /// What one schedule gave.
 struct Outcome {
     faults: usize,
+    limit_changes: usize,
+    converge_bound_ms: u64,
     judgement: Judgement,
     report: String,
     replay: String,
@@ -142,10 +174,16 @@ fn summary(outcomes: &[Outcome]) -> String {
         .iter()
         .filter_map(|o| o.judgement.converged_after_ms)
         .max();
+    let bound = outcomes
+        .iter()
+        .map(|o| o.converge_bound_ms)
+        .max()
+        .unwrap_or(0);
+    let changes: usize = outcomes.iter().map(|o| o.limit_changes).sum();
     format!(
-        "partitions: {} schedules, {} faults injected, {} failed; worst Σ enforced − L {:.3}/s \
-         (outside allowances {:.3}/s); worst admissions over 2L + L·t {:.0}; slowest return to L \
-         after the last heal {} (bound {} ms)",
+        "partitions: {} schedules, {} faults injected ({changes} limit rollouts), {} failed; worst \
+         Σ enforced − L {:.3}/s (outside allowances {:.3}/s); worst admissions over 2L + L·t {:.0}; \
+         slowest return to L after the last heal {} (largest bound {bound} ms)",
         outcomes.len(),
         outcomes.iter().map(|o| o.faults).sum::<usize>(),
         outcomes
@@ -156,7 +194,6 @@ fn summary(outcomes: &[Outcome]) -> String {
         worst(|j| j.worst_unallowed_excess_rps),
         worst(|j| j.worst_window_excess),
         converge.map_or("never".into(), |ms| format!("{ms} ms")),
-        bounds().converge_ms,
     )
 }
 
@@ -188,6 +225,49 @@ struct Run<'a> {
     problems: Vec<String>,
     /// The health datapoints' task, stopped with the run (its moto server stops with `procs`).
     health: tokio::task::JoinHandle<()>,
+    bounds: Bounds,
+    /// The limit changes rolled out so far, in order.
+    rollouts: Vec<Rollout>,
+}
+
+/// One limit change as it reached the Regions (every Region gets each change once, in order, so
+/// one version is one change everywhere).
+struct Rollout {
+    version: u64,
+    at_ms: u64,
+    old_rps: f64,
+    new_rps: f64,
+    regions: [Adoption; 3],
+}
+
+/// How one Region took a limit change.
+#[derive(Clone, Copy, Default)]
+struct Adoption {
+    /// Its file says the new rate.
+    written: bool,
+    /// When its daemon could first act on it: at once if it was running, else when it restarted
+    /// or resumed.
+    adopted_ms: Option<u64>,
+    /// Its daemon was down or stopped between the change's start and two periods after it
+    /// adopted: its heirs may hold its room at the old version until it returns and repays.
+    disturbed: bool,
+}
+
+impl Rollout {
+    /// From when only the new rate counts: every Region adopted it, plus three periods (its next
+    /// rebalance, one more on a busy machine, the long-poll to its gateways) or, for a disturbed
+    /// Region, the convergence bound.
+    fn settled_ms(&self, b: Bounds) -> u64 {
+        self.regions
+            .iter()
+            .map(|a| match a.adopted_ms {
+                Some(t) if a.disturbed => t + b.converge_ms,
+                Some(t) => t + 3 * PERIOD_MS,
+                None => u64::MAX,
+            })
+            .max()
+            .unwrap_or(u64::MAX)
+    }
 }
 
 async fn run_schedule(tools: &Tools, schedule: &Schedule) -> Outcome {
@@ -200,7 +280,8 @@ async fn run_schedule(tools: &Tools, schedule: &Schedule) -> Outcome {
             schedule.name
         ),
     };
-    let (mut run, replicator) = start(tools, schedule).await;
+    let b = bounds(largest_limit(schedule));
+    let (mut run, replicator) = start(tools, schedule, b).await;
     let stats = replicator.stats();
     let replicating = tokio::spawn(replicator.run(run.end_at + 10_000));
     let mut last_heal_ms = 0;
@@ -209,21 +290,35 @@ async fn run_schedule(tools: &Tools, schedule: &Schedule) -> Outcome {
         run.act(&step.action).await;
         last_heal_ms = unix_ms_now().saturating_sub(run.start_at);
     }
-    let tail = bounds().converge_ms + 3_000;
+    let tail = b.converge_ms + 3_000;
     tokio::time::sleep(Duration::from_millis(tail)).await;
     run.keep_views().await;
     let history = run.stop(last_heal_ms).await;
     replicating.abort();
-    let judgement = checker::judge(&history, bounds());
+    let judgement = checker::judge(&history, b);
     let mut judgement = judgement;
     judgement.failures.extend(run.problems.iter().cloned());
     let replication = *stats.lock().unwrap_or_else(|e| e.into_inner());
-    let report = report(schedule, &judgement, &replication, &run.dir, last_heal_ms);
+    let mut report = report(schedule, &judgement, &replication, &run.dir, last_heal_ms);
+    for c in &history.limit_changes {
+        let settled = match c.settled_ms {
+            u64::MAX => "never settled".to_string(),
+            ms => format!("settled at {:.1} s", ms as f64 / 1000.0),
+        };
+        report.push_str(&format!(
+            "\nlimit {} → {}/s from {:.1} s, {settled}",
+            c.old_rps,
+            c.new_rps,
+            c.at_ms as f64 / 1000.0
+        ));
+    }
     if !judgement.failures.is_empty() {
         eprintln!("{}", run.procs.log_tails(15));
     }
     Outcome {
         faults: schedule.faults,
+        limit_changes: history.limit_changes.len(),
+        converge_bound_ms: b.converge_ms,
         judgement,
         report,
         replay,
@@ -294,7 +389,7 @@ impl Run<'_> {
 
 /// Starts one moto server per Region, the table on each, the replicator, the health datapoints,
 /// the Regions and their load.
-async fn start<'a>(tools: &'a Tools, schedule: &Schedule) -> (Run<'a>, Replicator) {
+async fn start<'a>(tools: &'a Tools, schedule: &Schedule, b: Bounds) -> (Run<'a>, Replicator) {
     let run_id = unique(&format!("e2e-part-{}", schedule.name));
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(&run_id);
     let mut procs = Procs::new(&dir).unwrap_or_else(|e| panic!("{e}"));
@@ -322,10 +417,11 @@ async fn start<'a>(tools: &'a Tools, schedule: &Schedule) -> (Run<'a>, Replicato
         moto: stores[0].clone(),
         stores,
         health_ids: REGIONS.iter().map(|r| format!("{run_id}-hc-{r}")).collect(),
+        region_limits: Vec::new(),
     };
     let planned: u64 = schedule.steps.iter().map(|s| s.after_ms).sum::<u64>()
         + RECLAIM_WAIT.as_millis() as u64
-        + bounds().converge_ms
+        + b.converge_ms
         + 20_000;
     let verdicts = Verdicts::all_healthy(REGIONS.len());
     let health = tokio::spawn(keep_health_ahead(
@@ -370,6 +466,8 @@ async fn start<'a>(tools: &'a Tools, schedule: &Schedule) -> (Run<'a>, Replicato
         allowances: Vec::new(),
         problems: Vec::new(),
         health,
+        bounds: b,
+        rollouts: Vec::new(),
     };
     for r in 0..REGIONS.len() {
         run.start_load(r, start_at);
@@ -400,7 +498,68 @@ impl Run<'_> {
         }
     }
 
+    /// Region `r`'s daemon stops (killed or SIGSTOP) now: a limit change it has not adopted for
+    /// two periods yet is disturbed.
+    fn disturb(&mut self, r: usize) {
+        let now = self.now_ms();
+        for ro in &mut self.rollouts {
+            let a = &mut ro.regions[r];
+            if !a.written || a.adopted_ms.is_none_or(|t| now < t + 2 * PERIOD_MS) {
+                a.disturbed = true;
+            }
+        }
+    }
+
+    /// Region `r`'s daemon runs again now: it reads the limit its file says.
+    fn undisturb(&mut self, r: usize) {
+        let now = self.now_ms();
+        for ro in &mut self.rollouts {
+            let a = &mut ro.regions[r];
+            if a.written && a.adopted_ms.is_none() {
+                a.adopted_ms = Some(now);
+            }
+        }
+    }
+
+    /// Region `r`'s file says `rps` at `version` from now on; a running daemon (or a stopped one,
+    /// when it resumes) reloads it on SIGHUP, a dead one reads it when it restarts.
+    fn set_limit(&mut self, r: usize, rps: u64, version: u64) {
+        let now = self.now_ms();
+        let k = match self.rollouts.iter().position(|ro| ro.version == version) {
+            Some(k) => k,
+            None => {
+                let old_rps = self.rollouts.last().map_or(L_RPS, |ro| ro.new_rps);
+                self.rollouts.push(Rollout {
+                    version,
+                    at_ms: now,
+                    old_rps,
+                    new_rps: rps as f64,
+                    regions: [Adoption::default(); 3],
+                });
+                self.rollouts.len() - 1
+            }
+        };
+        self.setup.set_limit(r, rps as f64, version);
+        let port = self.live[r].region.port;
+        if let Err(e) = self.setup.write_config(self.procs.dir(), r, port) {
+            self.problems
+                .push(format!("writing the file of {}: {e}", REGIONS[r]));
+        }
+        let (up, paused) = (self.live[r].daemon_up, self.live[r].paused);
+        if up {
+            (self.procs).signal_program(self.live[r].region.daemon_proc, "HUP");
+        }
+        let a = &mut self.rollouts[k].regions[r];
+        a.written = true;
+        if up && !paused {
+            a.adopted_ms = Some(now);
+        } else {
+            a.disturbed = true;
+        }
+    }
+
     fn kill_daemon(&mut self, r: usize) {
+        self.disturb(r);
         let i = self.live[r].region.daemon_proc;
         tokio::task::block_in_place(|| self.procs.kill(i));
         self.live[r].daemon_up = false;
@@ -415,6 +574,7 @@ impl Run<'_> {
             Ok((_, _, i)) => {
                 self.live[r].region.daemon_proc = i;
                 self.live[r].daemon_up = true;
+                self.undisturb(r);
             }
             Err(e) => self
                 .problems
@@ -462,13 +622,20 @@ impl Run<'_> {
                 }
             }
             Action::Pause(r) => {
+                self.disturb(r);
                 self.procs.signal(self.live[r].region.daemon_proc, "STOP");
                 self.live[r].paused = true;
             }
             Action::Resume(r) => {
                 self.procs.signal(self.live[r].region.daemon_proc, "CONT");
                 self.live[r].paused = false;
+                self.undisturb(r);
             }
+            Action::SetLimit {
+                region,
+                rps,
+                version,
+            } => self.set_limit(region, rps, version),
             Action::RestartRedis(r) => self.restart_redis(r),
             Action::WaitReclaimed { lost, ref by } => self.wait_reclaimed(lost, by).await,
         }
@@ -537,6 +704,14 @@ impl Run<'_> {
             admitted: vec![vec![0; tenths / SAMPLES_PER_S + 1]; self.live.len()],
             allowances: self.allowances.clone(),
             last_heal_ms,
+            limit_changes: (self.rollouts.iter())
+                .map(|ro| LimitChange {
+                    at_ms: ro.at_ms,
+                    settled_ms: ro.settled_ms(self.bounds),
+                    old_rps: ro.old_rps,
+                    new_rps: ro.new_rps,
+                })
+                .collect(),
         };
         let gens: Vec<(usize, usize)> = (self.live.iter().enumerate())
             .flat_map(|(r, l)| l.loadgens.iter().map(move |i| (r, *i)))
