@@ -186,18 +186,7 @@ fn lease_headers(s: &Shared, arrived_ms: u64, h: &mut HeaderMap) -> u64 {
 fn rule_response(s: &Shared, r: &RuleSet, arrived_ms: u64) -> Response {
     let mut h = HeaderMap::new();
     let lease_ms = lease_headers(s, arrived_ms, &mut h);
-    // The body is serialized once per version; the lease changes with every answer, so it is put
-    // in front of the other fields here (one copy of the body per answer).
-    let body = match r.body.strip_prefix(b"{") {
-        Some(rest) => {
-            let head = format!("{{\"lease_ms\":{lease_ms},");
-            let mut b = Vec::with_capacity(head.len() + rest.len());
-            b.extend_from_slice(head.as_bytes());
-            b.extend_from_slice(rest);
-            Bytes::from(b)
-        }
-        None => r.body.clone(),
-    };
+    let body = r.body_with_lease(lease_ms);
     let mut resp = Response::new(Body::from(body));
     h.insert(
         header::CONTENT_TYPE,
