@@ -63,6 +63,37 @@ impl Rule {
             .collect()
     }
 
+    /// What may reach the gateways before a decision is written (SPEC §7, docs/SPEC.md D8): a
+    /// lowered share is safe at once, a raised one only once the record that raises it is
+    /// durable (a peer may take the room it came from only after reading that record). So: every
+    /// limit at the lower of what the gateways run (`published`) and what was `decided`. `None`
+    /// when nothing is lower, or when the two do not cover the same limits (a reload between the
+    /// two: the full rule set follows the write). A limit that is not lowered keeps its
+    /// published rule exactly (recomputing its burst could round it differently and change a
+    /// rule set for nothing); the shadow flag is the decided one.
+    pub fn before_write(published: &[Rule], decided: &[Rule]) -> Option<Vec<Rule>> {
+        if published.len() != decided.len() {
+            return None;
+        }
+        let mut any = false;
+        let rules = decided
+            .iter()
+            .zip(published)
+            .map(|(r, cur)| {
+                if r.rate < cur.rate {
+                    any = true;
+                    *r
+                } else {
+                    Rule {
+                        shadow: r.shadow,
+                        ..*cur
+                    }
+                }
+            })
+            .collect();
+        any.then_some(rules)
+    }
+
     /// What a Region that cannot prove it still holds its room pushes before anything else (a
     /// new epoch, SPEC §7): every capacity limit at zero, every security limit at its static
     /// split.

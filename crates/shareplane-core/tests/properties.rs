@@ -300,3 +300,37 @@ proptest! {
         prop_assert_eq!(held, new.0 as i128, "room held after the change");
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// Only a lowered share reaches the gateways before the write: every rate is at most both
+    /// the published and the decided one, a limit not lowered keeps its published rule, and
+    /// nothing is pushed when nothing is lower.
+    #[test]
+    fn the_push_before_a_write_only_ever_lowers(
+        rules in proptest::collection::vec((0u64..5_000, 0u64..5_000, 0u64..10_000, any::<bool>()), 0..6)
+    ) {
+        let rule = |rate: u64, burst: u64, shadow: bool| Rule { rate: Room::rps(rate), burst: Room::rps(burst), shadow };
+        let published: Vec<Rule> = rules.iter().map(|(p, _, b, _)| rule(*p, *b, false)).collect();
+        let decided: Vec<Rule> = rules.iter().map(|(_, d, b, s)| rule(*d, b / 2, *s)).collect();
+        let early = Rule::before_write(&published, &decided);
+        let any_lower = rules.iter().any(|(p, d, _, _)| d < p);
+        prop_assert_eq!(early.is_some(), any_lower);
+        if let Some(early) = early {
+            for ((e, p), d) in early.iter().zip(&published).zip(&decided) {
+                prop_assert_eq!(e.rate, p.rate.min(d.rate));
+                prop_assert_eq!(e.shadow, d.shadow);
+                if d.rate >= p.rate {
+                    prop_assert_eq!(e.burst, p.burst, "a limit not lowered keeps its rule");
+                } else {
+                    prop_assert_eq!(*e, *d);
+                }
+            }
+        }
+        // Rule sets for different limits (a reload in between) push nothing early.
+        let mut longer = published.clone();
+        longer.push(rule(1, 2, false));
+        prop_assert_eq!(Rule::before_write(&longer, &decided), None);
+    }
+}

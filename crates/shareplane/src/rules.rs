@@ -92,31 +92,13 @@ impl RuleSet {
     }
 }
 
-/// The early push before writing a decision: every limit at the lower of what is published and
-/// what was decided. `None` when nothing is lower (or nothing was published yet). A limit that
-/// is not lowered keeps its published rule exactly (recomputing its burst could round it
-/// differently and change a rule set for nothing).
+/// The early push before writing a decision ([`Rule::before_write`]); `None` before anything is
+/// published.
 pub fn lowered(current: &RuleSet, decided: &[Rule]) -> Option<Vec<Rule>> {
-    if current.version == 0 || current.rules.len() != decided.len() {
+    if current.version == 0 {
         return None;
     }
-    let mut any = false;
-    let rules = decided
-        .iter()
-        .zip(&current.rules)
-        .map(|(r, cur)| {
-            if r.rate < cur.rate {
-                any = true;
-                *r
-            } else {
-                Rule {
-                    shadow: r.shadow,
-                    ..*cur
-                }
-            }
-        })
-        .collect();
-    any.then_some(rules)
+    Rule::before_write(&current.rules, decided)
 }
 
 #[cfg(test)]
