@@ -1,13 +1,23 @@
-//! The §9 reference runs (docs/SPEC.md): each scenario in simulations/scenarios/ runs through the
-//! simulator and its figures are checked against the numbers written in §9 (values within ±1,
-//! times within ±0.01 s).
+//! The reference runs: every scenario in simulations/scenarios/ runs through the simulator and
+//! its figures are checked against the expectations kept beside it, in
+//! `<scenario>.expect.toml` (for the §9 runs, the numbers docs/SPEC.md states). The numbers are
+//! data, never typed in here; this file only knows how to measure a run. Values are checked
+//! within ±1 and times within ±0.01 s unless a check names its own `tolerance`.
+//!
+//! A check names a `measure` (below, [`Check::measure`]) with the inputs that measure reads
+//! (`region`, `peer`, `at_s`, `from_s`, `level`, `band`, `regions`) and what it must give: `value`
+//! (± tolerance), `at_most`, `at_least`, `between = [lo, hi]` or, for `raise_seconds`,
+//! `seconds = [...]`. An unknown measure or field fails the test with the file and the check.
 
+use serde::Deserialize;
 use shareplane_sim::scenario::Scenario;
-use shareplane_sim::summary::Summary;
-use std::path::PathBuf;
+use shareplane_sim::summary::{Rebalance, Summary};
+use std::path::{Path, PathBuf};
 
 const VALUE: f64 = 1.0;
 const TIME: f64 = 0.01;
+/// Comparisons of `at_most` / `at_least` / `between` allow only float noise.
+const EXACT: f64 = 1e-9;
 
 struct Tick {
     t_s: f64,
@@ -20,18 +30,20 @@ struct Run {
     summary: Summary,
     ticks: Vec<Tick>,
     tick_s: f64,
+    regions: Vec<String>,
 }
 
-fn scenario(file: &str) -> Scenario {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../simulations/scenarios")
-        .join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+fn scenarios_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../simulations/scenarios")
+}
+
+fn scenario(path: &Path) -> Scenario {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     Scenario::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn run(file: &str) -> Run {
-    let sc = scenario(file);
+fn run(path: &Path) -> Run {
+    let sc = scenario(path);
     let mut ticks = Vec::new();
     let summary = shareplane_sim::simulate(&sc, &mut |row| {
         if row.tick >= 0 {
@@ -43,384 +55,420 @@ fn run(file: &str) -> Run {
             });
         }
     })
-    .unwrap_or_else(|e| panic!("{file}: {e}"));
+    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     Run {
+        regions: sc.regions.iter().map(|r| r.name.clone()).collect(),
         summary,
         ticks,
         tick_s: sc.tick_ms as f64 / 1000.0,
     }
 }
 
-fn near(got: f64, want: f64, tol: f64, what: &str) {
-    assert!(
-        (got - want).abs() <= tol,
-        "{what}: got {got}, SPEC says {want} (±{tol})"
-    );
+/// One `<scenario>.expect.toml`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expectations {
+    /// Where the numbers come from (a SPEC section, an issue).
+    source: String,
+    check: Vec<Check>,
 }
 
-impl Run {
-    fn at(&self, t_s: f64) -> &Tick {
-        let i = self
-            .ticks
-            .iter()
-            .position(|t| (t.t_s - t_s).abs() < self.tick_s / 2.0);
-        &self.ticks[i.unwrap_or_else(|| panic!("no tick at {t_s}"))]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Check {
+    /// What the check says, in the words of its source.
+    what: String,
+    measure: String,
+    region: Option<String>,
+    peer: Option<String>,
+    at_s: Option<f64>,
+    from_s: Option<f64>,
+    level: Option<f64>,
+    band: Option<f64>,
+    regions: Option<Vec<String>>,
+    value: Option<f64>,
+    tolerance: Option<f64>,
+    at_most: Option<f64>,
+    at_least: Option<f64>,
+    between: Option<[f64; 2]>,
+    seconds: Option<Vec<f64>>,
+}
+
+/// What a measure gives.
+enum Got {
+    Value(f64),
+    Time(f64),
+    Count(f64),
+    Seconds(Vec<f64>),
+}
+
+impl Check {
+    fn region(&self) -> Result<&str, String> {
+        self.region
+            .as_deref()
+            .ok_or_else(|| "needs `region`".into())
+    }
+    fn peer(&self) -> Result<&str, String> {
+        self.peer.as_deref().ok_or_else(|| "needs `peer`".into())
+    }
+    fn at_s(&self) -> Result<f64, String> {
+        self.at_s.ok_or_else(|| "needs `at_s`".into())
+    }
+    fn level(&self) -> Result<f64, String> {
+        self.level.ok_or_else(|| "needs `level`".into())
+    }
+    fn from_s(&self) -> f64 {
+        self.from_s.unwrap_or(f64::NEG_INFINITY)
     }
 
-    /// The first tick from which the sum of shares stays at `value` until the end.
-    fn sum_stays_from(&self, value: f64) -> f64 {
-        let last_off = self
-            .ticks
-            .iter()
-            .rposition(|t| (t.sum - value).abs() > VALUE);
-        last_off.map_or(0.0, |i| self.ticks[i].t_s + self.tick_s)
+    /// Measures `r`. The measures:
+    ///
+    /// - `rebalance.demand`, `.share_after`, `.target` (`region`, `at_s`); `rebalance.granted`,
+    ///   `.taken` (also `peer`): that rebalance's figure;
+    /// - `max_sum_shares`, `max_sum_shares_at`, `min_sum_shares`, `min_sum_shares_at`,
+    ///   `max_excess_admitted`, `busiest_second_admitted`, `settled_at_s`,
+    ///   `conservation_violations`: the summary's;
+    /// - `max_sum`, `min_sum` (from `from_s`): the highest (lowest) sum of shares of any tick;
+    /// - `sum_stays_from` (`level`): the first tick from which the sum stays at `level`;
+    /// - `first_sum_at` (`level`, `from_s`): the first tick at `level`;
+    /// - `time_sum_at` (`level`, `from_s`): how long the sum is at `level`;
+    /// - `time_sum_above` (`level`): how long the sum is above `level`;
+    /// - `last_time_sum_at` (`level`): the end of the last tick at `level`;
+    /// - `share_at` (`region`, `at_s`): the share the Region's gateways enforce in that tick;
+    /// - `first_within` (`regions`, `level`, `band`, `from_s`): the first tick at which every
+    ///   listed Region's share is within `band` of `level`;
+    /// - `busiest_second_from` (`from_s`): the most admitted in any one-second window;
+    /// - `raise_seconds` (`region`): the whole seconds (rounded up) of its rebalances that raised
+    ///   its share;
+    /// - `reclaims` (`peer` optional, `region` optional): how many rebalances reclaimed (from
+    ///   `peer`, by `region`);
+    /// - `reclaim` / `reclaim_at` (`region`, `peer`): how much `region` reclaimed from `peer` at
+    ///   its first reclaim of it, and when;
+    /// - `first_reclaim_at` (`peer`): the first reclaim of `peer` by anyone;
+    /// - `first_silent` (`region`, `peer`, `from_s`): the first rebalance of `region` that counts
+    ///   `peer` silent;
+    /// - `end_sum`: the sum of shares at the last tick; `end_alive_held`: share + pool of the
+    ///   alive Regions at the end.
+    fn measure(&self, r: &Run) -> Result<Got, String> {
+        let rebalance = || -> Result<&Rebalance, String> {
+            let (region, at) = (self.region()?, self.at_s()?);
+            (r.summary.rebalances.iter())
+                .find(|b| b.region == region && (b.at_s - at).abs() < 1e-9)
+                .ok_or_else(|| format!("no rebalance of {region} at {at} s"))
+        };
+        let extreme = |e: &Option<shareplane_sim::summary::Extreme>| {
+            e.as_ref()
+                .ok_or_else(|| "the summary has none".to_string())
+                .cloned()
+        };
+        let region_index = |name: &str| {
+            (r.regions.iter().position(|n| n == name)).ok_or_else(|| format!("no Region {name}"))
+        };
+        let at_level = |t: &Tick, level: f64| (t.sum - level).abs() <= VALUE;
+        let reclaims = || {
+            r.summary.rebalances.iter().flat_map(|b| {
+                b.reclaimed
+                    .0
+                    .iter()
+                    .map(move |(peer, v)| (b.region.as_str(), b.at_s, peer.as_str(), *v))
+            })
+        };
+        Ok(match self.measure.as_str() {
+            "rebalance.demand" => Got::Value(rebalance()?.demand),
+            "rebalance.share_after" => Got::Value(rebalance()?.share_after),
+            "rebalance.target" => Got::Value(rebalance()?.target),
+            "rebalance.granted" | "rebalance.taken" => {
+                let b = rebalance()?;
+                let by = if self.measure.ends_with("granted") {
+                    &b.granted
+                } else {
+                    &b.taken
+                };
+                let peer = self.peer()?;
+                Got::Value(*by.get(peer).ok_or_else(|| format!("nothing for {peer}"))?)
+            }
+            "max_sum_shares" => Got::Value(extreme(&r.summary.max_sum_shares)?.value),
+            "max_sum_shares_at" => Got::Time(extreme(&r.summary.max_sum_shares)?.at_s),
+            "min_sum_shares" => Got::Value(extreme(&r.summary.min_sum_shares)?.value),
+            "min_sum_shares_at" => Got::Time(extreme(&r.summary.min_sum_shares)?.at_s),
+            "max_excess_admitted" => Got::Value(r.summary.max_excess_admitted),
+            "busiest_second_admitted" => Got::Value(
+                r.summary
+                    .busiest_second_admitted
+                    .ok_or("the summary has none")?,
+            ),
+            "settled_at_s" => Got::Time(r.summary.settled_at_s.ok_or("never settles")?),
+            "conservation_violations" => Got::Count(r.summary.conservation_violations as f64),
+            "max_sum" => Got::Value(
+                (r.ticks.iter().filter(|t| t.t_s >= self.from_s() - EXACT))
+                    .map(|t| t.sum)
+                    .fold(f64::NEG_INFINITY, f64::max),
+            ),
+            "min_sum" => Got::Value(
+                (r.ticks.iter().filter(|t| t.t_s >= self.from_s() - EXACT))
+                    .map(|t| t.sum)
+                    .fold(f64::INFINITY, f64::min),
+            ),
+            "sum_stays_from" => {
+                let level = self.level()?;
+                let last_off = r.ticks.iter().rposition(|t| !at_level(t, level));
+                Got::Time(last_off.map_or(0.0, |i| r.ticks[i].t_s + r.tick_s))
+            }
+            "first_sum_at" => {
+                let level = self.level()?;
+                let t = (r.ticks.iter())
+                    .find(|t| t.t_s >= self.from_s() - EXACT && at_level(t, level))
+                    .ok_or_else(|| format!("never at {level}"))?;
+                Got::Time(t.t_s)
+            }
+            "time_sum_at" => {
+                let level = self.level()?;
+                let n = (r.ticks.iter())
+                    .filter(|t| t.t_s >= self.from_s() - EXACT && at_level(t, level))
+                    .count();
+                Got::Time(n as f64 * r.tick_s)
+            }
+            "time_sum_above" => {
+                let level = self.level()?;
+                let n = r.ticks.iter().filter(|t| t.sum > level + VALUE).count();
+                Got::Time(n as f64 * r.tick_s)
+            }
+            "last_time_sum_at" => {
+                let level = self.level()?;
+                let t = (r.ticks.iter().rev())
+                    .find(|t| at_level(t, level))
+                    .ok_or_else(|| format!("never at {level}"))?;
+                Got::Time(t.t_s + r.tick_s)
+            }
+            "share_at" => {
+                let (i, at) = (region_index(self.region()?)?, self.at_s()?);
+                let t = (r.ticks.iter())
+                    .find(|t| t.t_s >= at - r.tick_s / 2.0)
+                    .ok_or_else(|| format!("no tick at {at} s"))?;
+                Got::Value(t.shares[i])
+            }
+            "first_within" => {
+                let (level, band) = (self.level()?, self.band.ok_or("needs `band`")?);
+                let idx = (self.regions.iter().flatten())
+                    .map(|n| region_index(n))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let t = (r.ticks.iter())
+                    .filter(|t| t.t_s >= self.from_s() - EXACT)
+                    .find(|t| idx.iter().all(|i| (t.shares[*i] - level).abs() <= band))
+                    .ok_or_else(|| format!("never all within {band} of {level}"))?;
+                Got::Time(t.t_s)
+            }
+            "busiest_second_from" => {
+                let per = (1.0 / r.tick_s).round() as usize;
+                let adm: Vec<f64> = (r.ticks.iter())
+                    .filter(|t| t.t_s >= self.from_s() - EXACT)
+                    .map(|t| t.admitted)
+                    .collect();
+                Got::Value(
+                    adm.windows(per)
+                        .map(|w| w.iter().sum::<f64>())
+                        .fold(0.0, f64::max),
+                )
+            }
+            "raise_seconds" => {
+                let region = self.region()?;
+                Got::Seconds(
+                    (r.summary.rebalances.iter())
+                        .filter(|b| b.region == region && b.share_after > b.share_before)
+                        .map(|b| b.at_s.ceil())
+                        .collect(),
+                )
+            }
+            "reclaims" => Got::Count(
+                reclaims()
+                    .filter(|(by, _, peer, _)| {
+                        self.peer.as_deref().is_none_or(|p| p == *peer)
+                            && self.region.as_deref().is_none_or(|r| r == *by)
+                    })
+                    .count() as f64,
+            ),
+            "reclaim" | "reclaim_at" => {
+                let (region, peer) = (self.region()?, self.peer()?);
+                let (_, at, _, v) = reclaims()
+                    .find(|(by, _, p, _)| *by == region && *p == peer)
+                    .ok_or_else(|| format!("{region} never reclaims {peer}"))?;
+                if self.measure == "reclaim" {
+                    Got::Value(v)
+                } else {
+                    Got::Time(at)
+                }
+            }
+            "first_reclaim_at" => {
+                let peer = self.peer()?;
+                let (_, at, _, _) = reclaims()
+                    .find(|(_, _, p, _)| *p == peer)
+                    .ok_or_else(|| format!("nobody reclaims {peer}"))?;
+                Got::Time(at)
+            }
+            "first_silent" => {
+                let (region, peer) = (self.region()?, self.peer()?);
+                let b = (r.summary.rebalances.iter())
+                    .filter(|b| b.region == region && b.at_s >= self.from_s() - EXACT)
+                    .find(|b| b.silent.iter().any(|s| s == peer))
+                    .ok_or_else(|| format!("{region} never counts {peer} silent"))?;
+                Got::Time(b.at_s)
+            }
+            "end_sum" => Got::Value(r.ticks.last().ok_or("no ticks")?.sum),
+            "end_alive_held" => Got::Value(
+                (r.summary.r#final.0.iter())
+                    .filter(|(_, f)| f.alive)
+                    .map(|(_, f)| f.share + f.pool)
+                    .sum(),
+            ),
+            other => return Err(format!("unknown measure `{other}`")),
+        })
     }
 
-    /// Times of the rebalances of `region` that raised its share.
-    fn raises(&self, region: &str) -> Vec<f64> {
-        let r = self
-            .summary
-            .rebalances
-            .iter()
-            .filter(|r| r.region == region);
-        r.filter(|r| r.share_after > r.share_before)
-            .map(|r| r.at_s)
-            .collect()
-    }
-
-    fn rebalance(&self, region: &str, at_s: f64) -> &shareplane_sim::summary::Rebalance {
-        let found = self
-            .summary
-            .rebalances
-            .iter()
-            .find(|r| r.region == region && (r.at_s - at_s).abs() < 1e-9);
-        found.unwrap_or_else(|| panic!("no rebalance of {region} at {at_s}"))
-    }
-
-    /// The most admitted in any one-second window starting at or after `from_s`.
-    fn busiest_second_from(&self, from_s: f64) -> f64 {
-        let per = (1.0 / self.tick_s).round() as usize;
-        let adm: Vec<f64> = self
-            .ticks
-            .iter()
-            .filter(|t| t.t_s >= from_s - 1e-9)
-            .map(|t| t.admitted)
-            .collect();
-        adm.windows(per)
-            .map(|w| w.iter().sum::<f64>())
-            .fold(0.0, f64::max)
+    /// Checks `got` against what is wanted; `Err` says how it differs.
+    fn judge(&self, got: Got) -> Result<(), String> {
+        if let Got::Seconds(s) = got {
+            let want = self.seconds.as_ref().ok_or("needs `seconds`")?;
+            return if &s == want {
+                Ok(())
+            } else {
+                Err(format!("got {s:?}, want {want:?}"))
+            };
+        }
+        let (x, tol) = match got {
+            Got::Value(x) => (x, VALUE),
+            Got::Time(x) => (x, TIME),
+            Got::Count(x) => (x, 0.0),
+            Got::Seconds(_) => unreachable!("handled above"),
+        };
+        let tol = self.tolerance.unwrap_or(tol);
+        let mut wanted = 0;
+        if let Some(v) = self.value {
+            wanted += 1;
+            if (x - v).abs() > tol {
+                return Err(format!("got {x}, want {v} (±{tol})"));
+            }
+        }
+        if let Some(m) = self.at_most {
+            wanted += 1;
+            if x > m + EXACT {
+                return Err(format!("got {x}, want at most {m}"));
+            }
+        }
+        if let Some(m) = self.at_least {
+            wanted += 1;
+            if x < m - EXACT {
+                return Err(format!("got {x}, want at least {m}"));
+            }
+        }
+        if let Some([lo, hi]) = self.between {
+            wanted += 1;
+            if x < lo - EXACT || x > hi + EXACT {
+                return Err(format!("got {x}, want between {lo} and {hi}"));
+            }
+        }
+        if wanted == 0 {
+            return Err("says nothing it wants (`value`, `at_most`, `at_least`, `between`)".into());
+        }
+        Ok(())
     }
 }
 
-#[test]
-fn g1_jump_to_target_staggered() {
-    let r = run("g1-jump-staggered.toml");
-    let c = r.rebalance("C", 3.3);
-    near(c.demand, 5160.0, VALUE, "C's demand average at 3.3");
-    near(c.share_after, 3248.0, VALUE, "C jumps to");
-    let max = r.summary.max_sum_shares.expect("max");
-    near(max.value, 11_898.0, VALUE, "highest sum of shares");
-    near(max.at_s, 3.3, TIME, "highest sum at");
-    near(
-        r.summary.max_excess_admitted,
-        8_480.0,
-        VALUE,
-        "largest excess of admissions over 10,000 × t",
-    );
-    let back = r.sum_stays_from(10_000.0);
-    assert!(
-        back > 11.0 && back <= 12.0,
-        "sum back at 10,000 by second 12, got from {back}"
-    );
-}
-
-#[test]
-fn g1_jump_to_target_same_instants() {
-    let r = run("g1-jump-same.toml");
-    let max = r.summary.max_sum_shares.expect("max");
-    near(max.value, 12_550.0, VALUE, "sum of shares");
-    let over: Vec<&Tick> = r
-        .ticks
-        .iter()
-        .filter(|t| t.sum > 10_000.0 + VALUE)
+/// Every scenario with its expectations, by file name.
+fn expectation_files() -> Vec<(PathBuf, PathBuf)> {
+    let dir = scenarios_dir();
+    let mut out: Vec<(PathBuf, PathBuf)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?.to_string();
+            let stem = name.strip_suffix(".expect.toml")?;
+            Some((dir.join(format!("{stem}.toml")), p))
+        })
         .collect();
-    assert!(
-        over.iter().all(|t| (t.sum - 12_550.0).abs() <= VALUE),
-        "the excess is 12,550 throughout"
-    );
-    near(
-        over.len() as f64 * r.tick_s,
-        5.0,
-        TIME,
-        "the sum is 12,550 for",
-    );
+    out.sort();
+    out
 }
 
 #[test]
-fn g1_named_grants_staggered() {
-    let r = run("g1-grants-staggered.toml");
-    assert!(
-        r.ticks.iter().all(|t| t.sum <= 10_000.0),
-        "the sum never exceeds 10,000"
-    );
-    let min = r.summary.min_sum_shares.expect("min");
-    near(min.value, 8_102.0, VALUE, "lowest sum");
-    near(min.at_s, 6.7, TIME, "lowest sum from");
-    let low: Vec<&Tick> = r
-        .ticks
-        .iter()
-        .filter(|t| (t.sum - min.value).abs() <= VALUE)
+fn every_scenario_file_has_its_expectations_and_every_expectation_its_scenario() {
+    let dir = scenarios_dir();
+    let scenarios: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(String::from))
+        .filter(|n| n.ends_with(".toml") && !n.ends_with(".expect.toml"))
         .collect();
-    near(
-        low.last().expect("low").t_s + r.tick_s,
-        8.3,
-        TIME,
-        "lowest sum until",
-    );
-    let at = r.at(7.0);
-    near(at.shares[0], 4_335.0, VALUE, "A during the dip");
-    near(at.shares[1], 2_417.0, VALUE, "B during the dip");
-    near(at.shares[2], 1_350.0, VALUE, "C during the dip");
-    assert!(
-        r.rebalance("A", 5.0).share_after < 5600.0,
-        "A lowers at :05"
-    );
-    assert!(
-        r.rebalance("B", 6.7).share_after < 3050.0,
-        "B lowers at :06.7"
-    );
-    let raises: Vec<f64> = r.raises("C").iter().map(|t| t.ceil()).collect();
-    assert_eq!(
-        raises,
-        vec![9.0, 14.0, 19.0],
-        "C raises at seconds 9, 14 and 19"
-    );
-    assert_eq!(
-        r.sum_stays_from(10_000.0).ceil(),
-        19.0,
-        "back at 10,000 from second 19"
-    );
-    near(
-        r.summary.max_excess_admitted,
-        2_700.0,
-        VALUE,
-        "largest excess",
-    );
-    near(
-        r.summary.busiest_second_admitted.expect("busiest"),
-        12_700.0,
-        VALUE,
-        "busiest second",
-    );
-    assert_eq!(r.summary.conservation_violations, 0);
+    assert!(scenarios.len() >= 10, "{scenarios:?}");
+    for s in &scenarios {
+        let expect = dir.join(s.replace(".toml", ".expect.toml"));
+        assert!(expect.exists(), "{s} has no {}", expect.display());
+    }
+    for (scenario, expect) in expectation_files() {
+        assert!(scenario.exists(), "{} names no scenario", expect.display());
+    }
 }
 
 #[test]
-fn g1_named_grants_same_instants() {
-    let r = run("g1-grants-same.toml");
-    near(
-        r.summary.min_sum_shares.expect("min").value,
-        7_450.0,
-        VALUE,
-        "dips to",
+fn every_reference_run_meets_its_expectations() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (scenario_path, expect_path) in expectation_files() {
+        let text = std::fs::read_to_string(&expect_path)
+            .unwrap_or_else(|e| panic!("{}: {e}", expect_path.display()));
+        let ex: Expectations =
+            toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", expect_path.display()));
+        assert!(
+            !ex.source.is_empty() && !ex.check.is_empty(),
+            "{}",
+            expect_path.display()
+        );
+        let r = run(&scenario_path);
+        for c in &ex.check {
+            checked += 1;
+            if let Err(why) = c.measure(&r).and_then(|got| c.judge(got)) {
+                let file = expect_path
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned());
+                failures.push(format!(
+                    "{}: {} ({}): {why}",
+                    file.unwrap_or_default(),
+                    c.what,
+                    c.measure
+                ));
+            }
+        }
+    }
+    assert!(checked > 0);
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} checks failed:\n{}",
+        failures.len(),
+        failures.join("\n")
     );
-    near(
-        r.summary.settled_at_s.expect("settles"),
-        25.0,
-        TIME,
-        "settles after",
-    );
-    assert!(r.ticks.iter().all(|t| t.sum <= 10_000.0));
-    assert_eq!(r.summary.conservation_violations, 0);
 }
 
 #[test]
-fn g2_freeze() {
-    let r = run("g2-freeze.toml");
-    let busiest = r.busiest_second_from(300.0);
-    assert!(
-        busiest <= 7_800.0 + VALUE,
-        "k-big gets at most 7,800/s after the loss, got {busiest}"
-    );
-    near(busiest, 7_800.0, VALUE, "k-big gets up to");
-    assert!(
-        r.summary
-            .rebalances
-            .iter()
-            .all(|b| b.reclaimed.0.is_empty()),
-        "freeze never reclaims"
-    );
-    assert_eq!(r.summary.conservation_violations, 0);
-}
-
-#[test]
-fn g2_two_signals() {
-    let r = run("g2-two-signals.toml");
-    let first_silent = |region: &str| {
-        let rb = r
-            .summary
-            .rebalances
-            .iter()
-            .filter(|b| b.region == region && b.at_s >= 300.0);
-        rb.filter(|b| b.silent.iter().any(|s| s == "B"))
-            .map(|b| b.at_s)
-            .next()
+fn a_check_that_wants_another_number_fails() {
+    // The harness itself: a wrong expectation, an unknown measure and a check that wants nothing
+    // are all failures, never a pass.
+    let path = scenarios_dir().join("g1-jump-staggered.toml");
+    let r = run(&path);
+    let check = |toml_text: &str| -> Result<(), String> {
+        let c: Check = toml::from_str(toml_text).unwrap_or_else(|e| panic!("{e}"));
+        c.measure(&r).and_then(|g| c.judge(g))
     };
-    near(
-        first_silent("A").expect("A sees B silent"),
-        315.0,
-        TIME,
-        "A sees B unchanged for 3 rebalances at",
-    );
-    near(
-        first_silent("C").expect("C sees B silent"),
-        313.3,
-        TIME,
-        "C sees B unchanged for 3 rebalances at",
-    );
-    let reclaims: Vec<(String, f64, f64)> = r
-        .summary
-        .rebalances
-        .iter()
-        .filter_map(|b| b.reclaimed.get("B").map(|v| (b.region.clone(), b.at_s, *v)))
-        .collect();
-    assert_eq!(reclaims.len(), 2, "exactly two reclaims: {reclaims:?}");
-    assert_eq!(reclaims[0].0, "A");
-    near(reclaims[0].1, 330.0, TIME, "A reclaims at");
-    near(reclaims[0].2, 1_100.0, VALUE, "A reclaims");
-    assert_eq!(reclaims[1].0, "C");
-    near(reclaims[1].1, 333.3, TIME, "C reclaims at");
-    near(reclaims[1].2, 1_100.0, VALUE, "C reclaims");
-    let within =
-        |t: &Tick| (t.shares[0] - 5_000.0).abs() <= 50.0 && (t.shares[2] - 5_000.0).abs() <= 50.0;
-    let first = r
-        .ticks
-        .iter()
-        .find(|t| t.t_s >= 300.0 && within(t))
-        .expect("both within 1%");
-    near(first.t_s, 338.3, TIME, "both within 1% of 5,000 at");
-    let full = r
-        .ticks
-        .iter()
-        .find(|t| t.t_s >= 300.0 && (t.sum - 10_000.0).abs() <= VALUE)
-        .expect("10,000");
-    assert_eq!(full.t_s.ceil(), 339.0, "k-big gets 10,000 from 14:05:39");
-    let c = r.rebalance("C", 368.3);
-    near(c.target, 4_100.0, VALUE, "C's target after 14:06:00");
-    near(c.share_after, 4_100.0, VALUE, "C lowers at 14:06:08.3");
-    near(
-        *c.granted.get("A").expect("grant"),
-        900.0,
-        VALUE,
-        "C grants A",
-    );
-    let a = r.rebalance("A", 370.0);
-    near(
-        *a.taken.get("C").expect("take"),
-        900.0,
-        VALUE,
-        "A takes at 14:06:10",
-    );
-    near(a.target, 5_900.0, VALUE, "A's target");
-    let dip: Vec<&Tick> = r
-        .ticks
-        .iter()
-        .filter(|t| t.t_s > 360.0 && (t.sum - 9_100.0).abs() <= VALUE)
-        .collect();
-    near(
-        dip.len() as f64 * r.tick_s,
-        1.7,
-        TIME,
-        "the sum is 9,100 for",
-    );
-    near(
-        r.sum_stays_from(10_000.0),
-        370.0,
-        TIME,
-        "10,000 from 14:06:10",
-    );
-    assert_eq!(r.summary.conservation_violations, 0);
-}
-
-#[test]
-fn g2_b_only_cut_off_two_signals() {
-    let r = run("g2-cut-off.toml");
-    assert!(
-        r.summary
-            .rebalances
-            .iter()
-            .all(|b| b.reclaimed.0.is_empty()),
-        "nobody reclaims"
-    );
-    let after: Vec<&Tick> = r.ticks.iter().filter(|t| t.t_s >= 300.0).collect();
-    assert!(!after.is_empty());
-    assert!(
-        after.iter().all(|t| (t.sum - 10_000.0).abs() <= VALUE),
-        "k-big stays at 10,000"
-    );
-    assert_eq!(r.summary.conservation_violations, 0);
-}
-
-#[test]
-fn silence_alone_passes_the_limit_when_b_is_only_cut_off() {
-    // SPEC §6: silence-alone "exists to show why it is wrong: a cut-off Region reclaims the others
-    // while they reclaim it, and the sum of shares passes the limit".
-    let r = run("g2-cut-off-silence-alone.toml");
-    assert!(r.summary.max_sum_shares.expect("max").value > 10_000.0 + VALUE);
-    let b = r.summary.rebalances.iter().filter(|b| b.region == "B");
-    assert!(
-        b.clone().any(|b| !b.reclaimed.0.is_empty()),
-        "the cut-off B reclaims"
-    );
-    assert!(
-        r.summary
-            .rebalances
-            .iter()
-            .any(|b| b.reclaimed.get("B").is_some()),
-        "and is reclaimed"
-    );
-    // The physical audit sees the room taken twice: B still holds what A and C took from it.
-    assert!(
-        r.summary.conservation_violations > 0,
-        "the audit must count the duplicated room"
-    );
-}
-
-#[test]
-fn a_restore_racing_another_reclaim_never_duplicates_room() {
-    // Issue: B is lost and reclaimed, C is lost, B comes back 14 s later while A reclaims C.
-    // Heirs that derive a divisor from their own view took C's room one and a half times
-    // (12,500 held of 10,000, for good). Fixed portions cannot.
-    let r = run("restore-race.toml");
-    assert!(
-        r.ticks.iter().all(|t| t.sum <= 10_000.0 + 1e-9),
-        "the sum of shares passed the limit"
-    );
-    assert_eq!(r.summary.conservation_violations, 0);
-    let held: f64 = r
-        .summary
-        .r#final
-        .0
-        .iter()
-        .map(|(_, f)| f)
-        .filter(|f| f.alive)
-        .map(|f| f.share + f.pool)
-        .sum();
-    assert!(
-        (held - 10_000.0).abs() < 0.01,
-        "the alive Regions end holding {held}, not exactly the limit"
-    );
-    let last = r.ticks.last().expect("ticks");
-    assert!(
-        (last.sum - 10_000.0).abs() < 0.01,
-        "shares end at {}",
-        last.sum
-    );
+    assert!(check("what = 'x'\nmeasure = 'max_sum_shares'\nvalue = 11898.0").is_ok());
+    assert!(check("what = 'x'\nmeasure = 'max_sum_shares'\nvalue = 11890.0").is_err());
+    assert!(check("what = 'x'\nmeasure = 'max_sum_shares'\nat_most = 10000.0").is_err());
+    assert!(check("what = 'x'\nmeasure = 'max_sums'\nvalue = 1.0").is_err());
+    assert!(check("what = 'x'\nmeasure = 'max_sum_shares'").is_err());
+    assert!(check("what = 'x'\nmeasure = 'raise_seconds'\nregion = 'C'\nseconds = [1.0]").is_err());
 }
 
 #[test]
 fn same_input_same_bytes() {
-    let sc = scenario("g2-two-signals.toml");
+    let sc = scenario(&scenarios_dir().join("g2-two-signals.toml"));
     let once = || {
         let mut csv = Vec::new();
         let mut w = shareplane_sim::trace::TraceWriter::new(&mut csv, &sc).expect("header");
@@ -429,45 +477,4 @@ fn same_input_same_bytes() {
         (serde_json::to_string(&s).expect("json"), csv)
     };
     assert_eq!(once(), once());
-}
-
-#[test]
-fn a_daemon_that_dies_leaves_gateways_that_fence_before_anyone_reclaims() {
-    // Issue "the gateways inside the safety proof": B's daemon dies at 300 s, its gateways live
-    // on. They enforce B's last share for the lease, then fence; A and C reclaim at 330 s and
-    // later. What gateways enforce never sums above the limit, and the audit counts B's room as
-    // B's while its gateways enforce it.
-    let r = run("g2-daemon-death.toml");
-    assert!(
-        r.ticks.iter().all(|t| t.sum <= 10_000.0 + 1e-9),
-        "the shares enforced passed the limit"
-    );
-    assert_eq!(r.summary.conservation_violations, 0);
-    let b_at = |s: f64| {
-        r.ticks
-            .iter()
-            .find(|t| t.t_s >= s)
-            .map(|t| t.shares[1])
-            .expect("tick")
-    };
-    assert!(
-        b_at(300.5) > 2_000.0,
-        "B's gateways still enforce its share"
-    );
-    assert_eq!(b_at(329.0), 0.0, "B's gateways fenced before any reclaim");
-    let reclaims: Vec<f64> = r
-        .summary
-        .rebalances
-        .iter()
-        .filter(|b| b.reclaimed.get("B").is_some())
-        .map(|b| b.at_s)
-        .collect();
-    assert!(!reclaims.is_empty() && reclaims.iter().all(|&t| t >= 330.0));
-    // Back: B's daemon restarts in a new epoch at zero and the limit is held exactly again.
-    let last = r.ticks.last().expect("ticks");
-    assert!(
-        (last.sum - 10_000.0).abs() < 0.01,
-        "shares end at {}",
-        last.sum
-    );
 }
