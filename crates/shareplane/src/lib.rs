@@ -9,7 +9,9 @@
 //! - [`table`]: a simulated global table with visibility delay and cuts (demo and tests).
 //! - [`slow_store`]: the test-only store delay (`test_store_delay_ms`).
 //!
-//! `main.rs` only parses the command line and calls [`run`] or [`demo::run`].
+//! `main.rs` only parses the command line and calls [`run`] or [`demo::run`]; [`run`] only wires
+//! signals, a listener, a store and a health source to a [`RegionDaemon`], which tests run
+//! in-process on their own.
 
 pub mod api;
 pub mod aws;
@@ -29,10 +31,12 @@ pub mod table;
 
 use crate::config::{Config, StoreKind};
 use crate::daemon::{Daemon, DaemonOptions};
-use crate::health::NoHealth;
+use crate::health::{HealthSource, NoHealth};
 use crate::slow_store::SlowStore;
 use crate::state::Shared;
 use shareplane_store::memory::MemoryStore;
+use shareplane_store::RecordStore;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -56,53 +60,106 @@ pub enum RunError {
 }
 
 /// `shareplane run`: one replica of one Region's daemon, until SIGINT or SIGTERM. It reloads
-/// its configuration from `source` on SIGHUP and when the file changes ([`reload`]).
+/// its configuration from `source` on SIGHUP and when the file changes ([`reload`]). This is
+/// the wiring alone: the signals, the listener, the store and the health source named by `cfg`;
+/// everything else is [`RegionDaemon`], which a test runs in-process on its own.
 pub async fn run(cfg: Config, source: reload::ConfigSource) -> Result<(), RunError> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(shutdown_on_signals(tx));
-    let shared = Shared::new(
-        cfg.deployment.clone(),
-        cfg.me,
-        clock::Clock::wall(),
-        cfg.api_token.clone(),
-        rx.clone(),
-    );
-    let (reloader, reloads) = reload::Reloader::new(source, cfg.clone(), shared.clone());
-    tokio::spawn(reload::reload_on_sighup(reloads));
-    tokio::spawn(reloader.run());
-    let mut opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
-    opts.rollout_periods = cfg.limits_rollout_periods;
+    let region = RegionDaemon::new(cfg.clone(), source, rx);
+    tokio::spawn(reload::reload_on_sighup(region.reloads()));
     if !cfg.test_store_delay.is_zero() {
         warn!(
             delay_ms = cfg.test_store_delay.as_millis() as u64,
             "test_store_delay_ms is set: every store call waits this long first (tests only)"
         );
     }
-    let loop_task = match cfg.store {
-        StoreKind::Memory => {
-            warn!("store = \"memory\": records live in this process only; no other Region or replica sees them");
-            let store = SlowStore::new(MemoryStore::new(), cfg.test_store_delay);
-            tokio::spawn(Daemon::new(shared.clone(), store, NoHealth, opts).run())
-        }
-        StoreKind::DynamoDb => {
-            let aws = aws::connect(&cfg).await.map_err(RunError::Aws)?;
-            tokio::spawn(aws::publish_metrics(aws.publisher, shared.clone()));
-            let store = SlowStore::new(aws.store, cfg.test_store_delay);
-            tokio::spawn(Daemon::new(shared.clone(), store, aws.health, opts).run())
-        }
-    };
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .map_err(|source| RunError::Listen {
             addr: cfg.listen,
             source,
         })?;
-    // The bound address (with `listen = "127.0.0.1:0"` the port the system chose).
-    let bound = listener.local_addr().unwrap_or(cfg.listen);
-    info!(region = %cfg.region, listen = %bound, "serving the API");
-    let served = api::serve(listener, api::router(shared), rx, DRAIN).await;
-    stop_loop(loop_task).await;
-    served.map_err(RunError::Serve)
+    match cfg.store {
+        StoreKind::Memory => {
+            warn!("store = \"memory\": records live in this process only; no other Region or replica sees them");
+            let store = SlowStore::new(MemoryStore::new(), cfg.test_store_delay);
+            region.serve(listener, store, NoHealth).await
+        }
+        StoreKind::DynamoDb => {
+            let aws = aws::connect(&cfg).await.map_err(RunError::Aws)?;
+            tokio::spawn(aws::publish_metrics(aws.publisher, region.shared().clone()));
+            let store = SlowStore::new(aws.store, cfg.test_store_delay);
+            region.serve(listener, store, aws.health).await
+        }
+    }
+}
+
+/// One replica of one Region's daemon, on whatever it is handed: the listener, the store, the
+/// health source and the shutdown signal come from outside ([`run`] for the binary, a test for
+/// itself), as do reload triggers ([`RegionDaemon::reloads`]; the reloader also follows changes
+/// of the file).
+pub struct RegionDaemon {
+    cfg: Config,
+    shared: Arc<Shared>,
+    shutdown: watch::Receiver<bool>,
+    reloads: reload::ReloadHandle,
+}
+
+impl RegionDaemon {
+    /// The Region's shared state and its reloader (started here: call within a Tokio runtime).
+    /// `shutdown` turning true stops [`RegionDaemon::serve`].
+    pub fn new(
+        cfg: Config,
+        source: reload::ConfigSource,
+        shutdown: watch::Receiver<bool>,
+    ) -> RegionDaemon {
+        let shared = Shared::new(
+            cfg.deployment.clone(),
+            cfg.me,
+            clock::Clock::wall(),
+            cfg.api_token.clone(),
+            shutdown.clone(),
+        );
+        let (reloader, reloads) = reload::Reloader::new(source, cfg.clone(), shared.clone());
+        tokio::spawn(reloader.run());
+        RegionDaemon {
+            cfg,
+            shared,
+            shutdown,
+            reloads,
+        }
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Asks for a reload (what SIGHUP does in [`run`]).
+    pub fn reloads(&self) -> reload::ReloadHandle {
+        self.reloads.clone()
+    }
+
+    /// Runs the rebalance loop on `store` and `health` and serves the API on `listener` until
+    /// the shutdown signal; then drains requests in flight ([`DRAIN`]) and waits for the loop
+    /// ([`LOOP_STOP`]).
+    pub async fn serve<S: RecordStore, H: HealthSource>(
+        self,
+        listener: tokio::net::TcpListener,
+        store: S,
+        health: H,
+    ) -> Result<(), RunError> {
+        let cfg = &self.cfg;
+        let mut opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
+        opts.rollout_periods = cfg.limits_rollout_periods;
+        let loop_task = tokio::spawn(Daemon::new(self.shared.clone(), store, health, opts).run());
+        // The bound address (with `listen = "127.0.0.1:0"` the port the system chose).
+        let bound = listener.local_addr().unwrap_or(cfg.listen);
+        info!(region = %cfg.region, listen = %bound, "serving the API");
+        let served = api::serve(listener, api::router(self.shared), self.shutdown, DRAIN).await;
+        stop_loop(loop_task).await;
+        served.map_err(RunError::Serve)
+    }
 }
 
 /// Waits (bounded) for a rebalance loop to finish after the shutdown signal.
