@@ -409,7 +409,7 @@ fn refused_totals(s: &Shared, gateway: &str, o: &crate::demand::ReportOutcome) -
 #[derive(serde::Serialize)]
 struct StateAnswer<'a> {
     #[serde(flatten)]
-    view: &'a crate::state::StateView,
+    view: &'a crate::view::StateView,
     config: crate::state::ConfigStatus,
 }
 

@@ -3,7 +3,8 @@
 
 use crate::config::Config;
 use crate::health::HealthSource;
-use crate::state::{Shared, StateView};
+use crate::state::Shared;
+use crate::view::StateView;
 use shareplane_aws::client::{cloudwatch, cloudwatch_health, dynamodb, sdk_config};
 use shareplane_aws::{CallLimits, DynamoStore, Endpoint, HealthReader, MetricsPublisher, Point};
 use shareplane_core::{Health, PerRegion};

@@ -43,7 +43,8 @@ use crate::clock::next_tick;
 use crate::events::Kind;
 use crate::health::HealthSource;
 use crate::rules::{lowered, RuleSet};
-use crate::state::{build_view, Shared, ViewInput};
+use crate::state::Shared;
+use crate::view::{build_view, ViewInput};
 use shareplane_core::{
     peer_view, regions, Alarms, Coordinator, Decision, Deployment, Health, Inputs, PeerState,
     PeerView, PerRegion, RegionRecord, Room, Rule, Silence,

@@ -8,6 +8,7 @@
 //! - [`demo`]: three Regions in one process with a web dashboard (`shareplane demo`).
 //! - [`table`]: a simulated global table with visibility delay and cuts (demo and tests).
 //! - [`slow_store`]: the test-only store delay (`test_store_delay_ms`).
+//! - [`state`]: what the loop and the API share; [`view`]: the `GET /v1/state` view it holds.
 //!
 //! `main.rs` only parses the command line and calls [`run`] or [`demo::run`]; [`run`] only wires
 //! signals, a listener, a store and a health source to a [`RegionDaemon`], which tests run
@@ -28,6 +29,7 @@ pub mod rules;
 pub mod slow_store;
 pub mod state;
 pub mod table;
+pub mod view;
 
 use crate::config::{Config, StoreKind};
 use crate::daemon::{Daemon, DaemonOptions};

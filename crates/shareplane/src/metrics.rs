@@ -1,7 +1,7 @@
 //! The daemon's metrics in Prometheus text format. Every metric is defined once, in
 //! [`Metrics::render`], with its name, help and type; the loop and the API only bump fields.
 
-use crate::state::{LimitJson, StateView};
+use crate::view::{LimitJson, StateView};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};

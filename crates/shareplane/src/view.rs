@@ -1,0 +1,277 @@
+//! `GET /v1/state` as data: the view of one Region's daemon (its shares, peers, alarms) and how
+//! it is built from what the rebalance loop knows. Read by the API, the metrics, the demo and the
+//! CloudWatch publisher; it depends on none of them (and [`crate::state`] holds the latest one).
+
+use shareplane_core::{
+    regions, Deployment, Health, LimitKind, PeerState, PeerView, PerRegion, RegionId, RegionRecord,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// `GET /v1/state`: why each share is what it is.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StateView {
+    pub region: String,
+    /// `starting`, `leader` or `follower`.
+    pub role: &'static str,
+    pub replica: String,
+    pub policy: &'static str,
+    pub period_ms: u64,
+    pub store_ok: bool,
+    pub last_error: Option<String>,
+    pub epoch: u64,
+    pub record_version: u64,
+    pub written_at_ms: u64,
+    pub rules_version: u64,
+    /// The digest of the limits this Region runs (hex, [`shareplane_core::limits_digest`]).
+    pub limits_digest: String,
+    pub health: BTreeMap<String, &'static str>,
+    pub peers: Vec<PeerJson>,
+    pub limits: Vec<LimitJson>,
+    pub alarms: Vec<String>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PeerJson {
+    pub region: String,
+    pub epoch: u64,
+    pub version: u64,
+    /// Own rebalances in a row at which the peer's record had not changed (leader only).
+    pub unchanged: Option<u32>,
+    /// `live`, `silent` or `reclaimed` (leader only; followers say `unknown`).
+    pub state: &'static str,
+    pub written_at_ms: u64,
+    /// Own rebalances in a row at which the peer had begun a newer epoch but the last record of
+    /// the epoch this Region accounts with had not reached it, so that epoch's room could be
+    /// neither closed nor settled (leader only). Lasting, that room is stranded (alarm
+    /// `waiting_for_record:<peer>`, CloudWatch `LongestWaitForRecordSeconds`).
+    pub waiting_for_record: Option<u32>,
+    /// The peer's epoch this Region accounts with (the one whose last record it waits for,
+    /// while it waits); `None` before the own record is known.
+    pub accounts_with_epoch: Option<u64>,
+    /// The digest of the limits the peer's latest record says it runs (hex; `None`: unknown,
+    /// an older daemon).
+    pub limits_digest: Option<String>,
+    /// Phase ticks in a row at which that digest differed from this Region's; past the rollout
+    /// window the `limits_mismatch:<peer>` alarm is raised (CloudWatch `LimitsMismatchPeers`).
+    pub limits_mismatch: Option<u32>,
+}
+
+/// Amounts are requests per second.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LimitJson {
+    pub id: String,
+    pub kind: &'static str,
+    pub shadow: bool,
+    /// The configured rate and version.
+    pub rate: f64,
+    pub version: u64,
+    /// The version and rate this Region's record has adopted (0 until it has): a limit change
+    /// is under way while they differ from the configured ones.
+    pub adopted_version: u64,
+    pub adopted_rate: f64,
+    pub demand: f64,
+    pub target: f64,
+    pub share: f64,
+    pub pool: f64,
+    pub unmet: f64,
+    pub debt: f64,
+    /// Granted to each peer by name and not taken by it yet.
+    pub grants_in_flight: BTreeMap<String, f64>,
+    pub granted: BTreeMap<String, f64>,
+    pub taken: BTreeMap<String, f64>,
+    pub reclaimed: BTreeMap<String, f64>,
+    /// This Region's share plus the last published shares of the peers it has not reclaimed
+    /// (SPEC §8 alarm: above `rate` means something is wrong).
+    pub seen_sum_of_shares: f64,
+}
+
+pub fn health_name(h: Health) -> &'static str {
+    match h {
+        Health::Healthy => "healthy",
+        Health::Unhealthy => "unhealthy",
+        Health::Unknown => "unknown",
+    }
+}
+
+/// What a view is built from.
+pub struct ViewInput<'a> {
+    pub d: &'a Deployment,
+    pub me: RegionId,
+    pub role: &'static str,
+    pub replica: &'a str,
+    pub own: Option<&'a RegionRecord>,
+    /// Latest record of each peer by Region index (`None` where unknown or for the own Region).
+    pub peer_records: Vec<Option<Arc<RegionRecord>>>,
+    /// The coordinator's peer views (leader only).
+    pub peer_views: Option<Vec<PeerView>>,
+    pub health: PerRegion<Health>,
+    pub store_ok: bool,
+    pub last_error: Option<String>,
+    pub rules_version: u64,
+    pub alarms: Vec<String>,
+    /// The leader's count of rebalances in a row waiting for each peer's record, by Region index
+    /// (empty for a follower).
+    pub waiting_for_record: Vec<u32>,
+    /// Phase ticks in a row at which each peer named other limits, by Region index (empty:
+    /// not counted yet).
+    pub limits_mismatch: Vec<u32>,
+}
+
+impl StateView {
+    pub(crate) fn starting(d: &Deployment, me: RegionId) -> StateView {
+        build_view(ViewInput {
+            d,
+            me,
+            role: "starting",
+            replica: "",
+            own: None,
+            peer_records: Vec::new(),
+            peer_views: None,
+            health: PerRegion::default(),
+            store_ok: true,
+            last_error: None,
+            rules_version: 0,
+            alarms: Vec::new(),
+            waiting_for_record: Vec::new(),
+            limits_mismatch: Vec::new(),
+        })
+    }
+}
+
+pub fn build_view(v: ViewInput<'_>) -> StateView {
+    let d = v.d;
+    let limits = d
+        .limits
+        .iter()
+        .enumerate()
+        .map(|(li, spec)| limit_view(&v, li, spec))
+        .collect();
+    let peers = regions(d.n())
+        .filter(|&r| r != v.me)
+        .map(|r| peer_view(&v, r))
+        .collect();
+    StateView {
+        region: d.region_name(v.me).to_string(),
+        role: v.role,
+        replica: v.replica.to_string(),
+        policy: d.policy.name(),
+        period_ms: d.period_ms,
+        store_ok: v.store_ok,
+        epoch: v.own.map_or(0, |o| o.epoch),
+        record_version: v.own.map_or(0, |o| o.version),
+        written_at_ms: v.own.map_or(0, |o| o.written_at_ms),
+        rules_version: v.rules_version,
+        limits_digest: format!("{:016x}", shareplane_core::limits_digest(&d.limits)),
+        health: regions(d.n())
+            .map(|r| (d.region_name(r).to_string(), health_name(v.health[r])))
+            .collect(),
+        peers,
+        limits,
+        last_error: v.last_error,
+        alarms: v.alarms,
+    }
+}
+
+/// A value per peer, by the peer's name.
+fn by_peer(v: &ViewInput<'_>, f: impl Fn(RegionId) -> f64) -> BTreeMap<String, f64> {
+    regions(v.d.n())
+        .filter(|&r| r != v.me)
+        .map(|r| (v.d.region_name(r).to_string(), f(r)))
+        .collect()
+}
+
+fn peer_record(v: &ViewInput<'_>, r: RegionId) -> Option<Arc<RegionRecord>> {
+    v.peer_records.get(r.index()).cloned().flatten()
+}
+
+fn limit_view(v: &ViewInput<'_>, li: usize, spec: &shareplane_core::LimitSpec) -> LimitJson {
+    let e = v
+        .own
+        .and_then(|o| o.limits.get(li))
+        .copied()
+        .unwrap_or_default();
+    // Granted to `r` and not yet taken by it, when both records refer to each other's epochs.
+    let in_flight = |r: RegionId| {
+        let taken = peer_record(v, r)
+            .filter(|p| {
+                v.own
+                    .is_some_and(|o| p.accounts_with(v.me, o.epoch) && o.accounts_with(r, p.epoch))
+            })
+            .and_then(|p| p.limits.get(li).map(|l| l.taken[v.me]))
+            .unwrap_or_default();
+        e.granted[r].saturating_sub(taken).as_rps()
+    };
+    LimitJson {
+        id: spec.id.clone(),
+        kind: match spec.kind {
+            LimitKind::Capacity => "capacity",
+            LimitKind::Security { .. } => "security",
+        },
+        shadow: spec.shadow,
+        rate: spec.rate.as_rps(),
+        version: spec.version,
+        adopted_version: e.limit_version,
+        adopted_rate: e.rate.as_rps(),
+        demand: e.demand.as_rps(),
+        target: e.target.as_rps(),
+        share: e.share.as_rps(),
+        pool: e.pool.as_rps(),
+        unmet: e.unmet.as_rps(),
+        debt: e.debt.as_rps(),
+        grants_in_flight: by_peer(v, in_flight),
+        granted: by_peer(v, |r| e.granted[r].as_rps()),
+        taken: by_peer(v, |r| e.taken[r].as_rps()),
+        reclaimed: by_peer(v, |r| e.reclaimed[r].as_rps()),
+        seen_sum_of_shares: seen_sum(v, li, e.share),
+    }
+}
+
+fn peer_view(v: &ViewInput<'_>, r: RegionId) -> PeerJson {
+    let rec = peer_record(v, r);
+    let pv = v
+        .peer_views
+        .as_ref()
+        .and_then(|ps| ps.iter().find(|p| p.region == r));
+    let from_rec = |f: fn(&RegionRecord) -> u64| rec.as_deref().map_or(0, f);
+    PeerJson {
+        region: v.d.region_name(r).to_string(),
+        epoch: pv.map_or_else(|| from_rec(|x| x.epoch), |p| p.epoch),
+        version: pv.map_or_else(|| from_rec(|x| x.version), |p| p.version),
+        unchanged: pv.map(|p| p.unchanged),
+        state: match pv.map(|p| p.state) {
+            Some(PeerState::Live) => "live",
+            Some(PeerState::Silent) => "silent",
+            Some(PeerState::Reclaimed) => "reclaimed",
+            None => "unknown",
+        },
+        written_at_ms: pv.map_or_else(|| from_rec(|x| x.written_at_ms), |p| p.written_at_ms),
+        waiting_for_record: v.waiting_for_record.get(r.index()).copied(),
+        accounts_with_epoch: v.own.map(|o| o.peer_epochs[r]),
+        limits_digest: rec
+            .as_deref()
+            .and_then(|x| x.limits_digest)
+            .map(|x| format!("{x:016x}")),
+        limits_mismatch: v.limits_mismatch.get(r.index()).copied(),
+    }
+}
+
+/// The own share plus the latest published shares of peers not known to be reclaimed.
+fn seen_sum(v: &ViewInput<'_>, li: usize, own: shareplane_core::Room) -> f64 {
+    let mut sum = own.as_rps();
+    for r in regions(v.d.n()).filter(|&r| r != v.me) {
+        let reclaimed = v
+            .peer_views
+            .as_ref()
+            .and_then(|ps| ps.iter().find(|p| p.region == r))
+            .is_some_and(|p| p.state == PeerState::Reclaimed);
+        if reclaimed {
+            continue;
+        }
+        let rec = v.peer_records.get(r.index()).cloned().flatten();
+        sum += rec
+            .and_then(|p| p.limits.get(li).map(|l| l.share.as_rps()))
+            .unwrap_or(0.0);
+    }
+    sum
+}
