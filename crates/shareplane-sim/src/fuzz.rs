@@ -493,10 +493,12 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
         // old and the new rate, the old one being that of any version a Region still holds (a
         // Region lost, or whose daemon died, before it adopted a change still holds its room, or
         // leaves it to its heirs, at its version's rate until its next epoch adopts the change).
+        // A record's rate widens the bound only up to a rate some change actually rolled out
+        // by now: a record that claimed a rate never configured must not excuse its own excess.
         let mut limit = row
             .regions
             .iter()
-            .map(|r| r.rate)
+            .map(|r| r.rate.min(so_far(row.tick)))
             .fold(in_force(row.tick), Room::max);
         let in_debt = a.estates < 0 || row.regions.iter().any(|r| !r.debt.is_zero());
         if in_debt && row.tick < relaxed_until {
@@ -505,8 +507,9 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
             // version only when it returns owes the difference from the version it held). Until
             // it is repaid that room is held above the newer rates (docs/PROTOCOL.md, "An estate
             // in debt"), within the rate it was lowered from. The condition is read from the
-            // records' own debt counters, so it counts only until the liveness bound after the
-            // last fault: by then every debt is repaid, whatever the records say.
+            // records' own debt counters, so they may only narrow it: it never widens the bound
+            // past the rates rolled out so far, and counts only until the liveness bound after
+            // the last fault: by then every debt is repaid, whatever the records say.
             limit = limit.max(so_far(row.tick));
         }
         // Room taken twice only by heirs that closed an estate against an older record than its
