@@ -104,6 +104,11 @@ impl Net {
             health: &self.health,
             explain: true,
         });
+        assert_eq!(
+            decision.alarms.not_conserved,
+            vec![],
+            "{me}: a step changed the room it moves"
+        );
         self.coords[i].commit(&decision);
         let after = self.coords[i].own().limits[0];
         let step_cap = self.coords[i].deployment().limits[0].step_cap;

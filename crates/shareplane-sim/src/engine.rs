@@ -99,6 +99,9 @@ pub struct Outcome {
     pub finals: Vec<Final>,
     /// Peer records a coordinator refused (always a bug: every simulated record is honest).
     pub rejected_records: u64,
+    /// Steps of the core that changed the room they only move (always a bug:
+    /// `shareplane_core::Alarms::not_conserved`), each as "at T s Region R limit L: step".
+    pub not_conserved: Vec<String>,
     pub conservation_violations: u64,
     /// The largest room above the limit the audit counted at any tick (taken twice).
     pub max_over: i128,
@@ -281,6 +284,7 @@ struct Sim<'a> {
     conserved: bool,
     violations: u64,
     rejected: u64,
+    not_conserved: Vec<String>,
     rebalances: Vec<RebalanceLog>,
     events: Vec<EventLog>,
 }
@@ -359,6 +363,7 @@ impl<'a> Sim<'a> {
             conserved: true,
             violations: 0,
             rejected: 0,
+            not_conserved: Vec::new(),
             rebalances: Vec::new(),
             events: Vec::new(),
         };
@@ -591,6 +596,12 @@ impl<'a> Sim<'a> {
                 explain: true,
             };
             let decision = coord.rebalance(&inputs);
+            for (li, step) in &decision.alarms.not_conserved {
+                let at = self.sc.seconds(tick);
+                let name = &self.sc.regions[r].name;
+                self.not_conserved
+                    .push(format!("at {at} s Region {name} limit {li}: {step}"));
+            }
             coord.commit(&decision);
             let outcome = decision.outcomes.first().copied().unwrap_or_default();
             let reclaimed_from = decision.alarms.reclaimed.clone();
@@ -715,6 +726,7 @@ impl<'a> Sim<'a> {
             events: self.events,
             finals,
             rejected_records: self.rejected,
+            not_conserved: self.not_conserved,
             conservation_violations: self.violations,
             max_over: self.max_over,
             end,

@@ -585,6 +585,19 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
     if let Some(f) = failure {
         return Err(format!("{f}{context}"));
     }
+    // Bugs the core reports of itself fail a seed whatever the physical checks found.
+    if let Some(first) = outcome.not_conserved.first() {
+        return Err(format!(
+            "a core step changed the room it only moves, {first} ({} such steps in all)",
+            outcome.not_conserved.len()
+        ));
+    }
+    if outcome.rejected_records > 0 {
+        return Err(format!(
+            "{} peer records were refused by a coordinator (every simulated record is honest)",
+            outcome.rejected_records
+        ));
+    }
     let settled_from = last_unsettled.map_or(faults_end, |t| t + 1);
     report.settled_after_s = sc.seconds(settled_from - faults_end);
     let end = &outcome.end;

@@ -117,7 +117,7 @@ impl Check {
     fn level(&self) -> Result<f64, String> {
         self.level.ok_or_else(|| "needs `level`".into())
     }
-    fn from_s(&self) -> f64 {
+    fn start_s(&self) -> f64 {
         self.from_s.unwrap_or(f64::NEG_INFINITY)
     }
 
@@ -200,12 +200,12 @@ impl Check {
             "settled_at_s" => Got::Time(r.summary.settled_at_s.ok_or("never settles")?),
             "conservation_violations" => Got::Count(r.summary.conservation_violations as f64),
             "max_sum" => Got::Value(
-                (r.ticks.iter().filter(|t| t.t_s >= self.from_s() - EXACT))
+                (r.ticks.iter().filter(|t| t.t_s >= self.start_s() - EXACT))
                     .map(|t| t.sum)
                     .fold(f64::NEG_INFINITY, f64::max),
             ),
             "min_sum" => Got::Value(
-                (r.ticks.iter().filter(|t| t.t_s >= self.from_s() - EXACT))
+                (r.ticks.iter().filter(|t| t.t_s >= self.start_s() - EXACT))
                     .map(|t| t.sum)
                     .fold(f64::INFINITY, f64::min),
             ),
@@ -217,14 +217,14 @@ impl Check {
             "first_sum_at" => {
                 let level = self.level()?;
                 let t = (r.ticks.iter())
-                    .find(|t| t.t_s >= self.from_s() - EXACT && at_level(t, level))
+                    .find(|t| t.t_s >= self.start_s() - EXACT && at_level(t, level))
                     .ok_or_else(|| format!("never at {level}"))?;
                 Got::Time(t.t_s)
             }
             "time_sum_at" => {
                 let level = self.level()?;
                 let n = (r.ticks.iter())
-                    .filter(|t| t.t_s >= self.from_s() - EXACT && at_level(t, level))
+                    .filter(|t| t.t_s >= self.start_s() - EXACT && at_level(t, level))
                     .count();
                 Got::Time(n as f64 * r.tick_s)
             }
@@ -253,7 +253,7 @@ impl Check {
                     .map(|n| region_index(n))
                     .collect::<Result<Vec<_>, _>>()?;
                 let t = (r.ticks.iter())
-                    .filter(|t| t.t_s >= self.from_s() - EXACT)
+                    .filter(|t| t.t_s >= self.start_s() - EXACT)
                     .find(|t| idx.iter().all(|i| (t.shares[*i] - level).abs() <= band))
                     .ok_or_else(|| format!("never all within {band} of {level}"))?;
                 Got::Time(t.t_s)
@@ -261,7 +261,7 @@ impl Check {
             "busiest_second_from" => {
                 let per = (1.0 / r.tick_s).round() as usize;
                 let adm: Vec<f64> = (r.ticks.iter())
-                    .filter(|t| t.t_s >= self.from_s() - EXACT)
+                    .filter(|t| t.t_s >= self.start_s() - EXACT)
                     .map(|t| t.admitted)
                     .collect();
                 Got::Value(
@@ -308,7 +308,7 @@ impl Check {
             "first_silent" => {
                 let (region, peer) = (self.region()?, self.peer()?);
                 let b = (r.summary.rebalances.iter())
-                    .filter(|b| b.region == region && b.at_s >= self.from_s() - EXACT)
+                    .filter(|b| b.region == region && b.at_s >= self.start_s() - EXACT)
                     .find(|b| b.silent.iter().any(|s| s == peer))
                     .ok_or_else(|| format!("{region} never counts {peer} silent"))?;
                 Got::Time(b.at_s)

@@ -54,7 +54,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// How one replica runs.
 #[derive(Clone, Debug)]
@@ -606,6 +606,11 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         decision.record.limits_digest = Some(self.digest);
         self.shared.metrics.rebalances.inc();
         self.alarms = alarm_names(&decision.alarms, &self.d);
+        for (li, step) in &decision.alarms.not_conserved {
+            let limit = self.d.limits.get(*li).map_or("?", |l| l.id.as_str());
+            error!(region = %self.shared.region, limit, step,
+                   "a step of the protocol core changed the room it only moves (a bug in shareplane: please report it with /v1/state and /v1/events); the decision is written as computed");
+        }
         for (i, w) in self.waiting_for_record.iter_mut().enumerate() {
             let waiting = decision
                 .alarms
@@ -850,6 +855,10 @@ fn alarm_names(a: &Alarms, d: &Deployment) -> Vec<String> {
     }
     for r in &a.waiting_for_record {
         out.push(format!("waiting_for_record:{}", d.region_name(*r)));
+    }
+    for (li, step) in &a.not_conserved {
+        let id = d.limits.get(*li).map_or("?", |l| l.id.as_str());
+        out.push(format!("room_not_conserved:{id}:{step}"));
     }
     out
 }

@@ -352,6 +352,11 @@ fn apply(w: &mut World, a: Action) -> Option<String> {
                 health: &health,
                 explain: false,
             });
+            if let Some((li, step)) = d.alarms.not_conserved.first() {
+                return Some(format!(
+                    "{i}'s step {step} of limit {li} changed the room it moves"
+                ));
+            }
             for &j in &d.alarms.reclaimed {
                 if d.record.epoch == before.epoch
                     && before.reclaims[j].is_some()

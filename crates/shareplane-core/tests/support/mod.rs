@@ -105,6 +105,11 @@ impl World {
             health: &self.health,
             explain: true,
         });
+        assert_eq!(
+            decision.alarms.not_conserved,
+            vec![],
+            "Region {i}: a step changed the room it moves"
+        );
         self.coords[i].commit(&decision);
         self.written[i].push(Arc::new(decision.record.clone()));
         decision
