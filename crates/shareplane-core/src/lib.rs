@@ -17,6 +17,7 @@ pub mod lease;
 mod record;
 mod region;
 mod room;
+mod why;
 
 pub use config::{ConfigError, Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
 pub use coordinator::{
@@ -32,3 +33,4 @@ pub use lease::{lease_bound, LeaseBound};
 pub use record::{LimitRecord, ReclaimMark, RecordError, RegionRecord, MAX_COUNTER, MAX_EPOCH};
 pub use region::{regions, PerRegion, RegionId, MAX_REGIONS};
 pub use room::{even_part, split, Room, RoomError, MAX_RATE_RPS, MILLI_PER_RPS};
+pub use why::{why, PeerSeen, Why};

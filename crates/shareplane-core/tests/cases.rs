@@ -131,3 +131,76 @@ fn jump_to_target_overshoots_while_views_disagree() {
     w.rebalance(2, 5_160.0);
     assert_eq!(w.sum_shares(), Room(5_600_000 + 3_050_000 + 3_248_120));
 }
+
+/// [`why`] for Region `i` of `w`, from its own record and its coordinator's view of the peers.
+fn why_of(w: &World, i: usize) -> Why {
+    let c = &w.coords[i];
+    let peers: Vec<PeerSeen<'_>> = c
+        .peers()
+        .iter()
+        .map(|p| (p.region, p.state, c.latest(p.region).map(|r| &**r)))
+        .collect();
+    why(&w.d, 0, c.own(), &peers)
+}
+
+#[test]
+fn why_names_what_holds_each_share_through_g1() {
+    // A Region with no demand keeps the floor, and lowers to it at once.
+    let mut idle = g1_world();
+    idle.rebalance(1, 0.0);
+    assert_eq!(rps(idle.share(1)), 500.0);
+    assert_eq!(why_of(&idle, 1), Why::AtTarget { floor: true });
+    assert_eq!(why_of(&idle, 1).name(), "at_floor");
+    let mut w = g1_world();
+    // 13:59, steady: every share is its target (C's 1,350 is the floor and its part of the rest).
+    w.rebalance(2, 1_200.0);
+    assert_eq!(why_of(&w, 2), Why::AtTarget { floor: false });
+    // 14:00:03.3: C's target jumps, its pool is empty and nobody has lowered yet.
+    w.rebalance(2, 5_160.0);
+    assert_eq!(
+        why_of(&w, 2),
+        Why::WaitingForGrants {
+            from: vec![],
+            silent: vec![]
+        }
+    );
+    w.publish(2);
+    // A lowers and grants C by name; B, not rebalanced since, is still above its new target.
+    w.rebalance(0, 7_200.0);
+    w.publish(0);
+    w.rebalance(1, 3_600.0);
+    w.publish(1);
+    // C takes both grants and raises by the step cap only: the rest waits in its pool.
+    w.rebalance(2, 7_200.0);
+    assert_eq!(why_of(&w, 2), Why::StepCap);
+    assert_eq!(Why::StepCap.name(), "step_cap");
+}
+
+#[test]
+fn why_names_the_peers_that_can_grant_and_the_silent_ones_that_cannot() {
+    let mut w = g1_world();
+    // A lowers without seeing C's need and keeps the room in its pool.
+    w.rebalance(0, 3_000.0);
+    w.publish(0);
+    w.rebalance(2, 5_160.0);
+    let (a, b) = (rid(0), rid(1));
+    assert_eq!(
+        why_of(&w, 2),
+        Why::WaitingForGrants {
+            from: vec![a],
+            silent: vec![]
+        }
+    );
+    // Nobody writes again: after three unchanged rebalances C counts both silent, and their
+    // room waits for them (or for their reclaim).
+    for _ in 0..3 {
+        w.rebalance(2, 5_160.0);
+    }
+    assert_eq!(
+        why_of(&w, 2),
+        Why::WaitingForGrants {
+            from: vec![],
+            silent: vec![a, b]
+        }
+    );
+}

@@ -6,7 +6,7 @@
 //! | `POST /v1/demand` | a gateway's running totals (bearer token; body ≤ 64 KiB); 422 names implausible totals |
 //! | `GET /v1/state` | why each share is what it is |
 //! | `GET /v1/events` | operator events, oldest first (`?after=SEQ`: only newer ones); at most the last 1,000 |
-//! | `GET /v1/limits/{id}/explain` | one limit: demand, target, share, pool, grants in flight, peers, health, policy |
+//! | `GET /v1/limits/{id}/explain` | one limit: demand, target, share, pool, grants in flight, why the share is what it is (`why`, `why_detail`: at target or floor, step cap, waiting for grants from whom, silent peers, fenced, in debt), peers, health, policy |
 //! | `POST /v1/peers/{region}/abandon` | `{"epoch": E}` (bearer token): stop waiting for the last record of that peer's ended epoch `E` (`waiting_for_record:<region>`); 202, decided at the next rebalance (event `estate_abandoned` or `abandon_refused`); 409 unless this replica leads and waits for exactly that record |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness latch, Prometheus text |
 //!

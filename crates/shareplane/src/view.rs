@@ -3,7 +3,8 @@
 //! CloudWatch publisher; it depends on none of them (and [`crate::state`] holds the latest one).
 
 use shareplane_core::{
-    regions, Deployment, Health, LimitKind, PeerState, PeerView, PerRegion, RegionId, RegionRecord,
+    regions, Deployment, Health, LimitKind, LimitRecord, PeerSeen, PeerState, PeerView, PerRegion,
+    RegionId, RegionRecord, Why,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -84,6 +85,11 @@ pub struct LimitJson {
     /// This Region's share plus the last published shares of the peers it has not reclaimed
     /// (SPEC §8 alarm: above `rate` means something is wrong).
     pub seen_sum_of_shares: f64,
+    /// What holds the share where it is ([`shareplane_core::Why`]): `at_target`, `at_floor`,
+    /// `step_cap`, `waiting_for_grants`, `fenced`, `in_debt`, `above_target`, `static_split`,
+    /// `jump_to_target` or `not_adopted`; `why_detail` says it in words, naming the peers.
+    pub why: &'static str,
+    pub why_detail: String,
 }
 
 pub fn health_name(h: Health) -> &'static str {
@@ -191,6 +197,7 @@ fn limit_view(v: &ViewInput<'_>, li: usize, spec: &shareplane_core::LimitSpec) -
         .and_then(|o| o.limits.get(li))
         .copied()
         .unwrap_or_default();
+    let why = why_of(v, li);
     // Granted to `r` and not yet taken by it, when both records refer to each other's epochs.
     let in_flight = |r: RegionId| {
         let taken = peer_record(v, r)
@@ -224,6 +231,73 @@ fn limit_view(v: &ViewInput<'_>, li: usize, spec: &shareplane_core::LimitSpec) -
         taken: by_peer(v, |r| e.taken[r].as_rps()),
         reclaimed: by_peer(v, |r| e.reclaimed[r].as_rps()),
         seen_sum_of_shares: seen_sum(v, li, e.share),
+        why: why.name(),
+        why_detail: why_detail(v.d, &why, &e, spec),
+    }
+}
+
+/// Why limit `li`'s share is what it is, from the own record and the peers as this replica sees
+/// them (a follower's view as well as the leader's).
+fn why_of(v: &ViewInput<'_>, li: usize) -> Why {
+    let Some(own) = v.own else {
+        return Why::NotAdopted;
+    };
+    let records: Vec<(RegionId, PeerState, Option<Arc<RegionRecord>>)> = (v.peer_views.iter())
+        .flatten()
+        .map(|p| (p.region, p.state, peer_record(v, p.region)))
+        .collect();
+    let peers: Vec<PeerSeen<'_>> = records
+        .iter()
+        .map(|(r, s, rec)| (*r, *s, rec.as_deref()))
+        .collect();
+    shareplane_core::why(v.d, li, own, &peers)
+}
+
+fn why_detail(
+    d: &Deployment,
+    why: &Why,
+    e: &LimitRecord,
+    spec: &shareplane_core::LimitSpec,
+) -> String {
+    let names = |rs: &[RegionId]| {
+        rs.iter()
+            .map(|r| d.region_name(*r))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (share, target) = (e.share.as_rps(), e.target.as_rps());
+    match why {
+        Why::NotAdopted => "not adopted yet: from the next rebalance".into(),
+        Why::StaticSplit => format!("a security limit: a static split of {share}/s, never moved"),
+        Why::JumpToTarget => format!("jump-to-target: the share is the target, {target}/s"),
+        Why::Fenced => "fenced: the own health check reads unhealthy, so every capacity share is 0".into(),
+        Why::InDebt => format!(
+            "repaying {}/s of a lowered limit's debt, from the pool, the share and room received",
+            e.debt.as_rps()
+        ),
+        Why::AtTarget { floor: true } => format!("at its target, the floor ({}/s)", spec.floor.as_rps()),
+        Why::AtTarget { floor: false } => format!("at its target, {target}/s"),
+        Why::AboveTarget => format!("{share}/s is above its target {target}/s: the next rebalance lowers it"),
+        Why::StepCap => format!(
+            "{share}/s is below its target {target}/s: rising by at most the step cap ({}/s) a period; the pool holds {}/s more",
+            spec.step_cap.as_rps(),
+            e.pool.as_rps()
+        ),
+        Why::WaitingForGrants { from, silent } => {
+            let mut s = format!("{share}/s is below its target {target}/s with an empty pool: waiting for grants");
+            if from.is_empty() {
+                s.push_str(" (no peer holds room above its target yet)");
+            } else {
+                s.push_str(&format!(" from {} (room above their targets)", names(from)));
+            }
+            if !silent.is_empty() {
+                s.push_str(&format!(
+                    "; {} silent: their room waits for them or their reclaim",
+                    names(silent)
+                ));
+            }
+            s
+        }
     }
 }
 

@@ -564,10 +564,24 @@ async fn g1_named_grants_staggered_matches_the_spec_timeline() {
     c.set_demand(2, 7_200);
     // Every rebalance happens at a multiple of 100 ms; sample 50 ms after each.
     let mut samples = Vec::new();
+    // What C's /v1/state says holds its share, at each sample.
+    let mut c_why = Vec::new();
+    let why_of_c = |c: &Cluster| {
+        let v = c.replicas[2].last().map(|r| r.shared.view());
+        v.and_then(|v| limit_json(&v, "k-big").map(|l| l.why))
+            .unwrap_or("none")
+    };
     for k in 0..250u64 {
         until_ms(&c, t0 + 50 + k * 100).await;
         samples.push((50 + k * 100, c.published()));
+        c_why.push((50 + k * 100, why_of_c(&c)));
     }
+    let why_at = |ms: u64| {
+        c_why
+            .iter()
+            .find(|(t, _)| *t >= ms)
+            .map_or("none", |(_, w)| *w)
+    };
     let at = |ms: u64| {
         samples
             .iter()
@@ -614,6 +628,13 @@ async fn g1_named_grants_staggered_matches_the_spec_timeline() {
         "back at 10,000 before :18.3: {:?}",
         at(18_200)
     );
+    // Why C's share is what it is, as /v1/state says: at its target before the jump in demand,
+    // waiting for grants after its first rebalance at :03.3 (its pool is empty), rising by the
+    // step cap once A's and B's grants are in (:08.3, :13.3), at its target from :18.3.
+    assert_eq!(why_at(0), "at_target", "{c_why:?}");
+    assert_eq!(why_at(3_400), "waiting_for_grants", "{c_why:?}");
+    assert_eq!(why_at(8_400), "step_cap", "{c_why:?}");
+    assert_eq!(why_at(24_000), "at_target", "{c_why:?}");
 }
 
 #[tokio::test(start_paused = true)]
