@@ -20,8 +20,10 @@ use crate::scenario::{Action, Event, RegionSpec, Scenario};
 use shareplane_core::{Design, Fence, Room, SilentPolicy};
 use std::fmt::Write as _;
 
-/// The most room that heirs which reclaimed from a stale record may hold twice, in percent of
-/// the limit (docs/PROTOCOL.md, residual risks). Beyond it a seed fails.
+/// The most that the running Regions' shares may pass the limit by because heirs reclaimed from
+/// a stale record, in percent of the limit (docs/PROTOCOL.md, residual risks). Beyond it a seed
+/// fails. Judged on the shares (what gateways enforce), not on the records' account: room the
+/// records count twice while nobody who holds it is running enforces nothing.
 pub const STALE_BOUND_PERCENT: u64 = 25;
 
 /// The tick of generated scenarios (coarse, so that a few hundred seeds run quickly).
@@ -403,6 +405,9 @@ pub struct Report {
     /// (docs/PROTOCOL.md, residual risk 4), and the seconds it lasted.
     pub stale_over_rps: f64,
     pub stale_over_s: f64,
+    /// Largest excess of the running Regions' shares over the limit while it came from stale
+    /// heirs (what the bound is enforced on).
+    pub stale_excess_rps: f64,
 }
 
 impl Report {
@@ -523,6 +528,16 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
             && a.missing_basis == 0;
         if stale {
             let excess = row.sum_shares.0 as i128 - limit.0 as i128;
+            // What a stale heir took beyond its portion is paid back when it settles against the
+            // estate's last record; an heir whose epoch ended before that passes the overdraft
+            // to its next epoch as debt (repaid from room it receives), and the room it granted
+            // on meanwhile is held above L by others until then (fuzz seed 290452). The audit
+            // adds up exactly (checked above), so the debts of running Regions are part of the
+            // stale room the shares may hold.
+            let live_debt: i128 = (row.regions.iter())
+                .filter(|r| r.alive)
+                .map(|r| r.debt.0 as i128)
+                .sum();
             if relaxed {
                 // Counted with the false verdict's figures, not with risk 4's bounded ones.
                 if excess > 0 {
@@ -531,19 +546,22 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
             } else {
                 report.stale_over_rps = report.stale_over_rps.max(a.over_stale as f64 / 1000.0);
                 report.stale_over_s += sc.tick_ms as f64 / 1000.0;
+                report.stale_excess_rps = report.stale_excess_rps.max(excess.max(0) as f64 / 1000.0);
             }
             // After a false verdict (risk 1) the stale heirs may have reclaimed a live Region,
             // whose room the bound of risk 4 does not cover: the amount must still add up
-            // exactly and be settled away by the end.
-            if !relaxed && a.over_stale * 100 > STALE_BOUND_PERCENT as i128 * max_limit.0 as i128 {
+            // exactly and be settled away by the end. The bound is on the shares: room the
+            // records count twice among Regions none of which runs is enforced by nobody (fuzz
+            // seed 218430: both Regions gone, 40% of L counted twice in their estates, 0 held).
+            if !relaxed && excess.max(0) * 100 > STALE_BOUND_PERCENT as i128 * max_limit.0 as i128 {
                 failure = Some(format!(
-                    "at {t} s {} is held twice by heirs that reclaimed from stale records, beyond the stated bound of {STALE_BOUND_PERCENT}% of the limit",
-                    Room(a.over_stale as u64)
+                    "at {t} s the shares exceed the limit {limit} by {}, room heirs reclaimed from stale records, beyond the stated bound of {STALE_BOUND_PERCENT}% of the limit",
+                    Room(excess.max(0) as u64)
                 ));
-            } else if excess > a.over_stale {
+            } else if excess > a.over_stale + live_debt {
                 failure = Some(format!(
-                    "at {t} s the sum of shares {} exceeds the limit {} by more than the {} taken from stale records",
-                    row.sum_shares, limit, Room(a.over_stale as u64)
+                    "at {t} s the sum of shares {} exceeds the limit {} by more than the {} taken from stale records and the {} the running Regions owe",
+                    row.sum_shares, limit, Room(a.over_stale as u64), Room(live_debt.max(0) as u64)
                 ));
             }
         } else if row.sum_shares > limit {
@@ -669,6 +687,9 @@ pub struct Totals {
     pub with_stale: u64,
     pub max_stale_ratio: f64,
     pub max_stale_s: f64,
+    /// The largest excess of the shares over the limit from stale heirs, as a fraction of the
+    /// seed's limit (the figure [`STALE_BOUND_PERCENT`] bounds).
+    pub max_stale_excess_ratio: f64,
 }
 
 impl Totals {
@@ -678,6 +699,8 @@ impl Totals {
             self.with_stale += 1;
             self.max_stale_ratio = self.max_stale_ratio.max(r.stale_over_rps / limit.as_rps());
             self.max_stale_s = self.max_stale_s.max(r.stale_over_s);
+            self.max_stale_excess_ratio =
+                (self.max_stale_excess_ratio).max(r.stale_excess_rps / limit.as_rps());
         }
         self.ticks += r.ticks;
         if r.had_false_verdict {
@@ -710,6 +733,7 @@ impl Totals {
             (&mut self.max_settle_ratio, o.max_settle_ratio),
             (&mut self.max_stale_ratio, o.max_stale_ratio),
             (&mut self.max_stale_s, o.max_stale_s),
+            (&mut self.max_stale_excess_ratio, o.max_stale_excess_ratio),
         ] {
             *mine = mine.max(theirs);
         }
@@ -723,7 +747,8 @@ impl Totals {
              liveness: every share within 1% of target at most {:.1} s after the last fault ended \
              ({:.0}% of that seed's stated bound)\n\
              heirs that reclaimed from a stale record (a partition hid the estate's last record) in {} seeds: \
-             room held twice at most {:.1}% of L, for at most {:.1} s",
+             room held twice at most {:.1}% of L, for at most {:.1} s; shares above L from it at most {:.1}% of L \
+             (bound {STALE_BOUND_PERCENT}%)",
             self.passed,
             self.ticks,
             self.with_false_verdict,
@@ -736,6 +761,7 @@ impl Totals {
             self.with_stale,
             self.max_stale_ratio * 100.0,
             self.max_stale_s,
+            self.max_stale_excess_ratio * 100.0,
         )
     }
 }
