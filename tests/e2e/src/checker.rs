@@ -394,21 +394,31 @@ mod tests {
         );
     }
 
+    /// A change from 1,000/s to `new_rps` at 10 s, settled at `settled_ms`.
+    fn change(settled_ms: u64, new_rps: f64) -> LimitChange {
+        LimitChange {
+            at_ms: 10_000,
+            settled_ms,
+            old_rps: 1000.0,
+            new_rps,
+        }
+    }
+
+    /// Every Region enforces `milli` from tenth `t` on.
+    fn enforce_from(h: &mut History, t: usize, milli: u64) {
+        for r in &mut h.enforced {
+            for x in &mut r[t..] {
+                *x = milli;
+            }
+        }
+    }
+
     #[test]
     fn a_lowered_limit_allows_the_old_rate_until_it_has_settled_and_then_the_new_one() {
         let mut h = steady([333, 333, 334], 40);
-        h.limit_changes.push(LimitChange {
-            at_ms: 10_000,
-            settled_ms: 15_000,
-            old_rps: 1000.0,
-            new_rps: 600.0,
-        });
+        h.limit_changes.push(change(15_000, 600.0));
         // The Regions go down to 200 each at 13 s (within the change) and stay there.
-        for r in &mut h.enforced {
-            for x in &mut r[130..] {
-                *x = 200_000;
-            }
-        }
+        enforce_from(&mut h, 130, 200_000);
         for r in &mut h.admitted {
             for x in &mut r[13..] {
                 *x = 200;
@@ -429,11 +439,7 @@ mod tests {
         // Admissions at the old rate after the change settled exceed 2L + L·t of the new one.
         let mut h2 = steady([333, 333, 334], 40);
         h2.limit_changes = h.limit_changes.clone();
-        for r in &mut h2.enforced {
-            for x in &mut r[130..] {
-                *x = 200_000;
-            }
-        }
+        enforce_from(&mut h2, 130, 200_000);
         let j = judge(&h2, B);
         assert!(
             j.failures.iter().any(|f| f.contains("admissions")),
@@ -445,17 +451,8 @@ mod tests {
     #[test]
     fn a_raised_limit_counts_at_once_and_the_return_is_to_the_last_rate() {
         let mut h = steady([333, 333, 334], 40);
-        h.limit_changes.push(LimitChange {
-            at_ms: 10_000,
-            settled_ms: 13_000,
-            old_rps: 1000.0,
-            new_rps: 1500.0,
-        });
-        for r in &mut h.enforced {
-            for x in &mut r[100..] {
-                *x = 500_000;
-            }
-        }
+        h.limit_changes.push(change(13_000, 1500.0));
+        enforce_from(&mut h, 100, 500_000);
         h.last_heal_ms = 10_000;
         let j = judge(&h, B);
         assert!(j.failures.is_empty(), "{:?}", j.failures);
