@@ -281,7 +281,10 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     async fn release(&mut self, now: u64) -> bool {
         let me = self.shared.me;
         let released = self
-            .call(self.store.acquire_lease(me, &self.opts.replica, now, 0))
+            .call(
+                "lease",
+                self.store.acquire_lease(me, &self.opts.replica, now, 0),
+            )
             .await;
         self.lease_until_ms = 0;
         self.shared.metrics.leader.set(0);
@@ -340,7 +343,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     async fn resume_from_durable(&mut self, now: u64) -> bool {
         let me = self.shared.me;
         let d = self.d.clone();
-        match self.call(self.store.read_one(me)).await {
+        match self.call("read_one", self.store.read_one(me)).await {
             Ok(fetched) => {
                 let durable = match fetched {
                     Some(Fetched::Record(r)) => Some((*r).clone()),
@@ -425,22 +428,29 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         self.last_error = None;
     }
 
+    /// A store call `op`, bounded by `call_timeout_ms` and timed
+    /// (`shareplane_store_call_duration_seconds{op}`).
     async fn call<T>(
         &self,
+        op: &'static str,
         f: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        match tokio::time::timeout(Duration::from_millis(self.opts.call_timeout_ms), f).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "no answer within {} ms",
-                self.opts.call_timeout_ms
-            ))),
-        }
+        let started = tokio::time::Instant::now();
+        let r =
+            match tokio::time::timeout(Duration::from_millis(self.opts.call_timeout_ms), f).await {
+                Ok(r) => r,
+                Err(_) => Err(StoreError::Unavailable(format!(
+                    "no answer within {} ms",
+                    self.opts.call_timeout_ms
+                ))),
+            };
+        (self.shared.metrics.store_call_duration).observe(op, started.elapsed());
+        r
     }
 
     /// Reads every record; peers go to `peer_records` (and the coordinator when leading).
     async fn read_all(&mut self) -> bool {
-        let fetched = self.call(self.store.read_all()).await;
+        let fetched = self.call("read_all", self.store.read_all()).await;
         self.absorb(fetched)
     }
 
@@ -566,6 +576,12 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     }
 
     async fn rebalance(&mut self, now: u64) {
+        let started = tokio::time::Instant::now();
+        self.rebalance_untimed(now).await;
+        (self.shared.metrics.rebalance_duration).observe(started.elapsed());
+    }
+
+    async fn rebalance_untimed(&mut self, now: u64) {
         if let Some(age_ms) = self.last_write_too_old(now) {
             if !self.resume_from_durable(now).await {
                 self.update_view();
@@ -578,7 +594,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         // gateways' lease is left when the next renewal comes.
         let t = Duration::from_millis(self.opts.call_timeout_ms);
         let (fetched, health) = tokio::join!(
-            self.call(self.store.read_all()),
+            self.call("read_all", self.store.read_all()),
             tokio::time::timeout(t, self.health.read())
         );
         let health = self.take_health(health);
@@ -629,7 +645,10 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 .publish(RuleSet::build(&d, &region, (2 * v).saturating_sub(1), &low));
         }
         let token = self.token.unwrap_or(WriterToken(0));
-        match self.call(self.store.put(&decision.record, token)).await {
+        match self
+            .call("put", self.store.put(&decision.record, token))
+            .await
+        {
             Ok(()) => {
                 if let Some(c) = self.coord.as_mut() {
                     let decided = decision_events(&d, c.own(), &decision, self.fenced);
@@ -687,6 +706,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     async fn acquire(&self, now: u64) -> Result<Lease, StoreError> {
         let me = self.shared.me;
         self.call(
+            "lease",
             self.store
                 .acquire_lease(me, &self.opts.replica, now, self.ttl_ms()),
         )
@@ -740,7 +760,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     /// leader's write (one item read).
     async fn refresh_own(&mut self, now: u64) {
         let me = self.shared.me;
-        let Ok(Some(Fetched::Record(r))) = self.call(self.store.read_one(me)).await else {
+        let Ok(Some(Fetched::Record(r))) = self.call("read_one", self.store.read_one(me)).await
+        else {
             return;
         };
         let newer = self.own_seen.as_ref().is_none_or(|o| r.version > o.version);

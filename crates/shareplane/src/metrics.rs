@@ -45,6 +45,70 @@ impl Labeled {
     }
 }
 
+/// Bucket bounds of every duration histogram, in milliseconds (rendered in seconds).
+const BUCKETS_MS: [u64; 13] = [
+    1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000,
+];
+
+/// A duration histogram with the fixed [`BUCKETS_MS`] (Prometheus `histogram`, base unit
+/// seconds).
+#[derive(Default)]
+pub struct Histogram {
+    /// Observations at or below each bound (not cumulative; summed when rendered).
+    buckets: [AtomicU64; BUCKETS_MS.len()],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: std::time::Duration) {
+        let us = d.as_micros().min(u64::MAX as u128) as u64;
+        if let Some(i) = BUCKETS_MS.iter().position(|b| us <= b * 1000) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// `_bucket`, `_sum` and `_count` lines with `labels` (already formatted, no braces).
+    fn render(&self, o: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        for (b, n) in BUCKETS_MS.iter().zip(&self.buckets) {
+            cumulative += n.load(Ordering::Relaxed);
+            let le = *b as f64 / 1000.0;
+            let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        let count = self.count();
+        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(o, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(o, "{name}_count{{{labels}}} {count}");
+    }
+}
+
+/// Histograms by one label from a small fixed set (the store operations).
+#[derive(Default)]
+pub struct LabeledHistogram(Mutex<BTreeMap<&'static str, std::sync::Arc<Histogram>>>);
+
+impl LabeledHistogram {
+    pub fn observe(&self, label: &'static str, d: std::time::Duration) {
+        let h = {
+            let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            m.entry(label).or_default().clone()
+        };
+        h.observe(d);
+    }
+
+    pub fn count(&self, label: &str) -> u64 {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(label).map_or(0, |h| h.count())
+    }
+}
+
 /// A per-limit gauge: name, help and how to read it from the state view.
 type LimitGauge = (&'static str, &'static str, fn(&LimitJson) -> f64);
 /// A replica-wide value: name, type, help and how to read it.
@@ -290,6 +354,10 @@ pub struct Metrics {
     pub rules_lease_renewals: Counter,
     pub health_reads_timed_out: Counter,
     pub config_reloads: Labeled,
+    /// How long each rebalance took as leader, store calls included.
+    pub rebalance_duration: Histogram,
+    /// How long each store call took (or until it timed out), by operation.
+    pub store_call_duration: LabeledHistogram,
 }
 
 impl Metrics {
@@ -362,6 +430,40 @@ impl Metrics {
         let _ = writeln!(o, "# HELP {name} Alarms raised by the last rebalance (1 per active alarm).\n# TYPE {name} gauge");
         for a in &view.alarms {
             let _ = writeln!(o, "{name}{{region=\"{region}\",alarm=\"{}\"}} 1", esc(a));
+        }
+        let name = "shareplane_limit_why";
+        let _ = writeln!(o, "# HELP {name} What holds each limit's share where it is (1 for the current reason: at_target, at_floor, step_cap, waiting_for_grants, fenced, in_debt, above_target, static_split, jump_to_target, not_adopted).\n# TYPE {name} gauge");
+        for l in &view.limits {
+            let _ = writeln!(
+                o,
+                "{name}{{region=\"{region}\",limit=\"{}\",why=\"{}\"}} 1",
+                esc(&l.id),
+                l.why
+            );
+        }
+        let name = "shareplane_build_info";
+        let _ = writeln!(
+            o,
+            "# HELP {name} The running build (always 1).\n# TYPE {name} gauge"
+        );
+        let _ = writeln!(
+            o,
+            "{name}{{region=\"{region}\",version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        let name = "shareplane_rebalance_duration_seconds";
+        let _ = writeln!(o, "# HELP {name} How long each rebalance took as leader, store calls included.\n# TYPE {name} histogram");
+        (self.rebalance_duration).render(&mut o, name, &format!("region=\"{region}\""));
+        let name = "shareplane_store_call_duration_seconds";
+        let _ = writeln!(o, "# HELP {name} How long each store call took (or until it timed out), by operation.\n# TYPE {name} histogram");
+        let ops: Vec<(&'static str, std::sync::Arc<Histogram>)> = {
+            let m = (self.store_call_duration.0)
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            m.iter().map(|(k, v)| (*k, v.clone())).collect()
+        };
+        for (op, h) in ops {
+            h.render(&mut o, name, &format!("region=\"{region}\",op=\"{op}\""));
         }
         o
     }

@@ -240,6 +240,14 @@ async fn state_explain_health_readiness_metrics_and_unknown_routes() {
     s.mark_ready();
     assert_eq!(call(&app, get("/readyz")).await.0, StatusCode::OK);
 
+    // One rebalance of 30 ms and store calls of 0.5 ms and 3 s, as the loop observes them.
+    s.metrics
+        .rebalance_duration
+        .observe(std::time::Duration::from_millis(30));
+    let calls = &s.metrics.store_call_duration;
+    calls.observe("put", std::time::Duration::from_micros(500));
+    calls.observe("put", std::time::Duration::from_secs(3));
+    assert_eq!((calls.count("put"), calls.count("read_all")), (2, 0));
     let (status, headers, body) = call(&app, get("/metrics")).await;
     assert_eq!(status, StatusCode::OK);
     assert!(headers
@@ -249,6 +257,52 @@ async fn state_explain_health_readiness_metrics_and_unknown_routes() {
     let text = String::from_utf8_lossy(&body);
     assert!(text.contains("shareplane_ready{region=\"A\"} 1"), "{text}");
     assert!(text.contains("# TYPE shareplane_share_rps gauge"));
+    assert!(
+        text.contains("shareplane_build_info{region=\"A\",version=\""),
+        "{text}"
+    );
+    // Histograms in seconds, cumulative buckets: 30 ms is in every bucket from 0.05 s on.
+    let h = "shareplane_rebalance_duration_seconds";
+    assert!(text.contains(&format!("# TYPE {h} histogram")), "{text}");
+    assert!(
+        text.contains(&format!("{h}_bucket{{region=\"A\",le=\"0.025\"}} 0")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{h}_bucket{{region=\"A\",le=\"0.05\"}} 1")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{h}_sum{{region=\"A\"}} 0.03")),
+        "{text}"
+    );
+    let st = "shareplane_store_call_duration_seconds";
+    assert!(
+        text.contains(&format!(
+            "{st}_bucket{{region=\"A\",op=\"put\",le=\"0.001\"}} 1"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "{st}_bucket{{region=\"A\",op=\"put\",le=\"2.5\"}} 1"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "{st}_bucket{{region=\"A\",op=\"put\",le=\"5\"}} 2"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{st}_count{{region=\"A\",op=\"put\"}} 2")),
+        "{text}"
+    );
+    assert!(
+        text.contains("shareplane_limit_why{region=\"A\",limit=\""),
+        "{text}"
+    );
     // Each metric is described once.
     let mut names: Vec<&str> = text
         .lines()
