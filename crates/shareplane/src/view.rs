@@ -147,11 +147,20 @@ impl StateView {
 
 pub fn build_view(v: ViewInput<'_>) -> StateView {
     let d = v.d;
+    // The peers as this replica sees them, once for every limit's `why`.
+    let records: Vec<(RegionId, PeerState, Option<Arc<RegionRecord>>)> = (v.peer_views.iter())
+        .flatten()
+        .map(|p| (p.region, p.state, peer_record(&v, p.region)))
+        .collect();
+    let seen: Vec<PeerSeen<'_>> = records
+        .iter()
+        .map(|(r, s, rec)| (*r, *s, rec.as_deref()))
+        .collect();
     let limits = d
         .limits
         .iter()
         .enumerate()
-        .map(|(li, spec)| limit_view(&v, li, spec))
+        .map(|(li, spec)| limit_view(&v, li, spec, &seen))
         .collect();
     let peers = regions(d.n())
         .filter(|&r| r != v.me)
@@ -191,13 +200,21 @@ fn peer_record(v: &ViewInput<'_>, r: RegionId) -> Option<Arc<RegionRecord>> {
     v.peer_records.get(r.index()).cloned().flatten()
 }
 
-fn limit_view(v: &ViewInput<'_>, li: usize, spec: &shareplane_core::LimitSpec) -> LimitJson {
+fn limit_view(
+    v: &ViewInput<'_>,
+    li: usize,
+    spec: &shareplane_core::LimitSpec,
+    seen: &[PeerSeen<'_>],
+) -> LimitJson {
     let e = v
         .own
         .and_then(|o| o.limits.get(li))
         .copied()
         .unwrap_or_default();
-    let why = why_of(v, li);
+    let why = match v.own {
+        Some(own) => shareplane_core::why(v.d, li, own, seen),
+        None => Why::NotAdopted,
+    };
     // Granted to `r` and not yet taken by it, when both records refer to each other's epochs.
     let in_flight = |r: RegionId| {
         let taken = peer_record(v, r)
@@ -234,23 +251,6 @@ fn limit_view(v: &ViewInput<'_>, li: usize, spec: &shareplane_core::LimitSpec) -
         why: why.name(),
         why_detail: why_detail(v.d, &why, &e, spec),
     }
-}
-
-/// Why limit `li`'s share is what it is, from the own record and the peers as this replica sees
-/// them (a follower's view as well as the leader's).
-fn why_of(v: &ViewInput<'_>, li: usize) -> Why {
-    let Some(own) = v.own else {
-        return Why::NotAdopted;
-    };
-    let records: Vec<(RegionId, PeerState, Option<Arc<RegionRecord>>)> = (v.peer_views.iter())
-        .flatten()
-        .map(|p| (p.region, p.state, peer_record(v, p.region)))
-        .collect();
-    let peers: Vec<PeerSeen<'_>> = records
-        .iter()
-        .map(|(r, s, rec)| (*r, *s, rec.as_deref()))
-        .collect();
-    shareplane_core::why(v.d, li, own, &peers)
 }
 
 fn why_detail(
