@@ -324,9 +324,8 @@ pub fn peer_view(
     unchanged: u32,
 ) -> PeerView {
     let r = latest.region;
-    let marked = own.is_some_and(|o| {
-        o.reclaims[r].map(|m| m.epoch) == Some(o.peer_epochs[r]) && latest.epoch <= o.peer_epochs[r]
-    });
+    let marked =
+        own.is_some_and(|o| o.mark_on_accounted(r).is_some() && latest.epoch <= o.peer_epochs[r]);
     let state = if marked {
         PeerState::Reclaimed
     } else if !seen || unchanged >= d.silent_after {
@@ -624,7 +623,7 @@ impl Coordinator {
         if epoch != acct {
             return Err(AbandonRefused::OtherEpoch { waiting_for: acct });
         }
-        if self.own.reclaims[peer].is_some_and(|m| m.epoch == acct) {
+        if self.own.mark_on_accounted(peer).is_some() {
             return Err(AbandonRefused::Reclaimed { epoch: acct });
         }
         self.peers[peer.index()].abandon = Some(epoch);
@@ -764,7 +763,7 @@ impl Coordinator {
             return plan(PeerState::Silent, Closure::None);
         }
         let acct = rec.peer_epochs[j];
-        let mark = rec.reclaims[j].filter(|m| m.epoch == acct);
+        let mark = rec.mark_on_accounted(j);
         if p.latest.epoch > acct {
             // The accounted epoch ended. Its last record is known exactly (the next epoch names
             // its version); close against that record and nothing older.
@@ -960,7 +959,10 @@ impl LimitCtx<'_> {
         }
     }
 
-    /// Steps 1-4 of SPEC §4 for one limit, with closes and settlements folded in after the take.
+    /// SPEC §4 for one limit, step by step: adopt the version rolled out, take the grants named
+    /// to this Region, close and settle peers' estates, pay debt, aim at the target, move the
+    /// share toward it and grant the pool. Every step that only moves room is checked
+    /// ([`Alarms::not_conserved`]).
     fn rebalance_limit(
         &self,
         li: usize,
@@ -969,90 +971,95 @@ impl LimitCtx<'_> {
         rec: &RegionRecord,
         alarms: &mut Alarms,
     ) -> (LimitRecord, LimitOutcome) {
-        let n = self.d.n();
         let mut e = rec.limits.get(li).copied().unwrap_or_default();
         let mut out = LimitOutcome {
             demand,
             share_before: e.share,
             ..LimitOutcome::default()
         };
-        adopt(spec, &mut e, n, self.me);
+        adopt(spec, &mut e, self.d.n(), self.me);
         e.demand = demand;
         if let LimitKind::Security { .. } = spec.kind {
-            e.share = spec.security_share(n, self.me);
-            e.pool = Room::ZERO;
-            e.target = e.share;
-            e.unmet = Room::ZERO;
-            out.share_after = e.share;
-            out.target = e.share;
-            return (e, out);
-        }
-        self.drop_carried(&mut e);
-        checked(alarms, li, step::TAKE, &mut e, held_less_taken, |e| {
-            self.take(li, rec, e, &mut out)
-        });
-        self.close(li, rec, &mut e, &mut out);
-        self.settle(li, rec, &mut e, &mut out);
-        checked(
-            alarms,
-            li,
-            step::PAY_DEBT,
-            &mut e,
-            LimitRecord::held,
-            pay_debt,
-        );
-        let target = self.target(li, &e, demand);
-        e.target = target;
-        match self.d.design {
-            Design::JumpToTarget => {
-                e.share = target;
-                e.pool = Room::ZERO;
-                e.unmet = Room::ZERO;
+            self.hold_security_share(spec, &mut e);
+        } else {
+            self.drop_carried(&mut e);
+            checked(alarms, li, step::TAKE, &mut e, held_less_taken, |e| {
+                self.take(li, rec, e, &mut out)
+            });
+            self.close(li, rec, &mut e, &mut out);
+            self.settle(li, rec, &mut e, &mut out);
+            checked(
+                alarms,
+                li,
+                step::PAY_DEBT,
+                &mut e,
+                LimitRecord::held,
+                pay_debt,
+            );
+            e.target = self.target(li, &e, demand);
+            self.move_share(li, spec, rec, &mut e, &mut out, alarms);
+            if self.seen_sum(li, e.share) > u128::from(e.rate.0) {
+                alarms.sum_above_limit.push(li);
             }
+        }
+        out.target = e.target;
+        out.share_after = e.share;
+        out.pool_after = e.pool;
+        out.unmet = e.unmet;
+        (e, out)
+    }
+
+    /// A security limit is split statically (SPEC §5): no pool, no grants, nothing unmet.
+    fn hold_security_share(&self, spec: &LimitSpec, e: &mut LimitRecord) {
+        e.share = spec.security_share(self.d.n(), self.me);
+        e.pool = Room::ZERO;
+        e.target = e.share;
+        e.unmet = Room::ZERO;
+    }
+
+    /// Steps 3 and 4: the share moves toward the target as the design says. Named grants lower
+    /// it at once, raise it from the pool by at most the step cap, and grant the rest of the pool
+    /// to the peers that need it; a fenced Region holds nothing (SPEC §6, "Fence").
+    fn move_share(
+        &self,
+        li: usize,
+        spec: &LimitSpec,
+        rec: &RegionRecord,
+        e: &mut LimitRecord,
+        out: &mut LimitOutcome,
+        alarms: &mut Alarms,
+    ) {
+        match self.d.design {
+            Design::JumpToTarget => jump_to_target(e),
             Design::NamedGrants if self.fenced => {
-                checked(alarms, li, step::FENCE, &mut e, LimitRecord::held, |e| {
-                    e.pool += e.share;
-                    e.share = Room::ZERO;
-                    e.unmet = Room::ZERO;
-                });
+                checked(alarms, li, step::FENCE, e, LimitRecord::held, fence)
             }
             Design::NamedGrants => {
                 checked(
                     alarms,
                     li,
                     step::LOWER_OR_RAISE,
-                    &mut e,
+                    e,
                     LimitRecord::held,
-                    |e| {
-                        if target < e.share {
-                            e.pool += e.share.saturating_sub(target);
-                            e.share = target;
-                        } else {
-                            let raise = spec
-                                .step_cap
-                                .min(e.pool)
-                                .min(target.saturating_sub(e.share));
-                            e.share += raise;
-                            e.pool = e.pool.saturating_sub(raise);
-                        }
-                    },
+                    |e| lower_or_raise(e, spec.step_cap),
                 );
                 // A Region in debt after a downgrade asks for its debt too; otherwise a Region
                 // whose target is zero could never repay it.
-                e.unmet = target.saturating_sub(e.share) + e.debt;
-                checked(alarms, li, step::GRANT, &mut e, held_and_granted, |e| {
-                    self.grant(li, rec, e, &mut out)
+                e.unmet = e.target - e.share + e.debt;
+                checked(alarms, li, step::GRANT, e, held_and_granted, |e| {
+                    self.grant(li, rec, e, out)
                 });
             }
         }
-        if self.seen_sum(li, e.share) > e.rate.0 as u128 {
-            alarms.sum_above_limit.push(li);
-        }
-        out.target = target;
-        out.share_after = e.share;
-        out.pool_after = e.pool;
-        out.unmet = e.unmet;
-        (e, out)
+    }
+
+    /// Whether grants between this Region's current epoch and `peer`'s record count now: each
+    /// accounts with the other's epoch, and this Region's account with `j` is not one carried
+    /// from an earlier epoch.
+    fn in_account(&self, rec: &RegionRecord, j: RegionId, peer: &RegionRecord) -> bool {
+        peer.accounts_with(self.me, rec.epoch)
+            && rec.peer_epochs[j] == peer.epoch
+            && self.account_is_current(rec, j)
     }
 
     /// The peer record that this rebalance takes grants from, if any.
@@ -1073,16 +1080,13 @@ impl LimitCtx<'_> {
     fn take(&self, li: usize, rec: &RegionRecord, e: &mut LimitRecord, out: &mut LimitOutcome) {
         for j in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
             let Some(src) = self.source(j) else { continue };
-            if !src.accounts_with(self.me, rec.epoch)
-                || rec.peer_epochs[j] != src.epoch
-                || !self.account_is_current(rec, j)
-            {
+            if !self.in_account(rec, j, src) {
                 continue;
             }
             let Some(sl) = src.limits.get(li) else {
                 continue;
             };
-            let amount = sl.granted[self.me].saturating_sub(e.taken[j]);
+            let amount = sl.granted[self.me].excess_over(e.taken[j]);
             e.pool += amount;
             e.taken[j] += amount;
             out.taken[j] = amount;
@@ -1129,7 +1133,7 @@ impl LimitCtx<'_> {
                     back = self.carried_back(li, rec, e, j, basis);
                 }
             } else if basis.accounts_with(self.me, rec.epoch) && rec.peer_epochs[j] == basis.epoch {
-                back = e.granted[j].saturating_sub(src.taken[self.me]);
+                back = e.granted[j].excess_over(src.taken[self.me]);
                 e.granted[j] = src.taken[self.me];
             } else {
                 debug_assert!(e.granted[j].is_zero() && e.taken[j].is_zero());
@@ -1164,7 +1168,7 @@ impl LimitCtx<'_> {
             return Room::ZERO;
         }
         let taken = last.limits.get(li).map_or(Room::ZERO, |l| l.taken[self.me]);
-        e.granted[j].saturating_sub(taken)
+        e.granted[j].excess_over(taken)
     }
 
     /// Settles the last close of a peer's epoch again against a newer record of that epoch: the
@@ -1213,8 +1217,8 @@ impl LimitCtx<'_> {
             } else {
                 let owe = Room(delta.unsigned_abs() as u64);
                 let from_pool = owe.min(e.pool);
-                e.pool = e.pool.saturating_sub(from_pool);
-                e.debt += owe.saturating_sub(from_pool);
+                e.pool -= from_pool;
+                e.debt += owe - from_pool;
             }
         }
     }
@@ -1264,18 +1268,15 @@ impl LimitCtx<'_> {
                 continue;
             }
             let p = &self.peers[j.index()].latest;
-            if !p.accounts_with(self.me, rec.epoch)
-                || p.epoch != rec.peer_epochs[j]
-                || !self.account_is_current(rec, j)
-            {
+            if !self.in_account(rec, j, p) {
                 continue;
             }
             let Some(pl) = p.limits.get(li) else { continue };
             if pl.limit_version == 0 {
                 continue;
             }
-            let in_flight = e.granted[j].saturating_sub(pl.taken[self.me]);
-            let need = pl.unmet.saturating_sub(in_flight);
+            let in_flight = e.granted[j].excess_over(pl.taken[self.me]);
+            let need = pl.unmet.excess_over(in_flight);
             needs[j.index()] = need.0;
             total += need.0 as u128;
         }
@@ -1297,7 +1298,7 @@ impl LimitCtx<'_> {
             }
             let Some(j) = RegionId::new(i) else { continue };
             e.granted[j] += *a;
-            e.pool = e.pool.saturating_sub(*a);
+            e.pool -= *a;
             out.granted[j] = *a;
         }
     }
@@ -1335,14 +1336,41 @@ fn adopt(spec: &LimitSpec, e: &mut LimitRecord, n: usize, me: RegionId) {
     e.limit_version = spec.version;
     e.rate = spec.rate;
     if new >= old {
-        let more = new.saturating_sub(old);
+        let more = new - old;
         if first {
             e.share += more;
         } else {
             e.pool += more;
         }
     } else {
-        e.debt += old.saturating_sub(new);
+        e.debt += old - new;
+    }
+}
+
+/// The comparison design (SPEC §3): the share is the target, with nothing pooled or asked for.
+fn jump_to_target(e: &mut LimitRecord) {
+    e.share = e.target;
+    e.pool = Room::ZERO;
+    e.unmet = Room::ZERO;
+}
+
+/// A fenced Region pools its whole share and asks for nothing.
+fn fence(e: &mut LimitRecord) {
+    e.pool += e.share;
+    e.share = Room::ZERO;
+    e.unmet = Room::ZERO;
+}
+
+/// Step 3: a share above its target is lowered to it at once, into the pool; one below it is
+/// raised from the pool by at most `step_cap`.
+fn lower_or_raise(e: &mut LimitRecord, step_cap: Room) {
+    if e.target < e.share {
+        e.pool += e.share - e.target;
+        e.share = e.target;
+    } else {
+        let raise = step_cap.min(e.pool).min(e.target - e.share);
+        e.share += raise;
+        e.pool -= raise;
     }
 }
 
@@ -1352,11 +1380,11 @@ fn pay_debt(e: &mut LimitRecord) {
         return;
     }
     let from_pool = e.debt.min(e.pool);
-    e.pool = e.pool.saturating_sub(from_pool);
-    e.debt = e.debt.saturating_sub(from_pool);
+    e.pool -= from_pool;
+    e.debt -= from_pool;
     let from_share = e.debt.min(e.share);
-    e.share = e.share.saturating_sub(from_share);
-    e.debt = e.debt.saturating_sub(from_share);
+    e.share -= from_share;
+    e.debt -= from_share;
 }
 
 #[allow(dead_code)]
@@ -1418,7 +1446,7 @@ mod step_tests {
             |e| e.share += Room::rps(1),
         );
         checked(&mut alarms, 2, step::GRANT, &mut e, held_and_granted, |e| {
-            e.pool = e.pool.saturating_sub(Room::rps(1000))
+            e.pool = e.pool.excess_over(Room::rps(1000))
         });
         assert_eq!(
             alarms.not_conserved,

@@ -72,13 +72,13 @@ pub fn heir_portion(room: Room, n: usize, owner: RegionId, heir: RegionId) -> Ro
 
 /// The room an estate's record leaves to its heirs: `share + pool − debt`, never below zero.
 pub fn estate_room(l: &LimitRecord) -> Room {
-    (l.share + l.pool).saturating_sub(l.debt)
+    (l.share + l.pool).excess_over(l.debt)
 }
 
 /// The debt an estate's record leaves to its heirs: what a lowered limit's debt exceeds
 /// `share + pool` by, never below zero. It is split into the same fixed portions as room.
 pub fn estate_debt(l: &LimitRecord) -> Room {
-    l.debt.saturating_sub(l.share + l.pool)
+    l.debt.excess_over(l.share + l.pool)
 }
 
 /// What an omniscient observer knows of one Region.

@@ -201,12 +201,17 @@ impl RegionRecord {
         self.peer_epochs[peer] == peer_epoch && self.account_epochs[peer] == self.epoch
     }
 
+    /// This Region's mark on the epoch of `peer` it accounts with, if it closed that epoch
+    /// (reclaimed it, or closed it on the peer's return).
+    pub fn mark_on_accounted(&self, peer: RegionId) -> Option<ReclaimMark> {
+        self.reclaims[peer].filter(|m| m.epoch == self.peer_epochs[peer])
+    }
+
     /// Whether the account with `peer` is one that an earlier epoch of this Region opened and
     /// nobody has settled yet: carried into this epoch, frozen (no grant, no take) until settled.
     pub fn carries_open(&self, peer: RegionId) -> bool {
         let acct = self.account_epochs[peer];
-        acct < self.epoch
-            && self.reclaims[peer].is_none_or(|m| m.epoch != self.peer_epochs[peer] || m.by != acct)
+        acct < self.epoch && self.mark_on_accounted(peer).is_none_or(|m| m.by != acct)
     }
 
     /// Checks what can be checked of one record alone against this Region's configuration.
@@ -358,7 +363,7 @@ impl RegionRecord {
             }
             // While a limit change is under way a pool may hold room of the older, larger rate, so
             // the bound is the largest rate any limit may have.
-            if l.granted[me].saturating_sub(mine.taken[self.region]) > bound {
+            if l.granted[me].excess_over(mine.taken[self.region]) > bound {
                 return contradiction(Some(i), "grants this Region more room than the limit has");
             }
         }

@@ -6,7 +6,7 @@
 //! always hands out exactly the amount it was given.
 
 use std::fmt;
-use std::ops::{Add, AddAssign};
+use std::ops::{Add, AddAssign, Sub, SubAssign};
 
 /// Units of room per request per second.
 pub const MILLI_PER_RPS: u64 = 1_000;
@@ -73,8 +73,13 @@ impl Room {
         self.0 == 0
     }
 
-    /// `self − other`, or zero when `other` is larger.
-    pub fn saturating_sub(self, other: Room) -> Room {
+    /// How far `self` is past `other`: `self − other`, or zero when `other` is larger.
+    ///
+    /// For a difference that may rightly be negative and then means "nothing": how much more a
+    /// target asks than a share, how much of a peer's counter this Region has not taken yet
+    /// (a peer's record may lag behind this Region's own count). Where the protocol knows that
+    /// `other ≤ self`, write `self - other`, which is exact (see [`Sub`]).
+    pub fn excess_over(self, other: Room) -> Room {
         Room(self.0.saturating_sub(other.0))
     }
 
@@ -95,16 +100,43 @@ impl Room {
     }
 }
 
+// Room moves; it is never created or destroyed by rounding. The operators are exact: an overflow
+// or a subtraction below zero is a bug in the protocol's arithmetic. A debug build (every test,
+// the fuzzer's debug runs, the model checker) stops there, at the line that did it. A release
+// build never panics on it (a daemon must not fall over on a peer's record): the result clamps,
+// and the core's per-step room check (`Alarms::not_conserved`) names the step that changed the
+// room, which the daemon logs as an error and the fuzzer fails on.
+
 impl Add for Room {
     type Output = Room;
     fn add(self, other: Room) -> Room {
-        Room(self.0.saturating_add(other.0))
+        let (sum, overflow) = self.0.overflowing_add(other.0);
+        debug_assert!(!overflow, "room overflow: {self:?} + {other:?}");
+        if overflow {
+            Room(u64::MAX)
+        } else {
+            Room(sum)
+        }
     }
 }
 
 impl AddAssign for Room {
     fn add_assign(&mut self, other: Room) {
-        self.0 = self.0.saturating_add(other.0);
+        *self = *self + other;
+    }
+}
+
+impl Sub for Room {
+    type Output = Room;
+    fn sub(self, other: Room) -> Room {
+        debug_assert!(other <= self, "room below zero: {self:?} - {other:?}");
+        Room(self.0.saturating_sub(other.0))
+    }
+}
+
+impl SubAssign for Room {
+    fn sub_assign(&mut self, other: Room) {
+        *self = *self - other;
     }
 }
 
@@ -211,5 +243,30 @@ mod tests {
         assert_eq!(Room::from_rps(-1.0), Err(RoomError::Negative));
         assert_eq!(Room::from_rps(1e13), Err(RoomError::TooLarge));
         assert_eq!(Room::from_rps(3248.1234), Ok(Room(3_248_123)));
+    }
+
+    #[test]
+    fn excess_over_clamps_and_the_operators_are_exact() {
+        assert_eq!(Room(5).excess_over(Room(7)), Room::ZERO);
+        assert_eq!(Room(7).excess_over(Room(5)), Room(2));
+        assert_eq!(Room(7) - Room(5), Room(2));
+        assert_eq!(Room(7) + Room(5), Room(12));
+        let mut r = Room(7);
+        r -= Room(7);
+        assert_eq!(r, Room::ZERO);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "room below zero")]
+    fn a_subtraction_below_zero_stops_a_debug_build_where_it_happens() {
+        let _ = Room(5) - Room(7);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "room overflow")]
+    fn an_overflow_stops_a_debug_build_where_it_happens() {
+        let _ = Room(u64::MAX) + Room(1);
     }
 }

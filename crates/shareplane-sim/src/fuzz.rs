@@ -571,7 +571,7 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
             }
         } else if row.sum_shares > limit {
             if excused {
-                report.add_false_excess(row.sum_shares.saturating_sub(limit), sc.tick_ms);
+                report.add_false_excess(row.sum_shares.excess_over(limit), sc.tick_ms);
             } else {
                 failure = Some(format!(
                     "at {t} s the sum of shares {} exceeds the limit {}",

@@ -157,8 +157,8 @@ impl Stats {
             }
         }
         let dt = self.tick_ms as u128;
-        self.below += self.limit.saturating_sub(sum).0 as u128 * dt;
-        self.above += sum.saturating_sub(self.limit).0 as u128 * dt;
+        self.below += self.limit.excess_over(sum).0 as u128 * dt;
+        self.above += sum.excess_over(self.limit).0 as u128 * dt;
         let x = row.admitted_micro as i128 - (self.limit.0 as i128 * dt as i128);
         self.best_ending = x + self.best_ending.max(0);
         self.max_excess = self.max_excess.max(self.best_ending);

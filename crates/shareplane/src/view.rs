@@ -224,7 +224,7 @@ fn limit_view(
             })
             .and_then(|p| p.limits.get(li).map(|l| l.taken[v.me]))
             .unwrap_or_default();
-        e.granted[r].saturating_sub(taken).as_rps()
+        e.granted[r].excess_over(taken).as_rps()
     };
     LimitJson {
         id: spec.id.clone(),
