@@ -95,16 +95,11 @@ pub struct Daemon<S, H> {
     store: S,
     health: H,
     opts: DaemonOptions,
-    coord: Option<Coordinator>,
-    /// A follower's count of its phase ticks at which each peer's record had not changed, with
-    /// the `(epoch, version)` seen at the previous one (for `/v1/state`, like the leader's).
+    role: Role,
+    /// This replica's count of its phase ticks as a follower at which each peer's record had
+    /// not changed, with the `(epoch, version)` seen at the previous one (for `/v1/state`, like
+    /// the leader's).
     silence: Vec<Silence>,
-    /// The token `coord`'s writes were made with.
-    token: Option<WriterToken>,
-    /// Lease end on this replica's clock; 0 when not the leader.
-    lease_until_ms: u64,
-    /// The coordinator started a new epoch that is not written yet: it holds nothing to protect.
-    unwritten_epoch: bool,
     /// The process was frozen or starved (or paused) since the last durable write: it may not
     /// have answered its health check meanwhile.
     stalled: bool,
@@ -118,13 +113,63 @@ pub struct Daemon<S, H> {
     peer_records: Vec<Option<Arc<RegionRecord>>>,
     own_seen: Option<Arc<RegionRecord>>,
     alarms: Vec<String>,
-    /// Own rebalances in a row (as leader) that could not close each peer's ended epoch for want
-    /// of its last record, by Region index.
-    waiting_for_record: Vec<u32>,
     paused: watch::Receiver<bool>,
+}
+
+/// Whether this replica writes the Region's record.
+enum Role {
+    /// Reads every record at its phase, serves the rule set of the own Region's latest record
+    /// and tries to take the writer lease every quarter period.
+    Follower,
+    Leader(Box<Leader>),
+}
+
+/// What only a replica that took the writer lease has.
+struct Leader {
+    coord: Coordinator,
+    /// The token the coordinator's writes are made with.
+    token: WriterToken,
+    /// Lease end on this replica's clock: it writes only before it. A leader whose lease ran
+    /// out keeps its coordinator; when it takes the lease back with the same token nobody wrote
+    /// meanwhile and it goes on (another token, and it resumes from the durable record). 0 after
+    /// a refused write until the lease is checked again.
+    lease_until_ms: u64,
+    /// The coordinator started a new epoch that is not written yet: it holds nothing to protect.
+    unwritten_epoch: bool,
     /// The demand in the own record this replica last resumed from, by limit index: used
     /// instead of the demand book until the book has a whole window (SPEC §7).
     durable_demand: Option<Vec<Room>>,
+    /// Own rebalances in a row that could not close each peer's ended epoch for want of its last
+    /// record, by Region index.
+    waiting_for_record: Vec<u32>,
+}
+
+/// A coordinator rebuilt from the own durable record ([`Daemon::resume_from_durable`]).
+struct Resumed {
+    coord: Coordinator,
+    unwritten_epoch: bool,
+    durable_demand: Option<Vec<Room>>,
+}
+
+impl Leader {
+    fn new(r: Resumed, token: WriterToken, lease_until_ms: u64) -> Leader {
+        let n = r.coord.deployment().n();
+        Leader {
+            coord: r.coord,
+            token,
+            lease_until_ms,
+            unwritten_epoch: r.unwritten_epoch,
+            durable_demand: r.durable_demand,
+            waiting_for_record: vec![0; n],
+        }
+    }
+
+    /// Goes on from a coordinator rebuilt from the durable record, with the same lease.
+    fn resume(&mut self, r: Resumed) {
+        self.coord = r.coord;
+        self.unwritten_epoch = r.unwritten_epoch;
+        self.durable_demand = r.durable_demand;
+    }
 }
 
 impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
@@ -139,11 +184,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             store,
             health,
             opts,
-            coord: None,
+            role: Role::Follower,
             silence: vec![Silence::default(); n],
-            token: None,
-            lease_until_ms: 0,
-            unwritten_epoch: false,
             stalled: false,
             last_health: PerRegion::default(),
             health_timing_out: false,
@@ -153,9 +195,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             peer_records: vec![None; n],
             own_seen: None,
             alarms: Vec::new(),
-            waiting_for_record: vec![0; n],
             paused: watch::channel(false).1,
-            durable_demand: None,
         }
     }
 
@@ -174,8 +214,15 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         self.period_ms() * 3 / 2
     }
 
+    fn leader(&self) -> Option<&Leader> {
+        match &self.role {
+            Role::Leader(l) => Some(l),
+            Role::Follower => None,
+        }
+    }
+
     fn is_leader(&self, now_ms: u64) -> bool {
-        self.lease_until_ms > now_ms && self.coord.is_some()
+        self.leader().is_some_and(|l| l.lease_until_ms > now_ms)
     }
 
     /// Runs until the shared shutdown signal. A rebalance in progress is finished (every call in
@@ -239,8 +286,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         let Some(d) = self.shared.take_proposed() else {
             return;
         };
-        if let Some(c) = self.coord.as_mut() {
-            if let Err(es) = c.set_limits(d.limits.clone()) {
+        if let Role::Leader(l) = &mut self.role {
+            if let Err(es) = l.coord.set_limits(d.limits.clone()) {
                 let es: Vec<String> = es.iter().map(|e| e.to_string()).collect();
                 warn!(region = %self.shared.region, errors = %es.join("; "),
                       "the coordinator refused the reloaded limits; the running ones stay");
@@ -261,9 +308,9 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     fn adopt_abandons(&mut self) {
         for (peer, epoch) in self.shared.take_abandons() {
             let name = self.d.region_name(peer).to_string();
-            let refused = match self.coord.as_mut() {
-                Some(c) => c.abandon(peer, epoch).err().map(|e| e.to_string()),
-                None => Some("this replica does not lead its Region".to_string()),
+            let refused = match &mut self.role {
+                Role::Leader(l) => l.coord.abandon(peer, epoch).err().map(|e| e.to_string()),
+                Role::Follower => Some("this replica does not lead its Region".to_string()),
             };
             if let Some(why) = refused {
                 self.shared.event(
@@ -286,7 +333,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 self.store.acquire_lease(me, &self.opts.replica, now, 0),
             )
             .await;
-        self.lease_until_ms = 0;
+        self.role = Role::Follower;
         self.shared.metrics.leader.set(0);
         released.is_ok()
     }
@@ -313,16 +360,21 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         }
         match self.acquire(now).await {
             Ok(l) => {
-                if self.token != Some(l.token) || self.coord.is_none() {
-                    if !self.resume_from_durable(now).await {
-                        return false;
+                match &mut self.role {
+                    Role::Leader(leader) if leader.token == l.token => {
+                        leader.lease_until_ms = l.expires_at_ms;
                     }
-                    self.token = Some(l.token);
-                    self.shared.metrics.lease_taken.inc();
-                    info!(region = %self.shared.region, replica = %self.opts.replica, token = l.token.0,
-                          "took the writer lease");
+                    _ => {
+                        let Some(resumed) = self.resume_from_durable(now).await else {
+                            return false;
+                        };
+                        self.role =
+                            Role::Leader(Box::new(Leader::new(resumed, l.token, l.expires_at_ms)));
+                        self.shared.metrics.lease_taken.inc();
+                        info!(region = %self.shared.region, replica = %self.opts.replica, token = l.token.0,
+                              "took the writer lease");
+                    }
                 }
-                self.lease_until_ms = l.expires_at_ms;
                 self.shared.metrics.leader.set(1);
                 true
             }
@@ -340,7 +392,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
 
     /// Rebuilds the coordinator from the own record in the store (SPEC §6: a restart resumes
     /// from the own durable record, or starts a new epoch when it may have been reclaimed).
-    async fn resume_from_durable(&mut self, now: u64) -> bool {
+    async fn resume_from_durable(&mut self, now: u64) -> Option<Resumed> {
         let me = self.shared.me;
         let d = self.d.clone();
         match self.call("read_one", self.store.read_one(me)).await {
@@ -352,22 +404,22 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                         // room, so refuse to lead until an operator looks.
                         warn!(region = %self.shared.region, %reason, "own record in the store is unreadable; not writing");
                         self.shared.metrics.records_rejected.inc(reason.cause());
-                        return false;
+                        return None;
                     }
                     None => None,
                 };
                 let down_ms = durable
                     .as_ref()
                     .map_or(0, |r| now.saturating_sub(r.written_at_ms));
-                self.durable_demand = durable
+                let durable_demand = durable
                     .as_ref()
                     .map(|r| r.limits.iter().map(|l| l.demand).collect());
                 let durable_epoch = durable.as_ref().map(|r| r.epoch);
                 let c = Coordinator::restart(d.clone(), me, durable, down_ms);
                 info!(region = %self.shared.region, epoch = c.own().epoch, version = c.own().version,
                       down_ms, "resumed from the own durable record");
-                self.unwritten_epoch = durable_epoch.is_some_and(|e| e != c.own().epoch);
-                if self.unwritten_epoch {
+                let unwritten_epoch = durable_epoch.is_some_and(|e| e != c.own().epoch);
+                if unwritten_epoch {
                     // It may have been reclaimed: zero before anything else, at the version of
                     // the early push of its next write (see `crate::rules`).
                     let version = 2 * (c.own().version + 1) - 1;
@@ -386,24 +438,25 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                         ),
                     );
                 }
-                self.coord = Some(c);
-                true
+                Some(Resumed {
+                    coord: c,
+                    unwritten_epoch,
+                    durable_demand,
+                })
             }
             Err(e) => {
                 self.fail("read_own", &e);
-                false
+                None
             }
         }
     }
 
     fn step_down(&mut self, why: &str) {
-        if self.coord.is_some() || self.lease_until_ms > 0 {
+        if let Role::Leader(_) = self.role {
             warn!(region = %self.shared.region, replica = %self.opts.replica, why, "stepped down: no longer the writer");
             self.shared.metrics.stepped_down.inc();
         }
-        self.coord = None;
-        self.token = None;
-        self.lease_until_ms = 0;
+        self.role = Role::Follower;
         self.shared.metrics.leader.set(0);
     }
 
@@ -471,8 +524,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 Fetched::Record(r) if r.region == me => self.own_seen = Some(r),
                 Fetched::Record(r) => {
                     let j = r.region.index();
-                    if let Some(c) = self.coord.as_mut() {
-                        if let Err(e) = c.observe(r.clone()) {
+                    if let Role::Leader(l) = &mut self.role {
+                        if let Err(e) = l.coord.observe(r.clone()) {
                             self.shared.metrics.records_rejected.inc(e.cause());
                             warn!(region = %self.shared.region, peer = j, error = %e, "peer record rejected");
                             continue;
@@ -544,8 +597,11 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             .metrics
             .demand_window_full
             .set(u64::from(mature));
-        let last = self.durable_demand.as_deref().filter(|_| !mature);
-        let own = self.coord.as_ref().map(|c| c.own());
+        let leader = self.leader();
+        let last = leader
+            .and_then(|l| l.durable_demand.as_deref())
+            .filter(|_| !mature);
+        let own = leader.map(|l| l.coord.own());
         measured
             .iter()
             .enumerate()
@@ -565,8 +621,9 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     /// ran all along answered its health check, so its peers had no unhealthy verdict to reclaim
     /// on, however long its writes failed: it only let its gateways' lease run out.)
     fn last_write_too_old(&self, now: u64) -> Option<u64> {
-        let own = self.coord.as_ref()?.own();
-        if self.unwritten_epoch || !self.stalled {
+        let leader = self.leader()?;
+        let own = leader.coord.own();
+        if leader.unwritten_epoch || !self.stalled {
             return None;
         }
         let d = &self.d;
@@ -583,11 +640,15 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
 
     async fn rebalance_untimed(&mut self, now: u64) {
         if let Some(age_ms) = self.last_write_too_old(now) {
-            if !self.resume_from_durable(now).await {
+            let Some(resumed) = self.resume_from_durable(now).await else {
                 self.update_view();
                 return;
+            };
+            let epoch = resumed.coord.own().epoch;
+            if let Role::Leader(l) = &mut self.role {
+                l.resume(resumed);
             }
-            warn!(region = %self.shared.region, age_ms, epoch = self.coord.as_ref().map_or(0, |c| c.own().epoch),
+            warn!(region = %self.shared.region, age_ms, epoch,
                   "the last own write was too old to prove this Region still holds its room; restarted from the durable record");
         }
         // The records and the verdicts are read at once: the sooner the write, the more of the
@@ -608,11 +669,11 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         }
         self.count_mismatch();
         let demand = self.demand();
-        let Some(coord) = self.coord.as_mut() else {
+        let Role::Leader(leader) = &mut self.role else {
             return;
         };
-        let peers_before = coord.peers();
-        let mut decision = coord.rebalance(&Inputs {
+        let peers_before = leader.coord.peers();
+        let mut decision = leader.coord.rebalance(&Inputs {
             now_ms: now,
             demand: &demand,
             health: &health,
@@ -627,7 +688,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             error!(region = %self.shared.region, limit, step,
                    "a step of the protocol core changed the room it only moves (a bug in shareplane: please report it with /v1/state and /v1/events); the decision is written as computed");
         }
-        for (i, w) in self.waiting_for_record.iter_mut().enumerate() {
+        for (i, w) in leader.waiting_for_record.iter_mut().enumerate() {
             let waiting = decision
                 .alarms
                 .waiting_for_record
@@ -644,17 +705,18 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             self.shared
                 .publish(RuleSet::build(&d, &region, (2 * v).saturating_sub(1), &low));
         }
-        let token = self.token.unwrap_or(WriterToken(0));
+        let token = leader.token;
         match self
             .call("put", self.store.put(&decision.record, token))
             .await
         {
             Ok(()) => {
-                if let Some(c) = self.coord.as_mut() {
-                    let decided = decision_events(&d, c.own(), &decision, self.fenced);
-                    c.commit(&decision);
+                if let Role::Leader(l) = &mut self.role {
+                    let decided = decision_events(&d, l.coord.own(), &decision, self.fenced);
+                    l.coord.commit(&decision);
+                    l.unwritten_epoch = false;
                     // A peer's change of state first: it is why a reclaim happened.
-                    let mut events = peer_events(&d, &peers_before, &c.peers());
+                    let mut events = peer_events(&d, &peers_before, &l.coord.peers());
                     events.extend(decided);
                     for (kind, peer, limit, detail) in events {
                         self.shared
@@ -662,7 +724,6 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                     }
                 }
                 self.fenced = decision.alarms.fenced;
-                self.unwritten_epoch = false;
                 self.stalled = false;
                 self.shared.metrics.writes.inc();
                 self.shared
@@ -687,17 +748,21 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 self.fail("put", &e);
             }
         }
-        if self.coord.is_some() {
+        if let Role::Leader(_) = self.role {
             self.renew(now, false).await;
         }
         self.update_view();
     }
 
     async fn on_conflict(&mut self, now: u64) {
-        if !self.resume_from_durable(now).await {
-            self.coord = None;
+        let Some(resumed) = self.resume_from_durable(now).await else {
+            self.step_down("the own record could not be read again after a refused write");
+            return;
+        };
+        if let Role::Leader(l) = &mut self.role {
+            l.resume(resumed);
+            l.lease_until_ms = 0;
         }
-        self.lease_until_ms = 0;
         // The coordinator now stands on the durable record, so a token that changed hands to
         // this replica may be adopted.
         self.renew(now, true).await;
@@ -715,11 +780,15 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
 
     async fn renew(&mut self, now: u64, adopt_new_token: bool) {
         match self.acquire(now).await {
-            Ok(l) if adopt_new_token || Some(l.token) == self.token => {
-                self.token = Some(l.token);
-                self.lease_until_ms = l.expires_at_ms;
-            }
-            Ok(_) => self.step_down("the lease changed hands"),
+            Ok(l) => match &mut self.role {
+                Role::Leader(leader) if adopt_new_token || leader.token == l.token => {
+                    leader.token = l.token;
+                    leader.lease_until_ms = l.expires_at_ms;
+                }
+                Role::Leader(_) => self.step_down("the lease changed hands"),
+                // Renewed only as a leader.
+                Role::Follower => {}
+            },
             Err(StoreError::Conflict(_)) => self.step_down("a newer writer holds the lease"),
             // Keep the lease we believe in until it runs out on our clock; the store's token
             // check refuses our writes if someone else took it meanwhile.
@@ -817,10 +886,11 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     fn update_view(&mut self) {
         let d = self.d.clone();
         let me = self.shared.me;
-        let (role, own, peer_records, peer_views, waiting) = match &self.coord {
-            Some(c) if self.lease_until_ms > 0 => {
+        let (role, own, peer_records, peer_views, waiting) = match &self.role {
+            Role::Leader(l) if l.lease_until_ms > 0 => {
+                let c = &l.coord;
                 let recs = regions(d.n()).map(|r| c.latest(r).cloned()).collect();
-                let waiting = self.waiting_for_record.clone();
+                let waiting = l.waiting_for_record.clone();
                 (
                     "leader",
                     Some(c.own().clone()),

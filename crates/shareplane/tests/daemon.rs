@@ -9,9 +9,10 @@ use shareplane::slow_store::SlowStore;
 use shareplane::state::{LimitJson, Shared};
 use shareplane::table::SimTable;
 use shareplane_core::{
-    audit, Deployment, Health, PerRegion, RegionId, RegionRecord, Truth, MAX_REGIONS,
+    audit, Coordinator, Deployment, Health, PerRegion, RegionId, RegionRecord, Truth, MAX_REGIONS,
 };
-use shareplane_store::{Fetched, RecordStore};
+use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -62,10 +63,20 @@ impl Cluster {
     }
 
     fn start(&mut self, region: usize, replica: &str, clock: Clock) -> Arc<Shared> {
+        let store = SlowStore::new(self.table.view(rid(region)), self.store_delay);
+        self.start_on(region, replica, clock, store)
+    }
+
+    fn start_on<S: RecordStore>(
+        &mut self,
+        region: usize,
+        replica: &str,
+        clock: Clock,
+        store: S,
+    ) -> Arc<Shared> {
         let (stop, rx) = watch::channel(false);
         let shared = Shared::new(self.d.clone(), rid(region), clock, Some("t".repeat(16)), rx);
         let opts = DaemonOptions::new(replica, PHASES_MS[region], PERIOD_MS);
-        let store = SlowStore::new(self.table.view(rid(region)), self.store_delay);
         let daemon = Daemon::new(shared.clone(), store, self.health.clone(), opts);
         let task = tokio::spawn(daemon.run());
         self.replicas[region].push(Replica {
@@ -484,6 +495,101 @@ async fn a_deposed_leader_is_refused_by_the_store_and_steps_down() {
         writes_when_deposed,
         "a deposed leader wrote again"
     );
+    c.assert_conserved().await;
+}
+
+/// A store that refuses writes as a newer writer's would (`refuse_puts`) and fails reads of one
+/// record (`reads_down`), so that a refused write cannot be followed by a re-read.
+struct Refusing<S> {
+    inner: S,
+    refuse_puts: Arc<AtomicBool>,
+    reads_down: Arc<AtomicBool>,
+}
+
+impl<S: RecordStore> RecordStore for Refusing<S> {
+    async fn put(&self, record: &RegionRecord, token: WriterToken) -> Result<(), StoreError> {
+        if self.refuse_puts.load(Ordering::SeqCst) {
+            return Err(StoreError::Conflict("a newer writer (test)".into()));
+        }
+        self.inner.put(record, token).await
+    }
+
+    async fn read_all(&self) -> Result<Vec<Fetched>, StoreError> {
+        self.inner.read_all().await
+    }
+
+    async fn read_one(&self, region: RegionId) -> Result<Option<Fetched>, StoreError> {
+        if self.reads_down.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("read refused (test)".into()));
+        }
+        self.inner.read_one(region).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        region: RegionId,
+        holder: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<Lease, StoreError> {
+        self.inner
+            .acquire_lease(region, holder, now_ms, ttl_ms)
+            .await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_that_cannot_read_its_record_after_a_refused_write_steps_down_and_comes_back() {
+    let mut c = Cluster::new();
+    c.start(0, "r0", c.clock);
+    c.start(2, "r2", c.clock);
+    let (refuse_puts, reads_down) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let store = Refusing {
+        inner: c.table.view(rid(1)),
+        refuse_puts: refuse_puts.clone(),
+        reads_down: reads_down.clone(),
+    };
+    let b = c.start_on(1, "r1", c.clock, store);
+    let _feed = c.feed_demand();
+    settle(30).await;
+    assert_eq!(
+        (b.metrics.leader.get(), b.metrics.lease_taken.get()),
+        (1, 1)
+    );
+    let (epoch, writes) = (b.view().epoch, b.metrics.writes.get());
+
+    // Its next write is refused, and the record it would resume from cannot be read: it stops
+    // writing and leading rather than go on from a record it cannot see.
+    refuse_puts.store(true, Ordering::SeqCst);
+    reads_down.store(true, Ordering::SeqCst);
+    settle(6).await;
+    assert_eq!(b.metrics.writes_failed.get("conflict"), 1);
+    assert_eq!(b.metrics.stepped_down.get(), 1);
+    assert_eq!(b.metrics.leader.get(), 0);
+    assert_eq!(b.view().role, "follower");
+    refuse_puts.store(false, Ordering::SeqCst);
+    settle(10).await;
+    assert_eq!(
+        b.metrics.writes.get(),
+        writes,
+        "wrote without its own record"
+    );
+
+    // Once the record reads again it takes the lease back and resumes from the record. It wrote
+    // nothing for longer than the resume window, so peers may have counted it silent: it comes
+    // back in a new epoch, as a restarted daemon does.
+    assert!(16_000 > Coordinator::resume_window_ms(&c.d));
+    reads_down.store(false, Ordering::SeqCst);
+    settle(10).await;
+    assert_eq!(
+        (b.metrics.leader.get(), b.metrics.lease_taken.get()),
+        (1, 2)
+    );
+    assert_eq!((b.view().role, b.view().epoch), ("leader", epoch + 1));
+    assert!(b.metrics.writes.get() > writes);
     c.assert_conserved().await;
 }
 
