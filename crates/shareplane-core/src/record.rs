@@ -152,6 +152,28 @@ impl RecordError {
 }
 
 impl RegionRecord {
+    /// The record of `region` in a deployment that starts settled (the simulator's scenarios):
+    /// written once (version 1), every capacity limit's share at its target for `demands`, the
+    /// demand of every Region by index, by [`crate::targets`]. The shares of all the Regions'
+    /// settled records add up to each limit's rate exactly; nothing is pooled or granted.
+    /// Security limits are split statically, as in [`RegionRecord::genesis`].
+    pub fn settled(d: &Deployment, region: RegionId, demands: &[Room]) -> RegionRecord {
+        let mut rec = RegionRecord::genesis(d, region);
+        rec.version = 1;
+        let n = d.n();
+        let weights: Vec<u64> = (0..n).map(|i| demands.get(i).map_or(0, |r| r.0)).collect();
+        let mut parts = vec![Room::ZERO; n];
+        for (spec, l) in d.limits.iter().zip(rec.limits.iter_mut()) {
+            l.demand = demands.get(region.index()).copied().unwrap_or_default();
+            if let crate::LimitKind::Capacity = spec.kind {
+                crate::coordinator::targets(spec.rate, spec.floor, &weights, &mut parts);
+                l.share = parts[region.index()];
+                l.target = l.share;
+            }
+        }
+        rec
+    }
+
     /// The record every Region is assumed to have before it first writes: epoch 1, version 0,
     /// each capacity limit's static part as its share.
     pub fn genesis(d: &Deployment, region: RegionId) -> RegionRecord {

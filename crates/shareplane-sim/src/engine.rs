@@ -196,33 +196,6 @@ pub fn deployment(sc: &Scenario) -> Result<Deployment, SimError> {
     })
 }
 
-/// Targets of the given demands, by the core's own rule ([`shareplane_core::targets`]): the
-/// floor for every Region (lowered if the limit cannot give it to all), the rest split by demand
-/// with largest-remainder rounding (evenly when every demand is zero).
-pub fn targets(limit: Room, floor: Room, demands: &[Room]) -> Vec<Room> {
-    let weights: Vec<u64> = demands.iter().map(|d| d.0).collect();
-    let mut parts = vec![Room::ZERO; demands.len()];
-    shareplane_core::targets(limit, floor, &weights, &mut parts);
-    parts
-}
-
-fn initial_record(
-    d: &Deployment,
-    sc: &Scenario,
-    i: usize,
-    id: RegionId,
-    share: Room,
-) -> RegionRecord {
-    let mut rec = RegionRecord::genesis(d, id);
-    rec.version = 1;
-    if let Some(l) = rec.limits.first_mut() {
-        l.demand = sc.regions[i].demand;
-        l.share = share;
-        l.target = share;
-    }
-    rec
-}
-
 /// Runs a scenario, handing every tick's row to `sink`.
 pub fn run(sc: &Scenario, sink: &mut dyn FnMut(&Row<'_>)) -> Result<Outcome, SimError> {
     let mut sim = Sim::new(sc)?;
@@ -298,13 +271,13 @@ impl<'a> Sim<'a> {
         let lease = shareplane_core::lease_bound(&d);
         let n = sc.regions.len();
         let demands: Vec<Room> = sc.regions.iter().map(|r| r.demand).collect();
-        let shares = targets(sc.limit, sc.floor, &demands);
         let mut table = Table::new(n);
         let mut records = Vec::with_capacity(n);
-        for (i, share) in shares.iter().enumerate() {
+        for i in 0..n {
             let id =
                 RegionId::new(i).ok_or_else(|| SimError::Scenario("too many Regions".into()))?;
-            let rec = Arc::new(initial_record(&d, sc, i, id, *share));
+            // The scenario starts settled: every Region at its target, as the core has it.
+            let rec = Arc::new(RegionRecord::settled(&d, id, &demands));
             table.write(i, rec.clone(), sc.start_tick);
             records.push((id, rec));
         }
@@ -313,9 +286,10 @@ impl<'a> Sim<'a> {
             let spec = &sc.regions[i];
             let coord = Coordinator::new(d.clone(), *id, (**rec).clone());
             let window = vec![spec.demand.0; sc.window_ticks as usize];
+            let share = rec.limits.first().map_or(Room::ZERO, |l| l.share);
             // Full where demand is below the share, empty where it is at or above.
-            let tokens = if spec.demand < shares[i] {
-                shares[i].0 as u128 * sc.burst_ms as u128
+            let tokens = if spec.demand < share {
+                share.0 as u128 * sc.burst_ms as u128
             } else {
                 0
             };

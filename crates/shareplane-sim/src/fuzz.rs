@@ -422,7 +422,7 @@ impl Report {
 /// Runs one scenario and checks it. `Err` describes the first failed check.
 pub fn check(sc: &Scenario) -> Result<Report, String> {
     let (faults_end, bound) = phases_of(sc);
-    let ideal = crate::engine::targets(sc.final_limit(), sc.floor, &final_demands(sc));
+    let ideal = ideal_targets(sc.final_limit(), sc.floor, &final_demands(sc));
     let mut report = Report {
         bound_s: sc.seconds(bound),
         fenced: sc.fence == Fence::OwnUnhealthy && sc.policy != SilentPolicy::Freeze,
@@ -659,6 +659,29 @@ fn phases_of(sc: &Scenario) -> (i64, i64) {
         .unwrap_or(0)
         .max(0);
     (end, liveness_bound(sc))
+}
+
+/// The targets SPEC §4 step 2 states, for the convergence check: `floor + (L − n × floor) ×
+/// d_i / Σ d`, the floor lowered to `L / n` when the limit cannot give it to every Region, the rest
+/// split evenly when no Region has demand. Computed here in floating point, not by the core's
+/// [`shareplane_core::targets`]: a check must not trust what it checks.
+fn ideal_targets(limit: Room, floor: Room, demands: &[Room]) -> Vec<Room> {
+    let n = demands.len().max(1) as f64;
+    let l = limit.0 as f64;
+    let floor = (floor.0 as f64).min(l / n);
+    let rest = l - floor * n;
+    let total: f64 = demands.iter().map(|d| d.0 as f64).sum();
+    demands
+        .iter()
+        .map(|d| {
+            let part = if total > 0.0 {
+                rest * d.0 as f64 / total
+            } else {
+                rest / n
+            };
+            Room((floor + part).round() as u64)
+        })
+        .collect()
 }
 
 fn final_demands(sc: &Scenario) -> Vec<Room> {
@@ -927,4 +950,35 @@ pub fn default_jobs() -> usize {
         .and_then(|v| v.trim().parse().ok())
         .filter(|&j: &usize| j > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The convergence check's targets are the spec's formula; the core's exact split must agree
+    /// with them to within rounding, or one of the two is wrong.
+    #[test]
+    fn the_spec_targets_agree_with_the_cores_exact_split() {
+        let cases: [(u64, u64, &[u64]); 5] = [
+            (10_000, 500, &[7_200, 3_600, 1_200]),
+            (10_000, 500, &[0, 0, 0]),
+            (1_000, 500, &[5, 1, 1]),
+            (12_345, 100, &[1, 0, 0, 99_999]),
+            (600, 0, &[300, 300]),
+        ];
+        for (limit, floor, demands) in cases {
+            let demands: Vec<Room> = demands.iter().map(|&d| Room::rps(d)).collect();
+            let spec = ideal_targets(Room::rps(limit), Room::rps(floor), &demands);
+            let weights: Vec<u64> = demands.iter().map(|d| d.0).collect();
+            let mut core = vec![Room::ZERO; demands.len()];
+            shareplane_core::targets(Room::rps(limit), Room::rps(floor), &weights, &mut core);
+            for (s, c) in spec.iter().zip(&core) {
+                assert!(
+                    s.0.abs_diff(c.0) <= 1,
+                    "{limit} {floor}: spec {spec:?}, core {core:?}"
+                );
+            }
+        }
+    }
 }
