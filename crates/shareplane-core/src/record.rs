@@ -452,6 +452,25 @@ mod tests {
     }
 
     #[test]
+    fn settled_records_start_at_their_targets_and_hold_exactly_the_rate() {
+        let d = d();
+        let demands = [Room::rps(600), Room::rps(300), Room::ZERO];
+        let recs: Vec<RegionRecord> = (0..3)
+            .map(|i| RegionRecord::settled(&d, rid(i), &demands))
+            .collect();
+        let shares: Vec<Room> = recs.iter().map(|r| r.limits[0].share).collect();
+        // 10 each, and the other 970 by demand: 2/3 and 1/3.
+        assert_eq!(shares, [Room(656_667), Room(333_333), Room::rps(10)]);
+        assert_eq!(shares.iter().copied().sum::<Room>(), d.limits[0].rate);
+        for (i, r) in recs.iter().enumerate() {
+            assert_eq!((r.version, r.epoch), (1, 1));
+            assert_eq!(r.limits[0].target, r.limits[0].share);
+            assert_eq!(r.limits[0].demand, demands[i]);
+            assert_eq!(r.validate(&d, rid((i + 1) % 3)), Ok(()));
+        }
+    }
+
+    #[test]
     fn an_account_must_belong_to_an_epoch_its_writer_had() {
         let d = d();
         let mut r = RegionRecord::genesis(&d, rid(1));
