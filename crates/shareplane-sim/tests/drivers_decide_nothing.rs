@@ -65,7 +65,9 @@ fn finding(line: &str) -> Option<String> {
                 None => after,
             };
             let after = after.trim_start();
-            let assigns = ["+=", "-=", "*=", "/="].iter().any(|op| after.starts_with(op))
+            let assigns = ["+=", "-=", "*=", "/="]
+                .iter()
+                .any(|op| after.starts_with(op))
                 || (after.starts_with('=') && !after.starts_with("=="));
             if assigns {
                 return Some(format!("writes `.{field}`"));
@@ -96,7 +98,11 @@ fn no_driver_writes_a_decided_field_or_builds_a_record() {
     for d in DRIVERS {
         sources(&root.join(d), &mut files);
     }
-    assert!(files.len() > 20, "found only {} driver sources", files.len());
+    assert!(
+        files.len() > 20,
+        "found only {} driver sources",
+        files.len()
+    );
     let mut found = Vec::new();
     for f in &files {
         let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
@@ -105,7 +111,12 @@ fn no_driver_writes_a_decided_field_or_builds_a_record() {
         for (i, line) in code.lines().enumerate() {
             if let Some(what) = finding(line) {
                 let rel = f.strip_prefix(&root).unwrap_or(f);
-                found.push(format!("{}:{}: {what}: {}", rel.display(), i + 1, line.trim()));
+                found.push(format!(
+                    "{}:{}: {what}: {}",
+                    rel.display(),
+                    i + 1,
+                    line.trim()
+                ));
             }
         }
     }

@@ -149,11 +149,9 @@ pub struct ConfigErrors(pub Vec<ConfigError>);
 
 fn render(errors: &[ConfigError]) -> String {
     let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
-    format!(
-        "invalid configuration ({} problems):\n{}",
-        errors.len(),
-        lines.join("\n")
-    )
+    let n = errors.len();
+    let noun = if n == 1 { "problem" } else { "problems" };
+    format!("invalid configuration ({n} {noun}):\n{}", lines.join("\n"))
 }
 
 fn problem(field: impl Into<String>, what: impl Into<String>) -> ConfigError {
@@ -199,6 +197,17 @@ fn read_file(p: &Path) -> Result<String, ConfigErrors> {
     std::fs::read_to_string(p).map_err(|e| fail(format!("cannot read {}: {e}", p.display())))
 }
 
+/// The line (from 1) that byte `offset` of `text` is on: an error at the start of a line is on
+/// that line, not the one before.
+fn line_at(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
 /// Parses TOML text, applies overrides and checks it.
 pub fn parse(text: &str, env: &BTreeMap<String, String>) -> Result<Config, ConfigErrors> {
     if text.len() > MAX_CONFIG_BYTES {
@@ -208,12 +217,7 @@ pub fn parse(text: &str, env: &BTreeMap<String, String>) -> Result<Config, Confi
         let msg = e.message().to_string();
         let at = e
             .span()
-            .map(|s| {
-                format!(
-                    " (at line {})",
-                    text[..s.start.min(text.len())].lines().count().max(1)
-                )
-            })
+            .map(|s| format!(" (at line {})", line_at(text, s.start)))
             .unwrap_or_default();
         ConfigErrors(vec![problem("config", format!("{msg}{at}"))])
     })?;
@@ -747,6 +751,25 @@ name = "B"
 id = "k-big"
 rate = 10000
 "#;
+
+    #[test]
+    fn a_syntax_error_names_its_own_line_even_at_the_start_of_one() {
+        // `bogus` starts line 3; `period_ms`'s bad value sits in the middle of line 2.
+        for (text, line) in [
+            ("region = \"B\"\nperiod_ms = 5000\nbogus = 1\n", 3),
+            ("region = \"B\"\nperiod_ms = \"x\"\n", 2),
+            ("bogus = 1\n", 1),
+        ] {
+            let e = parse(text, &BTreeMap::new())
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            let Err(e) = e else {
+                panic!("{text:?} was accepted")
+            };
+            assert!(e.contains(&format!("(at line {line})")), "{text:?}: {e}");
+            assert!(e.starts_with("invalid configuration (1 problem):"), "{e}");
+        }
+    }
 
     #[test]
     fn good_config_converts_to_a_deployment() {
