@@ -1387,11 +1387,11 @@ fn pay_debt(e: &mut LimitRecord) {
     e.debt -= from_share;
 }
 
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn is<T: Send + Sync>() {}
-    is::<Coordinator>();
-}
+// A coordinator may move between threads and be shared (the daemon's task, the fuzzer's jobs).
+const _: () = {
+    const fn is<T: Send + Sync>() {}
+    is::<Coordinator>()
+};
 
 impl std::hash::Hash for Coordinator {
     /// Hashes the protocol state (not the deployment): the model checker's state identity.
