@@ -58,6 +58,8 @@ pub struct Histogram {
     buckets: [AtomicU64; BUCKETS_MS.len()],
     count: AtomicU64,
     sum_us: AtomicU64,
+    /// The longest observation (not rendered: for benches and logs).
+    max_us: AtomicU64,
 }
 
 impl Histogram {
@@ -68,10 +70,21 @@ impl Histogram {
         }
         self.count.fetch_add(1, Ordering::Relaxed);
         self.sum_us.fetch_add(us, Ordering::Relaxed);
+        self.max_us.fetch_max(us, Ordering::Relaxed);
     }
 
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
+    }
+
+    /// The sum of every observation.
+    pub fn sum(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.sum_us.load(Ordering::Relaxed))
+    }
+
+    /// The longest observation.
+    pub fn max(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.max_us.load(Ordering::Relaxed))
     }
 
     /// `_bucket`, `_sum` and `_count` lines with `labels` (already formatted, no braces).

@@ -1,0 +1,313 @@
+//! One daemon at scale (issue 15): `cargo bench -p shareplane --bench scale`.
+//!
+//! Five Regions' daemons (the real `Daemon` loop, 5-second period, phases 1 s apart) run in this
+//! process on the simulated global table (the in-memory store, 1 s visibility), each with
+//! 100,000 capacity limits and the demand of its gateways fed into its book every second. A
+//! gateway of Region A long-polls A's `GET /v1/rules` exactly as `shareplane-limiter`'s watcher
+//! does (`?after=V&wait_ms=30000&lease_seq=S`), through the daemon's own router.
+//!
+//! Prints, per period of Region A: its rebalance time (read, rebalance, write, publish, view),
+//! how many rule sets it published and the bytes its gateway fetched; then resident memory, the
+//! size of a full rule set, of `/v1/state` and of `/metrics`; then the time to adopt a change of
+//! one limit among all of them (building and checking the new limits, and until A's record has
+//! adopted it). Asserts nothing: the figures are for people to read. Real time, so it takes
+//! about `PERIODS × 5 s` plus the reload.
+//!
+//! Environment: `SHAREPLANE_BENCH_LIMITS` (default 100000), `SHAREPLANE_BENCH_REGIONS` (5),
+//! `SHAREPLANE_BENCH_PERIODS` (12).
+
+use axum::body::{to_bytes, Body};
+use axum::http::{Request, StatusCode};
+use shareplane::clock::Clock;
+use shareplane::daemon::{Daemon, DaemonOptions};
+use shareplane::health::SimHealth;
+use shareplane::state::Shared;
+use shareplane::table::SimTable;
+use shareplane_core::{
+    Deployment, Design, Fence, Health, LimitKind, LimitSpec, PerRegion, RegionId, Room,
+    SilentPolicy, MAX_REGIONS,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+const PERIOD_MS: u64 = 5_000;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn limits(n: usize, changed: Option<usize>) -> Vec<LimitSpec> {
+    (0..n)
+        .map(|i| {
+            let rate = Room::rps(1_000 + (i as u64 % 97) * 100);
+            let (rate, version) = match changed {
+                Some(c) if c == i => (Room(rate.0 / 5 * 4), 2),
+                _ => (rate, 1),
+            };
+            LimitSpec {
+                id: format!("partner-{i}"),
+                version,
+                rate,
+                burst_ms: 2_000,
+                floor: Room::rps(10),
+                step_cap: Room(rate.0 / 10),
+                kind: LimitKind::Capacity,
+                shadow: false,
+            }
+        })
+        .collect()
+}
+
+fn deployment(regions: usize, limits: Vec<LimitSpec>) -> Deployment {
+    let names = ["A", "B", "C", "D", "E", "F", "G", "H"];
+    Deployment::try_new(Deployment {
+        regions: names[..regions].iter().map(|s| s.to_string()).collect(),
+        limits,
+        design: Design::NamedGrants,
+        policy: SilentPolicy::TwoSignals,
+        fence: Fence::OwnUnhealthy,
+        silent_after: 3,
+        period_ms: PERIOD_MS,
+    })
+    .unwrap_or_else(|e| panic!("the bench's deployment is invalid: {e:?}"))
+}
+
+/// Demand in requests/s of limit `li` at Region `r`: differs per Region and limit, so that
+/// shares move and grants flow before they settle; constant in time.
+fn demand(r: usize, li: usize) -> u64 {
+    ((li * 7 + r * 13) % 50) as u64 * 40
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// Bytes of an HTTP/1.1 answer on the wire: status line, headers (with the `date` and
+/// `content-length` hyper adds) and body.
+fn wire_bytes(resp: &axum::http::Response<Body>, body: usize) -> usize {
+    let headers: usize = resp
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    let added = "date: Thu, 03 Dec 2026 10:00:00 GMT\r\n".len()
+        + format!("content-length: {body}\r\n").len();
+    "HTTP/1.1 200 OK\r\n".len() + headers + added + 2 + body
+}
+
+#[derive(serde::Deserialize)]
+struct Version {
+    version: u64,
+}
+
+/// A gateway's rule watcher against `router`: adds the bytes of every answer to `fetched`.
+async fn gateway(router: axum::Router, fetched: Arc<AtomicU64>, answers: Arc<AtomicU64>) {
+    let (mut version, mut seq) = (0u64, None::<u64>);
+    loop {
+        let uri = match (version, seq) {
+            (0, _) => "/v1/rules".to_string(),
+            (v, s) => format!(
+                "/v1/rules?after={v}&wait_ms=30000{}",
+                s.map_or(String::new(), |s| format!("&lease_seq={s}"))
+            ),
+        };
+        let req = Request::get(uri).body(Body::empty());
+        let Ok(req) = req else { return };
+        let Ok(resp) = router.clone().oneshot(req).await;
+        seq = resp
+            .headers()
+            .get(shareplane::api::LEASE_SEQ_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .or(seq);
+        let status = resp.status();
+        let (parts, body) = resp.into_parts();
+        let body = to_bytes(body, usize::MAX).await.unwrap_or_default();
+        let resp = axum::http::Response::from_parts(parts, Body::empty());
+        fetched.fetch_add(wire_bytes(&resp, body.len()) as u64, Ordering::Relaxed);
+        answers.fetch_add(1, Ordering::Relaxed);
+        match status {
+            StatusCode::OK => {
+                if let Ok(v) = serde_json::from_slice::<Version>(&body) {
+                    version = v.version;
+                }
+            }
+            StatusCode::NOT_MODIFIED => {}
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let n_limits = env("SHAREPLANE_BENCH_LIMITS", 100_000);
+    let n = env("SHAREPLANE_BENCH_REGIONS", 5).clamp(2, 8);
+    let periods = env("SHAREPLANE_BENCH_PERIODS", 12).max(3);
+    println!(
+        "{n_limits} limits x {n} Regions, {periods} periods of {} s; {} cores",
+        PERIOD_MS / 1000,
+        std::thread::available_parallelism().map_or(0, |p| p.get())
+    );
+    let rss_start = rss_mib();
+    let t = Instant::now();
+    let d = Arc::new(deployment(n, limits(n_limits, None)));
+    println!(
+        "deployment built and checked in {:.0} ms; RSS {rss_start:.0} -> {:.0} MiB",
+        t.elapsed().as_secs_f64() * 1e3,
+        rss_mib()
+    );
+    let rss_before = rss_mib();
+
+    let clock = Clock::wall();
+    let table = SimTable::new(clock, 1_000);
+    let mut health = PerRegion([Health::Unknown; MAX_REGIONS]);
+    for h in health.0.iter_mut().take(n) {
+        *h = Health::Healthy;
+    }
+    let health = SimHealth::new(health);
+    let (_stop, stop_rx) = watch::channel(false);
+    let mut shareds = Vec::new();
+    for r in 0..n {
+        let me = RegionId::new(r).unwrap_or_else(|| panic!("region {r}"));
+        let shared = Shared::new(d.clone(), me, clock, None, stop_rx.clone());
+        let opts = DaemonOptions::new(format!("r{r}"), r as u64 * 1_000, PERIOD_MS);
+        let daemon = Daemon::new(shared.clone(), table.view(me), health.clone(), opts);
+        tokio::spawn(daemon.run());
+        shareds.push(shared);
+    }
+    // Each Region's gateways report what they received, every second.
+    {
+        let shareds = shareds.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                for (r, s) in shareds.iter().enumerate() {
+                    let now = s.clock.now_ms();
+                    let mut book = s.demand();
+                    for li in 0..n_limits {
+                        book.add(now, li, demand(r, li));
+                    }
+                }
+            }
+        });
+    }
+    let a = shareds[0].clone();
+    let router = shareplane::api::router(a.clone());
+    let (fetched, answers) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    tokio::spawn(gateway(router.clone(), fetched.clone(), answers.clone()));
+
+    println!("period  rebalances  time of A's rebalance (ms)  rule sets published  gateway fetched (bytes, answers)");
+    let h = &a.metrics.rebalance_duration;
+    let mut steady_bytes = Vec::new();
+    let mut times_ms = Vec::new();
+    for p in 1..=periods {
+        let (c0, s0) = (h.count(), h.sum());
+        let (b0, n0) = (
+            fetched.load(Ordering::Relaxed),
+            answers.load(Ordering::Relaxed),
+        );
+        let pub0 = a.metrics.rules_published.get();
+        tokio::time::sleep(Duration::from_millis(PERIOD_MS)).await;
+        let (c1, s1) = (h.count(), h.sum());
+        let bytes = fetched.load(Ordering::Relaxed) - b0;
+        let published = a.metrics.rules_published.get() - pub0;
+        let ms = if c1 > c0 {
+            (s1 - s0).as_secs_f64() * 1e3 / (c1 - c0) as f64
+        } else {
+            f64::NAN
+        };
+        if c1 > c0 {
+            times_ms.push(ms);
+        }
+        if published == 0 {
+            steady_bytes.push(bytes);
+        }
+        println!(
+            "{p:>6}  {:>10}  {ms:>26.1}  {published:>19}  {bytes} ({})",
+            c1 - c0,
+            answers.load(Ordering::Relaxed) - n0
+        );
+    }
+    let rss_end = rss_mib();
+    times_ms.sort_by(f64::total_cmp);
+    let median = times_ms
+        .get(times_ms.len() / 2)
+        .copied()
+        .unwrap_or(f64::NAN);
+    println!(
+        "A's rebalance: median {median:.1} ms, longest {:.1} ms, over {} rebalances",
+        h.max().as_secs_f64() * 1e3,
+        h.count()
+    );
+    match steady_bytes.iter().max() {
+        Some(b) => println!(
+            "a gateway fetched at most {b} bytes in a period in which no rule set was published ({} such periods)",
+            steady_bytes.len()
+        ),
+        None => println!("every period published a rule set (shares never settled)"),
+    }
+    println!(
+        "RSS: {rss_end:.0} MiB for the process; {:.0} MiB per daemon ((end - before the daemons) / {n}; the table's records are shared)",
+        (rss_end - rss_before) / n as f64
+    );
+    let rules = a.rules();
+    let body = rules.body_with_lease(0);
+    println!(
+        "full rule set: {} bytes ({:.1} per limit)",
+        body.len(),
+        body.len() as f64 / n_limits as f64
+    );
+    for path in ["/v1/state", "/metrics"] {
+        let req = Request::get(path).body(Body::empty());
+        if let Ok(req) = req {
+            let Ok(resp) = router.clone().oneshot(req).await;
+            let status = resp.status();
+            let len = to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .map_or(0, |b| b.len());
+            println!("GET {path}: {status}, {len} bytes");
+        }
+    }
+
+    // A change of one limit (rate -20%, version 2) among all of them, as a reload hands it over.
+    let t = Instant::now();
+    let changed = Arc::new(deployment(n, limits(n_limits, Some(0))));
+    let digest = shareplane_core::limits_digest(&changed.limits);
+    let built_ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    for s in &shareds {
+        s.propose(changed.clone());
+    }
+    let adopted = loop {
+        let v = a.view();
+        let done = v
+            .limits
+            .first()
+            .is_some_and(|l| l.id == "partner-0" && l.adopted_version == 2);
+        if done {
+            break Some(t.elapsed());
+        }
+        if t.elapsed() > Duration::from_millis(4 * PERIOD_MS) {
+            break None;
+        }
+        drop(v);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    println!(
+        "one limit changed among {n_limits}: new limits built and checked in {built_ms:.0} ms (digest {digest:016x}); A's record adopted it {} after the proposal (the loop adopts between rebalances, so this includes the wait for A's next one)",
+        adopted.map_or("not within 4 periods".to_string(), |d| format!("{:.0} ms", d.as_secs_f64() * 1e3))
+    );
+    std::process::exit(0);
+}
