@@ -120,6 +120,15 @@ pub struct DynamoStore {
     /// The stored sort keys of this Region's kept sets, by ended epoch, as last read or written.
     kept: Mutex<BTreeMap<u64, Vec<String>>>,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
+    /// Write capacity units of every transaction that succeeded ([`DynamoStore::write_units`]).
+    write_units: std::sync::atomic::AtomicU64,
+}
+
+/// Write capacity units of a transactional action that writes `bytes` (DynamoDB's published
+/// rule: 2 per started KB of each item a transaction writes; deletes and condition checks are
+/// counted as 1 KB).
+fn transactional_units(bytes: usize) -> u64 {
+    2 * bytes.div_ceil(1024).max(1) as u64
 }
 
 /// One transaction action and the bytes it writes.
@@ -172,7 +181,15 @@ impl DynamoStore {
             last_good: Mutex::new(BTreeMap::new()),
             kept: Mutex::new(BTreeMap::new()),
             rejections: Mutex::new(BTreeMap::new()),
+            write_units: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Write capacity units this store's successful writes consumed so far, by DynamoDB's rule
+    /// for transactions, in the writing Region (replication to the other replicas of a global
+    /// table costs as much again in each of them).
+    pub fn write_units(&self) -> u64 {
+        self.write_units.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Caps the actions per transaction below DynamoDB's 100 (at least 2), so that tests can
@@ -423,7 +440,7 @@ impl DynamoStore {
         token: WriterToken,
         carry: Option<&Carry>,
         collected: &[(u64, String)],
-    ) -> Result<(Vec<Vec<TransactWriteItem>>, Vec<u64>), StoreError> {
+    ) -> Result<(Vec<(Vec<TransactWriteItem>, u64)>, Vec<u64>), StoreError> {
         let prev = lock(&self.written).clone().filter(|w| {
             w.region == record.region && w.token == token && w.version < record.version
         });
@@ -450,20 +467,24 @@ impl DynamoStore {
         }
         let mut batches = Vec::new();
         let mut batch = Vec::new();
+        let mut units = 0;
         let mut bytes = header_size;
         for (action, size) in actions {
             let full = batch.len() + 1 >= self.max_actions || bytes + size > MAX_TRANSACTION_BYTES;
             if full && !batch.is_empty() {
                 batch.push(self.header_check(&enc.region, condition, &cond)?);
-                batches.push(std::mem::take(&mut batch));
+                units += transactional_units(0);
+                batches.push((std::mem::take(&mut batch), std::mem::take(&mut units)));
                 bytes = header_size;
             }
             bytes += size;
+            units += transactional_units(size);
             batch.push(action);
         }
         let put = self.conditional_put(header, condition, &cond)?;
         batch.push(TransactWriteItem::builder().put(put).build());
-        batches.push(batch);
+        units += transactional_units(header_size);
+        batches.push((batch, units));
         Ok((batches, shard_versions))
     }
 
@@ -743,8 +764,10 @@ impl RecordStore for DynamoStore {
         let (batches, shard_versions) =
             self.plan(record, &enc, token, carry.as_ref(), &collected)?;
         *lock(&self.written) = None;
-        for batch in batches {
+        for (batch, units) in batches {
             self.transact(batch, record, token).await?;
+            self.write_units
+                .fetch_add(units, std::sync::atomic::Ordering::Relaxed);
         }
         *lock(&self.written) = Some(Written {
             region: record.region,

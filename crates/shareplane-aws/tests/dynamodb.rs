@@ -219,7 +219,14 @@ async fn ten_thousand_limits_pack_into_few_items_and_unchanged_shards_are_not_re
     let store = s.store();
     let v1 = record(&s.d, 2, 1);
     store.put(&v1, WriterToken(1)).await.expect("put v1");
+    let first_units = store.write_units();
     let items = s.items("ap-southeast-2").await;
+    // 2 units per started KB of each item written: at least one per KB of what was written.
+    let kb: u64 = items
+        .iter()
+        .map(|i| codec::item_bytes(i).div_ceil(1024) as u64)
+        .sum();
+    assert!(first_units >= 2 * kb, "{first_units} units for {kb} KB");
     assert!(
         items.len() * 20 <= 10_000,
         "{} items for 10,000 limits",
@@ -233,6 +240,12 @@ async fn ten_thousand_limits_pack_into_few_items_and_unchanged_shards_are_not_re
     v2.version = 2;
     v2.limits[5_000].demand.0 += 1;
     store.put(&v2, WriterToken(1)).await.expect("put v2");
+    // The second write wrote one shard and the header.
+    let second_units = store.write_units() - first_units;
+    assert!(
+        second_units > 0 && second_units * 5 < first_units,
+        "first write {first_units} units, second {second_units}"
+    );
     let versions: Vec<String> = s
         .items("ap-southeast-2")
         .await

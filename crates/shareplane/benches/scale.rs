@@ -13,8 +13,14 @@
 //! adopted it). Asserts nothing: the figures are for people to read. Real time, so it takes
 //! about `PERIODS × 5 s` plus the reload.
 //!
+//! With `SHAREPLANE_BENCH_DYNAMODB=http://127.0.0.1:PORT` (a moto server, as `tests/run-all.sh`
+//! starts one) it then runs 3 Regions × 10,000 limits on the DynamoDB store of `shareplane-aws`
+//! against it, and prints, per period, A's rebalance time and the write capacity units the three
+//! Regions' writes consumed (`DynamoStore::write_units`: DynamoDB's rule for transactional writes,
+//! in the writing Region; a global table's replication costs as much again in every other one).
+//!
 //! Environment: `SHAREPLANE_BENCH_LIMITS` (default 100000), `SHAREPLANE_BENCH_REGIONS` (5),
-//! `SHAREPLANE_BENCH_PERIODS` (12).
+//! `SHAREPLANE_BENCH_PERIODS` (12), `SHAREPLANE_BENCH_DYNAMODB` (unset: memory only).
 
 use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
@@ -23,10 +29,13 @@ use shareplane::daemon::{Daemon, DaemonOptions};
 use shareplane::health::SimHealth;
 use shareplane::state::Shared;
 use shareplane::table::SimTable;
+use shareplane_aws::client::{dynamodb, sdk_config};
+use shareplane_aws::{CallLimits, DynamoStore, Endpoint};
 use shareplane_core::{
     Deployment, Design, Fence, Health, LimitKind, LimitSpec, PerRegion, RegionId, Room,
     SilentPolicy, MAX_REGIONS,
 };
+use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -149,6 +158,173 @@ async fn gateway(router: axum::Router, fetched: Arc<AtomicU64>, answers: Arc<Ato
     }
 }
 
+/// A DynamoDB store the bench can still read the write units of once a daemon owns it.
+struct Counted(Arc<DynamoStore>);
+
+impl RecordStore for Counted {
+    fn set_deployment(&self, d: Arc<Deployment>) {
+        self.0.set_deployment(d);
+    }
+
+    async fn put(
+        &self,
+        record: &shareplane_core::RegionRecord,
+        token: WriterToken,
+    ) -> Result<(), StoreError> {
+        self.0.put(record, token).await
+    }
+
+    async fn read_all(&self) -> Result<Vec<Fetched>, StoreError> {
+        self.0.read_all().await
+    }
+
+    async fn read_one(&self, region: RegionId) -> Result<Option<Fetched>, StoreError> {
+        self.0.read_one(region).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        region: RegionId,
+        holder: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<Lease, StoreError> {
+        self.0.acquire_lease(region, holder, now_ms, ttl_ms).await
+    }
+}
+
+/// Starts one daemon per Region of `d` on the stores `store(r)` and feeds each Region's demand
+/// into its book every second. Returns every Region's shared state.
+fn start<S: RecordStore>(
+    d: &Arc<Deployment>,
+    clock: Clock,
+    stop: &watch::Receiver<bool>,
+    mut store: impl FnMut(RegionId) -> S,
+) -> Vec<Arc<Shared>> {
+    let n = d.n();
+    let mut health = PerRegion([Health::Unknown; MAX_REGIONS]);
+    for h in health.0.iter_mut().take(n) {
+        *h = Health::Healthy;
+    }
+    let health = SimHealth::new(health);
+    let mut shareds = Vec::new();
+    for r in 0..n {
+        let me = RegionId::new(r).unwrap_or_else(|| panic!("region {r}"));
+        let shared = Shared::new(d.clone(), me, clock, None, stop.clone());
+        let opts = DaemonOptions::new(format!("r{r}"), r as u64 * 1_000, PERIOD_MS);
+        let daemon = Daemon::new(shared.clone(), store(me), health.clone(), opts);
+        tokio::spawn(daemon.run());
+        shareds.push(shared);
+    }
+    let feed = shareds.clone();
+    let n_limits = d.limits.len();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            for (r, s) in feed.iter().enumerate() {
+                let now = s.clock.now_ms();
+                let mut book = s.demand();
+                for li in 0..n_limits {
+                    book.add(now, li, demand(r, li));
+                }
+            }
+        }
+    });
+    shareds
+}
+
+/// Region A's rebalance times (ms, one mean per period in which it rebalanced) over `periods`
+/// periods, printing a line per period with `extra()`'s growth (another counter) beside them.
+async fn watch_periods(
+    a: &Shared,
+    periods: usize,
+    fetched: &AtomicU64,
+    extra_name: &str,
+    extra: impl Fn() -> u64,
+) -> (Vec<f64>, Vec<u64>) {
+    println!(
+        "period  rebalances  A's rebalance (ms)  rule sets published  gateway fetched (bytes)  {extra_name}"
+    );
+    let h = &a.metrics.rebalance_duration;
+    let (mut times_ms, mut quiet_bytes) = (Vec::new(), Vec::new());
+    for p in 1..=periods {
+        let (c0, s0) = (h.count(), h.sum());
+        let b0 = fetched.load(Ordering::Relaxed);
+        let pub0 = a.metrics.rules_published.get();
+        let x0 = extra();
+        tokio::time::sleep(Duration::from_millis(PERIOD_MS)).await;
+        let (c1, s1) = (h.count(), h.sum());
+        let bytes = fetched.load(Ordering::Relaxed) - b0;
+        let published = a.metrics.rules_published.get() - pub0;
+        let ms = if c1 > c0 {
+            (s1 - s0).as_secs_f64() * 1e3 / (c1 - c0) as f64
+        } else {
+            f64::NAN
+        };
+        if c1 > c0 {
+            times_ms.push(ms);
+        }
+        if published == 0 {
+            quiet_bytes.push(bytes);
+        }
+        println!(
+            "{p:>6}  {:>10}  {ms:>18.1}  {published:>19}  {bytes:>23}  {}",
+            c1 - c0,
+            extra() - x0
+        );
+    }
+    times_ms.sort_by(f64::total_cmp);
+    (times_ms, quiet_bytes)
+}
+
+/// 3 Regions × 10,000 limits (`SHAREPLANE_BENCH_DYNAMODB_LIMITS`) on the DynamoDB store
+/// against `url`.
+async fn dynamodb_phase(url: &str, periods: usize) {
+    let n_limits = env("SHAREPLANE_BENCH_DYNAMODB_LIMITS", 10_000);
+    println!("\n== DynamoDB (moto at {url}): {n_limits} limits x 3 Regions, {periods} periods");
+    let d = Arc::new(deployment(3, limits(n_limits, None)));
+    let endpoint = Endpoint::Local {
+        url: url.to_string(),
+        region: "us-east-1".into(),
+    };
+    let sdk = sdk_config(&endpoint, CallLimits::default()).await;
+    let client = dynamodb(&sdk);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.as_nanos());
+    let table = format!("shareplane-bench-{nanos}");
+    if let Err(e) = shareplane_aws::create_table(&client, &table).await {
+        println!("cannot create the table: {e}");
+        return;
+    }
+    let stores: Vec<Arc<DynamoStore>> = (0..3)
+        .map(|r| {
+            let me = RegionId::new(r).unwrap_or_else(|| panic!("region {r}"));
+            Arc::new(DynamoStore::new(
+                client.clone(),
+                table.clone(),
+                d.clone(),
+                me,
+            ))
+        })
+        .collect();
+    let (_stop, stop_rx) = watch::channel(false);
+    let shareds = start(&d, Clock::wall(), &stop_rx, |me| {
+        Counted(stores[me.index()].clone())
+    });
+    let fetched = AtomicU64::new(0);
+    let units = || stores.iter().map(|s| s.write_units()).sum::<u64>();
+    let (times, _) = watch_periods(&shareds[0], periods, &fetched, "WCU (3 Regions)", units).await;
+    let median = times.get(times.len() / 2).copied().unwrap_or(f64::NAN);
+    let all = units();
+    println!(
+        "A's rebalance: median {median:.1} ms, longest {:.1} ms; {all} WCU in {periods} periods ({:.0} per period for 3 Regions, in the writing Regions)",
+        shareds[0].metrics.rebalance_duration.max().as_secs_f64() * 1e3,
+        all as f64 / periods as f64
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let n_limits = env("SHAREPLANE_BENCH_LIMITS", 100_000);
@@ -171,77 +347,20 @@ async fn main() {
 
     let clock = Clock::wall();
     let table = SimTable::new(clock, 1_000);
-    let mut health = PerRegion([Health::Unknown; MAX_REGIONS]);
-    for h in health.0.iter_mut().take(n) {
-        *h = Health::Healthy;
-    }
-    let health = SimHealth::new(health);
     let (_stop, stop_rx) = watch::channel(false);
-    let mut shareds = Vec::new();
-    for r in 0..n {
-        let me = RegionId::new(r).unwrap_or_else(|| panic!("region {r}"));
-        let shared = Shared::new(d.clone(), me, clock, None, stop_rx.clone());
-        let opts = DaemonOptions::new(format!("r{r}"), r as u64 * 1_000, PERIOD_MS);
-        let daemon = Daemon::new(shared.clone(), table.view(me), health.clone(), opts);
-        tokio::spawn(daemon.run());
-        shareds.push(shared);
-    }
-    // Each Region's gateways report what they received, every second.
-    {
-        let shareds = shareds.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tick.tick().await;
-                for (r, s) in shareds.iter().enumerate() {
-                    let now = s.clock.now_ms();
-                    let mut book = s.demand();
-                    for li in 0..n_limits {
-                        book.add(now, li, demand(r, li));
-                    }
-                }
-            }
-        });
-    }
+    let shareds = start(&d, clock, &stop_rx, |me| table.view(me));
     let a = shareds[0].clone();
     let router = shareplane::api::router(a.clone());
     let (fetched, answers) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     tokio::spawn(gateway(router.clone(), fetched.clone(), answers.clone()));
-
-    println!("period  rebalances  time of A's rebalance (ms)  rule sets published  gateway fetched (bytes, answers)");
+    let answers_seen = answers.clone();
+    let (times_ms, steady_bytes) =
+        watch_periods(&a, periods, &fetched, "gateway answers", move || {
+            answers_seen.load(Ordering::Relaxed)
+        })
+        .await;
     let h = &a.metrics.rebalance_duration;
-    let mut steady_bytes = Vec::new();
-    let mut times_ms = Vec::new();
-    for p in 1..=periods {
-        let (c0, s0) = (h.count(), h.sum());
-        let (b0, n0) = (
-            fetched.load(Ordering::Relaxed),
-            answers.load(Ordering::Relaxed),
-        );
-        let pub0 = a.metrics.rules_published.get();
-        tokio::time::sleep(Duration::from_millis(PERIOD_MS)).await;
-        let (c1, s1) = (h.count(), h.sum());
-        let bytes = fetched.load(Ordering::Relaxed) - b0;
-        let published = a.metrics.rules_published.get() - pub0;
-        let ms = if c1 > c0 {
-            (s1 - s0).as_secs_f64() * 1e3 / (c1 - c0) as f64
-        } else {
-            f64::NAN
-        };
-        if c1 > c0 {
-            times_ms.push(ms);
-        }
-        if published == 0 {
-            steady_bytes.push(bytes);
-        }
-        println!(
-            "{p:>6}  {:>10}  {ms:>26.1}  {published:>19}  {bytes} ({})",
-            c1 - c0,
-            answers.load(Ordering::Relaxed) - n0
-        );
-    }
     let rss_end = rss_mib();
-    times_ms.sort_by(f64::total_cmp);
     let median = times_ms
         .get(times_ms.len() / 2)
         .copied()
@@ -309,5 +428,8 @@ async fn main() {
         "one limit changed among {n_limits}: new limits built and checked in {built_ms:.0} ms (digest {digest:016x}); A's record adopted it {} after the proposal (the loop adopts between rebalances, so this includes the wait for A's next one)",
         adopted.map_or("not within 4 periods".to_string(), |d| format!("{:.0} ms", d.as_secs_f64() * 1e3))
     );
+    if let Ok(url) = std::env::var("SHAREPLANE_BENCH_DYNAMODB") {
+        dynamodb_phase(&url, periods).await;
+    }
     std::process::exit(0);
 }
