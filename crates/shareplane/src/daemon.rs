@@ -893,25 +893,25 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 let waiting = l.waiting_for_record.clone();
                 (
                     "leader",
-                    Some(c.own().clone()),
+                    Some(Arc::new(c.own().clone())),
                     recs,
                     Some(c.peers()),
                     waiting,
                 )
             }
             _ => {
-                let own = self.own_seen.as_deref().cloned();
-                let peers = self.follower_peers(own.as_ref());
+                let own = self.own_seen.clone();
+                let peers = self.follower_peers(own.as_deref());
                 let recs = self.peer_records.clone();
                 ("follower", own, recs, Some(peers), Vec::new())
             }
         };
         let view = build_view(ViewInput {
-            d: &d,
+            d,
             me,
             role,
             replica: &self.opts.replica,
-            own: own.as_ref(),
+            own,
             peer_records,
             peer_views,
             health: self.last_health,

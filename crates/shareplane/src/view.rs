@@ -28,8 +28,63 @@ pub struct StateView {
     pub limits_digest: String,
     pub health: BTreeMap<String, &'static str>,
     pub peers: Vec<PeerJson>,
-    pub limits: Vec<LimitJson>,
+    pub limits: Limits,
     pub alarms: Vec<String>,
+}
+
+/// The per-limit part of a view ([`LimitJson`] for every limit), built from the records on first
+/// use (a `GET /v1/state`, a metrics scrape, the CloudWatch publisher, an explain) and then kept
+/// with the view, not at every rebalance: at 100,000 limits it is tens of megabytes. Reads as a
+/// slice.
+#[derive(Clone)]
+pub struct Limits {
+    from: Arc<LimitsInput>,
+    built: std::sync::OnceLock<Vec<LimitJson>>,
+}
+
+/// What [`Limits`] are built from.
+struct LimitsInput {
+    d: Arc<Deployment>,
+    me: RegionId,
+    own: Option<Arc<RegionRecord>>,
+    peer_records: Vec<Option<Arc<RegionRecord>>>,
+    peer_views: Option<Vec<PeerView>>,
+}
+
+impl Limits {
+    fn get(&self) -> &[LimitJson] {
+        self.built.get_or_init(|| build_limits(&self.from))
+    }
+}
+
+impl std::ops::Deref for Limits {
+    type Target = [LimitJson];
+    fn deref(&self) -> &[LimitJson] {
+        self.get()
+    }
+}
+
+impl<'a> IntoIterator for &'a Limits {
+    type Item = &'a LimitJson;
+    type IntoIter = std::slice::Iter<'a, LimitJson>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.get().iter()
+    }
+}
+
+impl serde::Serialize for Limits {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.get().serialize(s)
+    }
+}
+
+impl std::fmt::Debug for Limits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.built.get() {
+            Some(l) => l.fmt(f),
+            None => write!(f, "[{} limits, not built yet]", self.from.d.limits.len()),
+        }
+    }
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -102,11 +157,11 @@ pub fn health_name(h: Health) -> &'static str {
 
 /// What a view is built from.
 pub struct ViewInput<'a> {
-    pub d: &'a Deployment,
+    pub d: Arc<Deployment>,
     pub me: RegionId,
     pub role: &'static str,
     pub replica: &'a str,
-    pub own: Option<&'a RegionRecord>,
+    pub own: Option<Arc<RegionRecord>>,
     /// Latest record of each peer by Region index (`None` where unknown or for the own Region).
     pub peer_records: Vec<Option<Arc<RegionRecord>>>,
     /// The coordinator's peer views (leader only).
@@ -125,9 +180,9 @@ pub struct ViewInput<'a> {
 }
 
 impl StateView {
-    pub(crate) fn starting(d: &Deployment, me: RegionId) -> StateView {
+    pub(crate) fn starting(d: &Arc<Deployment>, me: RegionId) -> StateView {
         build_view(ViewInput {
-            d,
+            d: d.clone(),
             me,
             role: "starting",
             replica: "",
@@ -146,81 +201,110 @@ impl StateView {
 }
 
 pub fn build_view(v: ViewInput<'_>) -> StateView {
-    let d = v.d;
+    let ViewInput {
+        d,
+        me,
+        role,
+        replica,
+        own,
+        peer_records,
+        peer_views,
+        health,
+        store_ok,
+        last_error,
+        rules_version,
+        alarms,
+        waiting_for_record,
+        limits_mismatch,
+    } = v;
+    let input = Arc::new(LimitsInput {
+        d,
+        me,
+        own,
+        peer_records,
+        peer_views,
+    });
+    let (d, l) = (&*input.d, &*input);
+    let peers = regions(d.n())
+        .filter(|&r| r != me)
+        .map(|r| peer_view(l, r, &waiting_for_record, &limits_mismatch))
+        .collect();
+    let own = l.own.as_deref();
+    StateView {
+        region: d.region_name(me).to_string(),
+        role,
+        replica: replica.to_string(),
+        policy: d.policy.name(),
+        period_ms: d.period_ms,
+        store_ok,
+        epoch: own.map_or(0, |o| o.epoch),
+        record_version: own.map_or(0, |o| o.version),
+        written_at_ms: own.map_or(0, |o| o.written_at_ms),
+        rules_version,
+        limits_digest: format!("{:016x}", shareplane_core::limits_digest(&d.limits)),
+        health: regions(d.n())
+            .map(|r| (d.region_name(r).to_string(), health_name(health[r])))
+            .collect(),
+        peers,
+        limits: Limits {
+            from: input.clone(),
+            built: std::sync::OnceLock::new(),
+        },
+        last_error,
+        alarms,
+    }
+}
+
+/// Every limit's [`LimitJson`].
+fn build_limits(v: &LimitsInput) -> Vec<LimitJson> {
     // The peers as this replica sees them, once for every limit's `why`.
     let records: Vec<(RegionId, PeerState, Option<Arc<RegionRecord>>)> = (v.peer_views.iter())
         .flatten()
-        .map(|p| (p.region, p.state, peer_record(&v, p.region)))
+        .map(|p| (p.region, p.state, peer_record(v, p.region)))
         .collect();
     let seen: Vec<PeerSeen<'_>> = records
         .iter()
         .map(|(r, s, rec)| (*r, *s, rec.as_deref()))
         .collect();
-    let limits = d
-        .limits
+    v.d.limits
         .iter()
         .enumerate()
-        .map(|(li, spec)| limit_view(&v, li, spec, &seen))
-        .collect();
-    let peers = regions(d.n())
-        .filter(|&r| r != v.me)
-        .map(|r| peer_view(&v, r))
-        .collect();
-    StateView {
-        region: d.region_name(v.me).to_string(),
-        role: v.role,
-        replica: v.replica.to_string(),
-        policy: d.policy.name(),
-        period_ms: d.period_ms,
-        store_ok: v.store_ok,
-        epoch: v.own.map_or(0, |o| o.epoch),
-        record_version: v.own.map_or(0, |o| o.version),
-        written_at_ms: v.own.map_or(0, |o| o.written_at_ms),
-        rules_version: v.rules_version,
-        limits_digest: format!("{:016x}", shareplane_core::limits_digest(&d.limits)),
-        health: regions(d.n())
-            .map(|r| (d.region_name(r).to_string(), health_name(v.health[r])))
-            .collect(),
-        peers,
-        limits,
-        last_error: v.last_error,
-        alarms: v.alarms,
-    }
+        .map(|(li, spec)| limit_view(v, li, spec, &seen))
+        .collect()
 }
 
 /// A value per peer, by the peer's name.
-fn by_peer(v: &ViewInput<'_>, f: impl Fn(RegionId) -> f64) -> BTreeMap<String, f64> {
+fn by_peer(v: &LimitsInput, f: impl Fn(RegionId) -> f64) -> BTreeMap<String, f64> {
     regions(v.d.n())
         .filter(|&r| r != v.me)
         .map(|r| (v.d.region_name(r).to_string(), f(r)))
         .collect()
 }
 
-fn peer_record(v: &ViewInput<'_>, r: RegionId) -> Option<Arc<RegionRecord>> {
+fn peer_record(v: &LimitsInput, r: RegionId) -> Option<Arc<RegionRecord>> {
     v.peer_records.get(r.index()).cloned().flatten()
 }
 
 fn limit_view(
-    v: &ViewInput<'_>,
+    v: &LimitsInput,
     li: usize,
     spec: &shareplane_core::LimitSpec,
     seen: &[PeerSeen<'_>],
 ) -> LimitJson {
-    let e = v
-        .own
+    let own = v.own.as_deref();
+    let e = own
         .and_then(|o| o.limits.get(li))
         .copied()
         .unwrap_or_default();
-    let why = match v.own {
-        Some(own) => shareplane_core::why(v.d, li, own, seen),
+    let why = match own {
+        Some(own) => shareplane_core::why(&v.d, li, own, seen),
         None => Why::NotAdopted,
     };
     // Granted to `r` and not yet taken by it, when both records refer to each other's epochs.
     let in_flight = |r: RegionId| {
         let taken = peer_record(v, r)
             .filter(|p| {
-                v.own
-                    .is_some_and(|o| p.accounts_with(v.me, o.epoch) && o.accounts_with(r, p.epoch))
+                own.is_some_and(|o| p.accounts_with(v.me, o.epoch) && o.accounts_with(r, p.epoch))
             })
             .and_then(|p| p.limits.get(li).map(|l| l.taken[v.me]))
             .unwrap_or_default();
@@ -249,7 +333,7 @@ fn limit_view(
         reclaimed: by_peer(v, |r| e.reclaimed[r].as_rps()),
         seen_sum_of_shares: seen_sum(v, li, e.share),
         why: why.name(),
-        why_detail: why_detail(v.d, &why, &e, spec),
+        why_detail: why_detail(&v.d, &why, &e, spec),
     }
 }
 
@@ -301,7 +385,12 @@ fn why_detail(
     }
 }
 
-fn peer_view(v: &ViewInput<'_>, r: RegionId) -> PeerJson {
+fn peer_view(
+    v: &LimitsInput,
+    r: RegionId,
+    waiting_for_record: &[u32],
+    limits_mismatch: &[u32],
+) -> PeerJson {
     let rec = peer_record(v, r);
     let pv = v
         .peer_views
@@ -320,18 +409,18 @@ fn peer_view(v: &ViewInput<'_>, r: RegionId) -> PeerJson {
             None => "unknown",
         },
         written_at_ms: pv.map_or_else(|| from_rec(|x| x.written_at_ms), |p| p.written_at_ms),
-        waiting_for_record: v.waiting_for_record.get(r.index()).copied(),
-        accounts_with_epoch: v.own.map(|o| o.peer_epochs[r]),
+        waiting_for_record: waiting_for_record.get(r.index()).copied(),
+        accounts_with_epoch: v.own.as_deref().map(|o| o.peer_epochs[r]),
         limits_digest: rec
             .as_deref()
             .and_then(|x| x.limits_digest)
             .map(|x| format!("{x:016x}")),
-        limits_mismatch: v.limits_mismatch.get(r.index()).copied(),
+        limits_mismatch: limits_mismatch.get(r.index()).copied(),
     }
 }
 
 /// The own share plus the latest published shares of peers not known to be reclaimed.
-fn seen_sum(v: &ViewInput<'_>, li: usize, own: shareplane_core::Room) -> f64 {
+fn seen_sum(v: &LimitsInput, li: usize, own: shareplane_core::Room) -> f64 {
     let mut sum = own.as_rps();
     for r in regions(v.d.n()).filter(|&r| r != v.me) {
         let reclaimed = v
@@ -348,4 +437,42 @@ fn seen_sum(v: &ViewInput<'_>, li: usize, own: shareplane_core::Room) -> f64 {
             .unwrap_or(0.0);
     }
     sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_built_on_first_read_only_and_then_kept() {
+        let d = Arc::new(crate::demo::deployment(5_000).unwrap_or_else(|e| panic!("{e}")));
+        let me = RegionId::new(1).unwrap_or_else(|| panic!("region"));
+        let own = Arc::new(RegionRecord::genesis(&d, me));
+        let view = build_view(ViewInput {
+            d: d.clone(),
+            me,
+            role: "leader",
+            replica: "r",
+            own: Some(own.clone()),
+            peer_records: vec![None; d.n()],
+            peer_views: Some(Vec::new()),
+            health: PerRegion::default(),
+            store_ok: true,
+            last_error: None,
+            rules_version: 2,
+            alarms: Vec::new(),
+            waiting_for_record: Vec::new(),
+            limits_mismatch: Vec::new(),
+        });
+        assert!(
+            view.limits.built.get().is_none(),
+            "built before anyone read it"
+        );
+        assert_eq!(view.record_version, own.version);
+        assert_eq!(view.limits.len(), d.limits.len());
+        assert!(view.limits.built.get().is_some());
+        assert_eq!(view.limits[0].share, own.limits[0].share.as_rps());
+        let json = serde_json::to_value(&view).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(json["limits"][0]["id"], d.limits[0].id.as_str());
+    }
 }

@@ -464,11 +464,11 @@ fn waiting_view(
         written_at_ms: 1_000,
     };
     build_view(ViewInput {
-        d: &s.d(),
+        d: s.d(),
         me: s.me,
         role,
         replica: "r0",
-        own,
+        own: own.map(|o| std::sync::Arc::new(o.clone())),
         peer_records: vec![None; 3],
         peer_views: Some(vec![peer(1), peer(2)]),
         health: PerRegion([Health::Healthy; MAX_REGIONS]),
