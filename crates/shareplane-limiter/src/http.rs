@@ -1,7 +1,8 @@
 //! What the watcher and the reporter share about talking to the daemon.
 
-/// The largest rules body read (bytes).
-pub const MAX_RULES_BODY: usize = 8 << 20;
+/// The largest rules body read (bytes): a rule set of [`crate::rules::MAX_LIMITS`] limits takes
+/// about 9 MB.
+pub const MAX_RULES_BODY: usize = 16 << 20;
 /// The largest demand answer read (bytes).
 pub const MAX_ANSWER_BODY: usize = 64 << 10;
 

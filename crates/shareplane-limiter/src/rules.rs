@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// The most limits one rule set may carry.
-pub const MAX_LIMITS: usize = 10_000;
+/// The most limits one rule set may carry (a daemon runs up to as many).
+pub const MAX_LIMITS: usize = 100_000;
 /// The longest limit id, in bytes.
 pub const MAX_ID_LEN: usize = 128;
 /// The largest rate or burst accepted (requests/s or requests).

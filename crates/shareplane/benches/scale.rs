@@ -25,17 +25,17 @@
 use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
 use shareplane::clock::Clock;
+use shareplane::config;
 use shareplane::daemon::{Daemon, DaemonOptions};
 use shareplane::health::SimHealth;
+use shareplane::reload::{ConfigSource, Reloader};
 use shareplane::state::Shared;
 use shareplane::table::SimTable;
 use shareplane_aws::client::{dynamodb, sdk_config};
 use shareplane_aws::{CallLimits, DynamoStore, Endpoint};
-use shareplane_core::{
-    Deployment, Design, Fence, Health, LimitKind, LimitSpec, PerRegion, RegionId, Room,
-    SilentPolicy, MAX_REGIONS,
-};
+use shareplane_core::{Deployment, Health, PerRegion, RegionId, MAX_REGIONS};
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,40 +51,38 @@ fn env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn limits(n: usize, changed: Option<usize>) -> Vec<LimitSpec> {
-    (0..n)
-        .map(|i| {
-            let rate = Room::rps(1_000 + (i as u64 % 97) * 100);
-            let (rate, version) = match changed {
-                Some(c) if c == i => (Room(rate.0 / 5 * 4), 2),
-                _ => (rate, 1),
-            };
-            LimitSpec {
-                id: format!("partner-{i}"),
-                version,
-                rate,
-                burst_ms: 2_000,
-                floor: Room::rps(10),
-                step_cap: Room(rate.0 / 10),
-                kind: LimitKind::Capacity,
-                shadow: false,
-            }
-        })
-        .collect()
+const NAMES: [&str; 8] = ["A", "B", "C", "D", "E", "F", "G", "H"];
+
+/// A Region's configuration file: `regions` Regions, `limits` capacity limits of 1,000 to
+/// 10,600 requests/s (floor 10, step cap and burst by default: 10% of the rate, 2 s); with
+/// `changed`, that limit's rate lowered by 20% at version 2.
+fn config_text(regions: usize, region: &str, limits: usize, changed: Option<usize>) -> String {
+    use std::fmt::Write;
+    let mut t = format!(
+        "region = \"{region}\"\nstore = \"memory\"\nperiod_ms = {PERIOD_MS}\napi_token = \"bench-token-0123456789\"\n"
+    );
+    for name in &NAMES[..regions] {
+        let _ = write!(t, "[[regions]]\nname = \"{name}\"\n");
+    }
+    for i in 0..limits {
+        let rate = 1_000 + (i as u64 % 97) * 100;
+        let (rate, version) = match changed {
+            Some(c) if c == i => (rate as f64 * 0.8, 2),
+            _ => (rate as f64, 1),
+        };
+        let _ = write!(
+            t,
+            "[[limits]]\nid = \"partner-{i}\"\nrate = {rate}\nfloor = 10\nversion = {version}\n"
+        );
+    }
+    t
 }
 
-fn deployment(regions: usize, limits: Vec<LimitSpec>) -> Deployment {
-    let names = ["A", "B", "C", "D", "E", "F", "G", "H"];
-    Deployment::try_new(Deployment {
-        regions: names[..regions].iter().map(|s| s.to_string()).collect(),
-        limits,
-        design: Design::NamedGrants,
-        policy: SilentPolicy::TwoSignals,
-        fence: Fence::OwnUnhealthy,
-        silent_after: 3,
-        period_ms: PERIOD_MS,
-    })
-    .unwrap_or_else(|e| panic!("the bench's deployment is invalid: {e:?}"))
+fn deployment(regions: usize, limits: usize) -> Arc<Deployment> {
+    let text = config_text(regions, "A", limits, None);
+    let cfg = config::parse(&text, &BTreeMap::new())
+        .unwrap_or_else(|e| panic!("the bench's configuration is invalid: {e}"));
+    cfg.deployment
 }
 
 /// Demand in requests/s of limit `li` at Region `r`: differs per Region and limit, so that
@@ -115,14 +113,18 @@ fn wire_bytes(resp: &axum::http::Response<Body>, body: usize) -> usize {
     "HTTP/1.1 200 OK\r\n".len() + headers + added + 2 + body
 }
 
-#[derive(serde::Deserialize)]
-struct Version {
-    version: u64,
-}
-
 /// A gateway's rule watcher against `router`: adds the bytes of every answer to `fetched`.
-async fn gateway(router: axum::Router, fetched: Arc<AtomicU64>, answers: Arc<AtomicU64>) {
+/// `changed` and `sets` count, over the rule sets after the first, the limits whose rate or burst
+/// differ from the previous set the gateway received, and those sets.
+async fn gateway(
+    router: axum::Router,
+    fetched: Arc<AtomicU64>,
+    answers: Arc<AtomicU64>,
+    changed: Arc<AtomicU64>,
+    sets: Arc<AtomicU64>,
+) {
     let (mut version, mut seq) = (0u64, None::<u64>);
+    let mut last: Vec<(f64, f64)> = Vec::new();
     loop {
         let uri = match (version, seq) {
             (0, _) => "/v1/rules".to_string(),
@@ -148,8 +150,16 @@ async fn gateway(router: axum::Router, fetched: Arc<AtomicU64>, answers: Arc<Ato
         answers.fetch_add(1, Ordering::Relaxed);
         match status {
             StatusCode::OK => {
-                if let Ok(v) = serde_json::from_slice::<Version>(&body) {
-                    version = v.version;
+                if let Ok(w) = serde_json::from_slice::<shareplane_limiter::RulesWire>(&body) {
+                    version = w.version;
+                    let rates: Vec<(f64, f64)> =
+                        w.limits.iter().map(|l| (l.rate, l.burst)).collect();
+                    if last.len() == rates.len() {
+                        let n = rates.iter().zip(&last).filter(|(a, b)| a != b).count();
+                        changed.fetch_add(n as u64, Ordering::Relaxed);
+                        sets.fetch_add(1, Ordering::Relaxed);
+                    }
+                    last = rates;
                 }
             }
             StatusCode::NOT_MODIFIED => {}
@@ -283,7 +293,7 @@ async fn watch_periods(
 async fn dynamodb_phase(url: &str, periods: usize) {
     let n_limits = env("SHAREPLANE_BENCH_DYNAMODB_LIMITS", 10_000);
     println!("\n== DynamoDB (moto at {url}): {n_limits} limits x 3 Regions, {periods} periods");
-    let d = Arc::new(deployment(3, limits(n_limits, None)));
+    let d = deployment(3, n_limits);
     let endpoint = Endpoint::Local {
         url: url.to_string(),
         region: "us-east-1".into(),
@@ -336,13 +346,27 @@ async fn main() {
         std::thread::available_parallelism().map_or(0, |p| p.get())
     );
     let rss_start = rss_mib();
+    // Region A's file, read and checked as `shareplane run` does at start.
+    let dir = std::env::temp_dir().join(format!("shareplane-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let path = dir.join("a.toml");
+    let text = config_text(n, "A", n_limits, None);
+    std::fs::write(&path, &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let source = ConfigSource {
+        path: Some(path.clone()),
+        env: BTreeMap::new(),
+    };
     let t = Instant::now();
-    let d = Arc::new(deployment(n, limits(n_limits, None)));
+    let cfg = source
+        .load()
+        .unwrap_or_else(|e| panic!("the bench's configuration is invalid: {e}"));
     println!(
-        "deployment built and checked in {:.0} ms; RSS {rss_start:.0} -> {:.0} MiB",
+        "configuration file: {} bytes, read and checked in {:.0} ms; RSS {rss_start:.0} -> {:.0} MiB",
+        text.len(),
         t.elapsed().as_secs_f64() * 1e3,
         rss_mib()
     );
+    let d = cfg.deployment.clone();
     let rss_before = rss_mib();
 
     let clock = Clock::wall();
@@ -351,8 +375,15 @@ async fn main() {
     let shareds = start(&d, clock, &stop_rx, |me| table.view(me));
     let a = shareds[0].clone();
     let router = shareplane::api::router(a.clone());
-    let (fetched, answers) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    tokio::spawn(gateway(router.clone(), fetched.clone(), answers.clone()));
+    let counter = || Arc::new(AtomicU64::new(0));
+    let (fetched, answers, changed, sets) = (counter(), counter(), counter(), counter());
+    tokio::spawn(gateway(
+        router.clone(),
+        fetched.clone(),
+        answers.clone(),
+        changed.clone(),
+        sets.clone(),
+    ));
     let answers_seen = answers.clone();
     let (times_ms, steady_bytes) =
         watch_periods(&a, periods, &fetched, "gateway answers", move || {
@@ -381,6 +412,16 @@ async fn main() {
         "RSS: {rss_end:.0} MiB for the process; {:.0} MiB per daemon ((end - before the daemons) / {n}; the table's records are shared)",
         (rss_end - rss_before) / n as f64
     );
+    let (c, n_sets) = (
+        changed.load(Ordering::Relaxed),
+        sets.load(Ordering::Relaxed),
+    );
+    if n_sets > 0 {
+        println!(
+            "rule sets after the first: {n_sets}, each with {:.0} of {n_limits} limits changed on average (what a delta would carry)",
+            c as f64 / n_sets as f64
+        );
+    }
     let rules = a.rules();
     let body = rules.body_with_lease(0);
     println!(
@@ -400,13 +441,18 @@ async fn main() {
         }
     }
 
-    // A change of one limit (rate -20%, version 2) among all of them, as a reload hands it over.
+    // A change of one limit (rate -20%, version 2) among all of them: Region A's file is
+    // rewritten and reloaded as SIGHUP does (read, check whole, plan against the running one,
+    // hand to the loop); the other Regions' files say the same.
+    let (mut reloader, _handle) = Reloader::new(source, cfg, a.clone());
+    std::fs::write(&path, config_text(n, "A", n_limits, Some(0)))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let t = Instant::now();
-    let changed = Arc::new(deployment(n, limits(n_limits, Some(0))));
-    let digest = shareplane_core::limits_digest(&changed.limits);
-    let built_ms = t.elapsed().as_secs_f64() * 1e3;
+    let outcome = reloader.reload("bench");
+    let reload_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
-    for s in &shareds {
+    let changed = a.d();
+    for s in &shareds[1..] {
         s.propose(changed.clone());
     }
     let adopted = loop {
@@ -425,9 +471,11 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     println!(
-        "one limit changed among {n_limits}: new limits built and checked in {built_ms:.0} ms (digest {digest:016x}); A's record adopted it {} after the proposal (the loop adopts between rebalances, so this includes the wait for A's next one)",
+        "one limit changed among {n_limits}: A's reload ({}) took {reload_ms:.0} ms; A's record adopted it {} after the reload (the loop adopts between rebalances, so this includes the wait for A's next one)",
+        outcome.name(),
         adopted.map_or("not within 4 periods".to_string(), |d| format!("{:.0} ms", d.as_secs_f64() * 1e3))
     );
+    let _ = std::fs::remove_dir_all(&dir);
     if let Ok(url) = std::env::var("SHAREPLANE_BENCH_DYNAMODB") {
         dynamodb_phase(&url, periods).await;
     }

@@ -22,8 +22,9 @@ pub const ENV_PHASE_MS: &str = "SHAREPLANE_PHASE_MS";
 pub const ENV_AWS_ENDPOINT: &str = "SHAREPLANE_AWS_ENDPOINT";
 pub const ENV_REPLICA_ID: &str = "SHAREPLANE_REPLICA_ID";
 
-/// The longest configuration text accepted (a file or the environment variable).
-pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+/// The longest configuration text accepted (a file or the environment variable): 100,000 limits
+/// take about 6 MB.
+pub const MAX_CONFIG_BYTES: usize = 16 << 20;
 /// The shortest API token accepted: anything shorter is guessable.
 pub const MIN_TOKEN_CHARS: usize = 16;
 
@@ -211,7 +212,7 @@ fn line_at(text: &str, offset: usize) -> usize {
 /// Parses TOML text, applies overrides and checks it.
 pub fn parse(text: &str, env: &BTreeMap<String, String>) -> Result<Config, ConfigErrors> {
     if text.len() > MAX_CONFIG_BYTES {
-        return Err(ConfigErrors(vec![problem("config", "larger than 1 MiB")]));
+        return Err(ConfigErrors(vec![problem("config", "larger than 16 MiB")]));
     }
     let mut raw: RawConfig = toml::from_str(text).map_err(|e| {
         let msg = e.message().to_string();
