@@ -131,6 +131,9 @@ fn transactional_units(bytes: usize) -> u64 {
     2 * bytes.div_ceil(1024).max(1) as u64
 }
 
+/// One transaction's actions and the write units it consumes.
+type Batch = (Vec<TransactWriteItem>, u64);
+
 /// One transaction action and the bytes it writes.
 type SizedAction = (TransactWriteItem, usize);
 
@@ -440,7 +443,7 @@ impl DynamoStore {
         token: WriterToken,
         carry: Option<&Carry>,
         collected: &[(u64, String)],
-    ) -> Result<(Vec<(Vec<TransactWriteItem>, u64)>, Vec<u64>), StoreError> {
+    ) -> Result<(Vec<Batch>, Vec<u64>), StoreError> {
         let prev = lock(&self.written).clone().filter(|w| {
             w.region == record.region && w.token == token && w.version < record.version
         });
