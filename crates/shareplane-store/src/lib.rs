@@ -122,3 +122,40 @@ pub trait RecordStore: Send + Sync + 'static {
         ttl_ms: u64,
     ) -> impl Future<Output = Result<Lease, StoreError>> + Send;
 }
+
+/// A shared store is a store: the daemon can own one handle while another part of the process
+/// (a bench, a metrics reader) keeps its own.
+impl<S: RecordStore> RecordStore for Arc<S> {
+    fn set_deployment(&self, d: Arc<Deployment>) {
+        (**self).set_deployment(d);
+    }
+
+    fn put(
+        &self,
+        record: &RegionRecord,
+        token: WriterToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).put(record, token)
+    }
+
+    fn read_all(&self) -> impl Future<Output = Result<Vec<Fetched>, StoreError>> + Send {
+        (**self).read_all()
+    }
+
+    fn read_one(
+        &self,
+        region: RegionId,
+    ) -> impl Future<Output = Result<Option<Fetched>, StoreError>> + Send {
+        (**self).read_one(region)
+    }
+
+    fn acquire_lease(
+        &self,
+        region: RegionId,
+        holder: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<Lease, StoreError>> + Send {
+        (**self).acquire_lease(region, holder, now_ms, ttl_ms)
+    }
+}
