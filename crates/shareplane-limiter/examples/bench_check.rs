@@ -34,6 +34,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         region: "A".into(),
         limits: (0..3).map(limit).collect(),
         lease_ms: None,
+        digest: None,
+        base: None,
     };
     limiter.install(RuleSet::from_wire(wire, None, 1)?);
     let ids: Vec<String> = (0..3).map(|i| format!("{tag}-{i}")).collect();

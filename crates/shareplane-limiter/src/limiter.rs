@@ -901,6 +901,8 @@ mod tests {
                 l("shadow", LimitKind::Capacity, true),
             ],
             lease_ms: None,
+            digest: None,
+            base: None,
         };
         RuleSet::from_wire(wire, None, 1).unwrap_or_else(|e| panic!("{e}"))
     }

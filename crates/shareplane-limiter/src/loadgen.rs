@@ -357,6 +357,8 @@ mod tests {
                 kind: LimitKind::Capacity,
             }],
             lease_ms: None,
+            digest: None,
+            base: None,
         };
         let set = |v, r| RuleSet::from_wire(wire(v, r), None, 1).unwrap_or_else(|e| panic!("{e}"));
         let until = |ms| Lease::Until(tokio::time::Instant::now() + Duration::from_millis(ms));

@@ -30,6 +30,15 @@ pub struct RulesWire {
     /// (see [`crate::lease`]); absent from daemons that predate leases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<u64>,
+    /// The digest of the whole rule set at `version` ([`digest_hex`]); absent from daemons that
+    /// predate deltas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Set on a delta: `limits` holds only the limits whose rule changed since this version,
+    /// which the asking gateway runs (it named it and its digest: `?after=V&delta=DIGEST`).
+    /// A delta is sent only to a gateway that asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<u64>,
 }
 
 /// One limit of a published rule set.
@@ -61,6 +70,8 @@ pub struct RuleSet {
     version: u64,
     region: String,
     limits: BTreeMap<String, LimitRule>,
+    /// [`limits_digest`] of `limits`.
+    digest: u64,
 }
 
 /// One limit as the gateway runs it.
@@ -88,6 +99,39 @@ pub enum RuleSetError {
     DuplicateId(String),
     #[error("rule set is not valid JSON of the expected shape: {0}")]
     Malformed(String),
+    #[error("a delta that cannot be applied to the running rule set: {0}")]
+    Delta(String),
+}
+
+/// The digest of a rule set's limits: FNV-1a (64 bits) over every limit in id order: its id, the
+/// bits of its rate and burst, whether it is shadow, its kind. The daemon sends it with every
+/// rule set; a gateway names the digest of the set it runs when it asks for a delta, and
+/// installs a delta only if the result has the digest the daemon sent.
+pub fn limits_digest<'a>(
+    limits: impl IntoIterator<Item = (&'a str, f64, f64, bool, LimitKind)>,
+) -> u64 {
+    let mut all: Vec<_> = limits.into_iter().collect();
+    all.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for (id, rate, burst, shadow, kind) in all {
+        eat(id.as_bytes());
+        eat(&[0xff]);
+        eat(&rate.to_bits().to_le_bytes());
+        eat(&burst.to_bits().to_le_bytes());
+        eat(&[u8::from(shadow), kind as u8]);
+    }
+    h
+}
+
+/// A digest as answers carry it: 16 hex digits.
+pub fn digest_hex(digest: u64) -> String {
+    format!("{digest:016x}")
 }
 
 impl RuleSet {
@@ -112,27 +156,88 @@ impl RuleSet {
         if wire.limits.len() > MAX_LIMITS {
             return Err(RuleSetError::TooManyLimits(wire.limits.len()));
         }
+        if wire.base.is_some() {
+            return Err(RuleSetError::Delta(
+                "a delta is not a whole rule set".into(),
+            ));
+        }
         let mut limits = BTreeMap::new();
         for l in wire.limits {
             if limits.contains_key(&l.id) {
                 return Err(RuleSetError::DuplicateId(l.id));
             }
-            let rejected = limit_problem(&l, max_cost);
-            let rule = LimitRule {
-                id: l.id.clone(),
-                rate: l.rate,
-                burst: l.burst,
-                shadow: l.shadow,
-                kind: l.kind,
-                rejected,
-            };
-            limits.insert(l.id, rule);
+            let rule = LimitRule::of_wire(l, max_cost);
+            limits.insert(rule.id.clone(), rule);
         }
-        Ok(Self {
-            version: wire.version,
-            region: wire.region,
+        Ok(Self::with(wire.version, wire.region, limits))
+    }
+
+    fn with(version: u64, region: String, limits: BTreeMap<String, LimitRule>) -> Self {
+        let digest = limits_digest(
+            limits
+                .values()
+                .map(|l| (l.id.as_str(), l.rate, l.burst, l.shadow, l.kind)),
+        );
+        Self {
+            version,
+            region,
             limits,
-        })
+            digest,
+        }
+    }
+
+    /// The rule set a delta ([`RulesWire::base`]) makes of this one: every limit it names replaced
+    /// (each validated as [`RuleSet::from_wire`] does), the others kept. Refused unless the delta
+    /// is based on exactly this version, names only limits this set has (a change of which
+    /// limits exist comes whole), is for the same Region, and the result has the digest the
+    /// daemon sent: anything else, and the gateway asks for the whole set.
+    pub fn apply_delta(&self, wire: RulesWire, max_cost: u32) -> Result<Self, RuleSetError> {
+        let delta = |why: String| Err(RuleSetError::Delta(why));
+        if wire.base != Some(self.version) {
+            return delta(format!(
+                "based on version {:?}, this gateway runs {}",
+                wire.base, self.version
+            ));
+        }
+        if wire.version <= self.version {
+            return delta(format!("version {} is not newer", wire.version));
+        }
+        if wire.region != self.region {
+            return Err(RuleSetError::WrongRegion {
+                want: self.region.clone(),
+                got: wire.region,
+            });
+        }
+        let Some(want) = wire.digest.clone() else {
+            return delta("no digest to check the result against".into());
+        };
+        let mut limits = self.limits.clone();
+        let mut seen = std::collections::BTreeSet::new();
+        for l in wire.limits {
+            if !seen.insert(l.id.clone()) {
+                return Err(RuleSetError::DuplicateId(l.id));
+            }
+            let Some(slot) = limits.get_mut(&l.id) else {
+                return delta(format!(
+                    "names limit {:?}, which the running set lacks",
+                    l.id
+                ));
+            };
+            *slot = LimitRule::of_wire(l, max_cost);
+        }
+        let set = Self::with(wire.version, wire.region, limits);
+        if digest_hex(set.digest) != want {
+            return delta(format!(
+                "the result's digest {} is not the daemon's {want}",
+                digest_hex(set.digest)
+            ));
+        }
+        Ok(set)
+    }
+
+    /// [`limits_digest`] of this set.
+    pub fn digest(&self) -> u64 {
+        self.digest
     }
 
     /// Parses and validates the JSON body of `GET /v1/rules`.
@@ -168,6 +273,20 @@ impl RuleSet {
         self.limits
             .values()
             .filter_map(|l| l.rejected.as_deref().map(|r| (l.id.as_str(), r)))
+    }
+}
+
+impl LimitRule {
+    fn of_wire(l: LimitWire, max_cost: u32) -> Self {
+        let rejected = limit_problem(&l, max_cost);
+        LimitRule {
+            id: l.id,
+            rate: l.rate,
+            burst: l.burst,
+            shadow: l.shadow,
+            kind: l.kind,
+            rejected,
+        }
     }
 }
 
@@ -213,7 +332,74 @@ mod tests {
             region: "A".into(),
             limits,
             lease_ms: None,
+            digest: None,
+            base: None,
         }
+    }
+
+    fn digest_of(limits: &[LimitWire]) -> String {
+        digest_hex(limits_digest(
+            limits
+                .iter()
+                .map(|l| (l.id.as_str(), l.rate, l.burst, l.shadow, l.kind)),
+        ))
+    }
+
+    #[test]
+    fn a_delta_applies_only_to_its_base_and_only_to_the_daemons_digest() {
+        let v3 = vec![
+            limit("a", 1.0, 2.0),
+            limit("b", 5.0, 10.0),
+            limit("c", 7.0, 14.0),
+        ];
+        let running =
+            RuleSet::from_wire(wire(v3.clone()), Some("A"), 1).unwrap_or_else(|e| panic!("{e}"));
+        // The whole set at version 5: b lowered.
+        let mut v5 = v3.clone();
+        v5[1] = limit("b", 4.0, 8.0);
+        let mut whole = wire(v5.clone());
+        whole.version = 5;
+        let expected = RuleSet::from_wire(whole, Some("A"), 1).unwrap_or_else(|e| panic!("{e}"));
+        let delta = |base: u64, limits: Vec<LimitWire>, digest: &str| RulesWire {
+            version: 5,
+            base: Some(base),
+            digest: Some(digest.to_string()),
+            ..wire(limits)
+        };
+        let good = delta(3, vec![limit("b", 4.0, 8.0)], &digest_of(&v5));
+        let applied = running
+            .apply_delta(good, 1)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(applied, expected);
+        assert_eq!(applied.digest(), expected.digest());
+        // The digest does not depend on the order limits come in.
+        let mut shuffled = v5.clone();
+        shuffled.reverse();
+        assert_eq!(digest_of(&shuffled), digest_of(&v5));
+
+        let refused = [
+            delta(2, vec![limit("b", 4.0, 8.0)], &digest_of(&v5)),
+            delta(3, vec![limit("b", 4.0, 8.0)], &digest_of(&v3)),
+            delta(3, vec![limit("d", 4.0, 8.0)], &digest_of(&v5)),
+            delta(
+                3,
+                vec![limit("b", 4.0, 8.0), limit("b", 4.0, 8.0)],
+                &digest_of(&v5),
+            ),
+            // A delta that misses a change the daemon made: its result is not the daemon's set.
+            delta(3, vec![], &digest_of(&v5)),
+        ];
+        for d in refused {
+            assert!(
+                running.apply_delta(d.clone(), 1).is_err(),
+                "{d:?} was applied"
+            );
+        }
+        // A delta is never taken for a whole set.
+        assert!(matches!(
+            RuleSet::from_wire(delta(3, v5, "0"), None, 1),
+            Err(RuleSetError::Delta(_))
+        ));
     }
 
     fn limit(id: &str, rate: f64, burst: f64) -> LimitWire {

@@ -4,6 +4,13 @@
 //!
 //! The daemon answers `200` with a newer set as soon as there is one, `304` at each renewal of the
 //! lease (once a period) or after `W` ms. The watcher also sends `If-None-Match: "<version>"`.
+//!
+//! Once it runs a set, the watcher asks for a **delta** (`&delta=<digest of the running set>`):
+//! a daemon that published that very set answers with only the limits changed since, and the
+//! watcher installs the result only if its digest is the one the daemon sent for the whole new
+//! set ([`RuleSet::apply_delta`]). Anything else (another replica's set, a change of which limits
+//! exist, a daemon that predates deltas) comes whole; a delta that cannot be applied is dropped
+//! and the next request asks for the whole set.
 //! Whatever the daemon sends, the limiter installs only a greater version (a late answer from a
 //! lagging daemon, or from one restored from an older state, changes nothing). Failures back off
 //! exponentially from 100 ms to 5 s, each pause drawn from the upper half of the backoff
@@ -11,13 +18,14 @@
 //! the watcher notes (and logs) at the moment it happens.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::http::{read_capped, HttpError, MAX_RULES_BODY};
 use crate::lease::{Lease, LeaseTerms};
 use crate::limiter::{Install, Limiter};
-use crate::rules::{RuleSet, RuleSetError, RulesWire};
+use crate::rules::{digest_hex, RuleSet, RuleSetError, RulesWire};
 
 /// The longest long-poll the daemon accepts.
 pub const MAX_WAIT_MS: u64 = 30_000;
@@ -48,6 +56,11 @@ pub struct RuleWatcher {
     http: reqwest::Client,
     base_url: String,
     wait_ms: u64,
+    /// The last delta could not be applied: ask for the whole set next.
+    whole_next: Arc<AtomicBool>,
+    /// The daemon refused a request for a delta (`400`: a daemon that predates deltas refuses
+    /// query fields it does not know): never ask it for one again.
+    no_deltas: Arc<AtomicBool>,
 }
 
 impl RuleWatcher {
@@ -59,6 +72,8 @@ impl RuleWatcher {
             http,
             base_url,
             wait_ms: wait_ms.min(MAX_WAIT_MS),
+            whole_next: Arc::new(AtomicBool::new(false)),
+            no_deltas: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -68,14 +83,24 @@ impl RuleWatcher {
         limiter: &Limiter,
         after: Option<u64>,
     ) -> Result<Fetched, WatchError> {
+        let mut asked_delta = false;
         let (url, timeout) = match after {
             Some(v) => {
                 let seq = limiter
                     .lease_seq()
                     .map_or(String::new(), |s| format!("&lease_seq={s}"));
+                let whole = self.whole_next.load(Ordering::Relaxed)
+                    || self.no_deltas.load(Ordering::Relaxed);
+                let delta = match limiter.rules() {
+                    Some(r) if r.version() == v && !whole => {
+                        asked_delta = true;
+                        format!("&delta={}", digest_hex(r.digest()))
+                    }
+                    _ => String::new(),
+                };
                 (
                     format!(
-                        "{}/v1/rules?after={v}&wait_ms={}{seq}",
+                        "{}/v1/rules?after={v}&wait_ms={}{seq}{delta}",
                         self.base_url, self.wait_ms
                     ),
                     Duration::from_millis(self.wait_ms) + Duration::from_secs(10),
@@ -112,11 +137,28 @@ impl RuleWatcher {
                     (None, t) => t,
                 };
                 let cfg = limiter.config();
-                let set = RuleSet::from_wire(wire, cfg.region.as_deref(), cfg.max_cost)?;
+                let set = if wire.base.is_some() {
+                    let applied = match limiter.rules() {
+                        Some(running) => running.apply_delta(wire, cfg.max_cost),
+                        None => Err(RuleSetError::Delta("no rule set runs yet".into())),
+                    };
+                    if applied.is_err() {
+                        self.whole_next.store(true, Ordering::Relaxed);
+                    }
+                    applied?
+                } else {
+                    self.whole_next.store(false, Ordering::Relaxed);
+                    RuleSet::from_wire(wire, cfg.region.as_deref(), cfg.max_cost)?
+                };
                 let (lease, seq) = terms.map_or((Lease::Unbounded, None), |t| {
                     (t.ends(sent, received), t.seq)
                 });
                 Ok(Fetched::Rules(set, lease, seq))
+            }
+            400 if asked_delta => {
+                tracing::warn!("the daemon refused a request for a delta (it predates them): asking for whole rule sets from now on");
+                self.no_deltas.store(true, Ordering::Relaxed);
+                Err(WatchError::Status(400))
             }
             s => Err(WatchError::Status(s)),
         }

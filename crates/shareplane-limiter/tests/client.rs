@@ -396,3 +396,35 @@ async fn the_watcher_takes_each_answers_lease_and_the_limiter_fences_when_none_i
     assert_eq!(l.lease_seq(), Some(1));
     assert_eq!(l.stats().fences, 1);
 }
+
+#[tokio::test]
+async fn a_daemon_that_refuses_deltas_is_asked_for_whole_sets_from_then_on() {
+    let d = FakeDaemon::start(rules(1, vec![limit("k-big", 100.0, 200.0)])).await;
+    d.refuse_deltas();
+    let l = limiter(LimiterConfig::new(nowhere()));
+    let w = watcher(&d, 50);
+    // Nothing runs yet: the first request asks for no delta.
+    assert_eq!(poll(&w, &l).await, Some(Install::Installed { version: 1 }));
+    assert_eq!(d.delta_requests(), 0);
+    d.publish(rules(2, vec![limit("k-big", 90.0, 180.0)]));
+    // It asks for a delta, is refused, and asks for the whole set at once.
+    assert!(w.poll_once(&l).await.is_err(), "the refusal is an error");
+    assert_eq!(d.delta_requests(), 1);
+    assert_eq!(poll(&w, &l).await, Some(Install::Installed { version: 2 }));
+    d.publish(rules(3, vec![limit("k-big", 80.0, 160.0)]));
+    assert_eq!(poll(&w, &l).await, Some(Install::Installed { version: 3 }));
+    assert_eq!(d.delta_requests(), 1, "asked that daemon for a delta again");
+}
+
+#[tokio::test]
+async fn a_daemon_that_ignores_deltas_is_asked_for_them_and_answers_whole() {
+    let d = FakeDaemon::start(rules(1, vec![limit("k-big", 100.0, 200.0)])).await;
+    let l = limiter(LimiterConfig::new(nowhere()));
+    let w = watcher(&d, 50);
+    assert_eq!(poll(&w, &l).await, Some(Install::Installed { version: 1 }));
+    d.publish(rules(2, vec![limit("k-big", 90.0, 180.0)]));
+    assert_eq!(poll(&w, &l).await, Some(Install::Installed { version: 2 }));
+    assert_eq!(d.delta_requests(), 1);
+    let running = l.rules().unwrap_or_else(|| panic!("none"));
+    assert_eq!(running.get("k-big").map(|k| k.rate), Some(90.0));
+}

@@ -90,6 +90,9 @@ struct RulesQuery {
     /// The lease sequence (`Shareplane-Lease-Seq`) of the gateway's last answer: a long-poll
     /// from a gateway that missed a renewal is answered at once.
     lease_seq: Option<u64>,
+    /// The digest (hex) of the set of version `after` that the gateway runs: it takes a delta
+    /// (only the limits changed since) if this replica published that very set.
+    delta: Option<String>,
 }
 
 async fn rules(
@@ -104,8 +107,9 @@ async fn rules(
         let mut renewals = s.subscribe_lease();
         let cur = rx.borrow_and_update().clone();
         let lease = *renewals.borrow_and_update();
+        let base = q.delta.as_deref().map(|d| (after, d));
         if cur.version > after {
-            return Ok(rule_response(&s, &cur, arrived_ms));
+            return Ok(rules_answer(&s, &cur, arrived_ms, base));
         }
         if q.lease_seq.is_some_and(|seen| lease.record_version > seen) {
             return Ok(not_modified(&s, &cur, arrived_ms));
@@ -131,7 +135,7 @@ async fn rules(
                     }
                     let now = rx.borrow_and_update().clone();
                     if now.version > after {
-                        return Ok(rule_response(&s, &now, arrived_ms));
+                        return Ok(rules_answer(&s, &now, arrived_ms, base));
                     }
                 }
             }
@@ -184,9 +188,22 @@ fn lease_headers(s: &Shared, arrived_ms: u64, h: &mut HeaderMap) -> u64 {
 }
 
 fn rule_response(s: &Shared, r: &RuleSet, arrived_ms: u64) -> Response {
+    rules_answer(s, r, arrived_ms, None)
+}
+
+/// The answer with `r`: a delta from `base` (the version and digest of the set the gateway runs)
+/// when this replica can give one, else the whole set.
+fn rules_answer(s: &Shared, r: &RuleSet, arrived_ms: u64, base: Option<(u64, &str)>) -> Response {
     let mut h = HeaderMap::new();
     let lease_ms = lease_headers(s, arrived_ms, &mut h);
-    let body = r.body_with_lease(lease_ms);
+    let delta = base.and_then(|(v, digest)| r.delta_body(v, digest, lease_ms));
+    let body = match delta {
+        Some(d) => {
+            s.metrics.rules_deltas.inc();
+            d
+        }
+        None => r.body_with_lease(lease_ms),
+    };
     let mut resp = Response::new(Body::from(body));
     h.insert(
         header::CONTENT_TYPE,

@@ -149,7 +149,7 @@ pub struct Extra {
 }
 
 /// Every replica-wide metric, defined here and nowhere else.
-const SCALARS: [Scalar; 20] = [
+const SCALARS: [Scalar; 21] = [
     (
         "shareplane_config_generation",
         "gauge",
@@ -179,6 +179,12 @@ const SCALARS: [Scalar; 20] = [
         "counter",
         "Rule sets published to gateways.",
         |m, _| m.rules_published.get(),
+    ),
+    (
+        "shareplane_rules_deltas_total",
+        "counter",
+        "Rule-set answers sent as deltas (only the limits changed since the set the gateway runs).",
+        |m, _| m.rules_deltas.get(),
     ),
     (
         "shareplane_rules_version",
@@ -353,6 +359,7 @@ pub struct Metrics {
     pub records_rejected: Labeled,
     pub rebalances_skipped: Labeled,
     pub rules_published: Counter,
+    pub rules_deltas: Counter,
     pub rules_version: Counter,
     pub leader: Counter,
     pub lease_taken: Counter,

@@ -8,12 +8,24 @@
 //! write, across epochs, daemon restarts and leader changes, so rule-set versions do too. A
 //! publisher refuses any rule set whose version is not above the current one, and one whose
 //! rules equal the current ones (so a long-poll is answered only when something changed).
+//!
+//! # Deltas
+//!
+//! Every set carries its digest (`shareplane_limiter::limits_digest`) and, for each limit, the
+//! version at which this replica last published a change of it. A gateway that runs a set this
+//! replica published, one of its last [`DELTA_BASES`], and names its version and digest
+//! (`?after=V&delta=DIGEST`) gets only the limits changed since; it checks the result against
+//! the digest of the whole new set. A change of which limits exist (or their order) starts
+//! afresh: the next answer to every gateway is whole.
 
 use axum::body::Bytes;
 use shareplane_core::{Deployment, LimitKind, Room, Rule};
 // The gateways' own wire type: one definition of the rule set for the side that writes it and
 // the side that reads it.
-use shareplane_limiter::{LimitKind as WireKind, LimitWire, RulesWire};
+use shareplane_limiter::{digest_hex, limits_digest, LimitKind as WireKind, LimitWire, RulesWire};
+
+/// How many of its latest rule sets a replica answers deltas from.
+pub const DELTA_BASES: usize = 16;
 
 /// One published rule set, with its JSON body ready to send.
 #[derive(Debug)]
@@ -26,6 +38,17 @@ pub struct RuleSet {
     pub body: Bytes,
     /// The ETag header value: the version in quotes.
     pub etag: String,
+    /// The Region and the limits as sent, by limit index.
+    region: String,
+    wire: Vec<LimitWire>,
+    /// `limits_digest` of `wire`.
+    pub digest: u64,
+    /// By limit index, the version at which this replica last published a change of that limit
+    /// (this set's own version for every limit when it follows nothing comparable).
+    changed_at: Vec<u64>,
+    /// `(version, digest)` of this replica's latest sets whose limits are laid out as this
+    /// one's, this one last: the bases a delta may start from.
+    bases: Vec<(u64, u64)>,
 }
 
 impl RuleSet {
@@ -37,6 +60,11 @@ impl RuleSet {
             rules: Vec::new(),
             body: Bytes::new(),
             etag: "\"0\"".into(),
+            region: String::new(),
+            wire: Vec::new(),
+            digest: 0,
+            changed_at: Vec::new(),
+            bases: Vec::new(),
         }
     }
 
@@ -56,22 +84,89 @@ impl RuleSet {
                 },
             })
             .collect();
+        let limits: Vec<LimitWire> = limits;
+        let digest = limits_digest(
+            limits
+                .iter()
+                .map(|l| (l.id.as_str(), l.rate, l.burst, l.shadow, l.kind)),
+        );
         // The lease is put in front of the other fields per answer (`api::rule_response`).
-        let json = RulesWire {
+        let mut json = RulesWire {
             version,
             region: region.to_string(),
             limits,
             lease_ms: None,
+            digest: Some(digest_hex(digest)),
+            base: None,
         };
         // Serializing plain structs of numbers, strings and bools cannot fail.
         let body = serde_json::to_vec(&json).unwrap_or_default();
+        let wire = std::mem::take(&mut json.limits);
         RuleSet {
             version,
             rates: rules.iter().map(|r| r.rate).collect(),
             rules: rules.to_vec(),
             body: Bytes::from(body),
             etag: format!("\"{version}\""),
+            changed_at: vec![version; wire.len()],
+            bases: vec![(version, digest)],
+            region: region.to_string(),
+            wire,
+            digest,
         }
+    }
+
+    /// This set as the successor of `prev`, the set this replica published before it: each
+    /// limit's version of last change is carried over where the limit did not change, and `prev`'s
+    /// bases are kept, when both sets name the same limits in the same order.
+    pub fn after(mut self, prev: &RuleSet) -> RuleSet {
+        let same_layout = prev.version > 0
+            && prev.version < self.version
+            && prev.wire.len() == self.wire.len()
+            && prev.wire.iter().zip(&self.wire).all(|(a, b)| a.id == b.id);
+        if !same_layout {
+            return self;
+        }
+        for (i, (old, new)) in prev.wire.iter().zip(&self.wire).enumerate() {
+            if old == new {
+                self.changed_at[i] = prev.changed_at[i];
+            }
+        }
+        let keep = prev.bases.len().min(DELTA_BASES - 1);
+        let mut bases = prev.bases[prev.bases.len() - keep..].to_vec();
+        bases.push((self.version, self.digest));
+        self.bases = bases;
+        self
+    }
+
+    /// The body of a delta from `base` for a gateway that runs the set of that version with
+    /// digest `digest` (hex), with `lease_ms`: the limits changed since, this set's version and
+    /// digest. `None` when this replica did not publish that set among its latest
+    /// [`DELTA_BASES`] (or the layout changed since): the gateway gets the whole set.
+    pub fn delta_body(&self, base: u64, digest: &str, lease_ms: u64) -> Option<Bytes> {
+        if base >= self.version {
+            return None;
+        }
+        let known = self
+            .bases
+            .iter()
+            .any(|&(v, d)| v == base && digest_hex(d) == digest);
+        if !known {
+            return None;
+        }
+        let limits = (self.wire.iter().zip(&self.changed_at))
+            .filter(|(_, &at)| at > base)
+            .map(|(l, _)| l.clone())
+            .collect();
+        let json = RulesWire {
+            version: self.version,
+            region: self.region.clone(),
+            limits,
+            lease_ms: Some(lease_ms),
+            digest: Some(digest_hex(self.digest)),
+            base: Some(base),
+        };
+        serde_json::to_vec(&json).ok().map(Bytes::from)
     }
 }
 
@@ -143,5 +238,56 @@ mod tests {
             };
             assert_eq!(got.kind, kind);
         }
+    }
+
+    #[test]
+    fn deltas_start_only_from_this_replicas_latest_sets_of_the_same_limits() {
+        let d = crate::demo::deployment(1_000).unwrap_or_else(|e| panic!("{e}"));
+        let mut wide = d.clone();
+        let mut extra = d.limits[0].clone();
+        extra.id = "extra".into();
+        wide.limits.push(extra);
+        let at = |d: &Deployment, rps: u64| -> Vec<Rule> {
+            d.limits
+                .iter()
+                .map(|l| Rule::at(l, Room::rps(rps)))
+                .collect()
+        };
+        let hex = |r: &RuleSet| digest_hex(r.digest);
+        let mut sets = vec![RuleSet::build(&d, "A", 2, &at(&d, 100))];
+        for v in 2..=(DELTA_BASES as u64 + 2) {
+            let prev = sets.last().unwrap_or_else(|| panic!("none"));
+            let next = RuleSet::build(&d, "A", 2 * v, &at(&d, 100 + v)).after(prev);
+            sets.push(next);
+        }
+        let last = sets.last().unwrap_or_else(|| panic!("none"));
+        // The latest DELTA_BASES sets are bases (the last is itself); older ones are not.
+        let recent = &sets[sets.len() - DELTA_BASES..sets.len() - 1];
+        for s in recent {
+            assert!(
+                last.delta_body(s.version, &hex(s), 0).is_some(),
+                "from {}",
+                s.version
+            );
+            assert!(last.delta_body(s.version, "0000000000000000", 0).is_none());
+        }
+        assert!(last
+            .delta_body(sets[0].version, &hex(&sets[0]), 0)
+            .is_none());
+        // A change of which limits exist starts afresh.
+        let widened = RuleSet::build(&wide, "A", last.version + 2, &at(&wide, 7)).after(last);
+        assert!(widened.delta_body(last.version, &hex(last), 0).is_none());
+        // A delta carries what changed since its base, and the digest of the whole new set.
+        let base = &sets[sets.len() - 2];
+        let body = last
+            .delta_body(base.version, &hex(base), 5)
+            .unwrap_or_else(|| panic!("no delta"));
+        let wire: RulesWire = serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (wire.base, wire.version, wire.lease_ms),
+            (Some(base.version), last.version, Some(5))
+        );
+        assert_eq!(wire.limits.len(), d.limits.len());
+        assert_eq!(wire.digest, Some(hex(last)));
     }
 }

@@ -143,11 +143,12 @@ impl Shared {
     /// Publishes `rules` if its version is above the current one and its rules differ from the
     /// current ones. Returns whether it did.
     pub fn publish(&self, rules: RuleSet) -> bool {
-        let rules = Arc::new(rules);
+        let version = rules.version;
         let sent = self.rules.send_if_modified(|cur| {
             let changed = cur.version == 0 || cur.rules != rules.rules;
             if rules.version > cur.version && changed {
-                *cur = rules.clone();
+                // What changed since each of the latest sets, for gateways that ask for deltas.
+                *cur = Arc::new(rules.after(cur));
                 true
             } else {
                 false
@@ -155,7 +156,7 @@ impl Shared {
         });
         if sent {
             self.metrics.rules_published.inc();
-            self.metrics.rules_version.set(rules.version);
+            self.metrics.rules_version.set(version);
         }
         sent
     }

@@ -59,6 +59,8 @@ pub fn rules(version: u64, limits: Vec<LimitWire>) -> RulesWire {
         region: "A".to_owned(),
         limits,
         lease_ms: None,
+        digest: None,
+        base: None,
     }
 }
 
@@ -81,6 +83,10 @@ struct Shared {
     /// Largest total per (gateway, incarnation) and limit.
     totals: Mutex<BTreeMap<(String, u64), BTreeMap<String, u64>>>,
     posts: Mutex<u64>,
+    /// Requests that asked for a delta (this fake daemon never sends one, as a daemon that
+    /// predates deltas), and whether it refuses them with 400 as such a daemon does.
+    delta_requests: Mutex<u64>,
+    refuse_deltas: Mutex<bool>,
 }
 
 /// The fake daemon, serving on a loopback port until the test ends.
@@ -99,6 +105,8 @@ impl FakeDaemon {
             lease_ms: Mutex::new(None),
             totals: Mutex::new(BTreeMap::new()),
             posts: Mutex::new(0),
+            delta_requests: Mutex::new(0),
+            refuse_deltas: Mutex::new(false),
         });
         let app = Router::new()
             .route("/v1/rules", get(get_rules))
@@ -145,6 +153,16 @@ impl FakeDaemon {
     pub fn posts(&self) -> u64 {
         *lock(&self.shared.posts)
     }
+
+    /// Requests so far that asked for a delta.
+    pub fn delta_requests(&self) -> u64 {
+        *lock(&self.shared.delta_requests)
+    }
+
+    /// Answer a request for a delta with 400, as a daemon that predates deltas does.
+    pub fn refuse_deltas(&self) {
+        *lock(&self.shared.refuse_deltas) = true;
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -155,6 +173,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct RulesQuery {
     after: Option<u64>,
     wait_ms: Option<u64>,
+    delta: Option<String>,
 }
 
 async fn get_rules(
@@ -163,6 +182,12 @@ async fn get_rules(
     headers: HeaderMap,
 ) -> Response {
     let lease = *lock(&s.lease_ms);
+    if q.delta.is_some() {
+        *lock(&s.delta_requests) += 1;
+        if *lock(&s.refuse_deltas) {
+            return (axum::http::StatusCode::BAD_REQUEST, "unknown field `delta`").into_response();
+        }
+    }
     if let Some(set) = lock(&s.forced).take() {
         return rules_response(&set, lease);
     }
