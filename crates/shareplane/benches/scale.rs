@@ -113,24 +113,21 @@ fn wire_bytes(resp: &axum::http::Response<Body>, body: usize) -> usize {
     "HTTP/1.1 200 OK\r\n".len() + headers + added + 2 + body
 }
 
-/// A gateway's rule watcher against `router`: adds the bytes of every answer to `fetched`.
-/// `changed` and `sets` count, over the rule sets after the first, the limits whose rate or burst
-/// differ from the previous set the gateway received, and those sets.
-async fn gateway(
-    router: axum::Router,
-    fetched: Arc<AtomicU64>,
-    answers: Arc<AtomicU64>,
-    changed: Arc<AtomicU64>,
-    sets: Arc<AtomicU64>,
-) {
-    let (mut version, mut seq) = (0u64, None::<u64>);
-    let mut last: Vec<(f64, f64)> = Vec::new();
+/// A gateway's rule watcher against `router`, asking for deltas as `shareplane-limiter`'s does
+/// and applying them the same way ([`shareplane_limiter::RuleSet::apply_delta`]). Counts the
+/// bytes of every answer and, over the answers after the first that carried rules, the limits
+/// they carried, the deltas among them and the deltas that could not be applied.
+async fn gateway(router: axum::Router, c: Arc<GatewayCounts>) {
+    let mut seq = None::<u64>;
+    let mut running: Option<shareplane_limiter::RuleSet> = None;
     loop {
-        let uri = match (version, seq) {
-            (0, _) => "/v1/rules".to_string(),
-            (v, s) => format!(
-                "/v1/rules?after={v}&wait_ms=30000{}",
-                s.map_or(String::new(), |s| format!("&lease_seq={s}"))
+        let uri = match (&running, seq) {
+            (None, _) => "/v1/rules".to_string(),
+            (Some(r), s) => format!(
+                "/v1/rules?after={}&wait_ms=30000{}&delta={}",
+                r.version(),
+                s.map_or(String::new(), |s| format!("&lease_seq={s}")),
+                shareplane_limiter::digest_hex(r.digest())
             ),
         };
         let req = Request::get(uri).body(Body::empty());
@@ -146,26 +143,49 @@ async fn gateway(
         let (parts, body) = resp.into_parts();
         let body = to_bytes(body, usize::MAX).await.unwrap_or_default();
         let resp = axum::http::Response::from_parts(parts, Body::empty());
-        fetched.fetch_add(wire_bytes(&resp, body.len()) as u64, Ordering::Relaxed);
-        answers.fetch_add(1, Ordering::Relaxed);
+        c.fetched
+            .fetch_add(wire_bytes(&resp, body.len()) as u64, Ordering::Relaxed);
+        c.answers.fetch_add(1, Ordering::Relaxed);
         match status {
             StatusCode::OK => {
-                if let Ok(w) = serde_json::from_slice::<shareplane_limiter::RulesWire>(&body) {
-                    version = w.version;
-                    let rates: Vec<(f64, f64)> =
-                        w.limits.iter().map(|l| (l.rate, l.burst)).collect();
-                    if last.len() == rates.len() {
-                        let n = rates.iter().zip(&last).filter(|(a, b)| a != b).count();
-                        changed.fetch_add(n as u64, Ordering::Relaxed);
-                        sets.fetch_add(1, Ordering::Relaxed);
-                    }
-                    last = rates;
+                let Ok(w) = serde_json::from_slice::<shareplane_limiter::RulesWire>(&body) else {
+                    running = None;
+                    continue;
+                };
+                if running.is_some() {
+                    c.carried
+                        .fetch_add(w.limits.len() as u64, Ordering::Relaxed);
+                    c.sets.fetch_add(1, Ordering::Relaxed);
                 }
+                let next = match (&running, w.base) {
+                    (Some(r), Some(_)) => {
+                        c.deltas.fetch_add(1, Ordering::Relaxed);
+                        r.apply_delta(w, 1)
+                    }
+                    _ => shareplane_limiter::RuleSet::from_wire(w, None, 1),
+                };
+                running = match next {
+                    Ok(set) => Some(set),
+                    Err(_) => {
+                        c.refused.fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                };
             }
             StatusCode::NOT_MODIFIED => {}
             _ => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     }
+}
+
+#[derive(Default)]
+struct GatewayCounts {
+    fetched: AtomicU64,
+    answers: AtomicU64,
+    carried: AtomicU64,
+    sets: AtomicU64,
+    deltas: AtomicU64,
+    refused: AtomicU64,
 }
 
 /// Starts one daemon per Region of `d` on the stores `store(r)` and feeds each Region's demand
@@ -339,19 +359,12 @@ async fn main() {
     let shareds = start(&d, clock, &stop_rx, |me| table.view(me));
     let a = shareds[0].clone();
     let router = shareplane::api::router(a.clone());
-    let counter = || Arc::new(AtomicU64::new(0));
-    let (fetched, answers, changed, sets) = (counter(), counter(), counter(), counter());
-    tokio::spawn(gateway(
-        router.clone(),
-        fetched.clone(),
-        answers.clone(),
-        changed.clone(),
-        sets.clone(),
-    ));
-    let answers_seen = answers.clone();
+    let counts = Arc::new(GatewayCounts::default());
+    tokio::spawn(gateway(router.clone(), counts.clone()));
+    let seen = counts.clone();
     let (times_ms, steady_bytes) =
-        watch_periods(&a, periods, &fetched, "gateway answers", move || {
-            answers_seen.load(Ordering::Relaxed)
+        watch_periods(&a, periods, &counts.fetched, "gateway answers", move || {
+            seen.answers.load(Ordering::Relaxed)
         })
         .await;
     let h = &a.metrics.rebalance_duration;
@@ -376,14 +389,14 @@ async fn main() {
         "RSS: {rss_end:.0} MiB for the process; {:.0} MiB per daemon ((end - before the daemons) / {n}; the table's records are shared)",
         (rss_end - rss_before) / n as f64
     );
-    let (c, n_sets) = (
-        changed.load(Ordering::Relaxed),
-        sets.load(Ordering::Relaxed),
-    );
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let n_sets = load(&counts.sets);
     if n_sets > 0 {
         println!(
-            "rule sets after the first: {n_sets}, each with {:.0} of {n_limits} limits changed on average (what a delta would carry)",
-            c as f64 / n_sets as f64
+            "answers with rules after the first: {n_sets}, {} of them deltas ({} refused), carrying {:.0} of {n_limits} limits on average",
+            load(&counts.deltas),
+            load(&counts.refused),
+            load(&counts.carried) as f64 / n_sets as f64
         );
     }
     let rules = a.rules();
