@@ -12,6 +12,7 @@
 //! | `Ready`                       | Region          | None (1 or 0) |
 //! | `LongestWaitForRecordSeconds` | Region          | Seconds (leader only) |
 //! | `LimitsMismatchPeers`         | Region          | Count   |
+//! | `LimitsAboveRate`             | Region          | Count   |
 //!
 //! Datums go out in batches of at most [`MAX_DATUMS_PER_CALL`] and about 800 KB of request, below
 //! CloudWatch's limits of 1000 datums and 1 MB. Non-finite values, which CloudWatch refuses, are
@@ -103,6 +104,17 @@ impl Point {
 
     /// Peers whose records have named limits other than this Region's for longer than the
     /// rollout window (`limits_rollout_periods`): the Regions run different limits. 0 when none.
+    /// Limits whose shares, as this Region sees them, add up to more than the limit's rate (the
+    /// core's `sum_above_limit` alarm): one alarm for every limit, however many there are.
+    pub fn limits_above_rate(region: &str, count: u64) -> Point {
+        Point::new(
+            "LimitsAboveRate",
+            vec![("Region", region.into())],
+            count as f64,
+            Unit::Count,
+        )
+    }
+
     pub fn limits_mismatch_peers(region: &str, count: u64) -> Point {
         Point::new(
             "LimitsMismatchPeers",

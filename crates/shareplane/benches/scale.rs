@@ -215,13 +215,19 @@ fn start<S: RecordStore>(
     let n_limits = d.limits.len();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        // What each Region's gateways received since the last feed: the demand times the time
+        // that really passed (a busy machine wakes this task late), so the measured demand is
+        // the demand and nothing moves shares but the protocol.
+        let mut last: Vec<Option<u64>> = vec![None; feed.len()];
         loop {
             tick.tick().await;
             for (r, s) in feed.iter().enumerate() {
                 let now = s.clock.now_ms();
+                let elapsed = now - last[r].unwrap_or(now.saturating_sub(1_000));
+                last[r] = Some(now);
                 let mut book = s.demand();
                 for li in 0..n_limits {
-                    book.add(now, li, demand(r, li));
+                    book.add(now, li, demand(r, li) * elapsed / 1_000);
                 }
             }
         }

@@ -77,6 +77,12 @@ pub async fn connect(cfg: &Config) -> Result<Aws, shareplane_store::StoreError> 
     })
 }
 
+/// Limits with per-limit CloudWatch points (`Share`, `SeenSumOfShares`) every period: the first
+/// ones in the configuration's order, plus any whose shares add up to more than its rate. The
+/// others are covered by `LimitsAboveRate`, one point for all of them: at 100,000 limits,
+/// per-limit points would be 200,000 datums (200 calls) a period and as many custom metrics.
+pub const CLOUDWATCH_PER_LIMIT: usize = 100;
+
 /// The CloudWatch points for one period, from the latest state view.
 pub fn points(
     view: &StateView,
@@ -84,8 +90,17 @@ pub fn points(
     rejected_since_last: u64,
     stale_since_last: u64,
 ) -> Vec<Point> {
-    let mut out = Vec::with_capacity(2 * view.limits.len() + view.peers.len() + 3);
-    for l in &view.limits {
+    let above: std::collections::BTreeSet<&str> = view
+        .alarms
+        .iter()
+        .filter_map(|a| a.strip_prefix("sum_above_limit:"))
+        .collect();
+    let per_limit = view
+        .limits
+        .selected(|i, id| i < CLOUDWATCH_PER_LIMIT || above.contains(id));
+    let mut out = Vec::with_capacity(2 * CLOUDWATCH_PER_LIMIT + view.peers.len() + 8);
+    out.push(Point::limits_above_rate(&view.region, above.len() as u64));
+    for l in &per_limit {
         out.push(Point::share(&l.id, &view.region, l.share));
         out.push(Point::seen_sum_of_shares(
             &l.id,

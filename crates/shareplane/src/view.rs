@@ -55,6 +55,27 @@ impl Limits {
     fn get(&self) -> &[LimitJson] {
         self.built.get_or_init(|| build_limits(&self.from))
     }
+
+    /// The views of the limits `pick` selects (by index and id), in order, without building the
+    /// others (the CloudWatch publisher needs a few of 100,000).
+    pub fn selected(&self, pick: impl Fn(usize, &str) -> bool) -> Vec<LimitJson> {
+        if let Some(all) = self.built.get() {
+            return (all.iter().enumerate())
+                .filter(|(i, l)| pick(*i, &l.id))
+                .map(|(_, l)| l.clone())
+                .collect();
+        }
+        let v = &*self.from;
+        let seen = peers_seen(v);
+        let seen: Vec<PeerSeen<'_>> = seen
+            .iter()
+            .map(|(r, s, rec)| (*r, *s, rec.as_deref()))
+            .collect();
+        (v.d.limits.iter().enumerate())
+            .filter(|(i, spec)| pick(*i, &spec.id))
+            .map(|(i, spec)| limit_view(v, i, spec, &seen))
+            .collect()
+    }
 }
 
 impl std::ops::Deref for Limits {
@@ -255,13 +276,19 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
     }
 }
 
-/// Every limit's [`LimitJson`].
-fn build_limits(v: &LimitsInput) -> Vec<LimitJson> {
-    // The peers as this replica sees them, once for every limit's `why`.
-    let records: Vec<(RegionId, PeerState, Option<Arc<RegionRecord>>)> = (v.peer_views.iter())
+/// The peers as this replica sees them, once for every limit's `why`.
+type Seen = Vec<(RegionId, PeerState, Option<Arc<RegionRecord>>)>;
+
+fn peers_seen(v: &LimitsInput) -> Seen {
+    (v.peer_views.iter())
         .flatten()
         .map(|p| (p.region, p.state, peer_record(v, p.region)))
-        .collect();
+        .collect()
+}
+
+/// Every limit's [`LimitJson`].
+fn build_limits(v: &LimitsInput) -> Vec<LimitJson> {
+    let records = peers_seen(v);
     let seen: Vec<PeerSeen<'_>> = records
         .iter()
         .map(|(r, s, rec)| (*r, *s, rec.as_deref()))
@@ -474,5 +501,56 @@ mod tests {
         assert_eq!(view.limits[0].share, own.limits[0].share.as_rps());
         let json = serde_json::to_value(&view).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(json["limits"][0]["id"], d.limits[0].id.as_str());
+    }
+
+    #[test]
+    fn a_selection_of_limits_builds_those_only_and_matches_the_whole_view() {
+        let mut text = String::from(
+            "region = \"A\"\nstore = \"memory\"\napi_token = \"0123456789abcdef\"\n\
+             [[regions]]\nname = \"A\"\n[[regions]]\nname = \"B\"\n",
+        );
+        for i in 0..150 {
+            text.push_str(&format!(
+                "[[limits]]\nid = \"p-{i}\"\nrate = {}\n",
+                1000 + i
+            ));
+        }
+        let cfg = crate::config::parse(&text, &BTreeMap::new()).unwrap_or_else(|e| panic!("{e}"));
+        let d = cfg.deployment;
+        let own = Arc::new(RegionRecord::genesis(&d, cfg.me));
+        let view = build_view(ViewInput {
+            d: d.clone(),
+            me: cfg.me,
+            role: "leader",
+            replica: "r",
+            own: Some(own),
+            peer_records: vec![None; d.n()],
+            peer_views: Some(Vec::new()),
+            health: PerRegion::default(),
+            store_ok: true,
+            last_error: None,
+            rules_version: 2,
+            alarms: vec!["sum_above_limit:p-140".into()],
+            waiting_for_record: Vec::new(),
+            limits_mismatch: Vec::new(),
+        });
+        let some = view.limits.selected(|i, id| i < 3 || id == "p-140");
+        assert!(
+            view.limits.built.get().is_none(),
+            "selecting built every limit"
+        );
+        let ids: Vec<&str> = some.iter().map(|l| l.id.as_str()).collect();
+        assert_eq!(ids, ["p-0", "p-1", "p-2", "p-140"]);
+        let points = crate::aws::points(&view, true, 0, 0);
+        let shares = points.iter().filter(|p| p.name == "Share").count();
+        assert_eq!(shares, crate::aws::CLOUDWATCH_PER_LIMIT + 1);
+        let above: Vec<f64> = (points.iter())
+            .filter(|p| p.name == "LimitsAboveRate")
+            .map(|p| p.value)
+            .collect();
+        assert_eq!(above, [1.0]);
+        // Once built, a selection reads the same views.
+        assert_eq!(view.limits[140].rate, some[3].rate);
+        assert_eq!(view.limits.selected(|i, _| i == 140)[0].id, "p-140");
     }
 }
