@@ -27,6 +27,12 @@ export const METRICS = {
    * (`limits_rollout_periods`, default 10 periods); 0 when none. Dimensions: Region.
    */
   limitsMismatchPeers: { name: 'LimitsMismatchPeers', dimensions: ['Region'] },
+  /**
+   * Limits whose shares, as this Region sees them, add up to more than the limit's rate (the
+   * daemon's `sum_above_limit` alarm), all limits counted, however many (per-limit metrics go out
+   * for the first 100 limits and for these only). Dimensions: Region.
+   */
+  limitsAboveRate: { name: 'LimitsAboveRate', dimensions: ['Region'] },
 } as const;
 
 /** Frozen room lasting longer than this (seconds) is stranded: the StrandedRoom alarm. */

@@ -578,6 +578,13 @@ export class RegionStack extends Stack {
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       });
     }
+    add('LimitsAboveRate', `Some limit's shares, as ${region} sees them, add up to more than its rate (every limit counted).`, {
+      metric: metric(METRICS.limitsAboveRate.name, {}, 'Maximum'),
+      threshold: 0,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
     add('RejectedRecords', `${region} rejected a peer record that failed validation.`, {
       metric: metric(METRICS.rejectedRecords.name, {}, 'Sum'),
       threshold: 0,

@@ -85,6 +85,16 @@ locals {
       datapoints_to_alarm = null
       treat_missing_data  = "notBreaching"
     }
+    LimitsAboveRate = {
+      description         = "Some limit's shares, as ${var.region} sees them, add up to more than its rate (every limit counted)."
+      metric_name         = "LimitsAboveRate"
+      statistic           = "Maximum"
+      comparison_operator = "GreaterThanThreshold"
+      threshold           = 0
+      evaluation_periods  = 1
+      datapoints_to_alarm = null
+      treat_missing_data  = "notBreaching"
+    }
     LimitsMismatch = {
       description         = "${var.region} runs other limits than some peer, for longer than the daemon's rollout window: the Regions do not hold one limit."
       metric_name         = "LimitsMismatchPeers"
