@@ -140,6 +140,7 @@ type ByLabel = (
 );
 
 /// Values that live outside [`Metrics`].
+#[derive(Default)]
 pub struct Extra {
     pub ready: bool,
     pub store_ok: bool,
@@ -147,6 +148,10 @@ pub struct Extra {
     pub rules_lease_remaining_ms: u64,
     pub config_generation: u64,
 }
+
+/// Limits with series of their own in `/metrics` (besides those whose shares add up above their
+/// rate): at 100,000 limits, series for all would be a million and a 47 MB scrape.
+pub const PER_LIMIT_SERIES: usize = 1_000;
 
 /// Every replica-wide metric, defined here and nowhere else.
 const SCALARS: [Scalar; 21] = [
@@ -386,9 +391,34 @@ impl Metrics {
     }
 
     /// The whole exposition, with per-limit and per-peer gauges from the latest state view.
+    /// Per-limit series go out for the first [`PER_LIMIT_SERIES`] limits and for any whose shares
+    /// add up above its rate; `shareplane_limits` and `shareplane_limits_above_rate` count all.
     pub fn render(&self, view: &StateView, extra: &Extra) -> String {
         let mut o = String::with_capacity(4096);
         let region = esc(&view.region);
+        let above: std::collections::BTreeSet<&str> = (view.alarms.iter())
+            .filter_map(|a| a.strip_prefix("sum_above_limit:"))
+            .collect();
+        let limits = view
+            .limits
+            .selected(|i, id| i < PER_LIMIT_SERIES || above.contains(id));
+        for (name, help, v) in [
+            (
+                "shareplane_limits",
+                "Limits this Region runs (per-limit series go out for the first 1,000 and those above their rate).",
+                view.limits.count(),
+            ),
+            (
+                "shareplane_limits_above_rate",
+                "Limits whose shares, as this Region sees them, add up to more than the limit's rate.",
+                above.len(),
+            ),
+        ] {
+            let _ = writeln!(
+                o,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{region=\"{region}\"}} {v}"
+            );
+        }
         for (name, kind, help, get) in SCALARS {
             let _ = writeln!(
                 o,
@@ -404,7 +434,7 @@ impl Metrics {
         }
         for (name, help, get) in LIMIT_GAUGES {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for l in &view.limits {
+            for l in &limits {
                 let _ = writeln!(
                     o,
                     "{name}{{region=\"{region}\",limit=\"{}\"}} {}",
@@ -453,7 +483,7 @@ impl Metrics {
         }
         let name = "shareplane_limit_why";
         let _ = writeln!(o, "# HELP {name} What holds each limit's share where it is (1 for the current reason: at_target, at_floor, step_cap, waiting_for_grants, fenced, in_debt, above_target, static_split, jump_to_target, not_adopted).\n# TYPE {name} gauge");
-        for l in &view.limits {
+        for l in &limits {
             let _ = writeln!(
                 o,
                 "{name}{{region=\"{region}\",limit=\"{}\",why=\"{}\"}} 1",

@@ -56,6 +56,11 @@ impl Limits {
         self.built.get_or_init(|| build_limits(&self.from))
     }
 
+    /// How many limits there are (without building their views).
+    pub fn count(&self) -> usize {
+        self.from.d.limits.len()
+    }
+
     /// The views of the limits `pick` selects (by index and id), in order, without building the
     /// others (the CloudWatch publisher needs a few of 100,000).
     pub fn selected(&self, pick: impl Fn(usize, &str) -> bool) -> Vec<LimitJson> {
@@ -503,13 +508,13 @@ mod tests {
         assert_eq!(json["limits"][0]["id"], d.limits[0].id.as_str());
     }
 
-    #[test]
-    fn a_selection_of_limits_builds_those_only_and_matches_the_whole_view() {
+    /// A leader's view of `limits` limits `p-0`…, with `p-<above>` alarmed above its rate.
+    fn wide_view(limits: usize, above: usize) -> StateView {
         let mut text = String::from(
             "region = \"A\"\nstore = \"memory\"\napi_token = \"0123456789abcdef\"\n\
              [[regions]]\nname = \"A\"\n[[regions]]\nname = \"B\"\n",
         );
-        for i in 0..150 {
+        for i in 0..limits {
             text.push_str(&format!(
                 "[[limits]]\nid = \"p-{i}\"\nrate = {}\n",
                 1000 + i
@@ -518,7 +523,7 @@ mod tests {
         let cfg = crate::config::parse(&text, &BTreeMap::new()).unwrap_or_else(|e| panic!("{e}"));
         let d = cfg.deployment;
         let own = Arc::new(RegionRecord::genesis(&d, cfg.me));
-        let view = build_view(ViewInput {
+        build_view(ViewInput {
             d: d.clone(),
             me: cfg.me,
             role: "leader",
@@ -530,10 +535,15 @@ mod tests {
             store_ok: true,
             last_error: None,
             rules_version: 2,
-            alarms: vec!["sum_above_limit:p-140".into()],
+            alarms: vec![format!("sum_above_limit:p-{above}")],
             waiting_for_record: Vec::new(),
             limits_mismatch: Vec::new(),
-        });
+        })
+    }
+
+    #[test]
+    fn a_selection_of_limits_builds_those_only_and_matches_the_whole_view() {
+        let view = wide_view(150, 140);
         let some = view.limits.selected(|i, id| i < 3 || id == "p-140");
         assert!(
             view.limits.built.get().is_none(),
@@ -552,5 +562,24 @@ mod tests {
         // Once built, a selection reads the same views.
         assert_eq!(view.limits[140].rate, some[3].rate);
         assert_eq!(view.limits.selected(|i, _| i == 140)[0].id, "p-140");
+    }
+
+    #[test]
+    fn metrics_carry_series_for_the_first_limits_and_those_above_their_rate_and_count_all() {
+        let view = wide_view(crate::metrics::PER_LIMIT_SERIES + 200, 1_100);
+        let text = crate::metrics::Metrics::new().render(&view, &crate::metrics::Extra::default());
+        let shares = text
+            .lines()
+            .filter(|l| l.starts_with("shareplane_share_rps{"))
+            .count();
+        assert_eq!(shares, crate::metrics::PER_LIMIT_SERIES + 1);
+        assert!(text.contains("shareplane_share_rps{region=\"A\",limit=\"p-1100\"}"));
+        assert!(!text.contains("limit=\"p-1101\""));
+        assert!(text.contains("shareplane_limits{region=\"A\"} 1200"));
+        assert!(text.contains("shareplane_limits_above_rate{region=\"A\"} 1"));
+        assert!(
+            view.limits.built.get().is_none(),
+            "a scrape built every limit's view"
+        );
     }
 }
