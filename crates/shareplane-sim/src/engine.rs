@@ -58,7 +58,8 @@ pub struct Row<'a> {
     pub conserved: bool,
     /// The physical audit in force (room above the limit shows in `audit.over`).
     pub audit: Audit,
-    /// A Region that is alive is reported unhealthy.
+    /// A Region that is alive is reported unhealthy, or some reader has yet to read such a
+    /// verdict that flipped back.
     pub false_verdict: bool,
     /// Some Region is lost or cut off, or a verdict says unhealthy.
     pub faulted: bool,
@@ -213,12 +214,16 @@ pub fn run(sc: &Scenario, sink: &mut dyn FnMut(&Row<'_>)) -> Result<Outcome, Sim
         if !sim.conserved {
             sim.violations += 1;
         }
-        // The health check probes the daemon: "unhealthy" is false only while the daemon runs.
-        let false_verdict =
-            (0..rows.len()).any(|i| sim.regs[i].alive() && sim.health.0[i] == Health::Unhealthy);
+        // The health check probes the daemon: "unhealthy" is false only while the daemon runs. A
+        // verdict is read as it was at its worst since each reader's last read (the Minimum over
+        // CloudWatch's period), so one that flipped back at once is still read, and still false,
+        // until every reader has read past it.
+        let read_unhealthy =
+            |i: usize| sim.health.0[i] == Health::Unhealthy || sim.unhealthy_pending(i);
+        let false_verdict = (0..rows.len()).any(|i| sim.regs[i].alive() && read_unhealthy(i));
         let faulted = sim.table.any_cut()
             || rows.iter().any(|r| !r.alive)
-            || sim.health.0.contains(&Health::Unhealthy);
+            || (0..rows.len()).any(read_unhealthy);
         sink(&Row {
             tick,
             sum_shares: sum,
@@ -607,6 +612,12 @@ impl<'a> Sim<'a> {
                 });
             }
         }
+    }
+
+    /// Whether some reader has yet to read the unhealthy verdict Region `i` had since its last read.
+    fn unhealthy_pending(&self, i: usize) -> bool {
+        (self.unhealthy_since_read.iter().enumerate())
+            .any(|(r, seen)| r != i && self.regs[r].alive() && seen >> i & 1 == 1)
     }
 
     /// Runs every bucket for one tick; returns Σ shares of the Regions not lost and Σ admitted.
