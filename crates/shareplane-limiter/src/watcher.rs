@@ -11,6 +11,7 @@
 //! set ([`RuleSet::apply_delta`]). Anything else (another replica's set, a change of which limits
 //! exist, a daemon that predates deltas) comes whole; a delta that cannot be applied is dropped
 //! and the next request asks for the whole set.
+//!
 //! Whatever the daemon sends, the limiter installs only a greater version (a late answer from a
 //! lagging daemon, or from one restored from an older state, changes nothing). Failures back off
 //! exponentially from 100 ms to 5 s, each pause drawn from the upper half of the backoff
