@@ -480,22 +480,7 @@ mod tests {
         let d = Arc::new(crate::demo::deployment(5_000).unwrap_or_else(|e| panic!("{e}")));
         let me = RegionId::new(1).unwrap_or_else(|| panic!("region"));
         let own = Arc::new(RegionRecord::genesis(&d, me));
-        let view = build_view(ViewInput {
-            d: d.clone(),
-            me,
-            role: "leader",
-            replica: "r",
-            own: Some(own.clone()),
-            peer_records: vec![None; d.n()],
-            peer_views: Some(Vec::new()),
-            health: PerRegion::default(),
-            store_ok: true,
-            last_error: None,
-            rules_version: 2,
-            alarms: Vec::new(),
-            waiting_for_record: Vec::new(),
-            limits_mismatch: Vec::new(),
-        });
+        let view = leader_view(d.clone(), me, Vec::new());
         assert!(
             view.limits.built.get().is_none(),
             "built before anyone read it"
@@ -521,21 +506,29 @@ mod tests {
             ));
         }
         let cfg = crate::config::parse(&text, &BTreeMap::new()).unwrap_or_else(|e| panic!("{e}"));
-        let d = cfg.deployment;
-        let own = Arc::new(RegionRecord::genesis(&d, cfg.me));
+        leader_view(
+            cfg.deployment,
+            cfg.me,
+            vec![format!("sum_above_limit:p-{above}")],
+        )
+    }
+
+    /// The view of a leader of `d` in Region `me` that holds its genesis record, with `alarms`.
+    fn leader_view(d: Arc<Deployment>, me: RegionId, alarms: Vec<String>) -> StateView {
+        let own = Arc::new(RegionRecord::genesis(&d, me));
         build_view(ViewInput {
-            d: d.clone(),
-            me: cfg.me,
+            peer_records: vec![None; d.n()],
+            d,
+            me,
             role: "leader",
             replica: "r",
             own: Some(own),
-            peer_records: vec![None; d.n()],
             peer_views: Some(Vec::new()),
             health: PerRegion::default(),
             store_ok: true,
             last_error: None,
             rules_version: 2,
-            alarms: vec![format!("sum_above_limit:p-{above}")],
+            alarms,
             waiting_for_record: Vec::new(),
             limits_mismatch: Vec::new(),
         })
