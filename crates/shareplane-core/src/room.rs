@@ -110,13 +110,11 @@ impl Room {
 impl Add for Room {
     type Output = Room;
     fn add(self, other: Room) -> Room {
-        let (sum, overflow) = self.0.overflowing_add(other.0);
-        debug_assert!(!overflow, "room overflow: {self:?} + {other:?}");
-        if overflow {
-            Room(u64::MAX)
-        } else {
-            Room(sum)
-        }
+        debug_assert!(
+            self.0.checked_add(other.0).is_some(),
+            "room overflow: {self:?} + {other:?}"
+        );
+        Room(self.0.saturating_add(other.0))
     }
 }
 

@@ -48,6 +48,6 @@ pub use limiter::{
     CheckError, Decision, DecisionPath, Install, LimitDecision, Limiter, LimiterConfig,
     LimiterStats, Verdict,
 };
-pub use rules::{digest_hex, limits_digest, LimitKind, LimitWire, RuleSet, RulesWire};
+pub use rules::{digest_hex, limits_digest, wire_digest, LimitKind, LimitWire, RuleSet, RulesWire};
 pub use store::{KeyScheme, RedisBuckets};
 pub use watcher::RuleWatcher;

@@ -129,6 +129,15 @@ pub fn limits_digest<'a>(
     h
 }
 
+/// [`limits_digest`] of limits as the daemon sends them.
+pub fn wire_digest(limits: &[LimitWire]) -> u64 {
+    limits_digest(
+        limits
+            .iter()
+            .map(|l| (l.id.as_str(), l.rate, l.burst, l.shadow, l.kind)),
+    )
+}
+
 /// A digest as answers carry it: 16 hex digits.
 pub fn digest_hex(digest: u64) -> String {
     format!("{digest:016x}")
@@ -338,11 +347,7 @@ mod tests {
     }
 
     fn digest_of(limits: &[LimitWire]) -> String {
-        digest_hex(limits_digest(
-            limits
-                .iter()
-                .map(|l| (l.id.as_str(), l.rate, l.burst, l.shadow, l.kind)),
-        ))
+        digest_hex(wire_digest(limits))
     }
 
     #[test]

@@ -90,16 +90,10 @@ pub fn points(
     rejected_since_last: u64,
     stale_since_last: u64,
 ) -> Vec<Point> {
-    let above: std::collections::BTreeSet<&str> = view
-        .alarms
-        .iter()
-        .filter_map(|a| a.strip_prefix("sum_above_limit:"))
-        .collect();
-    let per_limit = view
-        .limits
-        .selected(|i, id| i < CLOUDWATCH_PER_LIMIT || above.contains(id));
-    let mut out = Vec::with_capacity(2 * CLOUDWATCH_PER_LIMIT + view.peers.len() + 8);
-    out.push(Point::limits_above_rate(&view.region, above.len() as u64));
+    let per_limit = view.reported_limits(CLOUDWATCH_PER_LIMIT);
+    let mut out = Vec::with_capacity(2 * per_limit.len() + view.peers.len() + 8);
+    let above = view.limits_above_rate().len() as u64;
+    out.push(Point::limits_above_rate(&view.region, above));
     for l in &per_limit {
         out.push(Point::share(&l.id, &view.region, l.share));
         out.push(Point::seen_sum_of_shares(

@@ -396,12 +396,7 @@ impl Metrics {
     pub fn render(&self, view: &StateView, extra: &Extra) -> String {
         let mut o = String::with_capacity(4096);
         let region = esc(&view.region);
-        let above: std::collections::BTreeSet<&str> = (view.alarms.iter())
-            .filter_map(|a| a.strip_prefix("sum_above_limit:"))
-            .collect();
-        let limits = view
-            .limits
-            .selected(|i, id| i < PER_LIMIT_SERIES || above.contains(id));
+        let limits = view.reported_limits(PER_LIMIT_SERIES);
         for (name, help, v) in [
             (
                 "shareplane_limits",
@@ -411,7 +406,7 @@ impl Metrics {
             (
                 "shareplane_limits_above_rate",
                 "Limits whose shares, as this Region sees them, add up to more than the limit's rate.",
-                above.len(),
+                view.limits_above_rate().len(),
             ),
         ] {
             let _ = writeln!(

@@ -22,7 +22,7 @@ use axum::body::Bytes;
 use shareplane_core::{Deployment, LimitKind, Room, Rule};
 // The gateways' own wire type: one definition of the rule set for the side that writes it and
 // the side that reads it.
-use shareplane_limiter::{digest_hex, limits_digest, LimitKind as WireKind, LimitWire, RulesWire};
+use shareplane_limiter::{digest_hex, wire_digest, LimitKind as WireKind, LimitWire, RulesWire};
 
 /// How many of its latest rule sets a replica answers deltas from.
 pub const DELTA_BASES: usize = 16;
@@ -41,7 +41,7 @@ pub struct RuleSet {
     /// The Region and the limits as sent, by limit index.
     region: String,
     wire: Vec<LimitWire>,
-    /// `limits_digest` of `wire`.
+    /// `wire_digest` of `wire`.
     pub digest: u64,
     /// By limit index, the version at which this replica last published a change of that limit
     /// (this set's own version for every limit when it follows nothing comparable).
@@ -69,7 +69,7 @@ impl RuleSet {
     }
 
     pub fn build(d: &Deployment, region: &str, version: u64, rules: &[Rule]) -> RuleSet {
-        let limits = d
+        let limits: Vec<LimitWire> = d
             .limits
             .iter()
             .zip(rules)
@@ -84,12 +84,7 @@ impl RuleSet {
                 },
             })
             .collect();
-        let limits: Vec<LimitWire> = limits;
-        let digest = limits_digest(
-            limits
-                .iter()
-                .map(|l| (l.id.as_str(), l.rate, l.burst, l.shadow, l.kind)),
-        );
+        let digest = wire_digest(&limits);
         // The lease is put in front of the other fields per answer (`api::rule_response`).
         let mut json = RulesWire {
             version,

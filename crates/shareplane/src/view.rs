@@ -206,6 +206,22 @@ pub struct ViewInput<'a> {
 }
 
 impl StateView {
+    /// The ids of the limits whose shares, as this Region sees them, add up to more than the
+    /// limit's rate (the core's `sum_above_limit` alarm, `sum_above_limit:<id>`).
+    pub fn limits_above_rate(&self) -> std::collections::BTreeSet<&str> {
+        (self.alarms.iter())
+            .filter_map(|a| a.strip_prefix("sum_above_limit:"))
+            .collect()
+    }
+
+    /// The views of the first `first` limits and of every limit above its rate: the limits
+    /// with series of their own in `/metrics` and CloudWatch, however many limits there are.
+    pub fn reported_limits(&self, first: usize) -> Vec<LimitJson> {
+        let above = self.limits_above_rate();
+        self.limits
+            .selected(|i, id| i < first || above.contains(id))
+    }
+
     pub(crate) fn starting(d: &Arc<Deployment>, me: RegionId) -> StateView {
         build_view(ViewInput {
             d: d.clone(),
