@@ -660,12 +660,16 @@ impl Coordinator {
             && crate::region::regions(d.n())
                 .filter(|&r| r != me)
                 .all(|r| self.peers[r.index()].silence.unchanged() > 0);
+        let earlier_epochs_closed = crate::region::regions(d.n())
+            .filter(|&r| r != me)
+            .all(|r| self.peers[r.index()].latest.peer_epochs[me] >= rec.epoch);
         let ctx = LimitCtx {
             d: &d,
             me,
             peers: &self.peers,
             plans: &plans,
             fenced,
+            earlier_epochs_closed,
         };
         let mut rules = Vec::with_capacity(d.limits.len());
         let mut outcomes = Vec::new();
@@ -917,6 +921,10 @@ struct LimitCtx<'a> {
     peers: &'a [Peer],
     plans: &'a [Option<Plan>],
     fenced: bool,
+    /// Every peer's latest record accounts with this Region's current epoch: each has closed
+    /// every earlier epoch of this Region and taken its part of any debt those epochs ended in.
+    /// Until then this Region does not adopt a raise (see [`adopt`]).
+    earlier_epochs_closed: bool,
 }
 
 impl LimitCtx<'_> {
@@ -977,7 +985,7 @@ impl LimitCtx<'_> {
             share_before: e.share,
             ..LimitOutcome::default()
         };
-        adopt(spec, &mut e, self.d.n(), self.me);
+        adopt(spec, &mut e, self.d.n(), self.me, self.earlier_epochs_closed);
         e.demand = demand;
         if let LimitKind::Security { .. } = spec.kind {
             self.hold_security_share(spec, &mut e);
@@ -1326,13 +1334,24 @@ fn reset_account(e: &mut LimitRecord, j: RegionId) {
 
 /// Adopts a new limit version: room arrives or leaves in this Region's static part, so the sum of
 /// shares never exceeds the larger of the old and the new rate while Regions disagree.
-fn adopt(spec: &LimitSpec, e: &mut LimitRecord, n: usize, me: RegionId) {
+///
+/// A **raise** waits until `earlier_epochs_closed`: an earlier epoch of this Region may have
+/// ended in debt after a lowering (it had granted away the room the lowering took), and that debt
+/// is room its heirs still hold above the limit until each has closed the epoch and taken its
+/// part. Adopting the raise meanwhile would put the raise on top of that debt, above every rate
+/// in play (fuzz seed 345378). Left at its old version, this Region's static part keeps the room
+/// in existence at most `Σ part_i(largest rate in play)` (docs/PROTOCOL.md, "A raise after an
+/// unpaid lowering"). A lowering, a version at the same rate and a first adoption never wait.
+fn adopt(spec: &LimitSpec, e: &mut LimitRecord, n: usize, me: RegionId, may_raise: bool) {
     if spec.version <= e.limit_version {
         return;
     }
     let old = LimitSpec::static_part(e.rate, n, me);
     let new = LimitSpec::static_part(spec.rate, n, me);
     let first = e.limit_version == 0;
+    if new > old && !first && !may_raise {
+        return;
+    }
     e.limit_version = spec.version;
     e.rate = spec.rate;
     if new >= old {

@@ -96,6 +96,31 @@ impl World {
         self.lost[i] = true;
     }
 
+    /// Region `i`'s daemon starts again from its last record after `down_ms` (a new epoch if
+    /// that is past the resume window) with the limits `limits`, and reads every peer's latest
+    /// record. It is running again for the audit.
+    pub fn restart(&mut self, i: usize, down_ms: u64, limits: Vec<LimitSpec>) {
+        let own = self.coords[i].own().clone();
+        let mut c = Coordinator::restart(self.d.clone(), rid(i), Some(own), down_ms);
+        c.set_limits(limits).expect("valid limits");
+        for (j, peer) in self.coords.iter().enumerate() {
+            if j != i {
+                c.observe(Arc::new(peer.own().clone())).expect("valid record");
+            }
+        }
+        self.coords[i] = c;
+        self.lost[i] = false;
+    }
+
+    /// Room the running Regions hold (share + pool − debt of each committed record): what their
+    /// gateways enforce now or may raise to without a grant.
+    pub fn live_room(&self) -> i128 {
+        (0..self.coords.len())
+            .filter(|&i| !self.lost[i])
+            .map(|i| self.coords[i].own().limits[0].held())
+            .sum()
+    }
+
     /// Region `i` rebalances with `demand_rps`, commits, and returns the decision.
     pub fn rebalance(&mut self, i: usize, demand_rps: f64) -> Decision {
         let demand = [Room::from_rps(demand_rps).expect("demand")];
