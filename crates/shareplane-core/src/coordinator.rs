@@ -985,7 +985,13 @@ impl LimitCtx<'_> {
             share_before: e.share,
             ..LimitOutcome::default()
         };
-        adopt(spec, &mut e, self.d.n(), self.me, self.earlier_epochs_closed);
+        adopt(
+            spec,
+            &mut e,
+            self.d.n(),
+            self.me,
+            self.earlier_epochs_closed,
+        );
         e.demand = demand;
         if let LimitKind::Security { .. } = spec.kind {
             self.hold_security_share(spec, &mut e);

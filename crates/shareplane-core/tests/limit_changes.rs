@@ -36,7 +36,10 @@ fn a_new_epoch_adopts_a_raise_only_once_its_ended_epochs_debt_is_taken() {
     }
     w.rebalance(0, 100.0);
     let a = w.coords[0].own().limits[0];
-    assert!(a.debt > a.share + a.pool, "A owes more than it holds: {a:?}");
+    assert!(
+        a.debt > a.share + a.pool,
+        "A owes more than it holds: {a:?}"
+    );
     w.lose(0);
     for _ in 0..4 {
         w.rebalance(1, 9_000.0);
@@ -53,7 +56,10 @@ fn a_new_epoch_adopts_a_raise_only_once_its_ended_epochs_debt_is_taken() {
     assert!(w.live_room() <= largest, "live room {}", w.live_room());
     let a = w.coords[0].own();
     assert_eq!(a.epoch, 2, "A is back in a new epoch");
-    assert_eq!(a.limits[0].limit_version, 2, "A waits before it adopts the raise");
+    assert_eq!(
+        a.limits[0].limit_version, 2,
+        "A waits before it adopts the raise"
+    );
     // A's record (and its epoch's) reaches B: B closes the old epoch and takes its debt.
     w.publish(0);
     w.rebalance(1, 9_000.0);

@@ -105,7 +105,8 @@ impl World {
         c.set_limits(limits).expect("valid limits");
         for (j, peer) in self.coords.iter().enumerate() {
             if j != i {
-                c.observe(Arc::new(peer.own().clone())).expect("valid record");
+                c.observe(Arc::new(peer.own().clone()))
+                    .expect("valid record");
             }
         }
         self.coords[i] = c;
