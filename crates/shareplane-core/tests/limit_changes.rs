@@ -14,9 +14,9 @@ fn at(d: &Deployment, version: u64, rps: u64) -> Vec<LimitSpec> {
 
 /// Fuzz seed 345378, by hand. A grants its room to B, the limit is lowered from 10,000 to
 /// 6,000 (A owes more than it holds), A is lost before it pays, the limit is raised to 12,000,
-/// and A comes back in a new epoch; A's last record of its old epoch reaches B only then. B still holds the room A's old epoch owes until it closes
-/// that epoch and takes the debt on; had A adopted the raise meanwhile, the running Regions
-/// would hold 12,000 plus that debt. A waits for B's record to account with its new epoch, and
+/// and A comes back in a new epoch; A's last record of its old epoch reaches B only then. B
+/// still holds the room A's old epoch owes until it closes that epoch and takes the debt on;
+/// had A adopted the raise meanwhile, the running Regions would hold 12,000 plus that debt. A waits for B's record to account with its new epoch, and
 /// the room ends exactly at the new limit.
 #[test]
 fn a_new_epoch_adopts_a_raise_only_once_its_ended_epochs_debt_is_taken() {

@@ -7,8 +7,8 @@
 //! the next version on its own. States are deduplicated by a hash of the protocol state.
 //!
 //! In every state it checks: exact conservation (but for room that heirs which reclaimed from a
-//! stale record count twice until they settle, residual D12; exact again after recovery); unless a false-positive health verdict (a live
-//! Region reported unhealthy) has been in force, Σ live shares ≤ the largest rate adopted so far,
+//! stale record count twice until they settle, residual D12; exact again after recovery);
+//! unless a false-positive health verdict (a live Region reported unhealthy) has been in force, Σ live shares ≤ the largest rate adopted so far,
 //! and so is the room the running Regions hold (share + pool − debt: what they may raise to
 //! without a grant) beyond what heirs that reclaimed from a stale record hold twice (the audit's
 //! `over_stale`, residual D12); no grant taken twice; and on every rebalance that a reclaim of a
@@ -515,8 +515,8 @@ fn apply(w: &mut World, s: &Settings, a: Action) -> Option<String> {
     None
 }
 
-fn check_state(w: &World, d: &Deployment, s: &Settings) -> Option<String> {
-    let c = w.audit(d);
+/// Checks a state against `c`, its audit (`World::audit`).
+fn check_state(w: &World, c: &Audit, s: &Settings) -> Option<String> {
     // Heirs that reclaimed from a stale record (its last one had not reached them) hold what
     // that record showed until they settle against the last one (residual D12): room counted
     // twice in the records, `over_stale`, and nothing else. The shares stay under the limit
@@ -620,11 +620,11 @@ fn converged(w: &World, s: &Settings, residual: bool) -> Option<String> {
             "after recovery the sum of shares {sum} is above the limit"
         ));
     }
+    let a = w.audit(&deployment(s));
     if !residual {
-        if let Some(v) = check_state(w, &deployment(s), s) {
+        if let Some(v) = check_state(w, &a, s) {
             return Some(format!("after recovery: {v}"));
         }
-        let a = w.audit(&deployment(s));
         if !a.holds() {
             return Some(format!("after recovery conservation is not exact: {a:?}"));
         }
@@ -638,7 +638,6 @@ fn converged(w: &World, s: &Settings, residual: bool) -> Option<String> {
     }
     // Everything has healed: no room may be left outside the live Regions' hands (an estate
     // not taken, grants in flight between epochs that ended), and none idle in a pool.
-    let a = w.audit(&deployment(s));
     if a.outside_live() != 0 {
         return Some(format!("after recovery room is outside live hands: {a:?}"));
     }
@@ -672,12 +671,12 @@ pub fn explore(s: &Settings) -> Report {
             if w.false_verdict {
                 report.false_verdict_states += 1;
             }
-            let stale = w.audit(&d).over_stale;
-            if stale > 0 {
+            let a = w.audit(&d);
+            if a.over_stale > 0 {
                 report.stale_states += 1;
-                report.max_stale = report.max_stale.max(Room(stale as u64));
+                report.max_stale = report.max_stale.max(Room(a.over_stale as u64));
             }
-            if let Some(v) = check_state(w, &d, s) {
+            if let Some(v) = check_state(w, &a, s) {
                 report
                     .violations
                     .push(format!("{v}\n  trace: {}", w.trace.join(" ")));
@@ -735,7 +734,7 @@ pub fn replay_and_recover(s: &Settings, trace: &[Action]) -> Option<String> {
         if let Some(v) = apply(&mut w, s, *a) {
             return Some(format!("at {a:?}: {v}"));
         }
-        if let Some(v) = check_state(&w, &d, s) {
+        if let Some(v) = check_state(&w, &w.audit(&d), s) {
             return Some(format!("after {a:?}: {v}"));
         }
     }
