@@ -11,6 +11,7 @@
 //! | `RebalancesWithoutFreshData`  | Region          | Count   |
 //! | `Ready`                       | Region          | None (1 or 0) |
 //! | `LongestWaitForRecordSeconds` | Region          | Seconds (leader only) |
+//! | `LongestRaiseWaitSeconds`     | Region          | Seconds (leader only) |
 //! | `LimitsMismatchPeers`         | Region          | Count   |
 //! | `LimitsAboveRate`             | Region          | Count   |
 //!
@@ -96,6 +97,18 @@ impl Point {
     pub fn longest_wait_for_record(region: &str, seconds: f64) -> Point {
         Point::new(
             "LongestWaitForRecordSeconds",
+            vec![("Region", region.into())],
+            seconds,
+            Unit::Seconds,
+        )
+    }
+
+    /// How long (by own rebalances) a raise of some limit has waited for a peer's record to
+    /// account with this Region's current epoch: the raise's room is unused, under the limit,
+    /// meanwhile. 0 when no raise waits. Lasting, that peer is down or cut off.
+    pub fn longest_raise_wait(region: &str, seconds: f64) -> Point {
+        Point::new(
+            "LongestRaiseWaitSeconds",
             vec![("Region", region.into())],
             seconds,
             Unit::Seconds,

@@ -150,6 +150,15 @@ pub struct Alarms {
     /// Peers whose ended epoch this rebalance stopped waiting for, as an operator asked
     /// ([`Coordinator::abandon`]): what it would have settled of it stays with nobody.
     pub abandoned: Vec<RegionId>,
+    /// Limits whose new, higher rate this Region has not adopted yet because an earlier epoch
+    /// of it may still owe its heirs (see [`Coordinator::rebalance`] and docs/PROTOCOL.md, "A
+    /// raise after an unpaid lowering"): the raise's room stays unused, under the limit, until
+    /// every peer accounts with this Region's current epoch.
+    pub raises_waiting: Vec<usize>,
+    /// The peers those raises wait for: their latest record does not account with this
+    /// Region's current epoch yet. A peer that is down holds the raise back until its next epoch
+    /// has closed this Region's earlier ones; lasting, an operator should look.
+    pub raise_waits_for: Vec<RegionId>,
     /// Steps of this rebalance that changed the room they only move (a bug in the core, never
     /// a fault of the world): `(limit index, step)`. Each step that moves room within this
     /// Region's own account is checked against the quantity it must keep: taking grants keeps
@@ -660,9 +669,11 @@ impl Coordinator {
             && crate::region::regions(d.n())
                 .filter(|&r| r != me)
                 .all(|r| self.peers[r.index()].silence.unchanged() > 0);
-        let earlier_epochs_closed = crate::region::regions(d.n())
+        let not_closed: Vec<RegionId> = crate::region::regions(d.n())
             .filter(|&r| r != me)
-            .all(|r| self.peers[r.index()].latest.peer_epochs[me] >= rec.epoch);
+            .filter(|&r| self.peers[r.index()].latest.peer_epochs[me] < rec.epoch)
+            .collect();
+        let earlier_epochs_closed = not_closed.is_empty();
         let ctx = LimitCtx {
             d: &d,
             me,
@@ -683,6 +694,9 @@ impl Coordinator {
             if inputs.explain {
                 outcomes.push(out);
             }
+        }
+        if !alarms.raises_waiting.is_empty() {
+            alarms.raise_waits_for = not_closed;
         }
         apply_marks(&mut rec, &plans);
         Decision {
@@ -985,13 +999,16 @@ impl LimitCtx<'_> {
             share_before: e.share,
             ..LimitOutcome::default()
         };
-        adopt(
+        if adopt(
             spec,
             &mut e,
             self.d.n(),
             self.me,
             self.earlier_epochs_closed,
-        );
+        ) == Adoption::RaiseWaits
+        {
+            alarms.raises_waiting.push(li);
+        }
         e.demand = demand;
         if let LimitKind::Security { .. } = spec.kind {
             self.hold_security_share(spec, &mut e);
@@ -1348,15 +1365,21 @@ fn reset_account(e: &mut LimitRecord, j: RegionId) {
 /// in play (fuzz seed 345378). Left at its old version, this Region's static part keeps the room
 /// in existence at most `Σ part_i(largest rate in play)` (docs/PROTOCOL.md, "A raise after an
 /// unpaid lowering"). A lowering, a version at the same rate and a first adoption never wait.
-fn adopt(spec: &LimitSpec, e: &mut LimitRecord, n: usize, me: RegionId, may_raise: bool) {
+fn adopt(
+    spec: &LimitSpec,
+    e: &mut LimitRecord,
+    n: usize,
+    me: RegionId,
+    may_raise: bool,
+) -> Adoption {
     if spec.version <= e.limit_version {
-        return;
+        return Adoption::Current;
     }
     let old = LimitSpec::static_part(e.rate, n, me);
     let new = LimitSpec::static_part(spec.rate, n, me);
     let first = e.limit_version == 0;
     if new > old && !first && !may_raise {
-        return;
+        return Adoption::RaiseWaits;
     }
     e.limit_version = spec.version;
     e.rate = spec.rate;
@@ -1370,6 +1393,18 @@ fn adopt(spec: &LimitSpec, e: &mut LimitRecord, n: usize, me: RegionId, may_rais
     } else {
         e.debt += old - new;
     }
+    Adoption::Adopted
+}
+
+/// What [`adopt`] did with the version rolled out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Adoption {
+    /// The record already runs this version (or a later one).
+    Current,
+    /// The version was adopted.
+    Adopted,
+    /// A raise that waits for every peer to account with this Region's current epoch.
+    RaiseWaits,
 }
 
 /// The comparison design (SPEC §3): the share is the target, with nothing pooled or asked for.

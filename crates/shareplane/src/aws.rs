@@ -4,7 +4,7 @@
 use crate::config::Config;
 use crate::health::HealthSource;
 use crate::state::Shared;
-use crate::view::StateView;
+use crate::view::{PeerJson, StateView};
 use shareplane_aws::client::{cloudwatch, cloudwatch_health, dynamodb, sdk_config};
 use shareplane_aws::{CallLimits, DynamoStore, Endpoint, HealthReader, MetricsPublisher, Point};
 use shareplane_core::{Health, PerRegion};
@@ -109,14 +109,18 @@ pub fn points(
         }
     }
     if view.role == "leader" {
-        let longest = view
-            .peers
-            .iter()
-            .filter_map(|p| p.waiting_for_record)
-            .max()
-            .unwrap_or(0);
-        let secs = f64::from(longest) * view.period_ms as f64 / 1000.0;
-        out.push(Point::longest_wait_for_record(&view.region, secs));
+        let longest = |of: fn(&PeerJson) -> Option<u32>| {
+            let rounds = view.peers.iter().filter_map(of).max().unwrap_or(0);
+            f64::from(rounds) * view.period_ms as f64 / 1000.0
+        };
+        out.push(Point::longest_wait_for_record(
+            &view.region,
+            longest(|p| p.waiting_for_record),
+        ));
+        out.push(Point::longest_raise_wait(
+            &view.region,
+            longest(|p| p.raise_waiting),
+        ));
     }
     let mismatched = view
         .alarms

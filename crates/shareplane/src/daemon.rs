@@ -47,7 +47,7 @@ use crate::state::Shared;
 use crate::view::{build_view, ViewInput};
 use shareplane_core::{
     peer_view, regions, Alarms, Coordinator, Decision, Deployment, Health, Inputs, PeerState,
-    PeerView, PerRegion, RegionRecord, Room, Rule, Silence,
+    PeerView, PerRegion, RegionId, RegionRecord, Room, Rule, Silence,
 };
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::future::Future;
@@ -142,6 +142,9 @@ struct Leader {
     /// Own rebalances in a row that could not close each peer's ended epoch for want of its last
     /// record, by Region index.
     waiting_for_record: Vec<u32>,
+    /// Own rebalances in a row at which a raise of some limit waited for each peer to account
+    /// with this Region's current epoch, by Region index.
+    raise_waiting: Vec<u32>,
 }
 
 /// A coordinator rebuilt from the own durable record ([`Daemon::resume_from_durable`]).
@@ -161,6 +164,7 @@ impl Leader {
             unwritten_epoch: r.unwritten_epoch,
             durable_demand: r.durable_demand,
             waiting_for_record: vec![0; n],
+            raise_waiting: vec![0; n],
         }
     }
 
@@ -688,14 +692,11 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             error!(region = %self.shared.region, limit, step,
                    "a step of the protocol core changed the room it only moves (a bug in shareplane: please report it with /v1/state and /v1/events); the decision is written as computed");
         }
-        for (i, w) in leader.waiting_for_record.iter_mut().enumerate() {
-            let waiting = decision
-                .alarms
-                .waiting_for_record
-                .iter()
-                .any(|r| r.index() == i);
-            *w = if waiting { w.saturating_add(1) } else { 0 };
-        }
+        count_in_a_row(
+            &mut leader.waiting_for_record,
+            &decision.alarms.waiting_for_record,
+        );
+        count_in_a_row(&mut leader.raise_waiting, &decision.alarms.raise_waits_for);
         if decision.alarms.stale_view {
             self.shared.metrics.stale_rebalances.inc();
         }
@@ -886,24 +887,24 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     fn update_view(&mut self) {
         let d = self.d.clone();
         let me = self.shared.me;
-        let (role, own, peer_records, peer_views, waiting) = match &self.role {
+        let (role, own, peer_records, peer_views, waits) = match &self.role {
             Role::Leader(l) if l.lease_until_ms > 0 => {
                 let c = &l.coord;
                 let recs = regions(d.n()).map(|r| c.latest(r).cloned()).collect();
-                let waiting = l.waiting_for_record.clone();
+                let waits = (l.waiting_for_record.clone(), l.raise_waiting.clone());
                 (
                     "leader",
                     Some(Arc::new(c.own().clone())),
                     recs,
                     Some(c.peers()),
-                    waiting,
+                    waits,
                 )
             }
             _ => {
                 let own = self.own_seen.clone();
                 let peers = self.follower_peers(own.as_deref());
                 let recs = self.peer_records.clone();
-                ("follower", own, recs, Some(peers), Vec::new())
+                ("follower", own, recs, Some(peers), Default::default())
             }
         };
         let view = build_view(ViewInput {
@@ -919,10 +920,19 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             last_error: self.last_error.clone(),
             rules_version: self.shared.rules().version,
             alarms: [self.alarms.clone(), self.mismatch_alarms()].concat(),
-            waiting_for_record: waiting,
+            waiting_for_record: waits.0,
+            raise_waiting: waits.1,
             limits_mismatch: self.mismatch.clone(),
         });
         self.shared.set_view(view);
+    }
+}
+
+/// Counts, by Region index, the rebalances in a row that named each Region in `named`.
+fn count_in_a_row(counts: &mut [u32], named: &[RegionId]) {
+    for (i, c) in counts.iter_mut().enumerate() {
+        let now = named.iter().any(|r| r.index() == i);
+        *c = if now { c.saturating_add(1) } else { 0 };
     }
 }
 
@@ -946,6 +956,9 @@ fn alarm_names(a: &Alarms, d: &Deployment) -> Vec<String> {
     }
     for r in &a.waiting_for_record {
         out.push(format!("waiting_for_record:{}", d.region_name(*r)));
+    }
+    for r in &a.raise_waits_for {
+        out.push(format!("raise_waiting:{}", d.region_name(*r)));
     }
     for (li, step) in &a.not_conserved {
         let id = d.limits.get(*li).map_or("?", |l| l.id.as_str());

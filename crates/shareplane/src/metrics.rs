@@ -1,7 +1,7 @@
 //! The daemon's metrics in Prometheus text format. Every metric is defined once, in
 //! [`Metrics::render`], with its name, help and type; the loop and the API only bump fields.
 
-use crate::view::{LimitJson, StateView};
+use crate::view::{LimitJson, PeerJson, StateView};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -355,6 +355,32 @@ const LIMIT_GAUGES: [LimitGauge; 6] = [
     ),
 ];
 
+/// A gauge per peer: name, help, and the value (none: not known to this replica, no series).
+type PeerGauge = (&'static str, &'static str, fn(&PeerJson) -> Option<u32>);
+
+const PEER_GAUGES: [PeerGauge; 4] = [
+    (
+        "shareplane_peer_unchanged_rebalances",
+        "Own rebalances in a row with the peer's record unchanged.",
+        |p| p.unchanged,
+    ),
+    (
+        "shareplane_peer_waiting_for_record_rebalances",
+        "Own rebalances in a row that could not close the peer's ended epoch for want of its last record (its room is frozen meanwhile).",
+        |p| p.waiting_for_record,
+    ),
+    (
+        "shareplane_peer_raise_waiting_rebalances",
+        "Own rebalances in a row at which a raise of some limit waited for the peer's record to account with this Region's current epoch (the raise's room is unused meanwhile; alarm raise_waiting:<peer>).",
+        |p| p.raise_waiting,
+    ),
+    (
+        "shareplane_peer_limits_mismatch_rebalances",
+        "Phase ticks in a row at which the peer's record named other limits than this Region runs (alarm limits_mismatch:<peer> past the rollout window).",
+        |p| p.limits_mismatch,
+    ),
+];
+
 #[derive(Default)]
 pub struct Metrics {
     pub rebalances: Counter,
@@ -438,37 +464,16 @@ impl Metrics {
                 );
             }
         }
-        let name = "shareplane_peer_unchanged_rebalances";
-        let _ = writeln!(o, "# HELP {name} Own rebalances in a row with the peer's record unchanged.\n# TYPE {name} gauge");
-        for p in &view.peers {
-            if let Some(u) = p.unchanged {
-                let _ = writeln!(
-                    o,
-                    "{name}{{region=\"{region}\",peer=\"{}\"}} {u}",
-                    esc(&p.region)
-                );
-            }
-        }
-        let name = "shareplane_peer_waiting_for_record_rebalances";
-        let _ = writeln!(o, "# HELP {name} Own rebalances in a row that could not close the peer's ended epoch for want of its last record (its room is frozen meanwhile).\n# TYPE {name} gauge");
-        for p in &view.peers {
-            if let Some(w) = p.waiting_for_record {
-                let _ = writeln!(
-                    o,
-                    "{name}{{region=\"{region}\",peer=\"{}\"}} {w}",
-                    esc(&p.region)
-                );
-            }
-        }
-        let name = "shareplane_peer_limits_mismatch_rebalances";
-        let _ = writeln!(o, "# HELP {name} Phase ticks in a row at which the peer's record named other limits than this Region runs (alarm limits_mismatch:<peer> past the rollout window).\n# TYPE {name} gauge");
-        for p in &view.peers {
-            if let Some(m) = p.limits_mismatch {
-                let _ = writeln!(
-                    o,
-                    "{name}{{region=\"{region}\",peer=\"{}\"}} {m}",
-                    esc(&p.region)
-                );
+        for (name, help, get) in PEER_GAUGES {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for p in &view.peers {
+                if let Some(v) = get(p) {
+                    let _ = writeln!(
+                        o,
+                        "{name}{{region=\"{region}\",peer=\"{}\"}} {v}",
+                        esc(&p.region)
+                    );
+                }
             }
         }
         let name = "shareplane_alarm";

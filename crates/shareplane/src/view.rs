@@ -128,6 +128,11 @@ pub struct PeerJson {
     /// neither closed nor settled (leader only). Lasting, that room is stranded (alarm
     /// `waiting_for_record:<peer>`, CloudWatch `LongestWaitForRecordSeconds`).
     pub waiting_for_record: Option<u32>,
+    /// Own rebalances in a row at which a raise of some limit waited for this peer's record to
+    /// account with this Region's current epoch (leader only): the raise's room is unused,
+    /// under the limit, meanwhile (alarm `raise_waiting:<peer>`, CloudWatch
+    /// `LongestRaiseWaitSeconds`; docs/PROTOCOL.md, "A raise after an unpaid lowering").
+    pub raise_waiting: Option<u32>,
     /// The peer's epoch this Region accounts with (the one whose last record it waits for,
     /// while it waits); `None` before the own record is known.
     pub accounts_with_epoch: Option<u64>,
@@ -200,6 +205,9 @@ pub struct ViewInput<'a> {
     /// The leader's count of rebalances in a row waiting for each peer's record, by Region index
     /// (empty for a follower).
     pub waiting_for_record: Vec<u32>,
+    /// The leader's count of rebalances in a row at which a raise waited for each peer, by
+    /// Region index (empty for a follower).
+    pub raise_waiting: Vec<u32>,
     /// Phase ticks in a row at which each peer named other limits, by Region index (empty:
     /// not counted yet).
     pub limits_mismatch: Vec<u32>,
@@ -237,6 +245,7 @@ impl StateView {
             rules_version: 0,
             alarms: Vec::new(),
             waiting_for_record: Vec::new(),
+            raise_waiting: Vec::new(),
             limits_mismatch: Vec::new(),
         })
     }
@@ -257,6 +266,7 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
         rules_version,
         alarms,
         waiting_for_record,
+        raise_waiting,
         limits_mismatch,
     } = v;
     let input = Arc::new(LimitsInput {
@@ -269,7 +279,7 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
     let (d, l) = (&*input.d, &*input);
     let peers = regions(d.n())
         .filter(|&r| r != me)
-        .map(|r| peer_view(l, r, &waiting_for_record, &limits_mismatch))
+        .map(|r| peer_view(l, r, &waiting_for_record, &raise_waiting, &limits_mismatch))
         .collect();
     let own = l.own.as_deref();
     StateView {
@@ -437,6 +447,7 @@ fn peer_view(
     v: &LimitsInput,
     r: RegionId,
     waiting_for_record: &[u32],
+    raise_waiting: &[u32],
     limits_mismatch: &[u32],
 ) -> PeerJson {
     let rec = peer_record(v, r);
@@ -458,6 +469,7 @@ fn peer_view(
         },
         written_at_ms: pv.map_or_else(|| from_rec(|x| x.written_at_ms), |p| p.written_at_ms),
         waiting_for_record: waiting_for_record.get(r.index()).copied(),
+        raise_waiting: raise_waiting.get(r.index()).copied(),
         accounts_with_epoch: v.own.as_deref().map(|o| o.peer_epochs[r]),
         limits_digest: rec
             .as_deref()
@@ -546,6 +558,7 @@ mod tests {
             rules_version: 2,
             alarms,
             waiting_for_record: Vec::new(),
+            raise_waiting: Vec::new(),
             limits_mismatch: Vec::new(),
         })
     }

@@ -445,13 +445,15 @@ async fn rules_carry_the_lease_and_a_long_poll_answers_each_renewal() {
 
 /// A view in which B and C wrote `peer_epoch` records, B's old epoch's last record has not
 /// reached this Region (alarm `waiting_for_record:B`), and the leader has waited `waiting`
-/// rebalances for each peer (by Region index; empty for a follower).
+/// rebalances for each peer's record and `raise` rebalances with a raise held back for each
+/// peer (by Region index; empty for a follower).
 fn waiting_view(
     s: &Shared,
     role: &'static str,
     own: Option<&shareplane_core::RegionRecord>,
     peer_epoch: u64,
     waiting: Vec<u32>,
+    raise: Vec<u32>,
 ) -> shareplane::state::StateView {
     use shareplane::state::{build_view, ViewInput};
     use shareplane_core::{Health, PeerState, PeerView, PerRegion, MAX_REGIONS};
@@ -477,22 +479,26 @@ fn waiting_view(
         rules_version: 1,
         alarms: vec!["waiting_for_record:B".into()],
         waiting_for_record: waiting,
+        raise_waiting: raise,
         limits_mismatch: Vec::new(),
     })
 }
 
 #[tokio::test]
-async fn a_peer_whose_old_epoch_cannot_be_closed_shows_in_state_metrics_and_cloudwatch() {
+async fn a_wait_on_a_peer_shows_in_state_metrics_and_cloudwatch() {
     let (s, _tx) = shared();
-    let view = |role, waiting: Vec<u32>| waiting_view(&s, role, None, 2, waiting);
-    // The leader has waited 7 rebalances for B's old epoch's last record, none for C's.
-    s.set_view(view("leader", vec![0, 7, 0]));
+    let view = |role, waiting: Vec<u32>, raise| waiting_view(&s, role, None, 2, waiting, raise);
+    // The leader has waited 7 rebalances for B's old epoch's last record, none for C's, and
+    // has held a raise back for 4 rebalances waiting for C to account with its new epoch.
+    s.set_view(view("leader", vec![0, 7, 0], vec![0, 0, 4]));
     let app = api::router(s.clone());
     let (_, _, body) = call(&app, get("/v1/state")).await;
     let v = json(&body);
     assert_eq!(v["peers"][0]["region"], "B");
     assert_eq!(v["peers"][0]["waiting_for_record"], 7);
     assert_eq!(v["peers"][1]["waiting_for_record"], 0);
+    assert_eq!(v["peers"][0]["raise_waiting"], 0);
+    assert_eq!(v["peers"][1]["raise_waiting"], 4);
     assert_eq!(v["alarms"][0], "waiting_for_record:B");
     let (_, _, body) = call(&app, get("/metrics")).await;
     let text = String::from_utf8_lossy(&body);
@@ -500,16 +506,27 @@ async fn a_peer_whose_old_epoch_cannot_be_closed_shows_in_state_metrics_and_clou
         text.contains("shareplane_peer_waiting_for_record_rebalances{region=\"A\",peer=\"B\"} 7"),
         "{text}"
     );
-    let seconds = |v: &shareplane::state::StateView| {
+    assert!(
+        text.contains("shareplane_peer_raise_waiting_rebalances{region=\"A\",peer=\"C\"} 4"),
+        "{text}"
+    );
+    let seconds = |v: &shareplane::state::StateView, name: &str| {
         shareplane::aws::points(v, true, 0, 0)
             .into_iter()
-            .find(|p| p.name == "LongestWaitForRecordSeconds")
+            .find(|p| p.name == name)
             .map(|p| p.value)
     };
-    assert_eq!(seconds(&s.view()), Some(35.0), "7 rebalances of 5 s");
+    let (record, raise) = ("LongestWaitForRecordSeconds", "LongestRaiseWaitSeconds");
+    assert_eq!(
+        seconds(&s.view(), record),
+        Some(35.0),
+        "7 rebalances of 5 s"
+    );
+    assert_eq!(seconds(&s.view(), raise), Some(20.0), "4 rebalances of 5 s");
     // A follower does not know: it publishes nothing rather than a 0 that would clear the alarm.
-    let follower = view("follower", Vec::new());
-    assert_eq!(seconds(&follower), None);
+    let follower = view("follower", Vec::new(), Vec::new());
+    assert_eq!(seconds(&follower, record), None);
+    assert_eq!(seconds(&follower, raise), None);
     assert_eq!(follower.peers[0].waiting_for_record, None);
 }
 
@@ -563,7 +580,7 @@ async fn giving_up_on_a_lost_record_is_checked_against_the_leaders_view_then_que
     let rid = |i| RegionId::new(i).unwrap_or_else(|| panic!("region {i}"));
     // The own record accounts with B's epoch 1; B's latest record is in epoch 3.
     let own = shareplane_core::RegionRecord::genesis(&s.d(), s.me);
-    let view = |role, waiting: Vec<u32>| waiting_view(&s, role, Some(&own), 3, waiting);
+    let view = |role, waiting: Vec<u32>| waiting_view(&s, role, Some(&own), 3, waiting, vec![]);
     let app = api::router(s.clone());
     let req = |region: &str, token: Option<&str>, body: &str| {
         let mut b = Request::post(format!("/v1/peers/{region}/abandon"))

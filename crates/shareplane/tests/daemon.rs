@@ -9,7 +9,8 @@ use shareplane::slow_store::SlowStore;
 use shareplane::state::{LimitJson, Shared};
 use shareplane::table::SimTable;
 use shareplane_core::{
-    audit, Coordinator, Deployment, Health, PerRegion, RegionId, RegionRecord, Truth, MAX_REGIONS,
+    audit, Coordinator, Deployment, Health, PerRegion, RegionId, RegionRecord, Room, Truth,
+    MAX_REGIONS,
 };
 use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1444,4 +1445,68 @@ async fn an_operator_gives_up_on_lost_records_one_epoch_at_a_time_and_nothing_is
     );
     // B rises again by A's grants too: A accounts with its current epoch.
     assert!(c.published()[1] > 0.0, "{:?}", c.published());
+}
+
+/// A Region that comes back in a new epoch holds a raise back until every peer accounts with
+/// that epoch (docs/PROTOCOL.md, "A raise after an unpaid lowering"). While a peer is down that
+/// can last, with the raise's room unused: the leader says so (`raise_waiting:<peer>`, the
+/// peer's `raise_waiting` count) and adopts the raise once the peer is back.
+#[tokio::test(start_paused = true)]
+async fn a_raise_held_back_for_a_peer_that_is_down_is_an_alarm_until_the_peer_returns() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    settle(60).await;
+    // B is lost and reclaimed by A and C; then C is lost too (healthy: nobody reclaims it).
+    stop_replica(&mut c, 1).await;
+    c.health.set(rid(1), Health::Unhealthy);
+    settle(40).await;
+    let a = c.replicas[0][0].shared.clone();
+    assert_eq!(peer_state(&a, "B"), "reclaimed");
+    assert_eq!(peer_state(&c.replicas[2][0].shared, "B"), "reclaimed");
+    stop_replica(&mut c, 2).await;
+    // B comes back with the limit raised to 12,000 (version 2).
+    let mut raised = (*c.d).clone();
+    let k = raised.limits.iter_mut().find(|l| l.id == "k-big");
+    let k = k.unwrap_or_else(|| panic!("no k-big in the demo"));
+    (k.rate, k.version) = (Room::rps(12_000), 2);
+    c.d = Arc::new(raised);
+    c.health.set(rid(1), Health::Healthy);
+    let b = c.start(1, "r1-back", c.clock);
+    let (max_sum, _w) = watch_sum(vec![a.clone(), b.clone()]);
+    settle(30).await;
+    let v = b.view();
+    assert_eq!(v.epoch, 2, "B came back in a new epoch");
+    let adopted = |s: &Shared| limit_json(&s.view(), "k-big").map(|l| l.adopted_version);
+    assert_eq!(adopted(&b), Some(1), "the raise waits for C");
+    assert!(
+        alarms_of(&b).contains(&"raise_waiting:C".to_string()),
+        "{v:?}"
+    );
+    assert!(
+        !alarms_of(&b).iter().any(|x| x == "raise_waiting:A"),
+        "{v:?}"
+    );
+    let waited = |s: &Shared, peer: &str| {
+        let v = s.view();
+        v.peers
+            .iter()
+            .find(|p| p.region == peer)
+            .and_then(|p| p.raise_waiting)
+    };
+    assert!(waited(&b, "C").is_some_and(|n| n >= 4), "{v:?}");
+    assert_eq!(waited(&b, "A"), Some(0));
+
+    // C is back: it closes B's old epoch, accounts with the new one, and B adopts the raise.
+    c.start(2, "r2-back", c.clock);
+    settle(30).await;
+    assert_eq!(adopted(&b), Some(2), "{:?}", b.view());
+    assert!(
+        !alarms_of(&b).iter().any(|x| x.starts_with("raise_waiting")),
+        "{:?}",
+        b.view()
+    );
+    assert_eq!(waited(&b, "C"), Some(0));
+    let max = *max_sum.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(max <= 12_000.0 + 1e-6, "A's and B's shares reached {max}");
 }

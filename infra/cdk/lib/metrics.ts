@@ -22,6 +22,12 @@ export const METRICS = {
    */
   longestWaitForRecordSeconds: { name: 'LongestWaitForRecordSeconds', dimensions: ['Region'] },
   /**
+   * How long a raise of some limit has waited for a peer to account with the leader's current
+   * epoch (seconds; 0 when no raise waits): the raise's room is unused, under the limit,
+   * meanwhile. Dimensions: Region.
+   */
+  longestRaiseWaitSeconds: { name: 'LongestRaiseWaitSeconds', dimensions: ['Region'] },
+  /**
    * Peers whose records have named other limits than this Region runs (another digest of ids,
    * kinds, versions and rates) for longer than the daemon's rollout window
    * (`limits_rollout_periods`, default 10 periods); 0 when none. Dimensions: Region.

@@ -606,6 +606,13 @@ export class RegionStack extends Stack {
       evaluationPeriods: 1,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     });
+    add('RaiseHeldBack', `A limit's raise in ${region} has waited more than ${STRANDED_AFTER_SECONDS} s for a peer to account with ${region}'s new epoch: the raise's room is unused.`, {
+      metric: metric(METRICS.longestRaiseWaitSeconds.name, {}, 'Maximum'),
+      threshold: STRANDED_AFTER_SECONDS,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
     add('LimitsMismatch', `${region} runs other limits than some peer, for longer than the daemon's rollout window: the Regions do not hold one limit.`, {
       metric: metric(METRICS.limitsMismatchPeers.name, {}, 'Maximum'),
       threshold: 0,

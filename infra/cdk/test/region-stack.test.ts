@@ -306,11 +306,11 @@ function alarms(tpl: Template, region: string): Map<string, any> {
   return out;
 }
 
-test('alarms: stale peer records, sum of shares above the limit (per limit and for all), rejected records, no fresh data, stranded room, limits mismatch, not ready', () => {
+test('alarms: stale peer records, sum of shares above the limit (per limit and for all), rejected records, no fresh data, stranded room, a raise held back, limits mismatch, not ready', () => {
   const a = alarms(t, REGION);
   assert.deepEqual([...a.keys()].sort(), [
-    'LimitsAboveRate', 'LimitsMismatch', 'NotReady', 'RebalancesWithoutFreshData', 'RecordStale-ap-southeast-2', 'RecordStale-us-east-1',
-    'RejectedRecords', 'StrandedRoom', 'SumOfSharesAboveLimit-k-big',
+    'LimitsAboveRate', 'LimitsMismatch', 'NotReady', 'RaiseHeldBack', 'RebalancesWithoutFreshData', 'RecordStale-ap-southeast-2',
+    'RecordStale-us-east-1', 'RejectedRecords', 'StrandedRoom', 'SumOfSharesAboveLimit-k-big',
   ]);
   const expect = (name: string, metric: string, dims: Record<string, string>, stat: string, op: string, threshold: number, missing: string) => {
     const p = a.get(name);
@@ -331,6 +331,7 @@ test('alarms: stale peer records, sum of shares above the limit (per limit and f
   expect('RejectedRecords', 'RejectedRecords', {}, 'Sum', 'GreaterThanThreshold', 0, 'notBreaching');
   expect('RebalancesWithoutFreshData', 'RebalancesWithoutFreshData', {}, 'Sum', 'GreaterThanThreshold', 0, 'notBreaching');
   expect('StrandedRoom', 'LongestWaitForRecordSeconds', {}, 'Maximum', 'GreaterThanThreshold', 300, 'notBreaching');
+  expect('RaiseHeldBack', 'LongestRaiseWaitSeconds', {}, 'Maximum', 'GreaterThanThreshold', 300, 'notBreaching');
   expect('LimitsMismatch', 'LimitsMismatchPeers', {}, 'Maximum', 'GreaterThanThreshold', 0, 'notBreaching');
   expect('LimitsAboveRate', 'LimitsAboveRate', {}, 'Maximum', 'GreaterThanThreshold', 0, 'notBreaching');
   expect('NotReady', 'Ready', {}, 'Minimum', 'LessThanThreshold', 1, 'breaching');

@@ -85,6 +85,16 @@ locals {
       datapoints_to_alarm = null
       treat_missing_data  = "notBreaching"
     }
+    RaiseHeldBack = {
+      description         = "A limit's raise in ${var.region} has waited more than 300 s for a peer to account with ${var.region}'s new epoch: the raise's room is unused."
+      metric_name         = "LongestRaiseWaitSeconds"
+      statistic           = "Maximum"
+      comparison_operator = "GreaterThanThreshold"
+      threshold           = 300
+      evaluation_periods  = 1
+      datapoints_to_alarm = null
+      treat_missing_data  = "notBreaching"
+    }
     LimitsAboveRate = {
       description         = "Some limit's shares, as ${var.region} sees them, add up to more than its rate (every limit counted)."
       metric_name         = "LimitsAboveRate"
