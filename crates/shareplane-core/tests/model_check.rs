@@ -98,6 +98,46 @@ fn limit_changes_among_faults() {
     ));
 }
 
+/// The same with three Regions (12 → 3 → 18), from the lowering adopted with Regions 1 and 2
+/// in debt: a Region in debt has two heirs, each taking its part, and a raise waits for both.
+#[test]
+fn limit_changes_among_faults_three_regions() {
+    check(&model::Settings::changes_three(
+        depth("SHAREPLANE_MODEL_DEPTH_CHANGES_3", 4),
+        2,
+    ));
+}
+
+/// The limit-change runs start where the Regions with little demand have granted room to
+/// Region 0, so that a lowering leaves them owing more than they hold (with 3 Regions, the
+/// lowering is adopted and the debt is there).
+#[test]
+fn the_limit_change_runs_start_from_granted_room() {
+    use shareplane_core::Room;
+    for s in [
+        model::Settings::changes(0, 2),
+        model::Settings::changes_three(0, 2),
+    ] {
+        let recs = model::root_records(&s);
+        for (i, r) in recs.iter().enumerate().skip(1) {
+            let l = &r.limits[0];
+            assert!(
+                l.granted.0[0] > Room::ZERO,
+                "{} Regions: Region {i} granted nothing to Region 0: {l:?}",
+                s.n
+            );
+            assert!(
+                l.share + l.pool < Room::rps(s.rate_rps / s.n as u64),
+                "{} Regions: Region {i} still holds its static part: {l:?}",
+                s.n
+            );
+            if s.n == 3 {
+                assert!(l.debt > Room::ZERO, "Region {i} owes nothing: {l:?}");
+            }
+        }
+    }
+}
+
 /// Fuzz seed 345378's class: Region 1 lowers while it has granted its room away (it owes more
 /// than it holds), is lost, Region 0 adopts the lowering and the raise, and Region 1 comes back
 /// in a new epoch and is given the raise. Had it adopted the raise before Region 0 closed its old
@@ -118,6 +158,24 @@ fn a_raise_after_an_unpaid_lowering_waits_for_the_heirs() {
         Rebalance(1),
         Deliver(1, 0),
         Rebalance(0),
+    ];
+    assert_eq!(model::replay_and_recover(&s, &trace), None);
+}
+
+/// The trace the 3-Region run finds without the rule: Region 1, in debt after the lowering,
+/// restarts into a new epoch and adopts the raise at once; Regions 0 and 2 then adopt it too
+/// while Region 0 still holds the room Region 1's old epoch granted it: 18.437 of 18.
+#[test]
+fn a_raise_after_an_unpaid_lowering_waits_for_both_heirs() {
+    use model::Action::*;
+    let s = model::Settings::changes_three(0, 2);
+    let trace = [
+        Restart(1),
+        Adopt(1),
+        Rebalance(1),
+        Deliver(1, 0),
+        Rebalance(0),
+        Rebalance(2),
     ];
     assert_eq!(model::replay_and_recover(&s, &trace), None);
 }

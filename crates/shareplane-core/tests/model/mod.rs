@@ -94,6 +94,48 @@ impl Settings {
         }
     }
 
+    /// 3 Regions, L = 12 lowered to 3 and then raised to 18, demands 6, 1 and 1; explored from
+    /// the state where Regions 1 and 2 had granted room to Region 0, every Region has adopted
+    /// the lowering (so that Regions 1 and 2 owe more than they hold, each with two heirs to
+    /// take its part), and the raise is rolled out to Regions 0 and 2, not adopted yet. The
+    /// exploration's depth goes to the faults and the raise; the 2-Region run explores the
+    /// lowering's rollout too.
+    pub fn changes_three(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        Settings {
+            n: 3,
+            demands_rps: vec![6, 1, 1],
+            changes_rps: vec![3, 18],
+            prefix: vec![
+                Rebalance(0),
+                Deliver(0, 1),
+                Deliver(0, 2),
+                Rebalance(1),
+                Rebalance(2),
+                Deliver(1, 0),
+                Deliver(2, 0),
+                Rebalance(0),
+                Deliver(0, 1),
+                Deliver(0, 2),
+                Adopt(0),
+                Adopt(1),
+                Adopt(2),
+                Rebalance(1),
+                Rebalance(2),
+                Deliver(1, 0),
+                Deliver(2, 0),
+                Deliver(1, 2),
+                Deliver(2, 1),
+                Rebalance(0),
+                Deliver(0, 1),
+                Deliver(0, 2),
+                Adopt(0),
+                Adopt(2),
+            ],
+            ..Settings::small(depth, max_faults)
+        }
+    }
+
     /// The rate of limit version `v` (1-based).
     fn rate_of(&self, v: usize) -> Room {
         match v {
@@ -723,6 +765,12 @@ pub fn explore(s: &Settings) -> Report {
         }
     }
     report
+}
+
+/// Every Region's own record at the root of the exploration (after the settings' prefix).
+pub fn root_records(s: &Settings) -> Vec<RegionRecord> {
+    let w = root(&deployment(s), s);
+    w.coords.iter().map(|c| c.own().clone()).collect()
 }
 
 /// Applies `trace` from the start, then recovers (heal, restore, true health, full rounds): the
