@@ -1,6 +1,7 @@
 // The `shareplane demo` dashboard in a real headless browser (Debian's chromium driven by
 // playwright-core): the page loads, shows three Regions, and after a "lose B" click the
 // survivors' shares rise once B is silent and its health check reads unhealthy (two signals).
+// Then `shareplane run`'s read-only dashboard (/dashboard) on the memory store.
 //
 // Usage: node dashboard.test.mjs   (SHAREPLANE_BIN overrides target/debug/shareplane,
 // CHROMIUM overrides /usr/bin/chromium). Every wait is bounded; the demo is stopped with SIGTERM
@@ -73,6 +74,46 @@ async function share(page, region) {
   return Number.isFinite(n) ? n : NaN;
 }
 
+// `shareplane run` on the memory store (Regions A and B, only A running): its read-only page at
+// /dashboard shows A leading, its limit with a share, and B as a peer.
+async function runDashboard(context) {
+  const port = await freePort();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "shareplane-run-dashboard-"));
+  const config = path.join(dir, "run.toml");
+  fs.writeFileSync(config, [
+    'region = "A"', "period_ms = 1000", 'store = "memory"', `listen = "127.0.0.1:${port}"`,
+    'api_token = "0123456789abcdef"', "[[regions]]", 'name = "A"', "[[regions]]", 'name = "B"',
+    "[[limits]]", 'id = "k-run"', "rate = 10000", "",
+  ].join("\n"));
+  const child = spawn(bin, ["run", "--config", config], { stdio: ["ignore", "ignore", "pipe"] });
+  let err = "";
+  child.stderr.on("data", (d) => { err += d; });
+  try {
+    const page = await context.newPage();
+    const url = `http://127.0.0.1:${port}/dashboard`;
+    await until("shareplane run to serve its dashboard", 60_000, async () => {
+      if (child.exitCode !== null) fail(`shareplane run exited early with ${child.exitCode}: ${err}`);
+      try { return (await page.goto(url, { timeout: 5_000 })).ok(); } catch { return false; }
+    });
+    await until("A to show as leader", 30_000, async () => (await page.textContent('[data-field="role"]')) === "leader");
+    const region = await page.textContent('[data-field="region"]');
+    if (region !== "A") fail(`the run dashboard shows Region ${region}`);
+    const row = await until("the limit k-run with a share", 30_000, async () => {
+      const cells = await page.$$eval('[data-field="limits"] tr[data-key="k-run"] td', (tds) => tds.map((t) => t.textContent));
+      return cells.length > 3 && Number(String(cells[3]).replace(/,/g, "")) > 0 ? cells : null;
+    });
+    const peers = await page.$$eval('[data-field="peers"] tr', (trs) => trs.map((t) => t.dataset.key));
+    if (peers.join(",") !== "B") fail(`peers shown: ${peers}`);
+    console.log(`run dashboard: Region ${region} leader, k-run ${row.slice(0, 4).join(" | ")}, peers ${peers}`);
+    const buttons = await page.$$("button, form, input");
+    if (buttons.length !== 0) fail(`the run dashboard has ${buttons.length} controls; it is read-only`);
+  } finally {
+    const code = await stopDemo(child);
+    fs.rmSync(dir, { recursive: true, force: true });
+    if (code !== 0) fail(`shareplane run did not exit cleanly on SIGTERM: ${code} ${err}`);
+  }
+}
+
 async function main() {
   const port = await freePort();
   const { child, url: urlPromise } = startDemo(port);
@@ -111,6 +152,7 @@ async function main() {
     const peersA = await page.textContent('[data-field="peers"][data-region="A"]');
     console.log(`after losing B (${Date.now() - t0} ms): A ${await share(page, "A")}, C ${await share(page, "C")}; A sees ${peersA}`);
     if (!/B: reclaimed/.test(peersA)) fail(`A does not show B as reclaimed: ${peersA}`);
+    await runDashboard(context);
     console.log("dashboard test passed");
   } finally {
     if (context) await context.close();

@@ -4,7 +4,8 @@
 //! |---|---|
 //! | `GET /v1/rules` | the rule set and its `lease_ms`; `ETag`, `If-None-Match` → 304; long-poll `?after=V&wait_ms=W&lease_seq=S`, answered on a newer version or a lease renewal; lease headers on every answer |
 //! | `POST /v1/demand` | a gateway's running totals (bearer token; body ≤ 64 KiB); 422 names implausible totals |
-//! | `GET /v1/state` | why each share is what it is |
+//! | `GET /dashboard` | a read-only page of this Region's view of every Region (reads `v1/state` and `v1/events`) |
+//! | `GET /v1/state` | why each share is what it is; `?limits_from=I&limits_count=N` pages the limits (`limits_total`, `next_limits_from`) |
 //! | `GET /v1/events` | operator events, oldest first (`?after=SEQ`: only newer ones); at most the last 1,000 |
 //! | `GET /v1/limits/{id}/explain` | one limit: demand, target, share, pool, grants in flight, why the share is what it is (`why`, `why_detail`: at target or floor, step cap, waiting for grants from whom, silent peers, fenced, in debt), peers, health, policy |
 //! | `POST /v1/peers/{region}/abandon` | `{"epoch": E}` (bearer token): stop waiting for the last record of that peer's ended epoch `E` (`waiting_for_record:<region>`); 202, decided at the next rebalance (event `estate_abandoned` or `abandon_refused`); 409 unless this replica leads and waits for exactly that record |
@@ -48,6 +49,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/events", get(events))
         .route("/v1/limits/{id}/explain", get(explain))
         .route("/v1/peers/{region}/abandon", post(abandon))
+        .route("/dashboard", get(dashboard))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -422,21 +424,61 @@ fn refused_totals(s: &Shared, gateway: &str, o: &crate::demand::ReportOutcome) -
     (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response()
 }
 
-/// The view and what the configuration reloads did (`config`).
+/// This Region's view of every Region, read-only: the page reads `v1/state` and `v1/events`.
+const DASHBOARD: &str = include_str!("region.html");
+
+async fn dashboard() -> Response {
+    (
+        [(axum::http::header::CACHE_CONTROL, "no-cache")],
+        axum::response::Html(DASHBOARD),
+    )
+        .into_response()
+}
+
+/// The view, how many limits there are and where the next page starts (`None`: no page
+/// after this one), and what the configuration reloads did (`config`).
 #[derive(serde::Serialize)]
 struct StateAnswer<'a> {
     #[serde(flatten)]
-    view: &'a crate::view::StateView,
+    state: crate::view::StateJson<'a>,
+    limits_total: usize,
+    next_limits_from: Option<usize>,
     config: crate::state::ConfigStatus,
 }
 
-async fn state(State(s): State<Arc<Shared>>) -> Response {
+/// `GET /v1/state?limits_from=I&limits_count=N`: a page of the limits (all of them without
+/// `limits_count`; at 100,000 limits the whole answer is tens of megabytes).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateQuery {
+    limits_from: Option<usize>,
+    limits_count: Option<usize>,
+}
+
+async fn state(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<StateQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = q.map_err(|e| err(StatusCode::BAD_REQUEST, e.body_text()))?;
     let view = s.view();
-    Json(StateAnswer {
-        view: &view,
+    let total = view.limits.count();
+    let (state, next) = match (q.limits_from, q.limits_count) {
+        (None, None) => (crate::view::StateJson::all(&view), None),
+        (from, count) => {
+            let from = from.unwrap_or(0);
+            let count = count.unwrap_or(total);
+            let end = from.saturating_add(count);
+            let next = (end < total).then_some(end);
+            (crate::view::StateJson::page(&view, from, count), next)
+        }
+    };
+    Ok(Json(StateAnswer {
+        state,
+        limits_total: total,
+        next_limits_from: next,
         config: s.config_status(),
     })
-    .into_response()
+    .into_response())
 }
 
 #[derive(serde::Deserialize)]

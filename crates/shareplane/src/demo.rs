@@ -187,7 +187,7 @@ impl Demo {
                     "synthetic_demand_rps": r.demand_rps,
                     "published": { "version": rules.version, "rate": published, "lease_ms": lease_ms },
                     "enforced": enforced,
-                    "state": &*view,
+                    "state": crate::view::StateJson::all(&view),
                 })
             })
             .collect();

@@ -28,8 +28,47 @@ pub struct StateView {
     pub limits_digest: String,
     pub health: BTreeMap<String, &'static str>,
     pub peers: Vec<PeerJson>,
+    /// Serialized by [`StateJson`], whole or a page.
+    #[serde(skip)]
     pub limits: Limits,
     pub alarms: Vec<String>,
+}
+
+/// A view as JSON: every field of [`StateView`] and its limits, all of them or a page.
+#[derive(serde::Serialize)]
+pub struct StateJson<'a> {
+    #[serde(flatten)]
+    pub view: &'a StateView,
+    pub limits: LimitsOut<'a>,
+}
+
+/// The limits of a [`StateJson`].
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+pub enum LimitsOut<'a> {
+    All(&'a Limits),
+    /// The views of a range of limits, built for those alone.
+    Page(Vec<LimitJson>),
+}
+
+impl<'a> StateJson<'a> {
+    /// The view with every limit.
+    pub fn all(view: &'a StateView) -> StateJson<'a> {
+        StateJson {
+            view,
+            limits: LimitsOut::All(&view.limits),
+        }
+    }
+
+    /// The view with the limits `from..from + count` (in configuration order) only.
+    pub fn page(view: &'a StateView, from: usize, count: usize) -> StateJson<'a> {
+        let end = from.saturating_add(count);
+        let page = view.limits.selected(|i, _| (from..end).contains(&i));
+        StateJson {
+            view,
+            limits: LimitsOut::Page(page),
+        }
+    }
 }
 
 /// The per-limit part of a view ([`LimitJson`] for every limit), built from the records on first
@@ -517,8 +556,9 @@ mod tests {
         assert_eq!(view.limits.len(), d.limits.len());
         assert!(view.limits.built.get().is_some());
         assert_eq!(view.limits[0].share, own.limits[0].share.as_rps());
-        let json = serde_json::to_value(&view).unwrap_or_else(|e| panic!("{e}"));
+        let json = serde_json::to_value(StateJson::all(&view)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(json["limits"][0]["id"], d.limits[0].id.as_str());
+        assert_eq!(json["record_version"], own.version);
     }
 
     /// A leader's view of `limits` limits `p-0`…, with `p-<above>` alarmed above its rate.

@@ -645,3 +645,85 @@ async fn giving_up_on_a_lost_record_is_checked_against_the_leaders_view_then_que
     let (_, _, bytes) = call(&app, get("/v1/state")).await;
     assert_eq!(json(&bytes)["peers"][0]["accounts_with_epoch"], 1);
 }
+
+#[tokio::test]
+async fn state_pages_its_limits_on_request() {
+    // The demo's limit and three more.
+    let mut d = shareplane::demo::deployment(5_000).unwrap_or_else(|e| panic!("{e}"));
+    for k in 1..4 {
+        let mut l = d.limits[0].clone();
+        l.id = format!("p-{k}");
+        d.limits.push(l);
+    }
+    let d = shareplane_core::Deployment::try_new(d).unwrap_or_else(|e| panic!("{e:?}"));
+    let (_tx, rx) = watch::channel(false);
+    let me = RegionId::new(0).unwrap_or_else(|| panic!("region 0"));
+    let clock = Clock::starting_at(1_000_000);
+    let s = Shared::new(Arc::new(d), me, clock, Some(TOKEN.into()), rx);
+    let app = api::router(s.clone());
+    let ids: Vec<String> = s.d().limits.iter().map(|l| l.id.clone()).collect();
+    assert_eq!(ids.len(), 4, "{ids:?}");
+    let page = |uri: String| {
+        let app = app.clone();
+        async move {
+            let (status, _, body) = call(&app, get(&uri)).await;
+            (status, json(&body))
+        }
+    };
+    let listed = |v: &serde_json::Value| -> Vec<String> {
+        let limits = v["limits"].as_array().cloned().unwrap_or_default();
+        limits
+            .iter()
+            .map(|l| l["id"].as_str().unwrap_or("?").to_string())
+            .collect()
+    };
+    let (status, all) = page("/v1/state".into()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed(&all), ids);
+    assert_eq!(all["limits_total"], ids.len());
+    assert!(all["next_limits_from"].is_null());
+    assert_eq!(all["region"], "A", "the rest of the view is there: {all}");
+
+    let (status, p) = page("/v1/state?limits_from=1&limits_count=1".into()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed(&p), vec![ids[1].clone()]);
+    assert_eq!(p["next_limits_from"], 2);
+    assert_eq!(p["peers"], all["peers"]);
+    let (_, last) = page(format!("/v1/state?limits_from={}", ids.len() - 1)).await;
+    assert_eq!(listed(&last), vec![ids[ids.len() - 1].clone()]);
+    assert!(last["next_limits_from"].is_null());
+    let (_, beyond) = page(format!("/v1/state?limits_from={}&limits_count=5", ids.len())).await;
+    assert_eq!(listed(&beyond), Vec::<String>::new());
+    for bad in ["/v1/state?limits_count=x", "/v1/state?page=2"] {
+        let (status, v) = page(bad.into()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {v}");
+        assert!(v["error"].is_string(), "{bad}: {v}");
+    }
+}
+
+#[tokio::test]
+async fn the_dashboard_is_a_read_only_page_of_the_state_and_the_events() {
+    let (s, _tx) = shared();
+    let app = api::router(s.clone());
+    let (status, headers, body) = call(&app, get("/dashboard")).await;
+    assert_eq!(status, StatusCode::OK);
+    let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    assert!(kind.is_some_and(|k| k.starts_with("text/html")), "{kind:?}");
+    let page = String::from_utf8_lossy(&body);
+    // Relative URLs (it works behind a path prefix, as in the demo), GET only.
+    assert!(page.contains("fetch(`v1/state?limits_from=0&limits_count="), "{page}");
+    assert!(page.contains("fetch(\"v1/events\""), "{page}");
+    assert!(!page.contains("POST") && !page.contains("method:"), "{page}");
+    // The page reads fields that the state does carry.
+    let (_, _, state) = call(&app, get("/v1/state?limits_count=1")).await;
+    let v = json(&state);
+    for key in ["region", "role", "epoch", "record_version", "peers", "limits_total"] {
+        assert!(!v[key].is_null(), "{key} missing from {v}");
+        assert!(page.contains(&format!("st.{key}")), "the page does not show {key}");
+    }
+    let limit = &v["limits"][0];
+    for key in ["adopted_rate", "adopted_version", "share", "why", "why_detail"] {
+        assert!(!limit[key].is_null(), "{key} missing from {limit}");
+        assert!(page.contains(&format!("l.{key}")), "the page does not show {key}");
+    }
+}
