@@ -692,7 +692,11 @@ async fn state_pages_its_limits_on_request() {
     let (_, last) = page(format!("/v1/state?limits_from={}", ids.len() - 1)).await;
     assert_eq!(listed(&last), vec![ids[ids.len() - 1].clone()]);
     assert!(last["next_limits_from"].is_null());
-    let (_, beyond) = page(format!("/v1/state?limits_from={}&limits_count=5", ids.len())).await;
+    let (_, beyond) = page(format!(
+        "/v1/state?limits_from={}&limits_count=5",
+        ids.len()
+    ))
+    .await;
     assert_eq!(listed(&beyond), Vec::<String>::new());
     for bad in ["/v1/state?limits_count=x", "/v1/state?page=2"] {
         let (status, v) = page(bad.into()).await;
@@ -707,23 +711,50 @@ async fn the_dashboard_is_a_read_only_page_of_the_state_and_the_events() {
     let app = api::router(s.clone());
     let (status, headers, body) = call(&app, get("/dashboard")).await;
     assert_eq!(status, StatusCode::OK);
-    let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let kind = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
     assert!(kind.is_some_and(|k| k.starts_with("text/html")), "{kind:?}");
     let page = String::from_utf8_lossy(&body);
     // Relative URLs (it works behind a path prefix, as in the demo), GET only.
-    assert!(page.contains("fetch(`v1/state?limits_from=0&limits_count="), "{page}");
+    assert!(
+        page.contains("fetch(`v1/state?limits_from=0&limits_count="),
+        "{page}"
+    );
     assert!(page.contains("fetch(\"v1/events\""), "{page}");
-    assert!(!page.contains("POST") && !page.contains("method:"), "{page}");
+    assert!(
+        !page.contains("POST") && !page.contains("method:"),
+        "{page}"
+    );
     // The page reads fields that the state does carry.
     let (_, _, state) = call(&app, get("/v1/state?limits_count=1")).await;
     let v = json(&state);
-    for key in ["region", "role", "epoch", "record_version", "peers", "limits_total"] {
+    for key in [
+        "region",
+        "role",
+        "epoch",
+        "record_version",
+        "peers",
+        "limits_total",
+    ] {
         assert!(!v[key].is_null(), "{key} missing from {v}");
-        assert!(page.contains(&format!("st.{key}")), "the page does not show {key}");
+        assert!(
+            page.contains(&format!("st.{key}")),
+            "the page does not show {key}"
+        );
     }
     let limit = &v["limits"][0];
-    for key in ["adopted_rate", "adopted_version", "share", "why", "why_detail"] {
+    for key in [
+        "adopted_rate",
+        "adopted_version",
+        "share",
+        "why",
+        "why_detail",
+    ] {
         assert!(!limit[key].is_null(), "{key} missing from {limit}");
-        assert!(page.contains(&format!("l.{key}")), "the page does not show {key}");
+        assert!(
+            page.contains(&format!("l.{key}")),
+            "the page does not show {key}"
+        );
     }
 }
