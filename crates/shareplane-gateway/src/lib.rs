@@ -110,7 +110,7 @@ pub async fn serve(
     tasks.spawn(watcher.run(limiter.clone(), stopped()));
     match &cfg.demand_token {
         Some(token) => {
-            let incarnation = shareplane_limiter::demand::incarnation_from_clock();
+            let incarnation = shareplane_limiter::demand::Incarnation::now();
             let reporter =
                 DemandReporter::new(client, &cfg.rules_url, token, &cfg.gateway_id, incarnation)
                     .map_err(|e| GatewayError::Limiter(e.to_string()))?;

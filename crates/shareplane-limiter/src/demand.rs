@@ -4,12 +4,14 @@
 //! Totals are cumulative since the gateway's start (its `incarnation`), so a report that is lost,
 //! duplicated or reordered changes nothing: the daemon keeps the largest total per (gateway,
 //! incarnation) and derives the rate from successive totals. A restarted gateway has a new, greater
-//! incarnation and starts again from zero.
+//! incarnation and starts again from zero. Incarnations are UUIDs of version 7 ([`Incarnation`]):
+//! ordered by their start time, and random below the millisecond, so two gateways that start at
+//! once never share one.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -21,8 +23,79 @@ use crate::rules::MAX_ID_LEN;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DemandReport {
     pub gateway: String,
-    pub incarnation: u64,
+    pub incarnation: Incarnation,
     pub totals: BTreeMap<String, u64>,
+}
+
+/// A gateway's start, as its demand reports name it: a UUID of version 7 (its first 48 bits are
+/// the start's Unix time in milliseconds, the rest is random), ordered as the 128-bit number it
+/// is, so a gateway restarted on a sane clock has a greater one. On the wire, the UUID's
+/// hyphenated text; a JSON number (0 to 2^64 − 1, what gateways sent before, and what a gateway
+/// without a UUID library may send: microseconds since the Unix epoch) is accepted too, and is
+/// older than every UUID. A UUID of another version is refused: it would not be ordered by time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Incarnation(u128);
+
+impl Incarnation {
+    /// The incarnation of a gateway starting now.
+    pub fn now() -> Incarnation {
+        Incarnation(uuid::Uuid::now_v7().as_u128())
+    }
+
+    /// Parses the wire's text form: a UUID of version 7.
+    pub fn parse(text: &str) -> Result<Incarnation, String> {
+        let u = uuid::Uuid::try_parse(text)
+            .map_err(|e| format!("incarnation {text:?} is not a UUID: {e}"))?;
+        match u.get_version_num() {
+            7 => Ok(Incarnation(u.as_u128())),
+            v => Err(format!(
+                "incarnation {text:?} is a UUID of version {v}; it must be version 7 (ordered by time)"
+            )),
+        }
+    }
+}
+
+impl From<u64> for Incarnation {
+    fn from(n: u64) -> Incarnation {
+        Incarnation(u128::from(n))
+    }
+}
+
+impl std::fmt::Display for Incarnation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match u64::try_from(self.0) {
+            Ok(n) => n.fmt(f),
+            Err(_) => uuid::Uuid::from_u128(self.0).hyphenated().fmt(f),
+        }
+    }
+}
+
+impl Serialize for Incarnation {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match u64::try_from(self.0) {
+            Ok(n) => s.serialize_u64(n),
+            Err(_) => s.collect_str(self),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Incarnation {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Incarnation, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Wire {
+            Number(u64),
+            Text(String),
+        }
+        match Wire::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "incarnation: expected a UUID of version 7 or a number from 0 to 2^64 - 1",
+            )
+        })? {
+            Wire::Number(n) => Ok(Incarnation::from(n)),
+            Wire::Text(t) => Incarnation::parse(&t).map_err(serde::de::Error::custom),
+        }
+    }
 }
 
 /// Why a report was not accepted.
@@ -74,14 +147,6 @@ pub fn split(report: DemandReport) -> Vec<DemandReport> {
         .collect()
 }
 
-/// An incarnation for a gateway starting now: microseconds since the Unix epoch, so a restart on a
-/// sane clock gets a greater one.
-pub fn incarnation_from_clock() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(1, |d| d.as_micros() as u64)
-}
-
 /// Reports one limiter's demand to one daemon.
 #[derive(Debug, Clone)]
 pub struct DemandReporter {
@@ -89,7 +154,7 @@ pub struct DemandReporter {
     url: String,
     token: String,
     gateway: String,
-    incarnation: u64,
+    incarnation: Incarnation,
 }
 
 impl DemandReporter {
@@ -98,7 +163,7 @@ impl DemandReporter {
         base_url: &str,
         token: &str,
         gateway: &str,
-        incarnation: u64,
+        incarnation: impl Into<Incarnation>,
     ) -> Result<Self, ReportError> {
         if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(ReportError::Setting(
@@ -115,7 +180,7 @@ impl DemandReporter {
             url: format!("{}/v1/demand", base_url.trim_end_matches('/')),
             token: token.to_owned(),
             gateway: gateway.to_owned(),
-            incarnation,
+            incarnation: incarnation.into(),
         })
     }
 
@@ -194,9 +259,10 @@ mod tests {
         let totals: BTreeMap<String, u64> = (0..2_500).map(|i| (id(i), i as u64)).collect();
         let report = DemandReport {
             gateway: "g".into(),
-            incarnation: 3,
+            incarnation: Incarnation::now(),
             totals: totals.clone(),
         };
+        let (report_gateway, incarnation) = (report.gateway.clone(), report.incarnation);
         let parts = split(report);
         assert!(parts.len() > 1);
         let mut merged = BTreeMap::new();
@@ -204,15 +270,60 @@ mod tests {
             assert!(p.totals.len() <= MAX_TOTALS_PER_POST);
             assert!(p.totals.keys().map(String::len).sum::<usize>() <= MAX_ID_BYTES_PER_POST);
             assert!(serde_json::to_vec(p).map_or(0, |b| b.len()) < 64 << 10);
-            assert_eq!((p.gateway.as_str(), p.incarnation), ("g", 3));
+            assert_eq!((&p.gateway, p.incarnation), (&report_gateway, incarnation));
             merged.extend(p.totals.clone());
         }
         assert_eq!(merged, totals);
         let empty = DemandReport {
             gateway: "g".into(),
-            incarnation: 3,
+            incarnation: Incarnation::from(3),
             totals: BTreeMap::new(),
         };
         assert_eq!(split(empty).len(), 1);
+    }
+
+    #[test]
+    fn incarnations_are_uuids_of_version_7_ordered_by_time_and_numbers_are_older() {
+        let now = Incarnation::now();
+        let text = serde_json::to_string(&now).unwrap_or_default();
+        let u = uuid::Uuid::try_parse(text.trim_matches('"'));
+        assert_eq!(u.map(|u| u.get_version_num()).ok(), Some(7), "{text}");
+        let back: Incarnation = serde_json::from_str(&text).unwrap_or_default();
+        assert_eq!(back, now);
+        // Two starts a millisecond apart, whatever their random bits.
+        let at = |ms: u64, rand: u128| {
+            let ts = uuid::Timestamp::from_unix(
+                uuid::NoContext,
+                ms / 1_000,
+                (ms % 1_000) as u32 * 1_000_000,
+            );
+            let u = uuid::Uuid::new_v7(ts).as_u128() & !((1u128 << 62) - 1) | rand;
+            Incarnation::parse(&uuid::Uuid::from_u128(u).to_string()).unwrap_or_default()
+        };
+        assert!(at(1_700_000_000_001, 0) > at(1_700_000_000_000, (1 << 62) - 1));
+        // A number (an older gateway's microseconds) stays a number and is older than any UUID.
+        let n: Incarnation = serde_json::from_str("1700000000000000").unwrap_or_default();
+        assert_eq!(
+            serde_json::to_string(&n).ok().as_deref(),
+            Some("1700000000000000")
+        );
+        assert!(n < at(0, 0));
+        for bad in [
+            "\"6f1c2a4e-8b7d-4c1e-9f00-0a1b2c3d4e5f\"",
+            "\"not a uuid\"",
+            "-1",
+            "1.5",
+            "null",
+        ] {
+            let e = serde_json::from_str::<Incarnation>(bad)
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            assert!(
+                e.as_ref().is_err_and(|e| e.contains("incarnation")),
+                "{bad}: {e:?}"
+            );
+        }
+        let v4 = serde_json::from_str::<Incarnation>("\"6f1c2a4e-8b7d-4c1e-9f00-0a1b2c3d4e5f\"");
+        assert!(v4.is_err_and(|e| e.to_string().contains("version 4")));
     }
 }

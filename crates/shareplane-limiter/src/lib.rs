@@ -23,7 +23,7 @@
 //! let client = http::client()?;
 //! let watcher = RuleWatcher::new(client.clone(), "http://127.0.0.1:8080", 25_000);
 //! tokio::spawn(watcher.run(limiter.clone(), std::future::pending()));
-//! let incarnation = shareplane_limiter::demand::incarnation_from_clock();
+//! let incarnation = shareplane_limiter::demand::Incarnation::now();
 //! let reporter = DemandReporter::new(client, "http://127.0.0.1:8080", "token", "gw-1", incarnation)?;
 //! let every = std::time::Duration::from_secs(1);
 //! tokio::spawn(reporter.run(limiter.clone(), every, std::future::pending()));

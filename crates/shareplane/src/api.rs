@@ -234,7 +234,7 @@ fn not_modified(s: &Shared, r: &RuleSet, arrived_ms: u64) -> Response {
 #[serde(deny_unknown_fields)]
 struct DemandReport {
     gateway: String,
-    incarnation: u64,
+    incarnation: shareplane_limiter::demand::Incarnation,
     totals: BTreeMap<String, u64>,
 }
 

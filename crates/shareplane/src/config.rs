@@ -650,10 +650,18 @@ fn check_token(given: Option<&str>, errors: &mut Vec<ConfigError>) -> Option<Str
     None
 }
 
-/// `host-pid`: unique among the replicas of one Region as long as hosts are named apart.
+/// `host-<random UUID>`: two processes never share one, even with the same host name and
+/// process id (every container's first process is pid 1). The host name, first 64 characters,
+/// only helps an operator read it. Drawn once per process, so a reload of a file without
+/// `replica_id` keeps it.
 pub fn default_replica_id() -> String {
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "replica".into());
-    format!("{host}-{}", std::process::id())
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "replica".into());
+        let host: String = host.chars().filter(|c| !c.is_control()).take(64).collect();
+        format!("{host}-{}", uuid::Uuid::new_v4().hyphenated())
+    })
+    .clone()
 }
 
 fn check_limits(
@@ -752,6 +760,21 @@ name = "B"
 id = "k-big"
 rate = 10000
 "#;
+
+    #[test]
+    fn the_default_replica_id_ends_in_a_random_uuid_drawn_once_per_process() {
+        let id = default_replica_id();
+        let uuid = id
+            .rsplit_once('-')
+            .map(|_| &id[id.len() - 36..])
+            .unwrap_or("");
+        let parsed = uuid::Uuid::try_parse(uuid).map(|u| u.get_version_num());
+        assert_eq!(parsed.ok(), Some(4), "{id}");
+        assert!(id.len() <= 128, "{id}");
+        assert_eq!(default_replica_id(), id, "a reload keeps it");
+        let a = parse(GOOD, &BTreeMap::new()).map(|c| c.replica_id);
+        assert_eq!(a.ok().as_deref(), Some(id.as_str()));
+    }
 
     #[test]
     fn a_syntax_error_names_its_own_line_even_at_the_start_of_one() {

@@ -43,6 +43,7 @@
 //! durable record until then.
 
 use shareplane_core::{Deployment, LimitKind, Room, MAX_RATE_RPS, MILLI_PER_RPS};
+use shareplane_limiter::demand::Incarnation;
 use std::collections::{BTreeMap, VecDeque};
 
 /// The demand averaging window (SPEC §2: the last 5 s).
@@ -172,7 +173,7 @@ struct Slot {
 }
 
 struct Gateway {
-    incarnation: u64,
+    incarnation: Incarnation,
     last_seen_ms: u64,
     /// A refusal was logged for this gateway.
     warned: bool,
@@ -245,9 +246,10 @@ impl DemandBook {
         &mut self,
         now_ms: u64,
         gateway: &str,
-        incarnation: u64,
+        incarnation: impl Into<Incarnation>,
         totals: &BTreeMap<String, u64>,
     ) -> Result<ReportOutcome, DemandError> {
+        let incarnation = incarnation.into();
         if gateway.is_empty()
             || gateway.chars().count() > MAX_GATEWAY_ID_CHARS
             || gateway.chars().any(char::is_control)

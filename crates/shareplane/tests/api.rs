@@ -758,3 +758,34 @@ async fn the_dashboard_is_a_read_only_page_of_the_state_and_the_events() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_demand_report_names_its_gateway_start_by_a_uuid_v7_or_a_number() {
+    let (s, _tx) = shared();
+    let app = api::router(s.clone());
+    let report = |incarnation: &str| {
+        format!(r#"{{"gateway":"gw-u","incarnation":{incarnation},"totals":{{"k-big":10}}}}"#)
+    };
+    let v7 = shareplane_limiter::demand::Incarnation::now().to_string();
+    for (incarnation, want) in [
+        (format!("\"{v7}\""), StatusCode::OK),
+        ("1700000000000000".to_string(), StatusCode::OK),
+        (
+            "\"6f1c2a4e-8b7d-4c1e-9f00-0a1b2c3d4e5f\"".to_string(),
+            StatusCode::BAD_REQUEST,
+        ),
+        ("\"gw-restart-1\"".to_string(), StatusCode::BAD_REQUEST),
+    ] {
+        let (status, _, body) = call(&app, demand_req(Some(TOKEN), report(&incarnation))).await;
+        assert_eq!(
+            status,
+            want,
+            "{incarnation}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        if want == StatusCode::BAD_REQUEST {
+            let e = json(&body)["error"].as_str().unwrap_or("").to_string();
+            assert!(e.contains("incarnation"), "{incarnation}: {e}");
+        }
+    }
+}

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use shareplane_limiter::demand::incarnation_from_clock;
+use shareplane_limiter::demand::Incarnation;
 use shareplane_limiter::loadgen::{drive_until, Pattern, Run};
 use shareplane_limiter::{http, DemandReporter, Limiter, LimiterConfig, RuleWatcher};
 
@@ -102,7 +102,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         &args.daemon,
         &args.token,
         &args.gateway,
-        incarnation_from_clock(),
+        Incarnation::now(),
     )?;
     let every = Duration::from_millis(args.report_every_ms.max(10));
     let reporting = tokio::spawn(reporter.run(limiter.clone(), every, stopped()));

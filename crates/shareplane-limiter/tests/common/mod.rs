@@ -81,7 +81,8 @@ struct Shared {
     /// Sent with every answer (body and headers) when set, as the daemon does.
     lease_ms: Mutex<Option<u64>>,
     /// Largest total per (gateway, incarnation) and limit.
-    totals: Mutex<BTreeMap<(String, u64), BTreeMap<String, u64>>>,
+    totals:
+        Mutex<BTreeMap<(String, shareplane_limiter::demand::Incarnation), BTreeMap<String, u64>>>,
     posts: Mutex<u64>,
     /// Requests that asked for a delta (this fake daemon never sends one, as a daemon that
     /// predates deltas), and whether it refuses them with 400 as such a daemon does.
