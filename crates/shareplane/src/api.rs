@@ -11,7 +11,8 @@
 //! | `POST /v1/peers/{region}/abandon` | `{"epoch": E}` (bearer token): stop waiting for the last record of that peer's ended epoch `E` (`waiting_for_record:<region>`); 202, decided at the next rebalance (event `estate_abandoned` or `abandon_refused`); 409 unless this replica leads and waits for exactly that record |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness latch, Prometheus text |
 //!
-//! Every refusal is a 4xx (or 503) with a JSON body `{"error": "..."}`.
+//! Every answer is gzip-compressed when the request says `Accept-Encoding: gzip`. Every refusal
+//! is a 4xx (or 503) with a JSON body `{"error": "..."}`.
 
 use crate::rules::RuleSet;
 use crate::state::Shared;
@@ -56,6 +57,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // gzip when the client asks for it (`Accept-Encoding: gzip`), else as it is: a whole
+        // rule set of 100,000 limits is 8.8 MB as JSON and compresses about tenfold.
+        .layer(tower_http::compression::CompressionLayer::new().gzip(true))
         .with_state(shared)
 }
 

@@ -789,3 +789,48 @@ async fn a_demand_report_names_its_gateway_start_by_a_uuid_v7_or_a_number() {
         }
     }
 }
+
+#[tokio::test]
+async fn answers_are_gzipped_only_when_the_client_asks() {
+    use std::io::Read;
+    let (s, _tx) = shared();
+    let app = api::router(s.clone());
+    publish(&s, 4, 3_000);
+    let (_, plain_headers, plain) = call(&app, get("/v1/rules")).await;
+    assert_eq!(plain_headers.get(header::CONTENT_ENCODING), None);
+    for uri in ["/v1/rules", "/v1/state", "/metrics"] {
+        let req = Request::get(uri)
+            .header(header::ACCEPT_ENCODING, "gzip")
+            .body(Body::empty())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (status, headers, body) = call(&app, req).await;
+        assert_eq!(status, StatusCode::OK, "{uri}");
+        assert_eq!(
+            headers
+                .get(header::CONTENT_ENCODING)
+                .and_then(|v| v.to_str().ok()),
+            Some("gzip"),
+            "{uri}"
+        );
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_end(&mut out)
+            .unwrap_or_else(|e| panic!("{uri}: not gzip: {e}"));
+        assert!(!out.is_empty(), "{uri}");
+        if uri == "/v1/rules" {
+            assert_eq!(out, plain, "the same rule set, compressed");
+            assert_eq!(
+                headers.get(header::ETAG).and_then(|v| v.to_str().ok()),
+                Some("\"4\"")
+            );
+        }
+    }
+    // Not modified stays an empty 304 with or without gzip.
+    let req = Request::get("/v1/rules")
+        .header(header::ACCEPT_ENCODING, "gzip")
+        .header(header::IF_NONE_MATCH, "\"4\"")
+        .body(Body::empty())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (status, _, body) = call(&app, req).await;
+    assert_eq!((status, body.len()), (StatusCode::NOT_MODIFIED, 0));
+}
