@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use shareplane_limiter::store::MAX_BUCKETS_PER_CALL;
-use shareplane_limiter::{CheckError, DecisionPath, Limiter, Verdict};
+use shareplane_limiter::{CheckError, DecisionPath, Limiter};
 
 use crate::mapping::UnmappedPolicy;
 use crate::metrics::{Api, Metrics};
@@ -186,10 +186,7 @@ impl Decider {
             let Some(d) = decision.limits.iter().find(|d| d.id == *id) else {
                 return Err(DecideError::Limiter(format!("no verdict for limit {id:?}")));
             };
-            let refuses = !matches!(
-                d.verdict,
-                Verdict::Admit | Verdict::FailOpen | Verdict::NotChecked
-            );
+            let refuses = d.verdict.refuses();
             if d.shadow && refuses {
                 self.metrics.shadow_would_refuse(id);
             }

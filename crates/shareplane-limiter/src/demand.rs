@@ -25,6 +25,10 @@ pub struct DemandReport {
     pub gateway: String,
     pub incarnation: Incarnation,
     pub totals: BTreeMap<String, u64>,
+    /// Calls each shadow limit would have refused, running since the gateway's start (absent:
+    /// none; daemons before this field refuse it, see [`DemandReporter`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub would_refuse: BTreeMap<String, u64>,
 }
 
 /// A gateway's start, as its demand reports name it: a UUID of version 7 (its first 48 bits are
@@ -114,37 +118,44 @@ pub const MAX_TOTALS_PER_POST: usize = 1_000;
 /// The most bytes of limit ids in one post (the daemon accepts bodies up to 64 KiB).
 pub const MAX_ID_BYTES_PER_POST: usize = 32 << 10;
 
-/// Splits a report into posts within [`MAX_TOTALS_PER_POST`] and [`MAX_ID_BYTES_PER_POST`]. An
-/// empty report stays one (empty) post.
+/// Splits a report into posts within [`MAX_TOTALS_PER_POST`] and [`MAX_ID_BYTES_PER_POST`]
+/// (totals and would-refuse counts together). An empty report stays one (empty) post.
 pub fn split(report: DemandReport) -> Vec<DemandReport> {
     let DemandReport {
         gateway,
         incarnation,
         totals,
+        would_refuse,
     } = report;
-    let mut parts = vec![BTreeMap::new()];
+    let empty = || DemandReport {
+        gateway: gateway.clone(),
+        incarnation,
+        totals: BTreeMap::new(),
+        would_refuse: BTreeMap::new(),
+    };
+    let mut parts = vec![empty()];
     let mut bytes = 0;
-    for (id, total) in totals {
-        let full = parts.last().is_some_and(|p: &BTreeMap<String, u64>| {
-            p.len() >= MAX_TOTALS_PER_POST || bytes + id.len() > MAX_ID_BYTES_PER_POST
+    let entries = (totals.into_iter().map(|(id, n)| (false, id, n)))
+        .chain(would_refuse.into_iter().map(|(id, n)| (true, id, n)));
+    for (refusals, id, n) in entries {
+        let full = parts.last().is_some_and(|p| {
+            p.totals.len() + p.would_refuse.len() >= MAX_TOTALS_PER_POST
+                || bytes + id.len() > MAX_ID_BYTES_PER_POST
         });
         if full {
-            parts.push(BTreeMap::new());
+            parts.push(empty());
             bytes = 0;
         }
         bytes += id.len();
         if let Some(p) = parts.last_mut() {
-            p.insert(id, total);
+            if refusals {
+                p.would_refuse.insert(id, n);
+            } else {
+                p.totals.insert(id, n);
+            }
         }
     }
     parts
-        .into_iter()
-        .map(|totals| DemandReport {
-            gateway: gateway.clone(),
-            incarnation,
-            totals,
-        })
-        .collect()
 }
 
 /// Reports one limiter's demand to one daemon.
@@ -155,6 +166,9 @@ pub struct DemandReporter {
     token: String,
     gateway: String,
     incarnation: Incarnation,
+    /// The daemon refused a report's `would_refuse` field (a daemon that predates it): the
+    /// counts are no longer sent to it, the totals still are.
+    no_would_refuse: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DemandReporter {
@@ -181,6 +195,7 @@ impl DemandReporter {
             token: token.to_owned(),
             gateway: gateway.to_owned(),
             incarnation: incarnation.into(),
+            no_would_refuse: Arc::default(),
         })
     }
 
@@ -190,6 +205,14 @@ impl DemandReporter {
             gateway: self.gateway.clone(),
             incarnation: self.incarnation,
             totals: limiter.demand_totals(),
+            would_refuse: if self
+                .no_would_refuse
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                BTreeMap::new()
+            } else {
+                limiter.would_refuse_totals()
+            },
         }
     }
 
@@ -197,8 +220,19 @@ impl DemandReporter {
     /// (running totals per limit are independent, so a split report means the same). Stops at the
     /// first refusal.
     pub async fn report_once(&self, limiter: &Limiter) -> Result<(), ReportError> {
-        for part in split(self.report(limiter)) {
-            self.send(&part).await?;
+        for mut part in split(self.report(limiter)) {
+            match self.send(&part).await {
+                Err(ReportError::Refused { status: 400, body })
+                    if !part.would_refuse.is_empty() && body.contains("would_refuse") =>
+                {
+                    tracing::warn!("the daemon does not take would-refuse counts (an older version): sending demand only");
+                    self.no_would_refuse
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    part.would_refuse.clear();
+                    self.send(&part).await?;
+                }
+                r => r?,
+            }
         }
         Ok(())
     }
@@ -257,27 +291,33 @@ mod tests {
     fn large_reports_split_into_posts_that_fit_and_keep_every_total() {
         let id = |i: usize| format!("{i:0>128}");
         let totals: BTreeMap<String, u64> = (0..2_500).map(|i| (id(i), i as u64)).collect();
+        let refusals: BTreeMap<String, u64> = (0..700).map(|i| (id(i), 1)).collect();
         let report = DemandReport {
             gateway: "g".into(),
             incarnation: Incarnation::now(),
             totals: totals.clone(),
+            would_refuse: refusals.clone(),
         };
         let (report_gateway, incarnation) = (report.gateway.clone(), report.incarnation);
         let parts = split(report);
         assert!(parts.len() > 1);
-        let mut merged = BTreeMap::new();
+        let (mut merged, mut merged_refusals) = (BTreeMap::new(), BTreeMap::new());
         for p in &parts {
-            assert!(p.totals.len() <= MAX_TOTALS_PER_POST);
-            assert!(p.totals.keys().map(String::len).sum::<usize>() <= MAX_ID_BYTES_PER_POST);
+            let ids = p.totals.keys().chain(p.would_refuse.keys());
+            assert!(p.totals.len() + p.would_refuse.len() <= MAX_TOTALS_PER_POST);
+            assert!(ids.map(String::len).sum::<usize>() <= MAX_ID_BYTES_PER_POST);
+            merged_refusals.extend(p.would_refuse.clone());
             assert!(serde_json::to_vec(p).map_or(0, |b| b.len()) < 64 << 10);
             assert_eq!((&p.gateway, p.incarnation), (&report_gateway, incarnation));
             merged.extend(p.totals.clone());
         }
         assert_eq!(merged, totals);
+        assert_eq!(merged_refusals, refusals);
         let empty = DemandReport {
             gateway: "g".into(),
             incarnation: Incarnation::from(3),
             totals: BTreeMap::new(),
+            would_refuse: BTreeMap::new(),
         };
         assert_eq!(split(empty).len(), 1);
     }

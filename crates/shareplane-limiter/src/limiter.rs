@@ -146,6 +146,17 @@ pub enum Verdict {
     Fenced,
 }
 
+impl Verdict {
+    /// Whether enforcing the limit refuses the call (a shadow limit's verdict says so and it is
+    /// admitted all the same).
+    pub fn refuses(&self) -> bool {
+        !matches!(
+            self,
+            Verdict::Admit | Verdict::FailOpen | Verdict::NotChecked
+        )
+    }
+}
+
 /// Where a decision was made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecisionPath {
@@ -235,6 +246,8 @@ pub struct Limiter {
     repaid: AtomicU64,
     down_until: Mutex<Option<Instant>>,
     demand: Mutex<BTreeMap<String, u64>>,
+    /// Calls each shadow limit would have refused, since start (reported with the demand).
+    would_refuse: Mutex<BTreeMap<String, u64>>,
     redis_decisions: AtomicU64,
     fallback_decisions: AtomicU64,
     redis_failures: AtomicU64,
@@ -287,6 +300,7 @@ impl Limiter {
             fenced_refusals: AtomicU64::new(0),
             down_until: Mutex::new(None),
             demand: Mutex::new(BTreeMap::new()),
+            would_refuse: Mutex::new(BTreeMap::new()),
             redis_decisions: AtomicU64::new(0),
             fallback_decisions: AtomicU64::new(0),
             redis_failures: AtomicU64::new(0),
@@ -458,6 +472,31 @@ impl Limiter {
     }
 
     /// Cumulative cost received per limit since this limiter was made (allowed or refused).
+    /// Calls each shadow limit would have refused had it been enforced, since this limiter's
+    /// start (the gateway reports them with its demand; see [`crate::demand::DemandReport`]).
+    pub fn would_refuse_totals(&self) -> BTreeMap<String, u64> {
+        self.would_refuse
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn count_would_refuse(&self, d: &Decision) {
+        let mut counts = None;
+        for l in d.limits.iter().filter(|l| l.shadow && l.verdict.refuses()) {
+            let m = counts.get_or_insert_with(|| {
+                self.would_refuse
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+            });
+            if let Some(t) = m.get_mut(&l.id) {
+                *t = t.saturating_add(1);
+            } else if m.len() < MAX_LIMITS {
+                m.insert(l.id.clone(), 1);
+            }
+        }
+    }
+
     pub fn demand_totals(&self) -> BTreeMap<String, u64> {
         self.demand
             .lock()
@@ -495,6 +534,12 @@ impl Limiter {
     /// While the rule set's lease has run out, a request that needs an enforced capacity limit is
     /// refused with a Retry-After and spends nothing; security limits are checked as always.
     pub async fn check(&self, limits: &[&str], cost: u32) -> Result<Decision, CheckError> {
+        let d = self.decide(limits, cost).await?;
+        self.count_would_refuse(&d);
+        Ok(d)
+    }
+
+    async fn decide(&self, limits: &[&str], cost: u32) -> Result<Decision, CheckError> {
         let set = self.rules().ok_or(CheckError::NoRules)?;
         let rules = self.resolve(&set, limits, cost)?;
         self.count_demand(&rules, cost);
@@ -946,6 +991,11 @@ mod tests {
         let shadow = check(&l, &["shadow"]).await;
         assert!(shadow.allowed);
         assert_eq!(shadow.limits[0].verdict, Verdict::Fenced);
+        // What enforcing it would have done is counted for the demand report; nothing else is.
+        assert_eq!(
+            l.would_refuse_totals(),
+            BTreeMap::from([("shadow".to_string(), 1)])
+        );
         let stats = l.stats();
         assert_eq!(
             (stats.fenced, stats.fences, stats.fenced_refusals),

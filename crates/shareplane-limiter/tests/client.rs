@@ -428,3 +428,39 @@ async fn a_daemon_that_ignores_deltas_is_asked_for_them_and_answers_whole() {
     let running = l.rules().unwrap_or_else(|| panic!("none"));
     assert_eq!(running.get("k-big").map(|k| k.rate), Some(90.0));
 }
+
+/// A shadow limit's would-be refusals go out with the demand; a daemon that predates the field
+/// refuses it once, and from then on gets the totals alone.
+#[tokio::test]
+async fn would_refuse_counts_are_reported_and_dropped_for_a_daemon_that_refuses_them() {
+    let mut shadow = limit("shadow-tiny", 1.0, 0.5);
+    shadow.shadow = true;
+    let d = FakeDaemon::start(rules(1, vec![shadow, limit("cap", 10.0, 20.0)])).await;
+    let l = limiter(LimiterConfig::new(nowhere()));
+    poll(&watcher(&d, 100), &l).await;
+    for _ in 0..3 {
+        let dec = l
+            .check(&["shadow-tiny", "cap"], 1)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(dec.limits[0].verdict, Verdict::HeldClosed);
+    }
+    let http = http::client().unwrap_or_else(|e| panic!("{e}"));
+    let r = DemandReporter::new(http, &d.url, TOKEN, "gw-1", 7).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.report(&l).would_refuse.get("shadow-tiny"), Some(&3));
+    assert_eq!(r.report(&l).would_refuse.get("cap"), None);
+    r.report_once(&l).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (d.would_refuse("shadow-tiny"), d.demand("shadow-tiny")),
+        (3, 3)
+    );
+
+    d.refuse_would_refuse();
+    l.check(&["shadow-tiny"], 1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    r.report_once(&l).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.demand("shadow-tiny"), 4, "the totals still arrive");
+    assert_eq!(d.would_refuse("shadow-tiny"), 3);
+    assert!(r.report(&l).would_refuse.is_empty(), "not sent again");
+}

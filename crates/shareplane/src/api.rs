@@ -3,7 +3,7 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /v1/rules` | the rule set and its `lease_ms`; `ETag`, `If-None-Match` → 304; long-poll `?after=V&wait_ms=W&lease_seq=S`, answered on a newer version or a lease renewal; lease headers on every answer |
-//! | `POST /v1/demand` | a gateway's running totals (bearer token; body ≤ 64 KiB); 422 names implausible totals |
+//! | `POST /v1/demand` | a gateway's running totals, and what its shadow limits would have refused (`would_refuse`) (bearer token; body ≤ 64 KiB); 422 names implausible totals |
 //! | `GET /dashboard` | a read-only page of this Region's view of every Region (reads `v1/state` and `v1/events`) |
 //! | `GET /v1/state` | why each share is what it is; `?limits_from=I&limits_count=N` pages the limits (`limits_total`, `next_limits_from`) |
 //! | `GET /v1/events` | operator events, oldest first (`?after=SEQ`: only newer ones); at most the last 1,000 |
@@ -240,6 +240,9 @@ struct DemandReport {
     gateway: String,
     incarnation: shareplane_limiter::demand::Incarnation,
     totals: BTreeMap<String, u64>,
+    /// Calls each shadow limit would have refused, running since the gateway's start.
+    #[serde(default)]
+    would_refuse: BTreeMap<String, u64>,
 }
 
 /// Checks `Authorization: Bearer <token>` in time independent of where the tokens differ.
@@ -288,7 +291,13 @@ async fn demand(
         let mut book = s.demand();
         // Stamped on receipt, under the book's lock, so that stamps follow the order of updates.
         let now = s.clock.now_ms();
-        let o = book.report(now, &report.gateway, report.incarnation, &report.totals);
+        let o = book.report_with(
+            now,
+            &report.gateway,
+            report.incarnation,
+            &report.totals,
+            &report.would_refuse,
+        );
         s.metrics.gateways.set(book.gateways() as u64);
         o
     };

@@ -922,6 +922,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             alarms: [self.alarms.clone(), self.mismatch_alarms()].concat(),
             waiting_for_record: waits.0,
             raise_waiting: waits.1,
+            would_refuse: Arc::new(self.shared.demand().would_refuse()),
             limits_mismatch: self.mismatch.clone(),
         });
         self.shared.set_view(view);

@@ -178,6 +178,9 @@ struct Gateway {
     /// A refusal was logged for this gateway.
     warned: bool,
     slots: BTreeMap<usize, Slot>,
+    /// The largest running count of calls a shadow limit would have refused, per limit id, this
+    /// incarnation has reported.
+    would_refuse: BTreeMap<String, u64>,
 }
 
 /// One limit's received requests over time, in milli-requests per bucket.
@@ -199,6 +202,9 @@ pub struct DemandBook {
     timelines: Vec<Timeline>,
     /// Synthetic demand ([`DemandBook::add`]) per limit: when it was last added.
     synthetic: Vec<Option<u64>>,
+    /// What gateways' earlier incarnations (and gateways forgotten) counted of
+    /// [`Gateway::would_refuse`], per limit id, so that the Region's count only rises.
+    would_refuse_retired: BTreeMap<String, u64>,
 }
 
 impl DemandBook {
@@ -213,6 +219,44 @@ impl DemandBook {
             slots: 0,
             timelines: (0..n).map(|_| Timeline::default()).collect(),
             synthetic: vec![None; n],
+            would_refuse_retired: BTreeMap::new(),
+        }
+    }
+
+    /// Calls that shadow limits would have refused, per limit id, as this Region's gateways
+    /// reported them (`would_refuse` in their reports): running counts since each gateway's
+    /// start, summed over gateways and their incarnations, so they only rise. For operators
+    /// only: no protocol decision reads them (a gateway with the token could inflate them).
+    pub fn would_refuse(&self) -> BTreeMap<String, u64> {
+        let mut out = self.would_refuse_retired.clone();
+        for g in self.gateways.values() {
+            for (id, n) in &g.would_refuse {
+                let t = out.entry(id.clone()).or_default();
+                *t = t.saturating_add(*n);
+            }
+        }
+        out
+    }
+
+    /// Takes a gateway's `would_refuse` counts, for limits the book tracks; a count below the
+    /// last one of the same incarnation is ignored (it never lowers the Region's).
+    fn count_would_refuse(&mut self, gateway: &str, counts: &BTreeMap<String, u64>) {
+        let Some(g) = self.gateways.get_mut(gateway) else {
+            return;
+        };
+        for (id, &n) in counts {
+            if !self.limits.iter().any(|l| l.id == *id) {
+                continue;
+            }
+            let t = g.would_refuse.entry(id.clone()).or_default();
+            *t = (*t).max(n);
+        }
+    }
+
+    fn retire_would_refuse(retired: &mut BTreeMap<String, u64>, g: &mut Gateway) {
+        for (id, n) in std::mem::take(&mut g.would_refuse) {
+            let t = retired.entry(id).or_default();
+            *t = t.saturating_add(n);
         }
     }
 
@@ -249,6 +293,20 @@ impl DemandBook {
         incarnation: impl Into<Incarnation>,
         totals: &BTreeMap<String, u64>,
     ) -> Result<ReportOutcome, DemandError> {
+        self.report_with(now_ms, gateway, incarnation, totals, &BTreeMap::new())
+    }
+
+    /// [`DemandBook::report`] with the report's `would_refuse` counts (see
+    /// [`DemandBook::would_refuse`]); a report refused whole, or from an older incarnation,
+    /// counts none.
+    pub fn report_with(
+        &mut self,
+        now_ms: u64,
+        gateway: &str,
+        incarnation: impl Into<Incarnation>,
+        totals: &BTreeMap<String, u64>,
+        would_refuse: &BTreeMap<String, u64>,
+    ) -> Result<ReportOutcome, DemandError> {
         let incarnation = incarnation.into();
         if gateway.is_empty()
             || gateway.chars().count() > MAX_GATEWAY_ID_CHARS
@@ -256,7 +314,7 @@ impl DemandBook {
         {
             return Err(DemandError::BadGateway);
         }
-        if totals.len() > MAX_TOTALS {
+        if totals.len().saturating_add(would_refuse.len()) > MAX_TOTALS {
             return Err(DemandError::TooManyTotals);
         }
         let now = self.advance(now_ms);
@@ -277,6 +335,7 @@ impl DemandBook {
                 last_seen_ms: now,
                 warned: false,
                 slots: BTreeMap::new(),
+                would_refuse: BTreeMap::new(),
             });
         if incarnation != g.incarnation {
             // An older incarnation is a late report of a gateway that restarted, unless the
@@ -290,6 +349,7 @@ impl DemandBook {
             // A new baseline: what the old incarnation reported stays on the timelines.
             self.slots = self.slots.saturating_sub(g.slots.len());
             g.slots.clear();
+            Self::retire_would_refuse(&mut self.would_refuse_retired, g);
             g.incarnation = incarnation;
         }
         g.last_seen_ms = now;
@@ -332,6 +392,7 @@ impl DemandBook {
             out.counted = out.counted.saturating_add(rise);
             self.spread(li, from, now, rise);
         }
+        self.count_would_refuse(gateway, would_refuse);
         Ok(out)
     }
 
@@ -421,10 +482,12 @@ impl DemandBook {
     fn forget(&mut self, now: u64) {
         let before = now.saturating_sub(FORGET_AFTER_MS);
         let mut dropped = 0;
+        let retired = &mut self.would_refuse_retired;
         self.gateways.retain(|_, g| {
             let keep = g.last_seen_ms >= before;
             if !keep {
                 dropped += g.slots.len();
+                Self::retire_would_refuse(retired, g);
             }
             keep
         });
@@ -448,8 +511,9 @@ impl DemandBook {
                 .min_by_key(|(_, g)| g.last_seen_ms)
                 .map(|(k, _)| k.clone());
             let Some(k) = oldest else { return };
-            if let Some(g) = self.gateways.remove(&k) {
+            if let Some(mut g) = self.gateways.remove(&k) {
                 self.slots = self.slots.saturating_sub(g.slots.len());
+                Self::retire_would_refuse(&mut self.would_refuse_retired, &mut g);
             }
         }
     }
@@ -718,6 +782,45 @@ mod tests {
         // Measured from the last accepted total: plausible again once the average is.
         let later = b.report(3_000, "g", 1, &totals(80_000 + 80_001));
         assert_eq!(later.map(|o| o.counted), Ok(80_001));
+    }
+
+    #[test]
+    fn would_refuse_counts_only_rise_across_gateways_restarts_and_forgetting() {
+        let mut b = book(0);
+        let w = |v: u64| BTreeMap::from([(K.to_string(), v), ("nope".to_string(), 5)]);
+        let count = |b: &DemandBook| b.would_refuse().get(K).copied();
+        assert_eq!(
+            b.report_with(0, "g1", 1, &totals(0), &w(10)).map(|_| ()),
+            Ok(())
+        );
+        assert_eq!(
+            b.report_with(0, "g2", 1, &totals(0), &w(3)).map(|_| ()),
+            Ok(())
+        );
+        assert_eq!(count(&b), Some(13));
+        assert!(
+            !b.would_refuse().contains_key("nope"),
+            "unknown limits are not kept"
+        );
+        // Lower within an incarnation: ignored (a late report).
+        let _ = b.report_with(1_000, "g1", 1, &totals(10), &w(4));
+        assert_eq!(count(&b), Some(13));
+        // g1 restarts: its old count stays, the new one adds.
+        let _ = b.report_with(2_000, "g1", 2, &totals(0), &w(2));
+        assert_eq!(count(&b), Some(15));
+        // A late report of g1's old incarnation counts nothing.
+        let _ = b.report_with(2_100, "g1", 1, &totals(20), &w(50));
+        assert_eq!(count(&b), Some(15));
+        // g2 is forgotten after a minute of silence: what it counted stays.
+        let later = 2_000 + FORGET_AFTER_MS + 1;
+        let _ = b.report_with(later, "g1", 2, &totals(0), &w(2));
+        let _ = b.rates(later);
+        assert_eq!(b.gateways(), 1);
+        assert_eq!(count(&b), Some(15));
+        // Totals and counts together are bounded like totals alone.
+        let many: BTreeMap<String, u64> = (0..MAX_TOTALS).map(|i| (format!("x{i}"), 1)).collect();
+        let r = b.report_with(70_000, "g1", 2, &totals(0), &many);
+        assert_eq!(r.map(|_| ()), Err(DemandError::TooManyTotals));
     }
 
     #[test]

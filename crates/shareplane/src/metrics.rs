@@ -476,6 +476,11 @@ impl Metrics {
                 }
             }
         }
+        let name = "shareplane_limit_shadow_would_refuse_total";
+        let _ = writeln!(o, "# HELP {name} Calls a shadow limit would have refused, as this Region's gateways reported them (limits with a count only).\n# TYPE {name} counter");
+        for (id, n) in view.would_refuse.iter() {
+            let _ = writeln!(o, "{name}{{region=\"{region}\",limit=\"{}\"}} {n}", esc(id));
+        }
         let name = "shareplane_alarm";
         let _ = writeln!(o, "# HELP {name} Alarms raised by the last rebalance (1 per active alarm).\n# TYPE {name} gauge");
         for a in &view.alarms {

@@ -32,6 +32,10 @@ pub struct StateView {
     #[serde(skip)]
     pub limits: Limits,
     pub alarms: Vec<String>,
+    /// What shadow limits would have refused, per limit id (in each limit's view as well; here
+    /// for the metrics, which list every limit with a count, not only the first ones).
+    #[serde(skip)]
+    pub would_refuse: Arc<BTreeMap<String, u64>>,
 }
 
 /// A view as JSON: every field of [`StateView`] and its limits, all of them or a page.
@@ -88,6 +92,7 @@ struct LimitsInput {
     own: Option<Arc<RegionRecord>>,
     peer_records: Vec<Option<Arc<RegionRecord>>>,
     peer_views: Option<Vec<PeerView>>,
+    would_refuse: Arc<BTreeMap<String, u64>>,
 }
 
 impl Limits {
@@ -189,6 +194,9 @@ pub struct LimitJson {
     pub id: String,
     pub kind: &'static str,
     pub shadow: bool,
+    /// Calls this limit would have refused while in shadow mode, as this Region's gateways
+    /// reported them (running since their start, summed; 0 for none).
+    pub would_refuse: u64,
     /// The configured rate and version.
     pub rate: f64,
     pub version: u64,
@@ -250,6 +258,8 @@ pub struct ViewInput<'a> {
     /// Phase ticks in a row at which each peer named other limits, by Region index (empty:
     /// not counted yet).
     pub limits_mismatch: Vec<u32>,
+    /// What shadow limits would have refused, per limit id (the demand book's count).
+    pub would_refuse: Arc<BTreeMap<String, u64>>,
 }
 
 impl StateView {
@@ -286,6 +296,7 @@ impl StateView {
             waiting_for_record: Vec::new(),
             raise_waiting: Vec::new(),
             limits_mismatch: Vec::new(),
+            would_refuse: Default::default(),
         })
     }
 }
@@ -307,6 +318,7 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
         waiting_for_record,
         raise_waiting,
         limits_mismatch,
+        would_refuse,
     } = v;
     let input = Arc::new(LimitsInput {
         d,
@@ -314,6 +326,7 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
         own,
         peer_records,
         peer_views,
+        would_refuse,
     });
     let (d, l) = (&*input.d, &*input);
     let peers = regions(d.n())
@@ -337,6 +350,7 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
             .map(|r| (d.region_name(r).to_string(), health_name(health[r])))
             .collect(),
         peers,
+        would_refuse: input.would_refuse.clone(),
         limits: Limits {
             from: input.clone(),
             built: std::sync::OnceLock::new(),
@@ -414,6 +428,7 @@ fn limit_view(
             LimitKind::Security { .. } => "security",
         },
         shadow: spec.shadow,
+        would_refuse: v.would_refuse.get(&spec.id).copied().unwrap_or(0),
         rate: spec.rate.as_rps(),
         version: spec.version,
         adopted_version: e.limit_version,
@@ -600,6 +615,7 @@ mod tests {
             waiting_for_record: Vec::new(),
             raise_waiting: Vec::new(),
             limits_mismatch: Vec::new(),
+            would_refuse: Default::default(),
         })
     }
 

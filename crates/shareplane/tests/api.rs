@@ -481,6 +481,7 @@ fn waiting_view(
         waiting_for_record: waiting,
         raise_waiting: raise,
         limits_mismatch: Vec::new(),
+        would_refuse: Default::default(),
     })
 }
 
@@ -748,6 +749,8 @@ async fn the_dashboard_is_a_read_only_page_of_the_state_and_the_events() {
         "adopted_rate",
         "adopted_version",
         "share",
+        "shadow",
+        "would_refuse",
         "why",
         "why_detail",
     ] {

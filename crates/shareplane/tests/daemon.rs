@@ -1510,3 +1510,35 @@ async fn a_raise_held_back_for_a_peer_that_is_down_is_an_alarm_until_the_peer_re
     let max = *max_sum.lock().unwrap_or_else(|e| e.into_inner());
     assert!(max <= 12_000.0 + 1e-6, "A's and B's shares reached {max}");
 }
+
+/// What a shadow limit would have refused, as gateways report it, shows in the Region's state
+/// and metrics (summed over gateways, kept across a gateway's restart).
+#[tokio::test(start_paused = true)]
+async fn would_refuse_counts_reach_the_state_and_the_metrics() {
+    let mut c = Cluster::new();
+    c.start_all();
+    settle(20).await;
+    let a = c.replicas[0][0].shared.clone();
+    let now = c.clock.now_ms();
+    let report = |gw: &str, inc: u64, n: u64| {
+        let totals = std::collections::BTreeMap::from([("k-big".to_string(), 0)]);
+        let w = std::collections::BTreeMap::from([("k-big".to_string(), n)]);
+        a.demand()
+            .report_with(now, gw, inc, &totals, &w)
+            .map(|_| ())
+            .unwrap_or_else(|e| panic!("{e}"));
+    };
+    report("gw-1", 1, 40);
+    report("gw-2", 1, 2);
+    report("gw-1", 2, 1);
+    settle(6).await;
+    let v = a.view();
+    assert_eq!(limit_json(&v, "k-big").map(|l| l.would_refuse), Some(43));
+    let text = a.render_metrics();
+    assert!(
+        text.contains(
+            "shareplane_limit_shadow_would_refuse_total{region=\"A\",limit=\"k-big\"} 43"
+        ),
+        "{text}"
+    );
+}

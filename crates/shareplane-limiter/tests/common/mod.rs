@@ -88,6 +88,10 @@ struct Shared {
     /// predates deltas), and whether it refuses them with 400 as such a daemon does.
     delta_requests: Mutex<u64>,
     refuse_deltas: Mutex<bool>,
+    /// Largest would-refuse count per limit over every report, and whether a report that
+    /// carries one is refused with 400, as a daemon that predates the field does.
+    would_refuse: Mutex<BTreeMap<String, u64>>,
+    refuse_would_refuse: Mutex<bool>,
 }
 
 /// The fake daemon, serving on a loopback port until the test ends.
@@ -108,6 +112,8 @@ impl FakeDaemon {
             posts: Mutex::new(0),
             delta_requests: Mutex::new(0),
             refuse_deltas: Mutex::new(false),
+            would_refuse: Mutex::new(BTreeMap::new()),
+            refuse_would_refuse: Mutex::new(false),
         });
         let app = Router::new()
             .route("/v1/rules", get(get_rules))
@@ -158,6 +164,19 @@ impl FakeDaemon {
     /// Requests so far that asked for a delta.
     pub fn delta_requests(&self) -> u64 {
         *lock(&self.shared.delta_requests)
+    }
+
+    /// The largest would-refuse count received for a limit.
+    pub fn would_refuse(&self, limit: &str) -> u64 {
+        lock(&self.shared.would_refuse)
+            .get(limit)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Refuse a report with `would_refuse` counts with 400, as a daemon that predates them does.
+    pub fn refuse_would_refuse(&self) {
+        *lock(&self.shared.refuse_would_refuse) = true;
     }
 
     /// Answer a request for a delta with 400, as a daemon that predates deltas does.
@@ -267,7 +286,16 @@ async fn post_demand(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Byt
             return (StatusCode::BAD_REQUEST, Json(error)).into_response();
         }
     };
+    if !report.would_refuse.is_empty() && *lock(&s.refuse_would_refuse) {
+        let error = serde_json::json!({"error": "bad demand report: unknown field `would_refuse`, expected one of `gateway`, `incarnation`, `totals`"});
+        return (StatusCode::BAD_REQUEST, Json(error)).into_response();
+    }
     *lock(&s.posts) += 1;
+    for (limit, n) in &report.would_refuse {
+        let mut w = lock(&s.would_refuse);
+        let t = w.entry(limit.clone()).or_default();
+        *t = (*t).max(*n);
+    }
     let mut totals = lock(&s.totals);
     let mine = totals
         .entry((report.gateway, report.incarnation))
