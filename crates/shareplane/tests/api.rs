@@ -730,22 +730,23 @@ async fn the_dashboard_is_a_read_only_page_of_the_state_and_the_events() {
     // The page reads fields that the state does carry.
     let (_, _, state) = call(&app, get("/v1/state?limits_count=1")).await;
     let v = json(&state);
-    for key in [
+    let shown = |obj: &serde_json::Value, var: &str, keys: &[&str]| {
+        for key in keys {
+            assert!(!obj[key].is_null(), "{key} missing from {obj}");
+            let read = format!("{var}.{key}");
+            assert!(page.contains(&read), "the page does not show {key}");
+        }
+    };
+    let top = [
         "region",
         "role",
         "epoch",
         "record_version",
         "peers",
         "limits_total",
-    ] {
-        assert!(!v[key].is_null(), "{key} missing from {v}");
-        assert!(
-            page.contains(&format!("st.{key}")),
-            "the page does not show {key}"
-        );
-    }
-    let limit = &v["limits"][0];
-    for key in [
+    ];
+    shown(&v, "st", &top);
+    let per_limit = [
         "adopted_rate",
         "adopted_version",
         "share",
@@ -753,13 +754,8 @@ async fn the_dashboard_is_a_read_only_page_of_the_state_and_the_events() {
         "would_refuse",
         "why",
         "why_detail",
-    ] {
-        assert!(!limit[key].is_null(), "{key} missing from {limit}");
-        assert!(
-            page.contains(&format!("l.{key}")),
-            "the page does not show {key}"
-        );
-    }
+    ];
+    shown(&v["limits"][0], "l", &per_limit);
 }
 
 #[tokio::test]
