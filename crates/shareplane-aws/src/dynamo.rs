@@ -63,11 +63,18 @@
 //! sees as current. An inconsistent kept set is left out (it is replicating, or being
 //! collected); a rejected one is reported, never adopted. `read_one` reads the current record
 //! only (`begins_with(sk, "rec")`).
+//!
+//! # Shared limits
+//!
+//! The shared limits live in the same table under their own partition key (`#limits`), which no
+//! Region's items can share: [`crate::limits`] owns their layout and protocol, and this store
+//! refuses a Region name that starts with `#` wherever it turns a Region into a partition key.
 
 use crate::client::{describe, store_error};
 use crate::codec::{
     self, Decoded, Encoded, Item, HEADER_SK, KEPT_PREFIX, LEASE_SK, MAX_ITEM_BYTES,
 };
+use crate::limits;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, Delete, KeySchemaElement,
@@ -75,7 +82,9 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use shareplane_core::{Deployment, RegionId, RegionRecord};
-use shareplane_store::{Fetched, Lease, RecordStore, Rejection, StoreError, WriterToken};
+use shareplane_store::{
+    Fetched, Lease, LimitsDoc, LimitsRead, RecordStore, Rejection, StoreError, WriterToken,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -120,8 +129,10 @@ pub struct DynamoStore {
     /// The stored sort keys of this Region's kept sets, by ended epoch, as last read or written.
     kept: Mutex<BTreeMap<u64, Vec<String>>>,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
-    /// Write capacity units of every transaction that succeeded ([`DynamoStore::write_units`]).
+    /// Write capacity units of every write that succeeded ([`DynamoStore::write_units`]).
     write_units: std::sync::atomic::AtomicU64,
+    /// The last complete shared limits this store read.
+    limits_seen: limits::Seen,
 }
 
 /// Write capacity units of a transactional action that writes `bytes` (DynamoDB's published
@@ -185,12 +196,14 @@ impl DynamoStore {
             kept: Mutex::new(BTreeMap::new()),
             rejections: Mutex::new(BTreeMap::new()),
             write_units: std::sync::atomic::AtomicU64::new(0),
+            limits_seen: limits::Seen::default(),
         }
     }
 
-    /// Write capacity units this store's successful writes consumed so far, by DynamoDB's rule
-    /// for transactions, in the writing Region (replication to the other replicas of a global
-    /// table costs as much again in each of them).
+    /// Write capacity units this store's successful writes consumed so far, in the writing Region
+    /// (replication to the other replicas of a global table costs as much again in each of them):
+    /// records by DynamoDB's rule for transactions, shared limits (plain puts) at 1 per started
+    /// KB; deletes are counted as 1 KB.
     pub fn write_units(&self) -> u64 {
         self.write_units.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -228,7 +241,14 @@ impl DynamoStore {
         if r.index() >= self.d().n() {
             return Err(StoreError::Fatal(format!("Region {r} is not configured")));
         }
-        Ok(self.d().region_name(r).to_string())
+        let name = self.d().region_name(r).to_string();
+        // `#…` partition keys hold what all Regions share (the shared limits, `#limits`).
+        if name.starts_with('#') {
+            return Err(StoreError::Fatal(format!(
+                "Region name {name:?} starts with '#', which the table keeps for shared items"
+            )));
+        }
+        Ok(name)
     }
 
     /// Every item of `region` whose sort key starts with `rec`.
@@ -881,6 +901,17 @@ impl RecordStore for DynamoStore {
             }
             Err(e) => Err(store_error("PutItem", e)),
         }
+    }
+
+    async fn read_limits(&self) -> Result<LimitsRead, StoreError> {
+        limits::read(&self.client, &self.table, &self.limits_seen).await
+    }
+
+    async fn write_limits(&self, doc: &LimitsDoc) -> Result<(), StoreError> {
+        let units = limits::write(&self.client, &self.table, doc).await?;
+        self.write_units
+            .fetch_add(units, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 }
 

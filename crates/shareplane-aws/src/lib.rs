@@ -7,7 +7,9 @@
 //!   lease `sk = "lease"`, and a copy of the last record of each ended epoch `E` that some heir
 //!   may still need (`sk = "prev#E"`, `"prev#E#0000"`…, `E` in 10 digits). The item layout and
 //!   its validation are in [`codec`]; the write and read protocols, and when a kept epoch is
-//!   deleted, in [`dynamo`].
+//!   deleted, in [`dynamo`]. The same table holds the shared limits
+//!   ([`shareplane_store::LimitsDoc`]) under partition key `#limits`: a head and the text in
+//!   parts keyed by version and digest ([`limits`]); a Region name may not start with `#`.
 //! - [`HealthReader`] reads Route 53 health check status from CloudWatch in us-east-1.
 //! - [`MetricsPublisher`] publishes the alarm metrics ([`metrics`] lists them).
 //! - [`client`] builds SDK clients (explicit endpoint for tests, default chain for production)
@@ -69,7 +71,9 @@
 //! are authorized one by one) `dynamodb:PutItem`, `DeleteItem` (old shards, collected kept
 //! epochs) and `ConditionCheckItem` on its own Region's items only (`dynamodb:LeadingKeys` = its
 //! name; infra/ grants exactly that), `cloudwatch:GetMetricData` (in us-east-1) and
-//! `cloudwatch:PutMetricData` (its own Region).
+//! `cloudwatch:PutMetricData` (its own Region). Its reads cover the shared limits too (`GetItem`
+//! and `Query` on `#limits`); whoever applies them needs `GetItem`, `Query`, `PutItem` and
+//! `DeleteItem` on the `#limits` items (`dynamodb:LeadingKeys` = `#limits`), and no daemon does.
 //!
 //! A kept epoch costs its record's bytes once more when the epoch ends (the copy travels in the
 //! write that starts the next epoch, together with the first full write of the new one: 82
@@ -82,6 +86,7 @@ pub mod client;
 pub mod codec;
 pub mod dynamo;
 pub mod health;
+pub mod limits;
 pub mod metrics;
 
 pub use client::{is_retryable, CallLimits, Endpoint};

@@ -7,7 +7,9 @@ mod support;
 use shareplane_aws::{create_table, DynamoStore};
 use shareplane_core::{Deployment, RegionRecord};
 use shareplane_store::memory::MemoryStore;
-use shareplane_store::{Fetched, RecordStore, StoreError, WriterToken};
+use shareplane_store::{
+    Fetched, LimitsDoc, LimitsRead, RecordStore, StoreError, WriterToken, MAX_LIMITS_DOC_BYTES,
+};
 use std::sync::Arc;
 use support::{deployment, heir_at, owner_at, record, rid};
 
@@ -246,6 +248,114 @@ async fn ended_epochs_kept_until_every_heir_has_closed_them<S: RecordStore>(
     );
 }
 
+fn limits_doc(version: u64, text: String) -> LimitsDoc {
+    LimitsDoc {
+        version,
+        text,
+        applied_by: format!("operator-{version}@eu-west-1"),
+        applied_at_ms: 1_700_000_000_000 + version,
+    }
+}
+
+/// `n` limits as `shareplane limits apply` would write them (about 60 bytes each).
+fn limits_text(n: usize, rate: u64) -> String {
+    (0..n)
+        .map(|i| {
+            format!("[[limits]]\nid = \"tenant-{i:05}/api\"\nrate = {rate}\nburst_ms = 1000\n")
+        })
+        .collect()
+}
+
+async fn read_limits<S: RecordStore>(s: &S) -> LimitsRead {
+    s.read_limits().await.expect("read_limits")
+}
+
+async fn limits_write_and_read<S: RecordStore>(s: S, _d: Arc<Deployment>) {
+    assert_eq!(read_limits(&s).await, LimitsRead::Absent, "a new table");
+    let v1 = limits_doc(1, limits_text(3, 100));
+    s.write_limits(&v1).await.expect("write v1");
+    assert_eq!(read_limits(&s).await, LimitsRead::Complete(v1));
+    let v2 = limits_doc(2, limits_text(4, 200));
+    s.write_limits(&v2).await.expect("write v2");
+    assert_eq!(read_limits(&s).await, LimitsRead::Complete(v2.clone()));
+    assert_eq!(
+        read_limits(&s).await,
+        LimitsRead::Complete(v2),
+        "read again, unchanged"
+    );
+}
+
+async fn limits_same_or_lower_version_refused<S: RecordStore>(s: S, _d: Arc<Deployment>) {
+    let v5 = limits_doc(5, limits_text(2, 100));
+    s.write_limits(&v5).await.expect("write v5");
+    for (version, text, what) in [
+        (
+            5,
+            limits_text(2, 100),
+            "the same version and text (a retried apply)",
+        ),
+        (5, limits_text(2, 300), "the same version, another text"),
+        (4, limits_text(1, 300), "a lower version"),
+    ] {
+        match s.write_limits(&limits_doc(version, text)).await {
+            Err(StoreError::Conflict(m)) => assert!(m.contains('5'), "{what}: {m}"),
+            other => panic!("{what}: expected a conflict, got {other:?}"),
+        }
+        assert_eq!(
+            read_limits(&s).await,
+            LimitsRead::Complete(v5.clone()),
+            "{what}: the stored doc is unchanged"
+        );
+    }
+}
+
+async fn limits_large_doc_round_trips_and_oversized_is_refused<S: RecordStore>(
+    s: S,
+    _d: Arc<Deployment>,
+) {
+    let big = limits_doc(1, limits_text(100_000, 100));
+    assert!(big.text.len() >= 6_000_000, "{} bytes", big.text.len());
+    s.write_limits(&big).await.expect("write ~6 MB");
+    assert_eq!(read_limits(&s).await, LimitsRead::Complete(big.clone()));
+    let too_big = limits_doc(2, "x".repeat(MAX_LIMITS_DOC_BYTES + 1));
+    match s.write_limits(&too_big).await {
+        Err(StoreError::Fatal(_)) => {}
+        other => panic!(
+            "expected Fatal for {} bytes, got {other:?}",
+            too_big.text.len()
+        ),
+    }
+    assert_eq!(
+        read_limits(&s).await,
+        LimitsRead::Complete(big),
+        "the refused write changed nothing"
+    );
+}
+
+/// Multi-byte characters (4, 3 and 2 bytes) placed right across where the DynamoDB store cuts
+/// its parts, and at the very end.
+async fn limits_multibyte_text_across_part_boundaries_round_trips<S: RecordStore>(
+    s: S,
+    _d: Arc<Deployment>,
+) {
+    let max = shareplane_aws::limits::MAX_PART_BYTES;
+    let mut text = String::new();
+    let mut start = 0;
+    for c in ['😀', '€', 'é'] {
+        // The cut falls one byte into `c`, so the part ends before it and the next starts with it.
+        let cut = start + max;
+        while text.len() < cut - 1 {
+            text.push(if text.len() % 61 == 60 { '\n' } else { 'a' });
+        }
+        text.push(c);
+        start = cut - 1;
+    }
+    text.push_str("tail ✓ 😀");
+    let doc = limits_doc(7, text);
+    s.write_limits(&doc).await.expect("write");
+    assert_eq!(read_limits(&s).await, LimitsRead::Complete(doc));
+}
+
 async fn dynamo(test: &str, d: &Arc<Deployment>) -> Option<DynamoStore> {
     let url = support::moto_url(test)?;
     let config = support::moto_config(&url).await;
@@ -284,4 +394,8 @@ conformance! {
     lease_take_renew_expire_takeover: 1;
     ten_thousand_limits_round_trip: 10_000;
     ended_epochs_kept_until_every_heir_has_closed_them: 600;
+    limits_write_and_read: 1;
+    limits_same_or_lower_version_refused: 1;
+    limits_large_doc_round_trips_and_oversized_is_refused: 1;
+    limits_multibyte_text_across_part_boundaries_round_trips: 1;
 }

@@ -1,4 +1,5 @@
-//! DynamoDB-only behaviour on moto: foreign garbage items, half-replicated writes, packing.
+//! DynamoDB-only behaviour on moto: foreign garbage items, half-replicated writes, packing, and
+//! the shared limits' parts (missing, altered, collected, raced) and malformed head.
 
 mod support;
 
@@ -6,9 +7,11 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use shareplane_aws::codec::{self, Item};
-use shareplane_aws::{create_table, DynamoStore};
+use shareplane_aws::{create_table, limits, DynamoStore};
 use shareplane_core::{Deployment, RecordError};
-use shareplane_store::{Fetched, RecordStore, Rejection, WriterToken};
+use shareplane_store::{
+    Fetched, LimitsDoc, LimitsRead, RecordStore, Rejection, StoreError, WriterToken,
+};
 use std::sync::Arc;
 use support::{deployment, heir_at, owner_at, record, rid};
 
@@ -700,4 +703,331 @@ async fn after_a_reload_that_adds_a_limit_the_store_writes_it_with_the_digest_an
     assert_eq!(seen.limits.len(), codec::LIMITS_PER_SHARD);
     assert_eq!(&seen.limits[..], &r2.limits[..codec::LIMITS_PER_SHARD]);
     assert_eq!(seen.limits_digest, r2.limits_digest);
+}
+
+// The shared limits (`#limits`): what only the DynamoDB layout can get wrong.
+
+fn limits_doc(version: u64, text: String) -> LimitsDoc {
+    LimitsDoc {
+        version,
+        text,
+        applied_by: "ops@example".into(),
+        applied_at_ms: 1_700_000_000_000,
+    }
+}
+
+/// About `bytes` of limits text (so more than one part beyond [`limits::MAX_PART_BYTES`]).
+fn limits_text(bytes: usize, rate: u64) -> String {
+    let mut text = String::new();
+    let mut i = 0;
+    while text.len() < bytes {
+        text.push_str(&format!(
+            "[[limits]]\nid = \"tenant-{i:05}\"\nrate = {rate}\n"
+        ));
+        i += 1;
+    }
+    text
+}
+
+impl Setup {
+    /// The sort keys of every `#limits` item, in key order (`head` sorts before `v#…`).
+    async fn limits_keys(&self) -> Vec<String> {
+        let mut keys = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :p")
+                .expression_attribute_values(":p", AttributeValue::S(limits::LIMITS_PK.into()))
+                .projection_expression("sk")
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .expect("query");
+            keys.extend(page.items().iter().filter_map(|i| match i.get("sk") {
+                Some(AttributeValue::S(sk)) => Some(sk.clone()),
+                _ => None,
+            }));
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return keys;
+            }
+        }
+    }
+
+    async fn limits_item(&self, sk: &str) -> Item {
+        self.client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(limits::LIMITS_PK.into()))
+            .key("sk", AttributeValue::S(sk.into()))
+            .send()
+            .await
+            .expect("get")
+            .item
+            .unwrap_or_else(|| panic!("no item {sk}"))
+    }
+
+    async fn limits_delete(&self, sk: &str) {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(limits::LIMITS_PK.into()))
+            .key("sk", AttributeValue::S(sk.into()))
+            .send()
+            .await
+            .expect("raw delete");
+    }
+}
+
+/// The part keys of `doc`, as the store writes them.
+fn part_keys(doc: &LimitsDoc, parts: usize) -> Vec<String> {
+    (0..parts)
+        .map(|i| limits::part_sk(doc.version, doc.digest(), i))
+        .collect()
+}
+
+fn parts_of(keys: &[String], version: u64) -> usize {
+    let prefix = format!("{}{version:020}#", limits::PART_PREFIX);
+    keys.iter().filter(|k| k.starts_with(&prefix)).count()
+}
+
+#[tokio::test]
+async fn shared_limits_whose_parts_are_missing_read_as_incomplete_until_they_arrive() {
+    let Some(s) = setup("shared_limits_whose_parts_are_missing", 1).await else {
+        return;
+    };
+    let v1 = limits_doc(1, limits_text(800_000, 100));
+    s.store().write_limits(&v1).await.expect("write v1");
+    let keys = part_keys(&v1, 3);
+    assert_eq!(
+        s.limits_keys().await,
+        [vec![limits::HEAD_SK.to_string()], keys.clone()].concat()
+    );
+    let daemon = s.store();
+    assert_eq!(
+        daemon.read_limits().await,
+        Ok(LimitsRead::Complete(v1.clone()))
+    );
+    // Part 1 has not replicated yet (taken away again).
+    let part1 = s.limits_item(&keys[1]).await;
+    s.limits_delete(&keys[1]).await;
+    assert_eq!(
+        s.store().read_limits().await,
+        Ok(LimitsRead::Incomplete { version: 1 }),
+        "a reader that never saw v1 whole"
+    );
+    assert_eq!(
+        daemon.read_limits().await,
+        Ok(LimitsRead::Complete(v1.clone())),
+        "a reader that read v1 whole does not read its parts again while the head is unchanged"
+    );
+    s.raw_put(part1).await;
+    assert_eq!(
+        s.store().read_limits().await,
+        Ok(LimitsRead::Complete(v1.clone()))
+    );
+    // v2's head arrives before any of its parts.
+    let v2 = limits_doc(2, limits_text(1_000, 200));
+    let writer = s.store();
+    writer.write_limits(&v2).await.expect("write v2");
+    let v2_part = limits::part_sk(2, v2.digest(), 0);
+    s.limits_delete(&v2_part).await;
+    assert_eq!(
+        daemon.read_limits().await,
+        Ok(LimitsRead::Incomplete { version: 2 }),
+        "a new head is never served from the old text"
+    );
+    // A repeated (foreign-digest) part of the same version does not complete it either.
+    let mut stray = s.limits_item(&keys[0]).await;
+    stray.insert(
+        "sk".into(),
+        AttributeValue::S(limits::part_sk(2, v2.digest() ^ 1, 0)),
+    );
+    s.raw_put(stray).await;
+    assert_eq!(
+        daemon.read_limits().await,
+        Ok(LimitsRead::Incomplete { version: 2 })
+    );
+}
+
+#[tokio::test]
+async fn a_shared_limits_part_whose_text_was_altered_reads_as_incomplete() {
+    let Some(s) = setup("a_shared_limits_part_whose_text_was_altered", 1).await else {
+        return;
+    };
+    let v1 = limits_doc(1, limits_text(500_000, 100));
+    s.store().write_limits(&v1).await.expect("write");
+    let sk = limits::part_sk(1, v1.digest(), 1);
+    let mut part = s.limits_item(&sk).await;
+    let Some(AttributeValue::S(txt)) = part.get("txt") else {
+        panic!("part 1 has no text")
+    };
+    // The same length, one rate changed: only the digest can tell.
+    let altered = txt.replacen("rate = 100", "rate = 900", 1);
+    assert_eq!(altered.len(), txt.len());
+    assert_ne!(&altered, txt);
+    part.insert("txt".into(), AttributeValue::S(altered));
+    s.raw_put(part).await;
+    assert_eq!(
+        s.store().read_limits().await,
+        Ok(LimitsRead::Incomplete { version: 1 })
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_shared_limits_head_is_fatal_and_names_the_attribute() {
+    let Some(s) = setup("a_malformed_shared_limits_head", 1).await else {
+        return;
+    };
+    let v1 = limits_doc(1, limits_text(1_000, 100));
+    s.store().write_limits(&v1).await.expect("write");
+    let good = s.limits_item(limits::HEAD_SK).await;
+    let n = |v: &str| AttributeValue::N(v.into());
+    let cases = [
+        ("parts", AttributeValue::S("1".into())),
+        ("parts", n("100000")),
+        ("bytes", n("99999999999")),
+        ("ver", n("-1")),
+        ("dig", AttributeValue::S("not hex".into())),
+        ("by", n("7")),
+    ];
+    for (attr, value) in cases {
+        let mut head = good.clone();
+        head.insert(attr.into(), value.clone());
+        s.raw_put(head).await;
+        match s.store().read_limits().await {
+            Err(StoreError::Fatal(m)) => assert!(
+                m.contains(&format!("attribute {attr}")),
+                "{attr} = {value:?}: {m}"
+            ),
+            other => panic!("{attr} = {value:?}: expected Fatal, got {other:?}"),
+        }
+    }
+    let mut head = good.clone();
+    head.remove("at");
+    s.raw_put(head).await;
+    let read = s.store().read_limits().await;
+    assert!(
+        matches!(&read, Err(StoreError::Fatal(m)) if m.contains("attribute at")),
+        "{read:?}"
+    );
+    let write = s.store().write_limits(&limits_doc(2, "x".into())).await;
+    assert!(
+        matches!(&write, Err(StoreError::Fatal(m)) if m.contains("attribute at")),
+        "a write over a malformed head is refused, not guessed at: {write:?}"
+    );
+}
+
+#[tokio::test]
+async fn older_shared_limits_parts_are_collected_and_the_previous_versions_stay() {
+    let Some(s) = setup("older_shared_limits_parts_are_collected", 1).await else {
+        return;
+    };
+    let store = s.store();
+    let docs: Vec<LimitsDoc> = (1..=3)
+        .map(|v| limits_doc(v, limits_text(400_000, 100 * v)))
+        .collect();
+    store.write_limits(&docs[0]).await.expect("v1");
+    let after_v1 = store.write_units();
+    assert!(after_v1 >= 400_000 / 1024, "{after_v1} units for 400 KB");
+    store.write_limits(&docs[1]).await.expect("v2");
+    let keys = s.limits_keys().await;
+    assert_eq!((parts_of(&keys, 1), parts_of(&keys, 2)), (2, 2), "{keys:?}");
+    store.write_limits(&docs[2]).await.expect("v3");
+    let keys = s.limits_keys().await;
+    assert_eq!(
+        (parts_of(&keys, 1), parts_of(&keys, 2), parts_of(&keys, 3)),
+        (0, 2, 2),
+        "v1's parts are gone, v2's (the previous version) stay: {keys:?}"
+    );
+    assert_eq!(
+        keys,
+        [
+            vec![limits::HEAD_SK.to_string()],
+            part_keys(&docs[1], 2),
+            part_keys(&docs[2], 2),
+        ]
+        .concat()
+    );
+    assert!(store.write_units() >= 3 * after_v1);
+    assert_eq!(
+        s.store().read_limits().await,
+        Ok(LimitsRead::Complete(docs[2].clone()))
+    );
+}
+
+/// Two applies of the same version from two Regions race on one replica: both pass the
+/// version check before either head lands. One head wins; the loser's parts are deleted, unless
+/// they are the winner's own (the same text: the same keys).
+#[tokio::test]
+async fn racing_applies_of_one_version_leave_exactly_the_winners_parts() {
+    let Some(s) = setup("racing_applies_of_one_version", 1).await else {
+        return;
+    };
+    let (a, b) = (s.store(), s.store());
+    let da = limits_doc(4, limits_text(700_000, 100));
+    let db = limits_doc(4, limits_text(700_000, 200));
+    let (ra, rb) = tokio::join!(a.write_limits(&da), b.write_limits(&db));
+    let winner = match (&ra, &rb) {
+        (Ok(()), Err(StoreError::Conflict(_))) => &da,
+        (Err(StoreError::Conflict(_)), Ok(())) => &db,
+        other => panic!("expected one write and one conflict, got {other:?}"),
+    };
+    assert_eq!(
+        s.limits_keys().await,
+        [vec![limits::HEAD_SK.to_string()], part_keys(winner, 3)].concat(),
+        "only the winner's parts are left"
+    );
+    assert_eq!(
+        s.store().read_limits().await,
+        Ok(LimitsRead::Complete(winner.clone()))
+    );
+    // The same text twice: the loser's parts are the winner's, and stay.
+    let same = limits_doc(5, limits_text(700_000, 300));
+    let (ra, rb) = tokio::join!(a.write_limits(&same), b.write_limits(&same));
+    assert!(
+        ra.is_ok() != rb.is_ok(),
+        "one write and one conflict: {ra:?} {rb:?}"
+    );
+    assert_eq!(
+        s.store().read_limits().await,
+        Ok(LimitsRead::Complete(same))
+    );
+}
+
+#[tokio::test]
+async fn a_region_name_that_starts_with_a_hash_is_refused_before_any_call() {
+    let mut d = (*deployment(1)).clone();
+    d.regions[0] = limits::LIMITS_PK.into();
+    let d = Deployment::try_new(d).unwrap_or_else(|e| panic!("{e:?}"));
+    let endpoint = shareplane_aws::Endpoint::Local {
+        url: "http://127.0.0.1:9".into(),
+        region: "eu-west-1".into(),
+    };
+    let client = shareplane_aws::client::dynamodb(
+        &shareplane_aws::client::sdk_config(
+            &endpoint,
+            shareplane_aws::CallLimits {
+                max_attempts: 1,
+                ..Default::default()
+            },
+        )
+        .await,
+    );
+    let store = DynamoStore::new(client, "nowhere", Arc::new(d), rid(0));
+    let err = store.read_one(rid(0)).await.expect_err("a reserved name");
+    assert!(
+        matches!(&err, StoreError::Fatal(m) if m.contains("'#'")),
+        "not an unreachable table: {err:?}"
+    );
+    assert!(
+        store
+            .read_one(rid(1))
+            .await
+            .is_err_and(|e| e.is_retryable()),
+        "other Regions are fine (and unreachable here)"
+    );
 }

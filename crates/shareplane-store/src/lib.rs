@@ -3,6 +3,10 @@
 //!
 //! The DynamoDB implementation lives in `shareplane-aws`. Both must pass the same conformance
 //! suite, so that the in-memory store stays an honest stand-in.
+//!
+//! The same table also holds the **shared limits** ([`LimitsDoc`]): one document of limits that
+//! `shareplane limits apply` writes once and every Region's daemon reads, so that a plan change
+//! is made in one place.
 
 use shareplane_core::{Deployment, RecordError, RegionId, RegionRecord};
 use std::future::Future;
@@ -57,6 +61,46 @@ impl Rejection {
             Rejection::Invalid(e) => e.cause(),
         }
     }
+}
+
+/// One version of the shared limits: what `shareplane limits apply` wrote and every daemon with
+/// `limits_source = "table"` runs. The store keeps the text exactly as given and checks nothing
+/// in it; what it means is the daemon's business (`shareplane::config::parse_limits`), which
+/// checks it whole before anything runs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitsDoc {
+    /// Rises with every apply; a daemon adopts only a version higher than the one it runs.
+    pub version: u64,
+    /// The limits file (TOML with `[[limits]]` entries only), at most [`MAX_LIMITS_DOC_BYTES`].
+    pub text: String,
+    /// Who applied it (informational, for operators).
+    pub applied_by: String,
+    /// When it was applied, in Unix milliseconds on the applier's clock (informational).
+    pub applied_at_ms: u64,
+}
+
+impl LimitsDoc {
+    /// The digest a reader checks the reassembled text against (FNV-1a of its bytes).
+    pub fn digest(&self) -> u64 {
+        shareplane_core::fnv1a_64(self.text.as_bytes())
+    }
+}
+
+/// The largest shared limits document a store keeps: the largest configuration file (16 MiB;
+/// 100,000 limits take about 6 MB).
+pub const MAX_LIMITS_DOC_BYTES: usize = 16 << 20;
+
+/// What a read of the shared limits found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LimitsRead {
+    /// Nothing was ever applied to this table.
+    Absent,
+    /// The newest document this replica holds, whole and checked against its digest.
+    Complete(LimitsDoc),
+    /// This replica names `version` as the newest, but not all of its parts have arrived yet (a
+    /// global table replicates item by item, in no promised order), or they do not add up to
+    /// the digest the head names. Nothing of it may be used: read again later.
+    Incomplete { version: u64 },
 }
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -121,6 +165,16 @@ pub trait RecordStore: Send + Sync + 'static {
         now_ms: u64,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+
+    /// Reads the shared limits from the local replica (see [`LimitsDoc`]). No default: a
+    /// wrapper that forgot to pass it on would refuse, and its daemon would never get limits.
+    fn read_limits(&self) -> impl Future<Output = Result<LimitsRead, StoreError>> + Send;
+
+    /// Writes `doc` as the newest shared limits, only if its version is higher than the stored
+    /// one's ([`StoreError::Conflict`] otherwise) and its text is at most
+    /// [`MAX_LIMITS_DOC_BYTES`] ([`StoreError::Fatal`]). Readers see either the previous document
+    /// or the whole new one, never a mix.
+    fn write_limits(&self, doc: &LimitsDoc) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// A shared store is a store: the daemon can own one handle while another part of the process
@@ -157,5 +211,13 @@ impl<S: RecordStore> RecordStore for Arc<S> {
         ttl_ms: u64,
     ) -> impl Future<Output = Result<Lease, StoreError>> + Send {
         (**self).acquire_lease(region, holder, now_ms, ttl_ms)
+    }
+
+    fn read_limits(&self) -> impl Future<Output = Result<LimitsRead, StoreError>> + Send {
+        (**self).read_limits()
+    }
+
+    fn write_limits(&self, doc: &LimitsDoc) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).write_limits(doc)
     }
 }

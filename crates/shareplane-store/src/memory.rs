@@ -1,6 +1,9 @@
 //! An in-memory [`RecordStore`]: one replica, writes visible at once.
 
-use crate::{Fetched, Lease, RecordStore, StoreError, WriterToken};
+use crate::{
+    Fetched, Lease, LimitsDoc, LimitsRead, RecordStore, StoreError, WriterToken,
+    MAX_LIMITS_DOC_BYTES,
+};
 use shareplane_core::{RegionId, RegionRecord};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -11,6 +14,8 @@ struct Inner {
     /// Each Region's last record of every ended epoch (see [`RecordStore::read_all`]).
     previous: BTreeMap<(RegionId, u64), Arc<RegionRecord>>,
     leases: BTreeMap<RegionId, Lease>,
+    /// The shared limits, as last written.
+    limits: Option<LimitsDoc>,
     /// When set, every call fails as if the store were unreachable (for outage tests and demos).
     down: bool,
 }
@@ -124,6 +129,34 @@ impl RecordStore for MemoryStore {
         };
         inner.leases.insert(region, lease.clone());
         Ok(lease)
+    }
+
+    async fn read_limits(&self) -> Result<LimitsRead, StoreError> {
+        let inner = self.lock();
+        Self::check_up(&inner)?;
+        Ok(match &inner.limits {
+            Some(doc) => LimitsRead::Complete(doc.clone()),
+            None => LimitsRead::Absent,
+        })
+    }
+
+    async fn write_limits(&self, doc: &LimitsDoc) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        Self::check_up(&inner)?;
+        if doc.text.len() > MAX_LIMITS_DOC_BYTES {
+            return Err(StoreError::Fatal(format!(
+                "the limits document is {} bytes, more than {MAX_LIMITS_DOC_BYTES}",
+                doc.text.len()
+            )));
+        }
+        if let Some(old) = inner.limits.as_ref().filter(|o| o.version >= doc.version) {
+            return Err(StoreError::Conflict(format!(
+                "limits version {} is not higher than the stored {}",
+                doc.version, old.version
+            )));
+        }
+        inner.limits = Some(doc.clone());
+        Ok(())
     }
 }
 
