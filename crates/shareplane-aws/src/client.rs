@@ -2,7 +2,9 @@
 
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
-use aws_config::{BehaviorVersion, Region, SdkConfig};
+/// What the clients are built from (named here so that callers need no SDK crate of their own).
+pub use aws_config::SdkConfig;
+use aws_config::{BehaviorVersion, Region};
 use aws_sdk_dynamodb::config::Credentials;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use shareplane_store::StoreError;

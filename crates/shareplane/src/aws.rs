@@ -36,21 +36,7 @@ pub struct Aws {
 /// credentials and creates the table if it is missing; without it, the default credential chain
 /// and a table that the infrastructure code made.
 pub async fn connect(cfg: &Config) -> Result<Aws, shareplane_store::StoreError> {
-    let endpoint = match &cfg.aws_endpoint {
-        Some(url) => Endpoint::Local {
-            url: url.clone(),
-            region: cfg.aws_region.clone(),
-        },
-        None => Endpoint::Default {
-            region: Some(cfg.aws_region.clone()),
-        },
-    };
-    let sdk = sdk_config(&endpoint, CallLimits::default()).await;
-    let db = dynamodb(&sdk);
-    if cfg.aws_endpoint.is_some() {
-        shareplane_aws::create_table(&db, &cfg.table).await?;
-    }
-    let store = DynamoStore::new(db, cfg.table.clone(), cfg.deployment.clone(), cfg.me);
+    let (sdk, store) = table(cfg).await?;
     // Route 53 health lives in us-east-1 only: with one local server per Region, tests name the
     // one that plays us-east-1 apart (`health_endpoint`, validated to be local like the table).
     let health_sdk = match &cfg.health_endpoint {
@@ -75,6 +61,29 @@ pub async fn connect(cfg: &Config) -> Result<Aws, shareplane_store::StoreError> 
         health: AwsHealth(reader),
         publisher,
     })
+}
+
+/// The record store on this Region's replica of the table alone (`shareplane limits`), with
+/// the SDK configuration it was built from.
+pub async fn table(
+    cfg: &Config,
+) -> Result<(shareplane_aws::client::SdkConfig, DynamoStore), shareplane_store::StoreError> {
+    let endpoint = match &cfg.aws_endpoint {
+        Some(url) => Endpoint::Local {
+            url: url.clone(),
+            region: cfg.aws_region.clone(),
+        },
+        None => Endpoint::Default {
+            region: Some(cfg.aws_region.clone()),
+        },
+    };
+    let sdk = sdk_config(&endpoint, CallLimits::default()).await;
+    let db = dynamodb(&sdk);
+    if cfg.aws_endpoint.is_some() {
+        shareplane_aws::create_table(&db, &cfg.table).await?;
+    }
+    let store = DynamoStore::new(db, cfg.table.clone(), cfg.deployment.clone(), cfg.me);
+    Ok((sdk, store))
 }
 
 /// Limits with per-limit CloudWatch points (`Share`, `SeenSumOfShares`) every period: the first

@@ -59,6 +59,9 @@ pub struct RawConfig {
     pub limits_rollout_periods: Option<u32>,
     /// Tests only: every store call waits this long first (see [`crate::slow_store`]).
     pub test_store_delay_ms: Option<u64>,
+    /// Where the limits come from: `"file"` (the `[[limits]]` here, the default) or `"table"`
+    /// (the shared document `shareplane limits apply` writes to the global table).
+    pub limits_source: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, serde::Deserialize)]
@@ -107,6 +110,28 @@ pub enum StoreKind {
     Memory,
 }
 
+/// Where a daemon's limits come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitsSource {
+    /// The `[[limits]]` of its own configuration file (each Region's file lists them).
+    File,
+    /// The shared limits document in the global table, written once for every Region by
+    /// `shareplane limits apply` (see [`parse_limits`] and `crate::table_limits`).
+    Table,
+}
+
+impl LimitsSource {
+    pub const NAMES: &'static [(&'static str, LimitsSource)] =
+        &[("file", LimitsSource::File), ("table", LimitsSource::Table)];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LimitsSource::File => "file",
+            LimitsSource::Table => "table",
+        }
+    }
+}
+
 /// A checked configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -131,6 +156,10 @@ pub struct Config {
     pub limits_rollout_periods: u32,
     /// Tests only: the delay before every store call (zero in production).
     pub test_store_delay: std::time::Duration,
+    pub limits_source: LimitsSource,
+    /// With [`LimitsSource::Table`]: the version of the shared limits document the limits come
+    /// from (`None` until one is adopted; always `None` with [`LimitsSource::File`]).
+    pub limits_version: Option<u64>,
 }
 
 pub const DEFAULT_PERIOD_MS: u64 = 5_000;
@@ -214,14 +243,7 @@ pub fn parse(text: &str, env: &BTreeMap<String, String>) -> Result<Config, Confi
     if text.len() > MAX_CONFIG_BYTES {
         return Err(ConfigErrors(vec![problem("config", "larger than 16 MiB")]));
     }
-    let mut raw: RawConfig = toml::from_str(text).map_err(|e| {
-        let msg = e.message().to_string();
-        let at = e
-            .span()
-            .map(|s| format!(" (at line {})", line_at(text, s.start)))
-            .unwrap_or_default();
-        ConfigErrors(vec![problem("config", format!("{msg}{at}"))])
-    })?;
+    let mut raw: RawConfig = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
     let mut errors = Vec::new();
     apply_env(&mut raw, env, &mut errors);
     let cfg = check(raw, &mut errors);
@@ -297,6 +319,34 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     check_aws(&raw, store, policy, errors);
     let listen = check_listen(raw.listen.as_deref(), errors);
     let api_token = check_token(raw.api_token.as_deref(), errors);
+    let limits_source = choice(
+        errors,
+        "limits_source",
+        &raw.limits_source,
+        LimitsSource::NAMES,
+    );
+    if limits_source == LimitsSource::Table {
+        if !raw.limits.is_empty() {
+            errors.push(problem(
+                "limits",
+                "limits_source = \"table\" takes the limits from the table: move these \
+                 [[limits]] to a limits file and write it with `shareplane limits apply`",
+            ));
+        }
+        if store == StoreKind::Memory {
+            errors.push(problem(
+                "limits_source",
+                "\"table\" needs store = \"dynamodb\" (the memory store lives in this process \
+                 only, where `shareplane limits apply` cannot reach it)",
+            ));
+        }
+    }
+    if let Some(i) = names.iter().position(|n| n.starts_with('#')) {
+        errors.push(problem(
+            format!("regions[{i}].name"),
+            "must not start with '#' (the table keeps the shared limits under \"#limits\")",
+        ));
+    }
     let limits = check_limits(&raw.limits, &names, errors);
     let d = Deployment {
         regions: names,
@@ -354,8 +404,66 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         replica_id,
         test_store_delay: std::time::Duration::from_millis(test_store_delay_ms),
         limits_rollout_periods,
+        limits_source,
+        limits_version: None,
         region,
     })
+}
+
+/// A shared limits document as written: `[[limits]]` entries, nothing else.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimitsDoc {
+    #[serde(default)]
+    limits: Vec<RawLimit>,
+}
+
+/// Parses a limits file (the `[[limits]]` entries of a configuration, nothing else, as
+/// `shareplane limits apply` takes and the table keeps) and checks each limit on its own against
+/// the Regions `regions`, reporting every problem with its field (and line, for syntax).
+/// [`with_limits`] checks them together (ids that appear twice, rates against the Regions).
+pub fn parse_limits(text: &str, regions: &[String]) -> Result<Vec<LimitSpec>, ConfigErrors> {
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(ConfigErrors(vec![problem("limits", "larger than 16 MiB")]));
+    }
+    let raw: RawLimitsDoc = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
+    let mut errors = Vec::new();
+    let limits = check_limits(&raw.limits, regions, &mut errors);
+    if raw.limits.is_empty() {
+        errors.push(problem("limits", "no [[limits]] entry"));
+    }
+    if errors.is_empty() {
+        Ok(limits)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// `cfg` running `limits`, from version `version` of the shared limits document; every problem
+/// the deployment finds in them (a rate, floor or step cap that does not fit) is reported.
+pub fn with_limits(
+    cfg: &Config,
+    limits: Vec<LimitSpec>,
+    version: u64,
+) -> Result<Config, ConfigErrors> {
+    let d = Deployment {
+        limits,
+        ..(*cfg.deployment).clone()
+    };
+    let d = Deployment::try_new(d).map_err(ConfigErrors)?;
+    Ok(Config {
+        deployment: Arc::new(d),
+        limits_version: Some(version),
+        ..cfg.clone()
+    })
+}
+
+fn syntax_error(text: &str, e: &toml::de::Error) -> ConfigErrors {
+    let at = e
+        .span()
+        .map(|s| format!(" (at line {})", line_at(text, s.start)))
+        .unwrap_or_default();
+    ConfigErrors(vec![problem("config", format!("{}{at}", e.message()))])
 }
 
 /// What a reload changes: the deployment to run next and, for the log, what differs.
@@ -405,7 +513,12 @@ pub fn plan_reload(old: &Config, new: &Config) -> Result<LimitChanges, ConfigErr
 fn fixed_fields(old: &Config, new: &Config, errors: &mut Vec<ConfigError>) {
     let (a, b) = (&old.deployment, &new.deployment);
     let secret = |t: &Option<String>| t.as_ref().map(|_| "(set)".to_string());
-    let fields: [(&str, String, String); 17] = [
+    let fields: [(&str, String, String); 18] = [
+        (
+            "limits_source",
+            old.limits_source.name().to_string(),
+            new.limits_source.name().to_string(),
+        ),
         (
             "limits_rollout_periods",
             old.limits_rollout_periods.to_string(),
@@ -486,7 +599,10 @@ fn fixed_fields(old: &Config, new: &Config, errors: &mut Vec<ConfigError>) {
     }
 }
 
-fn limit_changes(
+/// What running `new` instead of `old` changes, refusing what cannot change live (see
+/// [`plan_reload`]). `shareplane limits apply` checks a document with it before writing, so
+/// that what the table holds is what running daemons can adopt.
+pub fn limit_changes(
     old: &[LimitSpec],
     new: &[LimitSpec],
     errors: &mut Vec<ConfigError>,
@@ -906,6 +1022,87 @@ kind = "weird"
             c.ok(),
             Some(("A".into(), 1700, Some("ffffffffffffffffffff".into())))
         );
+    }
+
+    /// GOOD as a Region whose limits come from the table (DynamoDB, no `[[limits]]`).
+    fn table_mode() -> String {
+        let head = GOOD.split("[[limits]]").next().unwrap_or_default();
+        head.replace(
+            "store = \"memory\"",
+            "store = \"dynamodb\"\ntable = \"t\"\nlimits_source = \"table\"",
+        )
+        .replace("name = \"A\"", "name = \"A\"\nhealth_check_id = \"hc-a\"")
+        .replace("name = \"B\"", "name = \"B\"\nhealth_check_id = \"hc-b\"")
+    }
+
+    fn problems(text: &str) -> Vec<String> {
+        match parse(text, &BTreeMap::new()) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn limits_from_the_table_start_with_none_and_refuse_limits_in_the_file_or_a_memory_store() {
+        let cfg = parse(&table_mode(), &BTreeMap::new()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cfg.limits_source, LimitsSource::Table);
+        assert!(cfg.deployment.limits.is_empty());
+        assert_eq!(cfg.limits_version, None);
+        let both = table_mode() + "[[limits]]\nid = \"k\"\nrate = 1\n";
+        let p = problems(&both);
+        assert!(
+            p.len() == 1 && p[0].starts_with("limits:") && p[0].contains("limits apply"),
+            "{p:?}"
+        );
+        let memory = table_mode().replace("store = \"dynamodb\"", "store = \"memory\"");
+        let p = problems(&memory);
+        assert!(p.iter().any(|p| p.starts_with("limits_source:")), "{p:?}");
+        let p =
+            problems(&table_mode().replace("limits_source = \"table\"", "limits_source = \"s3\""));
+        assert!(
+            p.iter()
+                .any(|p| p.starts_with("limits_source:") && p.contains("\"file\", \"table\"")),
+            "{p:?}"
+        );
+        let p = problems(&GOOD.replace("name = \"A\"", "name = \"#limits\""));
+        assert!(p.iter().any(|p| p.starts_with("regions[0].name:")), "{p:?}");
+    }
+
+    #[test]
+    fn a_limits_file_is_checked_whole_and_runs_with_its_version() {
+        let cfg = parse(&table_mode(), &BTreeMap::new()).unwrap_or_else(|e| panic!("{e}"));
+        let regions = &cfg.deployment.regions;
+        let limits = parse_limits("[[limits]]\nid = \"k\"\nrate = 100\n", regions)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let running = with_limits(&cfg, limits, 7).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(running.deployment.limits[0].rate, Room::rps(100));
+        assert_eq!(running.limits_version, Some(7));
+        // Every problem, each with its field; a syntax error with its line; nothing else but
+        // limits; no limit at all; ids twice (caught when the limits run together).
+        let bad = "[[limits]]\nid = \"k k\"\nrate = -1\n[[limits]]\nid = \"s\"\nrate = 1\nkind = \"security\"\nhome = \"Z\"\n";
+        let fields: Vec<String> = parse_limits(bad, regions)
+            .err()
+            .map(|e| e.0.into_iter().map(|p| p.field).collect())
+            .unwrap_or_default();
+        // The floor and step cap default to parts of the (negative) rate.
+        let want = [
+            "limits[0].rate",
+            "limits[0].floor",
+            "limits[0].step_cap",
+            "limits[0].id",
+            "limits[1].home",
+        ];
+        assert_eq!(fields, want);
+        let e = parse_limits("[[limits]]\nid = \"k\"\nrate = \n", regions).err();
+        assert!(e.is_some_and(|e| e.to_string().contains("line 3")));
+        let e = parse_limits("region = \"A\"\n", regions).err();
+        assert!(e.is_some_and(|e| e.to_string().contains("unknown field")));
+        let e = parse_limits("", regions).err();
+        assert!(e.is_some_and(|e| e.to_string().contains("no [[limits]]")));
+        let twice = "[[limits]]\nid = \"k\"\nrate = 1\n[[limits]]\nid = \"k\"\nrate = 2\n";
+        let limits = parse_limits(twice, regions).unwrap_or_else(|e| panic!("{e}"));
+        let e = with_limits(&cfg, limits, 1).err();
+        assert!(e.is_some_and(|e| e.to_string().contains("appears twice")));
     }
 
     fn reload(old: &str, new: &str) -> Result<LimitChanges, Vec<String>> {

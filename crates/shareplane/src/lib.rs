@@ -2,7 +2,9 @@
 //!
 //! - [`config`]: the TOML configuration and its checks (`shareplane validate`).
 //! - [`daemon`]: one replica's rebalance loop and writer lease.
-//! - [`reload`]: reloading the configuration on SIGHUP and when the file changes.
+//! - [`reload`]: reloading the configuration on SIGHUP and when the file changes, and following
+//!   the shared limits in the table.
+//! - [`limits`]: `shareplane limits apply` and `show`, the one source of limits for every Region.
 //! - [`api`]: the HTTP API (rules, demand, state, events, explain, health, metrics).
 //! - [`events`]: operator events, logged and kept in a bounded ring.
 //! - [`demo`]: three Regions in one process with a web dashboard (`shareplane demo`).
@@ -23,6 +25,7 @@ pub mod demand;
 pub mod demo;
 pub mod events;
 pub mod health;
+pub mod limits;
 pub mod metrics;
 pub mod reload;
 pub mod rules;
@@ -31,13 +34,13 @@ pub mod state;
 pub mod table;
 pub mod view;
 
-use crate::config::{Config, StoreKind};
+use crate::config::{Config, LimitsSource, StoreKind};
 use crate::daemon::{Daemon, DaemonOptions};
 use crate::health::{HealthSource, NoHealth};
 use crate::slow_store::SlowStore;
 use crate::state::Shared;
 use shareplane_store::memory::MemoryStore;
-use shareplane_store::RecordStore;
+use shareplane_store::{LimitsRead, RecordStore};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -66,10 +69,8 @@ pub enum RunError {
 /// the wiring alone: the signals, the listener, the store and the health source named by `cfg`;
 /// everything else is [`RegionDaemon`], which a test runs in-process on its own.
 pub async fn run(cfg: Config, source: reload::ConfigSource) -> Result<(), RunError> {
-    let (tx, rx) = watch::channel(false);
+    let (tx, mut rx) = watch::channel(false);
     tokio::spawn(shutdown_on_signals(tx));
-    let region = RegionDaemon::new(cfg.clone(), source, rx);
-    tokio::spawn(reload::reload_on_sighup(region.reloads()));
     if !cfg.test_store_delay.is_zero() {
         warn!(
             delay_ms = cfg.test_store_delay.as_millis() as u64,
@@ -86,13 +87,82 @@ pub async fn run(cfg: Config, source: reload::ConfigSource) -> Result<(), RunErr
         StoreKind::Memory => {
             warn!("store = \"memory\": records live in this process only; no other Region or replica sees them");
             let store = SlowStore::new(MemoryStore::new(), cfg.test_store_delay);
+            let region = RegionDaemon::new(cfg, source, rx);
+            tokio::spawn(reload::reload_on_sighup(region.reloads()));
             region.serve(listener, store, NoHealth).await
         }
         StoreKind::DynamoDb => {
             let aws = aws::connect(&cfg).await.map_err(RunError::Aws)?;
-            tokio::spawn(aws::publish_metrics(aws.publisher, region.shared().clone()));
             let store = SlowStore::new(aws.store, cfg.test_store_delay);
+            let Some(cfg) = with_table_limits(cfg, &store, &mut rx).await else {
+                return Ok(());
+            };
+            let region = RegionDaemon::new(cfg, source, rx);
+            tokio::spawn(reload::reload_on_sighup(region.reloads()));
+            tokio::spawn(aws::publish_metrics(aws.publisher, region.shared().clone()));
             region.serve(listener, store, aws.health).await
+        }
+    }
+}
+
+/// With `limits_source = "table"`: waits until the table holds a shared limits document that
+/// `cfg` accepts, hands its limits to `store` ([`RecordStore::set_deployment`]) and returns `cfg`
+/// running them, so that a restarted daemon resumes its record with the limits it holds. With
+/// `"file"`: `cfg` as it is. `None` if `shutdown` comes first.
+///
+/// Until then nothing runs: no record is written and no API answers, so the Region's health
+/// check fails and its gateways' lease runs out, exactly as for a daemon that is down. Each
+/// different reason to wait is logged once (nothing in the table yet, a version still
+/// replicating, one this configuration refuses, the store failing).
+pub async fn with_table_limits<S: RecordStore>(
+    cfg: Config,
+    store: &S,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Config> {
+    if cfg.limits_source == LimitsSource::File {
+        return Some(cfg);
+    }
+    let period = Duration::from_millis(cfg.period_ms);
+    let mut last_problem = String::new();
+    loop {
+        let problem = match store.read_limits().await {
+            Ok(LimitsRead::Complete(doc)) => {
+                match config::parse_limits(&doc.text, &cfg.deployment.regions)
+                    .and_then(|limits| config::with_limits(&cfg, limits, doc.version))
+                {
+                    Ok(running) => {
+                        store.set_deployment(running.deployment.clone());
+                        info!(
+                            version = doc.version,
+                            limits = running.deployment.limits.len(),
+                            applied_by = %doc.applied_by,
+                            "running the shared limits from the table"
+                        );
+                        return Some(running);
+                    }
+                    Err(e) => format!(
+                        "shared limits version {} cannot run here, waiting for a newer one: {e}",
+                        doc.version
+                    ),
+                }
+            }
+            Ok(LimitsRead::Absent) => format!(
+                "table {:?} holds no shared limits yet; write them with `shareplane limits apply \
+                 --config FILE LIMITS.toml`",
+                cfg.table
+            ),
+            Ok(LimitsRead::Incomplete { version }) => {
+                format!("shared limits version {version} has not fully arrived at this replica yet")
+            }
+            Err(e) => format!("cannot read the shared limits: {e}"),
+        };
+        if problem != last_problem {
+            warn!("{problem}; retrying every period");
+            last_problem = problem;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = shutdown.wait_for(|s| *s) => return None,
         }
     }
 }
@@ -154,6 +224,15 @@ impl RegionDaemon {
         let cfg = &self.cfg;
         let mut opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
         opts.rollout_periods = cfg.limits_rollout_periods;
+        let store = Arc::new(store);
+        if cfg.limits_source == LimitsSource::Table {
+            tokio::spawn(reload::follow_table_limits(
+                store.clone(),
+                self.reloads.clone(),
+                cfg.limits_version.unwrap_or(0),
+                Duration::from_millis(cfg.period_ms),
+            ));
+        }
         let loop_task = tokio::spawn(Daemon::new(self.shared.clone(), store, health, opts).run());
         // The bound address (with `listen = "127.0.0.1:0"` the port the system chose).
         let bound = listener.local_addr().unwrap_or(cfg.listen);

@@ -48,6 +48,12 @@ enum Command {
         #[arg(long, default_value = "text", value_parser = ["text", "json"])]
         log_format: String,
     },
+    /// The shared limits in the global table: one source of limits for every Region whose
+    /// configuration says `limits_source = "table"` (see docs/PROTOCOL.md, "One source of limits").
+    Limits {
+        #[command(subcommand)]
+        command: LimitsCommand,
+    },
     /// Three Regions in one process with a live web dashboard; no AWS account needed.
     Demo {
         /// Address of the dashboard (at /) and of each Region's API (at /regions/NAME/).
@@ -64,12 +70,45 @@ enum Command {
     Gateway(shareplane_gateway::Flags),
 }
 
+#[derive(Subcommand)]
+enum LimitsCommand {
+    /// Check a limits file whole (on its own and against the table's current limits: a rate
+    /// changes only with a higher version, kinds stay, nothing is left out unless
+    /// --allow-removal) and write it as the table's next version. Every Region's daemon adopts
+    /// it within a period. Exit 2 for a refused file, 1 for a store problem.
+    Apply {
+        /// A daemon configuration naming the table, its endpoint and the Regions (the
+        /// operator's own Region's file will do).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The limits file: `[[limits]]` entries as in a configuration, nothing else.
+        file: PathBuf,
+        /// Check and print what would change; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Write a file that leaves out limits the table has (running daemons keep running
+        /// them until each is restarted).
+        #[arg(long)]
+        allow_removal: bool,
+    },
+    /// Print the table's current limits: version, who applied them and when, and (with
+    /// --text) the document itself.
+    Show {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print the whole document after the summary.
+        #[arg(long)]
+        text: bool,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Sim { args } => shareplane_sim::cli::main(args),
         Command::Validate { config } => validate(config),
         Command::Run { config, log_format } => run(config, &log_format),
+        Command::Limits { command } => limits(command),
         Command::Demo { listen, period_ms } => demo(listen, period_ms),
         Command::Gateway(flags) => gateway(flags),
     }
@@ -145,6 +184,113 @@ fn run(path: Option<PathBuf>, log_format: &str) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn limits(command: LimitsCommand) -> ExitCode {
+    use shareplane::limits::{self, ApplyOptions, LimitsError};
+    let path = match &command {
+        LimitsCommand::Apply { config, .. } | LimitsCommand::Show { config, .. } => config.clone(),
+    };
+    let cfg = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if cfg.store != config::StoreKind::DynamoDb {
+        eprintln!("shareplane limits: the configuration says store = \"memory\", which lives inside one daemon's process; shared limits need store = \"dynamodb\"");
+        return ExitCode::from(2);
+    }
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let result: Result<(), LimitsError> = rt.block_on(async {
+        let (_, store) = shareplane::aws::table(&cfg)
+            .await
+            .map_err(LimitsError::Store)?;
+        match command {
+            LimitsCommand::Apply {
+                file,
+                dry_run,
+                allow_removal,
+                ..
+            } => {
+                let text = std::fs::read_to_string(&file).map_err(|e| {
+                    LimitsError::Invalid(config::ConfigErrors(vec![shareplane_core::ConfigError {
+                        field: "file".into(),
+                        problem: format!("cannot read {}: {e}", file.display()),
+                    }]))
+                })?;
+                let opts = ApplyOptions {
+                    dry_run,
+                    allow_removal,
+                };
+                let (plan, written) =
+                    limits::apply(&store, &cfg, text, applied_by(), now_ms(), opts).await?;
+                let what = plan.describe();
+                match written {
+                    Some(v) => println!(
+                        "applied limits version {v} to table {:?} (was {}): {what}; every daemon with limits_source = \"table\" adopts it within a period",
+                        cfg.table, plan.current
+                    ),
+                    None if plan.is_empty() => println!(
+                        "nothing to change: table {:?} keeps limits version {} ({what})",
+                        cfg.table, plan.current
+                    ),
+                    None => println!(
+                        "dry run: would write limits version {} to table {:?}: {what}",
+                        plan.current + 1,
+                        cfg.table
+                    ),
+                }
+                Ok(())
+            }
+            LimitsCommand::Show { text, .. } => {
+                match limits::current(&store).await? {
+                    None => println!("table {:?} holds no shared limits (write them with `shareplane limits apply`)", cfg.table),
+                    Some(doc) => {
+                        println!(
+                            "limits version {} in table {:?}: applied by {} at {} ({} bytes, digest {:016x})",
+                            doc.version,
+                            cfg.table,
+                            doc.applied_by,
+                            shareplane::events::rfc3339(doc.applied_at_ms),
+                            doc.text.len(),
+                            doc.digest()
+                        );
+                        if text {
+                            print!("{}", doc.text);
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shareplane limits: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// Who runs this command, for the document's `applied_by`.
+fn applied_by() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown-host".into());
+    let who: String = format!("{user}@{host}")
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(128)
+        .collect();
+    who
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn demo(listen: SocketAddr, period_ms: u64) -> ExitCode {

@@ -11,13 +11,20 @@
 //! together; the next rebalance adopts changed limit versions through the core's limit-change
 //! protocol.
 //!
+//! With `limits_source = "table"` the limits come from the shared limits document in the global
+//! table instead of the file: [`follow_table_limits`] reads it once a period and hands every newer
+//! version to the reloader ([`ReloadHandle::adopt_table`]), which checks it whole and plans it
+//! against the running limits exactly as it does a changed file; a reload of the file then
+//! changes nothing but what the file holds (and the file holds no limits).
+//!
 //! The [`Reloader`] does not know where a trigger comes from: `run` connects SIGHUP to its
 //! [`ReloadHandle`], and tests call the handle directly (on paused time, without a signal).
 
-use crate::config::{self, Config, ConfigErrors, LimitChanges};
+use crate::config::{self, Config, ConfigErrors, LimitChanges, LimitsSource};
 use crate::events::Kind;
 use crate::state::Shared;
 use shareplane_core::Deployment;
+use shareplane_store::{LimitsDoc, LimitsRead, RecordStore};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -61,15 +68,31 @@ impl ReloadOutcome {
     }
 }
 
+/// What the [`Reloader`] is asked to do.
+enum Request {
+    /// Read the file again.
+    File(oneshot::Sender<ReloadOutcome>),
+    /// Run this version of the shared limits document.
+    Table(LimitsDoc, oneshot::Sender<ReloadOutcome>),
+}
+
 /// Asks the [`Reloader`] to reload now (SIGHUP, or a test). Cheap to clone.
 #[derive(Clone)]
-pub struct ReloadHandle(mpsc::Sender<oneshot::Sender<ReloadOutcome>>);
+pub struct ReloadHandle(mpsc::Sender<Request>);
 
 impl ReloadHandle {
     /// Reloads and returns what it did; `None` once the reloader has stopped.
     pub async fn reload(&self) -> Option<ReloadOutcome> {
         let (tx, rx) = oneshot::channel();
-        self.0.send(tx).await.ok()?;
+        self.0.send(Request::File(tx)).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// Asks the reloader to run `doc` (with `limits_source = "table"`); a version not above the
+    /// running one changes nothing. `None` once the reloader has stopped.
+    pub async fn adopt_table(&self, doc: LimitsDoc) -> Option<ReloadOutcome> {
+        let (tx, rx) = oneshot::channel();
+        self.0.send(Request::Table(doc, tx)).await.ok()?;
         rx.await.ok()
     }
 }
@@ -89,7 +112,7 @@ pub struct Reloader {
     running: Config,
     shared: Arc<Shared>,
     seen: Option<Fingerprint>,
-    requests: mpsc::Receiver<oneshot::Sender<ReloadOutcome>>,
+    requests: mpsc::Receiver<Request>,
     poll: Duration,
 }
 
@@ -109,6 +132,8 @@ impl Reloader {
         shared.update_config_status(|s| {
             s.generation = 1;
             s.path = source.path.as_ref().map(|p| p.display().to_string());
+            s.limits_source = running.limits_source.name();
+            s.limits_version = running.limits_version;
         });
         let r = Reloader {
             source,
@@ -130,8 +155,11 @@ impl Reloader {
         loop {
             tokio::select! {
                 req = self.requests.recv() => {
-                    let Some(reply) = req else { return };
-                    let outcome = self.reload("signal");
+                    let (outcome, reply) = match req {
+                        None => return,
+                        Some(Request::File(reply)) => (self.reload("signal"), reply),
+                        Some(Request::Table(doc, reply)) => (self.adopt_table(doc), reply),
+                    };
                     let _ = reply.send(outcome);
                 }
                 _ = tick.tick() => {
@@ -162,18 +190,50 @@ impl Reloader {
     }
 
     /// Reads, checks and (if it changes something and nothing is wrong) proposes the new
-    /// configuration. `why` names the trigger in the log.
+    /// configuration. `why` names the trigger in the log. With `limits_source = "table"` the
+    /// file holds no limits: the running ones stay (the table's next version changes them).
     pub fn reload(&mut self, why: &str) -> ReloadOutcome {
         if let Some(p) = &self.source.path {
             self.seen = fingerprint(p, None);
         }
-        let outcome = match self
+        let new = self
             .source
             .load()
+            .map(|new| match self.running.limits_source {
+                LimitsSource::File => new,
+                LimitsSource::Table => Config {
+                    deployment: self.running.deployment.clone(),
+                    limits_version: self.running.limits_version,
+                    ..new
+                },
+            });
+        self.adopt(why, new)
+    }
+
+    /// Checks version `doc.version` of the shared limits document whole and, if it changes
+    /// something and nothing is wrong, proposes it; a version not above the running one is
+    /// [`ReloadOutcome::Unchanged`].
+    pub fn adopt_table(&mut self, doc: LimitsDoc) -> ReloadOutcome {
+        let why = format!("shared limits version {}", doc.version);
+        if self.running.limits_version >= Some(doc.version) {
+            return ReloadOutcome::Unchanged;
+        }
+        let new = config::parse_limits(&doc.text, &self.running.deployment.regions)
+            .and_then(|limits| config::with_limits(&self.running, limits, doc.version));
+        self.adopt(&why, new)
+    }
+
+    /// Plans `new` against the running configuration and proposes it; reports the outcome.
+    fn adopt(&mut self, why: &str, new: Result<Config, ConfigErrors>) -> ReloadOutcome {
+        let outcome = match new
             .and_then(|new| config::plan_reload(&self.running, &new).map(|c| (new, c)))
         {
             Err(e) => ReloadOutcome::Refused(e.0.iter().map(|p| p.to_string()).collect()),
-            Ok((_, c)) if c.is_empty() => ReloadOutcome::Unchanged,
+            Ok((new, c)) if c.is_empty() => {
+                // A document that changes no limit is still the one running.
+                self.running.limits_version = new.limits_version;
+                ReloadOutcome::Unchanged
+            }
             Ok((mut new, c)) => {
                 let d = Deployment {
                     limits: c.limits.clone(),
@@ -201,9 +261,11 @@ impl Reloader {
         let at_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
+        let limits_version = self.running.limits_version;
         self.shared.update_config_status(|s| {
             s.last_reload = Some(outcome.name());
             s.last_reload_at_ms = Some(at_ms);
+            s.limits_version = limits_version;
             match outcome {
                 ReloadOutcome::Refused(es) => s.last_reload_error = es.clone(),
                 ReloadOutcome::Applied(_) => {
@@ -269,6 +331,46 @@ fn fingerprint(path: &std::path::Path, seen: Option<Fingerprint>) -> Option<Fing
         len,
         hash: shareplane_core::fnv1a_64(&bytes),
     })
+}
+
+/// With `limits_source = "table"`: reads the shared limits document once a period and hands
+/// every complete version above `seen` (the one the daemon started with) to the reloader, each
+/// once; a refused version stays refused (its problems in `GET /v1/state`) until a newer one
+/// comes. Returns once the reloader has stopped (at shutdown).
+pub async fn follow_table_limits<S: RecordStore>(
+    store: Arc<S>,
+    reloads: ReloadHandle,
+    mut seen: u64,
+    period: Duration,
+) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut last_problem = String::new();
+    loop {
+        tick.tick().await;
+        if reloads.0.is_closed() {
+            return;
+        }
+        let problem = match store.read_limits().await {
+            Ok(LimitsRead::Complete(doc)) if doc.version > seen => {
+                seen = doc.version;
+                if reloads.adopt_table(doc).await.is_none() {
+                    return;
+                }
+                String::new()
+            }
+            Ok(LimitsRead::Incomplete { version }) if version > seen => format!(
+                "shared limits version {version} has not fully arrived at this replica yet; \
+                 the running limits stay"
+            ),
+            Ok(_) => String::new(),
+            Err(e) => format!("cannot read the shared limits: {e}; the running limits stay"),
+        };
+        if !problem.is_empty() && problem != last_problem {
+            warn!("{problem}");
+        }
+        last_problem = problem;
+    }
 }
 
 /// Reloads on every SIGHUP until the reloader stops. The handler is installed before this

@@ -6,7 +6,9 @@
 //! timeout still applies to the whole call, delay included.
 
 use shareplane_core::{Deployment, RegionId, RegionRecord};
-use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
+use shareplane_store::{
+    Fetched, Lease, LimitsDoc, LimitsRead, RecordStore, StoreError, WriterToken,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,5 +61,15 @@ impl<S: RecordStore> RecordStore for SlowStore<S> {
         self.inner
             .acquire_lease(region, holder, now_ms, ttl_ms)
             .await
+    }
+
+    async fn read_limits(&self) -> Result<LimitsRead, StoreError> {
+        self.wait().await;
+        self.inner.read_limits().await
+    }
+
+    async fn write_limits(&self, doc: &LimitsDoc) -> Result<(), StoreError> {
+        self.wait().await;
+        self.inner.write_limits(doc).await
     }
 }

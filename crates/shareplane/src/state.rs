@@ -272,6 +272,10 @@ pub struct ConfigStatus {
     /// Every problem of the last refused reload, one per entry, each naming its field; cleared by
     /// a reload that is applied or finds nothing to change.
     pub last_reload_error: Vec<String>,
+    /// `file` or `table`: where the limits come from.
+    pub limits_source: &'static str,
+    /// With `table`: the version of the shared limits document the running limits come from.
+    pub limits_version: Option<u64>,
 }
 
 /// How long gateways may enforce what a replica publishes (SPEC §7), on the Region's clock.

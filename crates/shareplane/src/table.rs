@@ -11,7 +11,9 @@
 use crate::clock::Clock;
 use shareplane_core::{PerRegion, RegionId, RegionRecord};
 use shareplane_store::memory::MemoryStore;
-use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
+use shareplane_store::{
+    Fetched, Lease, LimitsDoc, LimitsRead, RecordStore, StoreError, WriterToken,
+};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -173,5 +175,15 @@ impl RecordStore for TableView {
             .store
             .acquire_lease(region, holder, now_ms, ttl_ms)
             .await
+    }
+
+    /// The shared limits are one document in the table, the same in every replica (the demo
+    /// and its tests model no replication delay for it).
+    async fn read_limits(&self) -> Result<LimitsRead, StoreError> {
+        self.table.store.read_limits().await
+    }
+
+    async fn write_limits(&self, doc: &LimitsDoc) -> Result<(), StoreError> {
+        self.table.store.write_limits(doc).await
     }
 }

@@ -112,39 +112,37 @@ fn http_get(addr: &str, path: &str) -> Option<serde_json::Value> {
 /// Ends the child when the test ends, whatever happened.
 struct Child(std::process::Child);
 
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+type LogLines = std::sync::mpsc::Receiver<serde_json::Value>;
+
+/// `shareplane run --config path` with JSON logs: the child, the address it listens on (the
+/// line that says so is the readiness signal to wait for) and its log lines from then on.
+fn spawn_run(path: &std::path::Path) -> (Child, String, LogLines) {
+    let (child, rx) = spawn_run_logs(path);
+    let addr = listen_addr(&rx);
+    (child, addr, rx)
 }
 
-#[test]
-fn sighup_reloads_a_new_rate_within_two_periods_and_the_daemon_runs_on() {
+/// The address in the log line that says where the daemon listens.
+fn listen_addr(rx: &LogLines) -> String {
+    let listening = next_log(rx, "listen", &|v| v["fields"]["listen"].is_string());
+    listening["fields"]["listen"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// `shareplane run --config path` with JSON logs, and its log lines.
+fn spawn_run_logs(path: &std::path::Path) -> (Child, LogLines) {
     use std::io::BufRead;
-    use std::time::{Duration, Instant};
-    const PERIOD_MS: u64 = 1_000;
-    let dir = std::env::temp_dir().join(format!("shareplane-sighup-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    let path = dir.join("run.toml");
-    let text = |limit: &str| {
-        format!(
-            "region = \"A\"\nperiod_ms = {PERIOD_MS}\nstore = \"memory\"\nlisten = \"127.0.0.1:0\"\n\
-             api_token = \"0123456789abcdef\"\n[[regions]]\nname = \"A\"\n[[limits]]\nid = \"k\"\n{limit}"
-        )
-    };
-    let write = |t: String| std::fs::write(&path, t).unwrap_or_else(|e| panic!("{e}"));
-    write(text("rate = 10000\n"));
     let mut child = Child(
         shareplane()
             .args(["run", "--log-format", "json", "--config"])
-            .arg(&path)
+            .arg(path)
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("{e}")),
     );
-    // Every log line is one JSON object; the line that says where the daemon listens is the
-    // readiness signal to wait for.
+    // Every log line is one JSON object.
     let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
     let stderr = child.0.stderr.take().unwrap_or_else(|| panic!("no stderr"));
     std::thread::spawn(move || {
@@ -159,34 +157,74 @@ fn sighup_reloads_a_new_rate_within_two_periods_and_the_daemon_runs_on() {
             }
         }
     });
-    let next_line = |what: &str, ok: &dyn Fn(&serde_json::Value) -> bool| loop {
-        match rx.recv_timeout(Duration::from_secs(60)) {
+    (child, rx)
+}
+
+/// The next log line for which `ok` holds (at most a minute away).
+fn next_log(
+    rx: &LogLines,
+    what: &str,
+    ok: &dyn Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
             Ok(v) if ok(&v) => return v,
             Ok(_) => {}
             Err(e) => panic!("no log line with {what}: {e}"),
         }
+    }
+}
+
+/// Polls `GET /v1/state` every 20 ms until `ok` holds of it; the state and how long it took.
+fn state_until(
+    addr: &str,
+    what: &str,
+    deadline: std::time::Duration,
+    ok: &dyn Fn(&serde_json::Value) -> bool,
+) -> (serde_json::Value, std::time::Duration) {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = http_get(addr, "/v1/state").filter(|v| ok(v)) {
+            return (v, start.elapsed());
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "{what} not seen within {deadline:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn sighup_reloads_a_new_rate_within_two_periods_and_the_daemon_runs_on() {
+    use std::time::Duration;
+    const PERIOD_MS: u64 = 1_000;
+    let dir = std::env::temp_dir().join(format!("shareplane-sighup-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join("run.toml");
+    let text = |limit: &str| {
+        format!(
+            "region = \"A\"\nperiod_ms = {PERIOD_MS}\nstore = \"memory\"\nlisten = \"127.0.0.1:0\"\n\
+             api_token = \"0123456789abcdef\"\n[[regions]]\nname = \"A\"\n[[limits]]\nid = \"k\"\n{limit}"
+        )
     };
-    let listening = next_line("listen", &|v| v["fields"]["listen"].is_string());
-    let addr = listening["fields"]["listen"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
+    let write = |t: String| std::fs::write(&path, t).unwrap_or_else(|e| panic!("{e}"));
+    write(text("rate = 10000\n"));
+    let (mut child, addr, rx) = spawn_run(&path);
+    let next_line = |what: &str, ok: &dyn Fn(&serde_json::Value) -> bool| next_log(&rx, what, ok);
     let limit = |v: &serde_json::Value| {
         let l = &v["limits"][0];
         (l["rate"].as_f64(), l["adopted_version"].as_u64())
     };
     let until = |what: &str, deadline: Duration, ok: &dyn Fn(&serde_json::Value) -> bool| {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = http_get(&addr, "/v1/state").filter(|v| ok(v)) {
-                return (v, start.elapsed());
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "{what} not seen within {deadline:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        state_until(&addr, what, deadline, ok)
     };
     until("the first record", Duration::from_secs(30), &|v| {
         v["record_version"].as_u64() > Some(0)
@@ -215,6 +253,188 @@ fn sighup_reloads_a_new_rate_within_two_periods_and_the_daemon_runs_on() {
         let e = next_line(kind, &|v| v["fields"]["event"] == kind);
         assert_eq!(e["fields"]["region"], "A", "{e}");
         assert!(e["fields"]["detail"].is_string(), "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn moto_url() -> Option<String> {
+    match std::env::var("SHAREPLANE_TEST_MOTO_URL") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ if std::env::var("SHAREPLANE_REQUIRE_SERVICES").as_deref() == Ok("1") => {
+            panic!("SHAREPLANE_TEST_MOTO_URL is not set but SHAREPLANE_REQUIRE_SERVICES=1: start moto (tests/run-all.sh does)")
+        }
+        _ => None,
+    }
+}
+
+/// `shareplane limits ARGS` against moto: exit code, stdout, stderr.
+fn limits_cli(url: &str, args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
+    let out = shareplane()
+        .arg("limits")
+        .args(args)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("SHAREPLANE_AWS_ENDPOINT", url)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// One source of limits (issue 15): two Regions' daemons with `limits_source = "table"` on one
+/// DynamoDB table (moto); a daemon started before any limits exist waits for them; one
+/// `shareplane limits apply` reaches both, and a refused file changes nothing.
+#[test]
+fn one_limits_apply_reaches_every_region_and_a_refused_file_changes_nothing() {
+    use std::time::Duration;
+    const PERIOD_MS: u64 = 1_000;
+    let Some(url) = moto_url() else { return };
+    let dir = std::env::temp_dir().join(format!("shareplane-limits-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let table = format!("limits-apply-{}", std::process::id());
+    let region_file = |name: &str, phase_ms: u64| {
+        let path = dir.join(format!("{name}.toml"));
+        let text = format!(
+            "region = \"{name}\"\nphase_ms = {phase_ms}\nperiod_ms = {PERIOD_MS}\nstore = \"dynamodb\"\n\
+             table = \"{table}\"\naws_endpoint = \"{url}\"\naws_region = \"us-east-1\"\n\
+             listen = \"127.0.0.1:0\"\napi_token = \"0123456789abcdef\"\nlimits_source = \"table\"\n\
+             [[regions]]\nname = \"A\"\nhealth_check_id = \"hc-a\"\n[[regions]]\nname = \"B\"\nhealth_check_id = \"hc-b\"\n"
+        );
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        path
+    };
+    let (a_cfg, b_cfg) = (region_file("A", 0), region_file("B", 500));
+    let limits_file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        path
+    };
+    let v1 = limits_file(
+        "v1.toml",
+        "[[limits]]\nid = \"k-big\"\nrate = 10000\n\n[[limits]]\nid = \"login\"\nrate = 0.0833\nkind = \"security\"\n",
+    );
+    let v2 = limits_file(
+        "v2.toml",
+        "[[limits]]\nid = \"k-big\"\nrate = 8000\nversion = 2\n\n[[limits]]\nid = \"login\"\nrate = 0.0833\nkind = \"security\"\n",
+    );
+    let no_bump = limits_file(
+        "no-bump.toml",
+        "[[limits]]\nid = \"k-big\"\nrate = 6000\nversion = 2\n\n[[limits]]\nid = \"login\"\nrate = 0.0833\nkind = \"security\"\n",
+    );
+    let removed = limits_file(
+        "removed.toml",
+        "[[limits]]\nid = \"k-big\"\nrate = 8000\nversion = 2\n",
+    );
+    let apply = |file: &std::path::Path, extra: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> =
+            vec!["apply".as_ref(), "--config".as_ref(), a_cfg.as_os_str()];
+        args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+        args.push(file.as_os_str());
+        limits_cli(&url, &args)
+    };
+    let show = || {
+        limits_cli(
+            &url,
+            &["show".as_ref(), "--config".as_ref(), b_cfg.as_os_str()],
+        )
+    };
+
+    // A starts before any limits exist: it says why it waits, and serves nothing meanwhile.
+    let (_a, a_logs) = spawn_run_logs(&a_cfg);
+    let waiting = next_log(&a_logs, "waiting for limits", &|v| {
+        v["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("holds no shared limits yet"))
+    });
+    assert_eq!(waiting["level"], "WARN", "{waiting}");
+    let (code, out, err) = show();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("holds no shared limits"), "{out}");
+
+    let (code, out, err) = apply(&v1, &["--dry-run"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("dry run: would write limits version 1"),
+        "{out}"
+    );
+    assert!(
+        show().1.contains("holds no shared limits"),
+        "a dry run wrote nothing"
+    );
+    let (code, out, err) = apply(&v1, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("applied limits version 1") && out.contains("added: k-big, login"),
+        "{out}"
+    );
+    let a_addr = listen_addr(&a_logs);
+    let (_b, b_addr, _b_logs) = spawn_run(&b_cfg);
+    let k_big = |v: &serde_json::Value| {
+        let l = &v["limits"][0];
+        (l["id"].as_str() == Some("k-big")).then(|| {
+            (
+                l["rate"].as_f64(),
+                l["adopted_version"].as_u64(),
+                v["config"]["limits_version"].as_u64(),
+            )
+        })
+    };
+    for addr in [&a_addr, &b_addr] {
+        let (v, _) = state_until(addr, "limits version 1", Duration::from_secs(30), &|v| {
+            k_big(v) == Some((Some(10_000.0), Some(1), Some(1)))
+        });
+        assert_eq!(v["config"]["limits_source"], "table", "{v}");
+        assert_eq!(v["limits"].as_array().map(Vec::len), Some(2), "{v}");
+    }
+
+    // One apply, both Regions.
+    let (code, out, err) = apply(&v2, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("applied limits version 2") && out.contains("k-big v1→v2"),
+        "{out}"
+    );
+    for (name, addr) in [("A", &a_addr), ("B", &b_addr)] {
+        let (_, took) = state_until(addr, "limits version 2", Duration::from_secs(10), &|v| {
+            k_big(v) == Some((Some(8_000.0), Some(2), Some(2)))
+        });
+        eprintln!("{name} ran the applied rate {took:?} after `limits apply` returned (period {PERIOD_MS} ms)");
+        // The poll of the table (once a period) and the next rebalance.
+        assert!(
+            took <= Duration::from_millis(3 * PERIOD_MS),
+            "{name} took {took:?}"
+        );
+    }
+
+    // Refused files change nothing: a new rate at the same version, a limit left out.
+    let (code, _, err) = apply(&no_bump, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("limits[0].version") && err.contains("set version = 3"),
+        "{err}"
+    );
+    let (code, _, err) = apply(&removed, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("login") && err.contains("--allow-removal"),
+        "{err}"
+    );
+    let (code, out, _) = apply(&v2, &[]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.contains("nothing to change") && out.contains("keeps limits version 2"),
+        "{out}"
+    );
+    let (code, out, err) = show();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("limits version 2 in table"), "{out}");
+    for addr in [&a_addr, &b_addr] {
+        let v = http_get(addr, "/v1/state").unwrap_or_else(|| panic!("{addr} answers"));
+        assert_eq!(k_big(&v), Some((Some(8_000.0), Some(2), Some(2))), "{v}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

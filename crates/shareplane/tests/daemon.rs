@@ -12,7 +12,9 @@ use shareplane_core::{
     audit, Coordinator, Deployment, Health, PerRegion, RegionId, RegionRecord, Room, Truth,
     MAX_REGIONS,
 };
-use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
+use shareplane_store::{
+    Fetched, Lease, LimitsDoc, LimitsRead, RecordStore, StoreError, WriterToken,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -536,6 +538,14 @@ impl<S: RecordStore> RecordStore for Refusing<S> {
         self.inner
             .acquire_lease(region, holder, now_ms, ttl_ms)
             .await
+    }
+
+    async fn read_limits(&self) -> Result<LimitsRead, StoreError> {
+        self.inner.read_limits().await
+    }
+
+    async fn write_limits(&self, doc: &LimitsDoc) -> Result<(), StoreError> {
+        self.inner.write_limits(doc).await
     }
 }
 

@@ -100,3 +100,148 @@ async fn a_region_runs_in_process_serves_its_rules_reloads_and_stops_on_its_sign
     assert!(get(addr, "/v1/health").await.is_none(), "still serving");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `GET /v1/state` as JSON.
+async fn state(addr: std::net::SocketAddr) -> serde_json::Value {
+    match get(addr, "/v1/state").await {
+        Some((200, body)) => serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}")),
+        other => panic!("GET /v1/state gave {other:?}"),
+    }
+}
+
+/// Polls `/v1/state` every 20 ms (at most 10 s) until `ok` holds of it.
+async fn state_until(
+    addr: std::net::SocketAddr,
+    what: &str,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let wait = async {
+        loop {
+            let v = state(addr).await;
+            if ok(&v) {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), wait)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not seen within 10 s"))
+}
+
+/// With `limits_source = "table"` the daemon waits for the shared limits, runs them, follows
+/// every newer version through the reloader, and keeps what runs when a version is refused
+/// (one that drops a limit, one that does not parse), saying why in `GET /v1/state`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_from_the_table_are_waited_for_followed_and_a_refused_version_changes_nothing() {
+    use shareplane_store::{LimitsDoc, RecordStore};
+    let text = "region = \"A\"\nperiod_ms = 500\nstore = \"dynamodb\"\ntable = \"t\"\n\
+                limits_source = \"table\"\nlisten = \"127.0.0.1:0\"\napi_token = \"0123456789abcdef\"\n\
+                [[regions]]\nname = \"A\"\nhealth_check_id = \"hc-a\"\n";
+    let source = ConfigSource {
+        path: None,
+        env: BTreeMap::from([(config::ENV_CONFIG_TOML.to_string(), text.to_string())]),
+    };
+    let cfg = source.load().unwrap_or_else(|e| panic!("{e}"));
+    assert!(cfg.deployment.limits.is_empty());
+    let store = MemoryStore::new();
+    let doc = |version: u64, text: &str| LimitsDoc {
+        version,
+        text: text.to_string(),
+        applied_by: "test".into(),
+        applied_at_ms: 0,
+    };
+    let write = |d: LimitsDoc| {
+        let store = store.clone();
+        async move {
+            store
+                .write_limits(&d)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
+    let (stop, mut shutdown) = watch::channel(false);
+
+    // Nothing in the table: it waits (and a shutdown would end the wait).
+    let waiting = {
+        let (store, mut shutdown) = (store.clone(), shutdown.clone());
+        tokio::spawn(async move { shareplane::with_table_limits(cfg, &store, &mut shutdown).await })
+    };
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(!waiting.is_finished(), "it must wait for limits");
+    let two = "[[limits]]\nid = \"k\"\nrate = 100\n[[limits]]\nid = \"s\"\nrate = 1\nkind = \"security\"\n";
+    write(doc(1, two)).await;
+    let cfg = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap_or_else(|_| panic!("the written limits were not taken within 5 s"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("no shutdown was sent"));
+    assert_eq!(
+        (cfg.deployment.limits.len(), cfg.limits_version),
+        (2, Some(1))
+    );
+
+    let region = RegionDaemon::new(cfg, source.clone(), shutdown.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let served = tokio::spawn(region.serve(listener, store.clone(), NoHealth));
+    let k = |v: &serde_json::Value| {
+        (
+            v["limits"][0]["rate"].as_f64(),
+            v["config"]["limits_version"].as_u64(),
+        )
+    };
+    state_until(addr, "version 1 running", |v| {
+        k(v) == (Some(100.0), Some(1))
+    })
+    .await;
+
+    // A version that drops a limit is refused by the running daemon: it keeps both.
+    write(doc(2, "[[limits]]\nid = \"k\"\nrate = 100\n")).await;
+    let v = state_until(addr, "version 2 refused", |v| {
+        v["config"]["last_reload"] == "refused"
+    })
+    .await;
+    let why = v["config"]["last_reload_error"].to_string();
+    assert!(why.contains("\\\"s\\\" was removed"), "{why}");
+    assert_eq!(
+        (k(&v), v["limits"].as_array().map(Vec::len)),
+        ((Some(100.0), Some(1)), Some(2))
+    );
+
+    // A newer version that only changes a rate (at a higher version) runs.
+    let lowered = two.replace("rate = 100", "rate = 80\nversion = 2");
+    write(doc(3, &lowered)).await;
+    let v = state_until(addr, "version 3 running", |v| k(v) == (Some(80.0), Some(3))).await;
+    assert_eq!(v["config"]["last_reload"], "applied", "{v}");
+
+    // One that does not parse changes nothing either.
+    write(doc(4, "[[limits]]\nid = \"k\"\nrate = \n")).await;
+    let v = state_until(addr, "version 4 refused", |v| {
+        v["config"]["last_reload"] == "refused"
+    })
+    .await;
+    assert!(
+        v["config"]["last_reload_error"]
+            .to_string()
+            .contains("line 3"),
+        "{v}"
+    );
+    assert_eq!(k(&v), (Some(80.0), Some(3)));
+
+    let _ = stop.send(true);
+    let result = tokio::time::timeout(Duration::from_secs(30), served)
+        .await
+        .unwrap_or_else(|_| panic!("serve did not return within 30 s of the shutdown signal"));
+    assert!(matches!(result, Ok(Ok(()))), "{result:?}");
+    let cfg = source.load().unwrap_or_else(|e| panic!("{e}"));
+    let empty = MemoryStore::new();
+    assert!(
+        shareplane::with_table_limits(cfg, &empty, &mut shutdown)
+            .await
+            .is_none(),
+        "after the shutdown signal a wait for limits ends at once"
+    );
+}

@@ -1,0 +1,316 @@
+//! `shareplane limits`: one source of limits for every Region.
+//!
+//! With `limits_source = "table"` in every Region's configuration, the limits live in one
+//! document in the global table (see `shareplane_store::LimitsDoc`): `shareplane limits apply`
+//! checks a limits file whole and writes it there once, versioned, and every Region's daemon
+//! reads it within a period (`reload::follow_table_limits`) and adopts it through the same checks
+//! and limit-change protocol as a reloaded file. A plan change is then made once, not once per
+//! Region, and no Region can be left running a different file.
+//!
+//! [`plan`] refuses what a running daemon would refuse ([`config::limit_changes`]: a rate
+//! changed without a higher `version`, a lower `version`, a changed `kind` or `home`), so that
+//! what the table holds is what the daemons can adopt. A removed limit is refused too unless the
+//! operator says `--allow-removal`: running daemons cannot drop a limit live (their records hold
+//! limits by position), so they keep running it, and say so in `GET /v1/state`, until each is
+//! restarted and starts from the new document.
+
+use crate::config::{self, Config, ConfigErrors, LimitChanges};
+use shareplane_core::LimitSpec;
+use shareplane_store::{LimitsDoc, LimitsRead, RecordStore, StoreError};
+
+/// What `limits apply` is asked to do besides writing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyOptions {
+    /// Check and print the plan, write nothing.
+    pub dry_run: bool,
+    /// Write a document that leaves out limits the table's current one has.
+    pub allow_removal: bool,
+}
+
+/// What applying a limits file does to the table's document.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The version the table holds now (0: none).
+    pub current: u64,
+    /// What changes for daemons that run the current version.
+    pub changes: LimitChanges,
+    /// Ids of limits the current version has and the file does not.
+    pub removed: Vec<String>,
+    /// How many limits the file holds.
+    pub limits: usize,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.removed.is_empty()
+    }
+
+    /// One line per kind of change, for the operator.
+    pub fn describe(&self) -> String {
+        let versioned: Vec<String> = self
+            .changes
+            .versioned
+            .iter()
+            .map(|(id, v0, v1, r0, r1)| format!("{id} v{v0}→v{v1} {r0}→{r1}"))
+            .collect();
+        let list = |ids: &[String]| {
+            if ids.is_empty() {
+                "none".to_string()
+            } else {
+                ids.join(", ")
+            }
+        };
+        format!(
+            "{} limits; added: {}; new versions: {}; tuned: {}; removed: {}",
+            self.limits,
+            list(&self.changes.added),
+            list(&versioned),
+            list(&self.changes.tuned),
+            list(&self.removed)
+        )
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LimitsError {
+    /// The file (or its change against the table's document) is refused; exit 2.
+    #[error("{0}")]
+    Invalid(ConfigErrors),
+    #[error("the table's limits version {version} does not parse with this configuration, so a change cannot be checked against it: {errors}")]
+    StoredInvalid { version: u64, errors: ConfigErrors },
+    #[error("the table's newest limits (version {0}) have not fully arrived at this Region's replica yet; try again in a few seconds")]
+    Replicating(u64),
+    #[error("another apply wrote the table's limits meanwhile ({0}); check the new version with `shareplane limits show` and apply again")]
+    Raced(String),
+    #[error("{0}")]
+    Store(StoreError),
+}
+
+impl LimitsError {
+    /// 2 for a file that is refused, 1 for anything else (as `validate` and `run`).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            LimitsError::Invalid(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// The table's current document, if any.
+pub async fn current<S: RecordStore>(store: &S) -> Result<Option<LimitsDoc>, LimitsError> {
+    match store.read_limits().await.map_err(LimitsError::Store)? {
+        LimitsRead::Absent => Ok(None),
+        LimitsRead::Complete(doc) => Ok(Some(doc)),
+        LimitsRead::Incomplete { version } => Err(LimitsError::Replicating(version)),
+    }
+}
+
+/// Checks `text` whole, on its own and against `current`, and says what applying it changes.
+pub fn plan(
+    cfg: &Config,
+    current: Option<&LimitsDoc>,
+    text: &str,
+    opts: ApplyOptions,
+) -> Result<Plan, LimitsError> {
+    let regions = &cfg.deployment.regions;
+    let new = config::parse_limits(text, regions)
+        .and_then(|limits| config::with_limits(cfg, limits, 0))
+        .map_err(LimitsError::Invalid)?
+        .deployment
+        .limits
+        .clone();
+    let old: Vec<LimitSpec> = match current {
+        None => Vec::new(),
+        Some(doc) => config::parse_limits(&doc.text, regions).map_err(|errors| {
+            LimitsError::StoredInvalid {
+                version: doc.version,
+                errors,
+            }
+        })?,
+    };
+    let removed: Vec<String> = old
+        .iter()
+        .filter(|o| !new.iter().any(|n| n.id == o.id))
+        .map(|o| o.id.clone())
+        .collect();
+    let mut errors = Vec::new();
+    if !removed.is_empty() && !opts.allow_removal {
+        errors.push(shareplane_core::ConfigError {
+            field: "limits".into(),
+            problem: format!(
+                "the table's limits version {} has {} that this file leaves out ({}): running \
+                 daemons cannot drop a limit live and keep running it until each restarts; to \
+                 write it anyway, add --allow-removal",
+                current.map_or(0, |d| d.version),
+                removed.len(),
+                removed.join(", ")
+            ),
+        });
+    }
+    let kept: Vec<LimitSpec> = old
+        .into_iter()
+        .filter(|o| !removed.contains(&o.id))
+        .collect();
+    let changes = config::limit_changes(&kept, &new, &mut errors);
+    if !errors.is_empty() {
+        return Err(LimitsError::Invalid(ConfigErrors(errors)));
+    }
+    Ok(Plan {
+        current: current.map_or(0, |d| d.version),
+        changes,
+        removed,
+        limits: new.len(),
+    })
+}
+
+/// Plans `text` against the table's current document and, unless the plan is empty or
+/// `opts.dry_run`, writes it as the next version. Returns the plan and the version written.
+pub async fn apply<S: RecordStore>(
+    store: &S,
+    cfg: &Config,
+    text: String,
+    applied_by: String,
+    applied_at_ms: u64,
+    opts: ApplyOptions,
+) -> Result<(Plan, Option<u64>), LimitsError> {
+    let current = current(store).await?;
+    let plan = plan(cfg, current.as_ref(), &text, opts)?;
+    if plan.is_empty() || opts.dry_run {
+        return Ok((plan, None));
+    }
+    let doc = LimitsDoc {
+        version: plan.current + 1,
+        text,
+        applied_by,
+        applied_at_ms,
+    };
+    match store.write_limits(&doc).await {
+        Ok(()) => Ok((plan, Some(doc.version))),
+        Err(StoreError::Conflict(why)) => Err(LimitsError::Raced(why)),
+        Err(e) => Err(LimitsError::Store(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shareplane_store::memory::MemoryStore;
+    use std::collections::BTreeMap;
+
+    fn cfg() -> Config {
+        let text = "region = \"A\"\nstore = \"dynamodb\"\ntable = \"t\"\nlimits_source = \"table\"\n\
+                    api_token = \"0123456789abcdef\"\n[[regions]]\nname = \"A\"\nhealth_check_id = \"a\"\n\
+                    [[regions]]\nname = \"B\"\nhealth_check_id = \"b\"\n";
+        config::parse(text, &BTreeMap::new()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    const V1: &str = "[[limits]]\nid = \"k\"\nrate = 100\n[[limits]]\nid = \"s\"\nrate = 1\nkind = \"security\"\n";
+
+    async fn apply_text(
+        store: &MemoryStore,
+        text: &str,
+        opts: ApplyOptions,
+    ) -> Result<(Plan, Option<u64>), LimitsError> {
+        apply(store, &cfg(), text.to_string(), "test".into(), 1, opts).await
+    }
+
+    #[tokio::test]
+    async fn apply_writes_the_next_version_only_when_something_changes_and_refuses_what_daemons_would(
+    ) {
+        let store = MemoryStore::new();
+        let dry = ApplyOptions {
+            dry_run: true,
+            ..ApplyOptions::default()
+        };
+        let (plan, written) = apply_text(&store, V1, dry)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (plan.current, written, plan.changes.added.len()),
+            (0, None, 2)
+        );
+        assert_eq!(
+            current(&store).await.ok(),
+            Some(None),
+            "a dry run writes nothing"
+        );
+        let (_, written) = apply_text(&store, V1, ApplyOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(written, Some(1));
+        let (plan, written) = apply_text(&store, V1, ApplyOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            plan.is_empty() && written.is_none(),
+            "the same limits write nothing"
+        );
+
+        let v2 = V1.replace("rate = 100", "rate = 80\nversion = 2");
+        let (plan, written) = apply_text(&store, &v2, ApplyOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(written, Some(2));
+        assert_eq!(
+            plan.describe(),
+            "2 limits; added: none; new versions: k v1→v2 100→80; tuned: k; removed: none",
+            "the default floor and step cap follow the rate"
+        );
+
+        // What a running daemon would refuse is refused here, and the table keeps version 2.
+        for (text, field) in [
+            (
+                V1.replace("rate = 100", "rate = 60\nversion = 2"),
+                "limits[0].version",
+            ),
+            (V1.to_string(), "limits[0].version"),
+            (
+                V1.replace("kind = \"security\"", "kind = \"capacity\""),
+                "limits[1].kind",
+            ),
+            (
+                "[[limits]]\nid = \"k\"\nrate = 80\nversion = 2\n".to_string(),
+                "limits",
+            ),
+            (
+                "[[limits]]\nid = \"k\"\nrate = -80\nversion = 3\n".to_string(),
+                "limits[0].rate",
+            ),
+        ] {
+            match apply_text(&store, &text, ApplyOptions::default()).await {
+                Err(e @ LimitsError::Invalid(_)) => {
+                    assert_eq!(e.exit_code(), 2);
+                    assert!(e.to_string().contains(&format!("{field}:")), "{field}: {e}");
+                }
+                other => panic!("{text:?} gave {other:?}"),
+            }
+        }
+        assert_eq!(
+            current(&store).await.ok().flatten().map(|d| d.version),
+            Some(2)
+        );
+
+        // A removal goes through only when asked for, and says what it removes.
+        let only_k = "[[limits]]\nid = \"k\"\nrate = 80\nversion = 2\n";
+        let removal = ApplyOptions {
+            allow_removal: true,
+            ..ApplyOptions::default()
+        };
+        let (plan, written) = apply_text(&store, only_k, removal)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (plan.removed.clone(), written),
+            (vec!["s".to_string()], Some(3))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_store_that_fails_or_a_table_still_replicating_is_an_error_not_a_write() {
+        let store = MemoryStore::new();
+        store.set_down(true);
+        let e = apply_text(&store, V1, ApplyOptions::default()).await.err();
+        assert!(matches!(e, Some(LimitsError::Store(_))), "{e:?}");
+        assert_eq!(e.map(|e| e.exit_code()), Some(1));
+    }
+}
