@@ -6,7 +6,8 @@
 # (cdk/test/variant.json), the CDK assertion tests, cfn-lint and checkov on both, checkov on the
 # Terraform modules, terraform fmt -check and validate (when terraform and an AWS provider are at
 # hand offline), the test that the Terraform modules declare the same resources, rules and IAM
-# conditions as the CDK app, and the image test: the context the CDK asset stages is the one
+# conditions as the CDK app (and render the same daemon config, also with limits from the
+# table), and the image test: the context the CDK asset stages is the one
 # `docker build` sends, the workspace loads there with --locked --offline, and it builds (as root
 # with buildah into an image that runs; else with cargo).
 #
@@ -92,31 +93,55 @@ else
   echo "terraform not found at $TERRAFORM: fmt check NOT run (the HCL parity test below still runs)"
 fi
 
+# The settings of cdk.json, and the same with limitsSource "table" (no limits), which the example
+# synth does not cover: CDK renders those with the functions its stacks use (dist/test/render-configs.js).
 TF_CONFIGS=
+TF_CONFIGS_TABLE=
+CDK_CONFIGS_TABLE=$WORK/cdk-configs-table.json
+step "every Region's daemon config with limitsSource \"table\", as CDK renders it (for the parity test)"
+python3 - "$INFRA/cdk/cdk.json" >"$WORK/settings-table.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["context"]["shareplane"]
+s["limitsSource"] = "table"
+s.pop("limits", None)
+print(json.dumps(s))
+PY
+node "$INFRA/cdk/dist/test/render-configs.js" "$WORK/settings-table.json" >"$CDK_CONFIGS_TABLE"
 if [ -x "$TERRAFORM" ]; then
   step "render every Region's daemon config with the Terraform config module (no provider: offline)"
   RENDER=$WORK/tf-render
   rm -rf "$RENDER"
   mkdir -p "$RENDER"
-  python3 - "$INFRA/cdk/cdk.json" >"$RENDER/vars.json" <<'PY'
+  python3 - "$INFRA/cdk/cdk.json" >"$RENDER/settings.json" <<'PY'
 import json, sys
-s = json.load(open(sys.argv[1]))["context"]["shareplane"]
+print(json.dumps(json.load(open(sys.argv[1]))["context"]["shareplane"]))
+PY
+  export TF_CLI_CONFIG_FILE=/dev/null TF_DATA_DIR="$RENDER/.terraform" TF_IN_AUTOMATION=1
+  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" init -input=false -backend=false >/dev/null
+  for variant in settings settings-table; do
+    settings=$RENDER/settings.json
+    [ "$variant" = settings ] || settings=$WORK/$variant.json
+    python3 - "$settings" >"$RENDER/$variant.vars.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
 print(json.dumps({
     "regions": s["regions"],
     "table_name": s.get("tableName", "shareplane-records"),
     "metric_namespace": s.get("metricNamespace", "Shareplane"),
     "period_seconds": s.get("periodSeconds", 5),
+    "limits_source": s.get("limitsSource", "file"),
     "limits": [{"id": l["id"], "rate": l["rate"], "settings": {k: v for k, v in l.items() if k not in ("id", "rate")}}
-               for l in s["limits"]],
+               for l in s.get("limits", [])],
     "daemon_settings": s.get("daemon", {}),
 }))
 PY
-  export TF_CLI_CONFIG_FILE=/dev/null TF_DATA_DIR="$RENDER/.terraform" TF_IN_AUTOMATION=1
-  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" init -input=false -backend=false >/dev/null
-  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" apply -input=false -auto-approve -state="$RENDER/state" \
-    -var-file="$RENDER/vars.json" >/dev/null
-  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" output -state="$RENDER/state" -json configs >"$RENDER/configs.json"
-  TF_CONFIGS="$RENDER/configs.json"
+    "$TERRAFORM" -chdir="$INFRA/tests/tf-render" apply -input=false -auto-approve -state="$RENDER/$variant.state" \
+      -var-file="$RENDER/$variant.vars.json" >/dev/null
+    "$TERRAFORM" -chdir="$INFRA/tests/tf-render" output -state="$RENDER/$variant.state" -json configs >"$RENDER/$variant.configs.json"
+  done
+  TF_CONFIGS="$RENDER/settings.configs.json"
+  TF_CONFIGS_TABLE="$RENDER/settings-table.configs.json"
+  echo "    rendered the example's configs and those with limits_source = \"table\""
 else
   echo "terraform not found at $TERRAFORM: the Terraform config module is NOT rendered (its keys are still compared)"
 fi
@@ -148,6 +173,7 @@ fi
 step "Terraform declares the same resources, rules, IAM conditions and config as the CDK app (HCL parse)"
 cd "$INFRA"
 SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_OUT_VARIANT="$INFRA/cdk/cdk.out.variant" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
+  SHAREPLANE_TF_CONFIGS_TABLE="$TF_CONFIGS_TABLE" SHAREPLANE_CDK_CONFIGS_TABLE="$CDK_CONFIGS_TABLE" \
   "$INFRA/.venv-cfnlint/bin/python" -m unittest -v tests/test_parity.py
 
 step "image context: what the CDK asset stages is what docker build sends"

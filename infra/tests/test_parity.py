@@ -4,9 +4,10 @@ The AWS provider cannot be downloaded here, so `terraform validate` and `plan` c
 test parses the modules' HCL (python-hcl2) and compares it with the CloudFormation templates the
 CDK app synthesized (default settings of infra/cdk/cdk.json, three Regions): the resource types,
 the task role's statements and IAM conditions, the alarms, the health checks, the table, the
-service and the keys of the daemon's config. When terraform is installed, infra/test.sh also
-renders every Region's config with the Terraform config module (no provider needed) and this test
-checks it is the same text as the CDK app's.
+service, the limits writer's policy, the outputs and the keys of the daemon's config. When
+terraform is installed, infra/test.sh also renders every Region's config with the Terraform config
+module (no provider needed), for the example's settings and with limits from the table, and this
+test checks it is the same text as the CDK app's.
 
 Run: infra/test.sh (sets SHAREPLANE_CDK_OUT and SHAREPLANE_TF_CONFIGS).
 """
@@ -51,6 +52,8 @@ SAME = {
     "AWS::Logs::LogGroup": {"aws_cloudwatch_log_group"},
     "AWS::IAM::Role": {"aws_iam_role"},
     "AWS::IAM::Policy": {"aws_iam_role_policy"},
+    # The limits writer's policy (global), attached to nothing: the operator attaches it.
+    "AWS::IAM::ManagedPolicy": {"aws_iam_policy"},
     "AWS::S3::Bucket": {"aws_s3_bucket"},
     "AWS::S3::BucketPolicy": {"aws_s3_bucket_policy"},
     "AWS::ElasticLoadBalancingV2::LoadBalancer": {"aws_lb"},
@@ -244,6 +247,62 @@ class Parity(unittest.TestCase):
             {"test": "StringEquals", "variable": "cloudwatch:namespace", "values": ["${var.metric_namespace}"]}])
         self.assertEqual(self.tf("aws_iam_role_policy", "task")["policy"], "${data.aws_iam_policy_document.task.json}")
 
+    def test_same_limits_writer_policy(self):
+        """Read and write only the #limits items, of the table each Region's daemons use, in every Region."""
+        policies = resources(self.global_tpl, "AWS::IAM::ManagedPolicy")
+        self.assertEqual(len(policies), 1)
+        cfn = next(iter(policies.values()))["Properties"]
+        for key in ("Roles", "Users", "Groups"):
+            self.assertNotIn(key, cfn, "attached by the operator, not here")
+        [s] = cfn["PolicyDocument"]["Statement"]
+        tf_policy = self.tf("aws_iam_policy", "limits_writer")
+        self.assertEqual(tf_policy["policy"], "${data.aws_iam_policy_document.limits_writer.json}")
+        [d] = self.tf_global["data"]["aws_iam_policy_document"]["limits_writer"]["statement"]
+        loc = self.tf_global["locals"]
+        key = loc["limits_partition_key"]
+        self.assertEqual(key, "#limits")
+        tf_conds = sorted((c["test"], c["variable"], tuple(v.replace("${local.limits_partition_key}", key) for v in c["values"]))
+                          for c in d["condition"])
+        cfn_conds = sorted((test, var, tuple(as_list(vals))) for test, by in s["Condition"].items() for var, vals in by.items())
+        self.assertEqual(cfn_conds, [("ForAllValues:StringEquals", "dynamodb:LeadingKeys", ("#limits",))])
+        self.assertEqual(tf_conds, cfn_conds)
+        self.assertEqual((d["sid"], d["actions"]), (s["Sid"], as_list(s["Action"])))
+        self.assertEqual(sorted(s["Action"]), sorted(
+            ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"]))
+        self.assertEqual(s["Effect"], "Allow")
+        # The resources: the table in every Region, spelled as each Region's task role spells it.
+        account = self.settings["account"]
+
+        def cfn_arn(r):
+            parts = r["Fn::Join"][1]
+            self.assertEqual(parts[:2], ["arn:", {"Ref": "AWS::Partition"}])
+            return "arn:P" + parts[2]
+        table = self.settings.get("tableName", "shareplane-records")
+        self.assertEqual([cfn_arn(r) for r in s["Resource"]],
+                         [f"arn:P:dynamodb:{r}:{account}:table/{table}" for r in self.settings["regions"]])
+        task = next(iter(resources(self.region_tpl, "AWS::ECS::TaskDefinition").values()))
+        role = self.region_tpl["Resources"][task["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0]]
+        daemon_arn = role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Resource"]
+        self.assertIn(daemon_arn, s["Resource"], "the ARN the daemons of the Region use")
+        self.assertEqual(d["resources"], "${local.table_arns}")
+        per_region = self.tf_region["locals"]["table_arn"].replace("${var.region}", "${r}")
+        self.assertEqual(loc["table_arns"], f'${{[for r in var.regions : "{per_region}"]}}')
+
+    def test_same_global_outputs(self):
+        cdk = {k: v for k, v in self.global_tpl["Outputs"].items() if not k.startswith("ExportsOutput")}
+        with (MODULES / "global" / "outputs.tf").open() as f:
+            tf = {k: v for block in unquote(hcl2.load(f))["output"] for k, v in block.items()}
+        regions = self.settings["regions"]
+        self.assertEqual(sorted(cdk), sorted(["TableName", "LimitsWriterPolicyArn", *(f"HealthCheckId{r.replace('-', '')}" for r in regions)]))
+        for name in ("table_name", "limits_writer_policy_arn", "health_check_ids"):
+            self.assertIn(name, tf)
+        policy_id = next(iter(resources(self.global_tpl, "AWS::IAM::ManagedPolicy")))
+        self.assertEqual(cdk["LimitsWriterPolicyArn"]["Value"], {"Ref": policy_id})
+        self.assertEqual(tf["limits_writer_policy_arn"]["value"], "${aws_iam_policy.limits_writer.arn}")
+        with (INFRA / "terraform" / "examples" / "three-regions" / "outputs.tf").open() as f:
+            example = {k: v for block in unquote(hcl2.load(f))["output"] for k, v in block.items()}
+        self.assertEqual(example["limits_writer_policy_arn"]["value"], "${module.global.limits_writer_policy_arn}")
+
     def test_same_alarms(self):
         prefix = f"shareplane-{self.region}-"
         peers = [r for r in self.settings["regions"] if r != self.region]
@@ -401,7 +460,11 @@ class Parity(unittest.TestCase):
         limit_extra = [k for k in self.settings["limits"][0] if k not in ("id", "rate")]
         cdk = keys(cdk_text)
         self.assertEqual(cdk[""], ["region", "table", "metrics_namespace", "listen", "period_ms", "phase_ms", *daemon])
-        self.assertEqual(keys(tftpl)[""], cdk[""][: -len(daemon) or None])
+        # limits_source is written only with "table" (the example's settings say "file"), right after phase_ms.
+        self.assertEqual([k for k in keys(tftpl)[""] if k != "limits_source"], cdk[""][: -len(daemon) or None])
+        self.assertIn('phase_ms = ${phase_ms}\n%{ if limits_source != "file" ~}\nlimits_source = ${jsonencode(limits_source)}\n'
+                      '%{ endif ~}\n%{ for k, v in daemon ~}', tftpl)
+        self.assertNotIn("limits_source", cdk_text)
         self.assertEqual(keys(tftpl)["[[regions]]"], cdk["[[regions]]"])
         self.assertEqual(keys(tftpl)["[[limits]]"], [k for k in cdk["[[limits]]"] if k not in limit_extra])
 
@@ -666,6 +729,39 @@ class ConfigText(unittest.TestCase):
                 self.assertEqual([(l["id"], l["rate"]) for l in doc["limits"]], [(l["id"], l["rate"]) for l in settings["limits"]])
                 self.assertEqual(doc["listen"], "0.0.0.0:8080")
                 self.assertNotIn("api_token", doc)
+
+
+    def test_same_config_text_with_limits_from_the_table(self):
+        """limitsSource / limits_source = "table": limits_source = "table" after phase_ms, no [[limits]]."""
+        cdk_path = os.environ.get("SHAREPLANE_CDK_CONFIGS_TABLE")
+        if not cdk_path:
+            self.skipTest("infra/test.sh renders these (dist/test/render-configs.js)")
+        cdk = json.loads(Path(cdk_path).read_text())
+        settings = json.loads(CDK_JSON.read_text())["context"]["shareplane"]
+        regions = settings["regions"]
+        self.assertEqual(sorted(cdk), sorted(regions))
+        templates = load_templates()
+        for region in regions:
+            with self.subTest(region=region):
+                doc = tomllib.loads(cdk[region])
+                self.assertEqual(doc["limits_source"], "table")
+                self.assertNotIn("limits", doc)
+                self.assertNotIn("[[limits]]", cdk[region])
+                self.assertEqual([(r["name"], r["health_check_id"]) for r in doc["regions"]], [(r, f"hc-{r}") for r in regions])
+                # The same text as the example's synthesized config, but for the source and the limits.
+                parts = config_parameter(templates[f"Shareplane-{region}"])["Properties"]["Value"]["Fn::Join"][1]
+                ids = iter(f"hc-{r}" for r in regions)
+                file_text = "".join(p if isinstance(p, str) else next(ids) for p in parts)
+                expected = re.sub(r"(?m)^(phase_ms = \d+\n)", r'\1limits_source = "table"\n', file_text.split("\n[[limits]]\n")[0])
+                self.assertEqual(cdk[region], expected)
+        tf_path = os.environ.get("SHAREPLANE_TF_CONFIGS_TABLE")
+        if not tf_path:
+            self.skipTest("terraform is not installed: the Terraform config module was not rendered")
+        tf = json.loads(Path(tf_path).read_text())
+        self.assertEqual(sorted(tf), sorted(regions))
+        for region in regions:
+            with self.subTest(region=region):
+                self.assertEqual(tf[region], cdk[region])
 
 
 def sid_of(dynamic_statement: dict) -> str:

@@ -2,14 +2,16 @@
  * The daemon's config file (crates/shareplane/src/config.rs), rendered from the settings. The
  * infrastructure owns the keys that say where and when the daemon runs (`region`, `table`,
  * `metrics_namespace`, `listen`, `period_ms`, `phase_ms`, `[[regions]]` with each Region's
- * Route 53 health check id); the rest is the operator's, passed through from `daemon` and
+ * Route 53 health check id) and where its limits come from (`limits_source = "table"`, written
+ * only then: "file" is the daemon's default, and leaving it out keeps a file-mode config's text,
+ * so its digest, unchanged); the rest is the operator's, passed through from `daemon` and
  * `limits` in the settings. The API token is not here: it comes from Secrets Manager as
  * SHAREPLANE_API_TOKEN.
  *
  * The same text is rendered by the Terraform module (terraform/modules/region/config.toml.tftpl);
  * keep the two in step.
  */
-import { LimitSettings, TomlValue } from './settings';
+import { LimitSettings, LimitsSource, Settings, TomlValue } from './settings';
 
 export interface ConfigInput {
   readonly region: string;
@@ -22,6 +24,8 @@ export interface ConfigInput {
   readonly metricNamespace: string;
   /** Every Region in deployment order with its health check id (a CDK token is fine). */
   readonly regions: readonly { readonly name: string; readonly healthCheckId: string }[];
+  /** `table`: the limits come from the table; no `[[limits]]` is rendered. */
+  readonly limitsSource: LimitsSource;
   readonly limits: readonly LimitSettings[];
   readonly daemon: Readonly<Record<string, TomlValue>>;
 }
@@ -34,7 +38,31 @@ export function phaseMs(index: number, regionCount: number, periodMs: number): n
   return Math.floor((index * periodMs) / regionCount);
 }
 
+/**
+ * One Region's config input from the settings (what the Region stack renders, with the health
+ * check ids it reads at deploy time; infra/test.sh renders it with placeholder ids to compare
+ * with Terraform's text).
+ */
+export function configInput(s: Settings, region: string, healthCheckIds: readonly string[], listen: string): ConfigInput {
+  const periodMs = s.periodSeconds * 1000;
+  return {
+    region,
+    tableName: s.tableName,
+    listen,
+    periodMs,
+    phaseMs: phaseMs(s.regions.indexOf(region), s.regions.length, periodMs),
+    metricNamespace: s.metricNamespace,
+    regions: s.regions.map((name, i) => ({ name, healthCheckId: healthCheckIds[i] ?? '' })),
+    limitsSource: s.limitsSource,
+    limits: s.limits,
+    daemon: s.daemon,
+  };
+}
+
 export function renderConfigToml(c: ConfigInput): string {
+  if (c.limitsSource === 'table' && c.limits.length > 0) {
+    throw new Error('limits_source = "table" with [[limits]]: the daemon refuses that config');
+  }
   const lines = [
     '# Written by the shareplane infrastructure (infra/). Edit the deployment settings, not this text.',
     `region = ${tomlValue(c.region)}`,
@@ -44,6 +72,7 @@ export function renderConfigToml(c: ConfigInput): string {
     `period_ms = ${tomlValue(c.periodMs)}`,
     `phase_ms = ${tomlValue(c.phaseMs)}`,
   ];
+  if (c.limitsSource === 'table') lines.push(`limits_source = ${tomlValue(c.limitsSource)}`);
   // Operator keys in sorted order, as Terraform's templatefile iterates them (the same text both ways).
   for (const [k, v] of sorted(c.daemon)) lines.push(`${k} = ${tomlValue(v)}`);
   for (const r of c.regions) {

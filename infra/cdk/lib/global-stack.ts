@@ -1,7 +1,8 @@
 /**
  * The global stack, deployed in the home Region (the first Region of the settings): the DynamoDB
  * global table with a replica in every Region, one Route 53 health check per Region's endpoint,
- * and the dashboard of shares per Region and limit.
+ * the dashboard of shares per Region and limit, and the managed policy for whoever writes the
+ * shared limits (`shareplane limits apply`).
  *
  * Route 53 publishes `HealthCheckStatus` only in us-east-1, wherever the health check was
  * created; the daemons read it there. The health check ids reach each Region's stack as
@@ -11,8 +12,9 @@
 import { Duration, Stack, StackProps, CfnOutput } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as route53 from 'aws-cdk-lib/aws-route53';
-import { Construct } from 'constructs';
+import { Construct, IConstruct } from 'constructs';
 import { METRICS } from './metrics';
 import { Settings } from './settings';
 
@@ -26,6 +28,31 @@ export function endpointName(s: Settings, region: string): string {
   return `${region}.${s.endpointSubdomain}.${s.hostedZoneName}`;
 }
 
+/**
+ * The partition key of the shared limits' items (crates/shareplane-aws/src/limits.rs,
+ * `LIMITS_PK`): a head and the document's parts. No Region's name starts with `#`, so no task
+ * role's `dynamodb:LeadingKeys` condition (its own Region's name) admits a write of these items.
+ */
+export const LIMITS_PARTITION_KEY = '#limits';
+
+/**
+ * What `shareplane limits apply` and `shareplane limits show` call on the `#limits` items: a
+ * consistent GetItem of the head, Query of the parts, PutItem of parts and head, DeleteItem of
+ * refused or collected parts; BatchWriteItem grants nothing beyond PutItem and DeleteItem of the
+ * same items (the condition covers each item of the batch).
+ */
+export const LIMITS_WRITER_ACTIONS = [
+  'dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem',
+] as const;
+
+/**
+ * The table's ARN in one Region: what that Region's daemons call (their task role names it) and
+ * what `shareplane limits apply --config <that Region's config>` writes to.
+ */
+export function tableArn(scope: IConstruct, tableName: string, region: string): string {
+  return Stack.of(scope).formatArn({ service: 'dynamodb', region, resource: 'table', resourceName: tableName });
+}
+
 export interface GlobalStackProps extends StackProps {
   readonly settings: Settings;
 }
@@ -34,6 +61,8 @@ export class GlobalStack extends Stack {
   readonly table: dynamodb.TableV2;
   /** Region name → its endpoint's health check. */
   readonly healthChecks: ReadonlyMap<string, route53.HealthCheck>;
+  /** Read and write the shared limits (`#limits` items) only: attach to whoever runs `shareplane limits apply`. */
+  readonly limitsWriterPolicy: iam.ManagedPolicy;
 
   constructor(scope: Construct, id: string, props: GlobalStackProps) {
     super(scope, id, props);
@@ -69,6 +98,26 @@ export class GlobalStack extends Stack {
     }
     this.healthChecks = checks;
     new CfnOutput(this, 'TableName', { value: this.table.tableName });
+
+    // The shared limits are written once, from any Region's replica (the config given to
+    // `shareplane limits apply` names the Region), so the policy names the table in every Region,
+    // exactly as each Region's task role names it, and only the `#limits` items of it.
+    this.limitsWriterPolicy = new iam.ManagedPolicy(this, 'LimitsWriterPolicy', {
+      description: `shareplane: read and write only the shared limits (items with pk ${LIMITS_PARTITION_KEY}) `
+        + `of table ${s.tableName} in every Region; attach to whoever runs shareplane limits apply`,
+      statements: [
+        new iam.PolicyStatement({
+          sid: 'ReadWriteSharedLimitsOnly',
+          actions: [...LIMITS_WRITER_ACTIONS],
+          resources: s.regions.map((r) => tableArn(this, s.tableName, r)),
+          conditions: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': [LIMITS_PARTITION_KEY] } },
+        }),
+      ],
+    });
+    new CfnOutput(this, 'LimitsWriterPolicyArn', {
+      description: 'Managed policy to attach to the role that runs shareplane limits apply (the #limits items only)',
+      value: this.limitsWriterPolicy.managedPolicyArn,
+    });
 
     new cloudwatch.Dashboard(this, 'Dashboard', {
       dashboardName: `shareplane-${s.tableName}`,

@@ -30,13 +30,15 @@ import * as snsSubscriptions from 'aws-cdk-lib/aws-sns-subscriptions';
 import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { Construct } from 'constructs';
 import { skipCheckov } from './checkov';
-import { phaseMs, renderConfigToml, STANDARD_PARAMETER_LIMIT_BYTES } from './config-toml';
-import { endpointName, HEALTH_PATH } from './global-stack';
+import { configInput, renderConfigToml, STANDARD_PARAMETER_LIMIT_BYTES } from './config-toml';
+import { endpointName, HEALTH_PATH, tableArn as tableArnIn } from './global-stack';
 import { ALARM_PERIOD_SECONDS, METRICS, STALE_AFTER_PERIODS, STRANDED_AFTER_SECONDS } from './metrics';
 import { Settings } from './settings';
 
 /** The daemon's HTTP port (/healthz, /readyz, /metrics, /v1/rules). */
 export const DAEMON_PORT = 8080;
+/** The daemon's `listen` inside its task. */
+export const DAEMON_LISTEN = `0.0.0.0:${DAEMON_PORT}`;
 /** ElastiCache Serverless: the endpoint (6379) and the reader endpoint (6380), both TLS. */
 export const VALKEY_PORTS = { from: 6379, to: 6380 } as const;
 /** The paths the internal load balancer forwards to the daemon; anything else gets 404. */
@@ -291,18 +293,7 @@ export class RegionStack extends Stack {
    * (at most 8 KB), or an object in this Region's config bucket.
    */
   private config(s: Settings, region: string, healthCheckIds: readonly string[], logBucket: s3.IBucket): ConfigDelivery {
-    const periodMs = s.periodSeconds * 1000;
-    const input = (ids: readonly string[]) => ({
-      region,
-      tableName: s.tableName,
-      listen: `0.0.0.0:${DAEMON_PORT}`,
-      periodMs,
-      phaseMs: phaseMs(s.regions.indexOf(region), s.regions.length, periodMs),
-      metricNamespace: s.metricNamespace,
-      regions: s.regions.map((name, i) => ({ name, healthCheckId: ids[i] ?? '' })),
-      limits: s.limits,
-      daemon: s.daemon,
-    });
+    const input = (ids: readonly string[]) => configInput(s, region, ids, DAEMON_LISTEN);
     // Health check ids are 36-character UUIDs; measure with placeholders of that length.
     const sized = renderConfigToml(input(s.regions.map(() => '0'.repeat(36))));
     const bytes = Buffer.byteLength(sized, 'utf8');
@@ -638,8 +629,8 @@ export class RegionStack extends Stack {
  * the config in S3, read that one object (the init container runs with the same role).
  */
 function taskRole(scope: Construct, s: Settings, region: string, config: ConfigDelivery, key: kms.IKey): iam.Role {
-  const stack = Stack.of(scope);
-  const tableArn = stack.formatArn({ service: 'dynamodb', resource: 'table', resourceName: s.tableName });
+  // The same ARN the limits writer's policy names for this Region (global-stack.ts).
+  const tableArn = tableArnIn(scope, s.tableName, region);
   const statements = [
     new iam.PolicyStatement({
       sid: 'ReadAllRegionsRecords',

@@ -48,6 +48,14 @@ export interface ExistingVpc {
 /** Where the daemon's config travels. */
 export type ConfigSource = 'parameter' | 's3';
 
+/**
+ * Where the daemons take their limits from (`limits_source` in their config): `file`, the
+ * `[[limits]]` of each Region's config (rendered from `limits`); `table`, the one shared limits
+ * document in the global table that `shareplane limits apply` writes (then `limits` must be
+ * empty: the daemon refuses a config with both).
+ */
+export type LimitsSource = 'file' | 'table';
+
 export interface ValkeySettings {
   readonly enabled: boolean;
   /** The serverless cache's data storage limit, GB. */
@@ -98,6 +106,12 @@ export interface Settings {
   readonly periodSeconds: number;
   /** Optional address subscribed to every Region's alarm topic. */
   readonly alarmEmail: string;
+  /** Where the daemons take their limits from; with `table`, {@link limits} is empty. */
+  readonly limitsSource: LimitsSource;
+  /**
+   * With `limitsSource` `file`: every Region's `[[limits]]`, and a per-limit alarm and dashboard
+   * row each. With `table`: empty (the limits live in the table).
+   */
   readonly limits: readonly LimitSettings[];
   /** Extra top-level keys of the daemon's config (policy, fence), passed as is. */
   readonly daemon: Readonly<Record<string, TomlValue>>;
@@ -153,7 +167,7 @@ export const MAX_PERIOD_SECONDS = MIN_DETECTION_SECONDS / 2;
 
 const RESERVED_KEYS = [
   'region', 'table', 'metrics_namespace', 'listen', 'period_ms', 'phase_ms', 'regions', 'limits',
-  'api_token', 'store', 'aws_endpoint', 'replica_id',
+  'api_token', 'store', 'aws_endpoint', 'replica_id', 'limits_source',
 ];
 /** Fargate's valid (cpu, memory) pairs for the sizes a daemon can sensibly use. */
 const FARGATE_MEMORY: Readonly<Record<number, readonly number[]>> = {
@@ -185,11 +199,12 @@ export function parseSettings(raw: unknown): Settings {
     'account', 'regions', 'tableName', 'billing', 'metricNamespace', 'hostedZoneId', 'hostedZoneName',
     'endpointSubdomain', 'imageUri', 'desiredCount', 'cpu', 'memoryMiB', 'natGateways', 'logRetentionDays',
     'periodSeconds', 'alarmEmail', 'limits', 'daemon', 'cpuArchitecture', 'existingVpcs', 'configSource',
-    'configFetchImage', 'valkey',
+    'configFetchImage', 'valkey', 'limitsSource',
   ];
   p.unknownKeys('shareplane', value, known);
   const regions = parseRegions(p, value.regions);
   const configSource = p.oneOf(value, 'configSource', 'parameter', ['parameter', 's3'] as const);
+  const limitsSource = p.oneOf(value, 'limitsSource', 'file', ['file', 'table'] as const);
   const s = {
     account: p.str(value, 'account', undefined, ACCOUNT_RE, 'twelve digits'),
     regions,
@@ -212,7 +227,10 @@ export function parseSettings(raw: unknown): Settings {
     logRetentionDays: p.int(value, 'logRetentionDays', 365, 1, 3653),
     periodSeconds: p.int(value, 'periodSeconds', 5, 1, 300),
     alarmEmail: p.str(value, 'alarmEmail', '', /^(|[^@\s]+@[^@\s]+\.[^@\s]+)$/, 'an e-mail address or empty'),
-    limits: parseLimits(p, value.limits, MAX_LIMITS[configSource]),
+    limitsSource,
+    limits: limitsSource === 'table'
+      ? noLimits(p, value.limits)
+      : parseLimits(p, value.limits, MAX_LIMITS[configSource]),
     daemon: parseDaemon(p, value.daemon),
   };
   if (!(FARGATE_MEMORY[s.cpu] ?? []).includes(s.memoryMiB)) {
@@ -348,6 +366,19 @@ function parseLimits(p: Problems, raw: unknown, max: number): LimitSettings[] {
   });
 }
 
+/**
+ * With `limitsSource` `table` the daemon takes its limits from the table and refuses a config that
+ * has `[[limits]]` too (crates/shareplane/src/config.rs): so must the settings.
+ */
+function noLimits(p: Problems, raw: unknown): LimitSettings[] {
+  if (raw === undefined || (Array.isArray(raw) && raw.length === 0)) return [];
+  const n = Array.isArray(raw) ? `these ${raw.length} limits` : 'this value';
+  p.add(`limits: must be empty (or absent) with "limitsSource": "table": the daemons then take their limits `
+    + `from the table (write them with \`shareplane limits apply\`) and refuse a config with [[limits]]; `
+    + `remove ${n} (put them in the limits file), or set "limitsSource": "file"`);
+  return [];
+}
+
 function parseDaemon(p: Problems, raw: unknown): Record<string, TomlValue> {
   if (raw === undefined) return {};
   if (!isRecord(raw)) {
@@ -356,7 +387,8 @@ function parseDaemon(p: Problems, raw: unknown): Record<string, TomlValue> {
   }
   const out: Record<string, TomlValue> = {};
   for (const [k, v] of Object.entries(raw)) {
-    if (RESERVED_KEYS.includes(k)) p.add(`daemon.${k}: set by the infrastructure; remove it`);
+    if (k === 'limits_source') p.add('daemon.limits_source: set by the infrastructure from "limitsSource"; use that');
+    else if (RESERVED_KEYS.includes(k)) p.add(`daemon.${k}: set by the infrastructure; remove it`);
     else if (!TOML_KEY_RE.test(k)) p.add(`daemon.${k}: keys must be 1-64 of A-Z a-z 0-9 _ -`);
     else if (isTomlValue(v)) out[k] = v;
     else p.add(`daemon.${k}: expected a string, a finite number or a boolean`);

@@ -94,9 +94,40 @@ function dashboardJson(body: unknown): any {
   return JSON.parse(parts.join(join[0]));
 }
 
-test('outputs name the table and every health check', () => {
+test('outputs name the table, every health check and the limits writer policy', () => {
   t.hasOutput('TableName', Match.anyValue());
   for (const r of built.settings.regions) t.hasOutput(`HealthCheckId${r.replace(/-/g, '')}`, Match.anyValue());
+  assert.deepEqual(t.toJSON().Outputs.LimitsWriterPolicyArn.Value, { Ref: only(t, 'AWS::IAM::ManagedPolicy').id });
+  // Besides CDK's own exports of the health check ids to the home Region's stack.
+  const ours = Object.keys(t.toJSON().Outputs).filter((k) => !k.startsWith('ExportsOutput')).sort();
+  assert.deepEqual(ours, ['HealthCheckIdapsoutheast2', 'HealthCheckIdeuwest1', 'HealthCheckIduseast1', 'LimitsWriterPolicyArn', 'TableName']);
+});
+
+test('the limits writer policy: read and write only the #limits items of the table in every Region, attached to nothing', () => {
+  const policy = only(t, 'AWS::IAM::ManagedPolicy').props;
+  const arn = (region: string) => ({
+    'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, `:dynamodb:${region}:123456789012:table/shareplane-records`]],
+  });
+  assert.deepEqual(policy.PolicyDocument, {
+    Version: '2012-10-17',
+    Statement: [{
+      Sid: 'ReadWriteSharedLimitsOnly',
+      Effect: 'Allow',
+      Action: ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem'],
+      // The ARN each Region's daemons use (their task role's resource, region-stack.test.ts).
+      Resource: built.settings.regions.map(arn),
+      Condition: { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': ['#limits'] } },
+    }],
+  });
+  assert.match(policy.Description, /shared limits \(items with pk #limits\) of table shareplane-records/);
+  for (const key of ['Roles', 'Users', 'Groups']) assert.equal(policy[key], undefined, `attached to no ${key}: the operator attaches it`);
+});
+
+test('the limits writer policy follows the table name and the Regions', () => {
+  const other = build((raw) => { raw.tableName = 'acme-shares'; raw.regions = ['eu-west-1', 'ap-southeast-2']; });
+  const doc = only(other.global, 'AWS::IAM::ManagedPolicy').props.PolicyDocument;
+  const resources = doc.Statement[0].Resource.map((r: any) => r['Fn::Join'][1][2]);
+  assert.deepEqual(resources, [':dynamodb:eu-west-1:123456789012:table/acme-shares', ':dynamodb:ap-southeast-2:123456789012:table/acme-shares']);
 });
 
 test('inventory: every resource of the global stack, by type', () => {
@@ -110,5 +141,7 @@ test('inventory: every resource of the global stack, by type', () => {
     'Custom::CrossRegionExportWriter': 2,
     'AWS::Lambda::Function': 1,
     'AWS::IAM::Role': 1,
+    // The limits writer's policy (for operators; attached to nothing here).
+    'AWS::IAM::ManagedPolicy': 1,
   });
 });

@@ -89,6 +89,19 @@ test('the task role: read the table, write own-Region items only, read metrics, 
   }
 });
 
+test('no daemon can write the shared limits (#limits): every table write is bound to its own Region\'s items', () => {
+  const WRITES = /^dynamodb:(PutItem|UpdateItem|DeleteItem|BatchWriteItem|TransactWriteItems|ConditionCheckItem|PartiQL(Insert|Update|Delete)|\*)$|^\*$/;
+  for (const [region, tpl] of built.regions) {
+    const writes = taskRole(tpl).statements.filter((s) => [s.Action].flat().some((a: string) => WRITES.test(a)));
+    assert.ok(writes.length > 0, `${region} writes its own items`);
+    for (const s of writes) {
+      assert.deepEqual(s.Condition, { 'ForAllValues:StringEquals': { 'dynamodb:LeadingKeys': [region] } }, `${region}: ${s.Sid}`);
+      assert.ok(![s.Action].flat().includes('dynamodb:BatchWriteItem'), `${region}: ${s.Sid}`);
+    }
+    assert.ok(!region.startsWith('#'), 'a Region name never equals #limits');
+  }
+});
+
 test('nothing else grants the task role anything', () => {
   const { id, props } = taskRole(t);
   assert.equal(props.ManagedPolicyArns, undefined);

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import { parseSettings, SettingsError } from '../lib/settings';
-import { phaseMs, renderConfigToml, tomlValue } from '../lib/config-toml';
+import { configInput, phaseMs, renderConfigToml, tomlValue } from '../lib/config-toml';
 import { rawSettings } from './fixture';
 
 function problems(change: (raw: Record<string, any>) => void): string[] {
@@ -75,7 +75,7 @@ test('the rendered config names every Region with its health check, then the lim
     region: 'eu-west-1', tableName: 't', metricNamespace: 'Shareplane', listen: '0.0.0.0:8080',
     periodMs: 5000, phaseMs: 1666,
     regions: s.regions.map((name, i) => ({ name, healthCheckId: `hc-${i}` })),
-    limits: s.limits, daemon: { policy: 'two-signals', fence: 'never' },
+    limitsSource: 'file', limits: s.limits, daemon: { policy: 'two-signals', fence: 'never' },
   });
   assert.equal(text, [
     '# Written by the shareplane infrastructure (infra/). Edit the deployment settings, not this text.',
@@ -136,4 +136,49 @@ test('a period whose gateway lease could outlast the health check\'s detection i
   const found = problems((r) => (r.periodSeconds = MAX_PERIOD_SECONDS + 1));
   assert.equal(found.length, 1, found.join('\n'));
   assert.match(found[0], /^periodSeconds: 11 s .* residual risk 5.* at most 10$/);
+});
+
+test('limitsSource: "file" by default; "table" takes no limits, and refuses any, naming the field', () => {
+  assert.equal(parseSettings(rawSettings()).limitsSource, 'file');
+  const table = rawSettings();
+  table.limitsSource = 'table';
+  delete table.limits;
+  assert.deepEqual(parseSettings(table).limits, []);
+  assert.deepEqual(parseSettings({ ...table, limits: [] }).limits, []);
+
+  // As the daemon refuses limits_source = "table" with [[limits]] (crates/shareplane/src/config.rs).
+  const both = problems((r) => (r.limitsSource = 'table'));
+  assert.equal(both.length, 1, both.join('\n'));
+  assert.match(both[0], /^limits: must be empty \(or absent\) with "limitsSource": "table"/);
+  assert.match(both[0], /shareplane limits apply/);
+  assert.match(both[0], /remove these 1 limits .* or set "limitsSource": "file"$/);
+  assert.match(problems((r) => { r.limitsSource = 'table'; r.limits = 'k-big'; }).join(), /^limits: must be empty/);
+
+  assert.deepEqual(problems((r) => (r.limitsSource = 'dynamodb')), ['limitsSource: expected one of "file", "table", got "dynamodb"']);
+  assert.deepEqual(problems((r) => (r.daemon = { limits_source: 'table' })),
+    ['daemon.limits_source: set by the infrastructure from "limitsSource"; use that']);
+  // "file" still needs at least one limit.
+  assert.match(problems((r) => delete r.limits).join(), /^limits: expected a list of 1 to 64 limits/);
+});
+
+test('a config rendered with limitsSource "table" says limits_source = "table" and has no [[limits]]', () => {
+  const raw = rawSettings();
+  raw.limitsSource = 'table';
+  delete raw.limits;
+  const s = parseSettings(raw);
+  const text = renderConfigToml(configInput(s, 'eu-west-1', ['hc-0', 'hc-1', 'hc-2'], '0.0.0.0:8080'));
+  assert.equal(text, [
+    '# Written by the shareplane infrastructure (infra/). Edit the deployment settings, not this text.',
+    'region = "eu-west-1"', 'table = "shareplane-records"', 'metrics_namespace = "Shareplane"', 'listen = "0.0.0.0:8080"',
+    'period_ms = 5000', 'phase_ms = 1666', 'limits_source = "table"', 'fence = "own-unhealthy"', 'policy = "two-signals"', '',
+    '[[regions]]', 'name = "us-east-1"', 'health_check_id = "hc-0"', '',
+    '[[regions]]', 'name = "eu-west-1"', 'health_check_id = "hc-1"', '',
+    '[[regions]]', 'name = "ap-southeast-2"', 'health_check_id = "hc-2"',
+    '',
+  ].join('\n'));
+  // The renderer refuses what the daemon would, even if handed it directly.
+  const file = parseSettings(rawSettings());
+  assert.throws(() => renderConfigToml({ ...configInput(file, 'eu-west-1', [], '0.0.0.0:8080'), limitsSource: 'table' }),
+    /limits_source = "table" with \[\[limits\]\]/);
+  assert.ok(!renderConfigToml(configInput(file, 'eu-west-1', [], '0.0.0.0:8080')).includes('limits_source'));
 });

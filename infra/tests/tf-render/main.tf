@@ -23,6 +23,11 @@ variable "period_seconds" {
   type = number
 }
 
+variable "limits_source" {
+  type    = string
+  default = "file"
+}
+
 variable "limits" {
   type = list(object({
     id       = string
@@ -45,6 +50,7 @@ module "config" {
   metric_namespace = var.metric_namespace
   listen           = "0.0.0.0:8080"
   period_seconds   = var.period_seconds
+  limits_source    = var.limits_source
   limits           = var.limits
   daemon_settings  = var.daemon_settings
 }

@@ -1,6 +1,6 @@
 # Test fixture: the region module with every option the example leaves at its default (an
 # existing VPC with existing gateway groups, the config in S3, arm64, an image from elsewhere,
-# Valkey with its own limits), and once with every default (no Valkey), so that `terraform
+# Valkey with its own limits, the limits from the table), and once with every default (no Valkey), so that `terraform
 # validate` (infra/test.sh, when an AWS provider is at hand offline) evaluates those paths too.
 # Never applied.
 
@@ -35,8 +35,9 @@ module "region" {
     private_subnet_ids         = ["subnet-0000000000000003a", "subnet-0000000000000004a"]
     gateway_security_group_ids = ["sg-0123456789abcdef0"]
   }
-  valkey = { enabled = true, data_storage_max_gb = 10, ecpu_per_second_max = 200000 }
-  limits = [{ id = "k-big", rate = 10000, settings = { floor = 500 } }]
+  valkey        = { enabled = true, data_storage_max_gb = 10, ecpu_per_second_max = 200000 }
+  limits_source = "table"
+  limits        = []
 }
 
 module "defaults" {

@@ -5,6 +5,9 @@
 
 locals {
   regions = ["us-east-1", "eu-west-1", "ap-southeast-2"]
+  # "table": every daemon takes its limits from the one document `shareplane limits apply` writes
+  # to the table; then limits must be [] (infra/README.md, "Changing limits once for every Region").
+  limits_source = "file"
   limits = [
     { id = "k-big", rate = 10000, settings = { floor = 500, step_cap = 1000, burst_s = 2, kind = "capacity" } },
   ]
@@ -59,6 +62,7 @@ module "us_east_1" {
   image_tag          = var.image_tag
   valkey             = { enabled = true }
   alarm_email        = var.alarm_email
+  limits_source      = local.limits_source
   limits             = local.limits
   daemon_settings    = local.daemon_settings
 }
@@ -77,6 +81,7 @@ module "eu_west_1" {
   image_tag          = var.image_tag
   valkey             = { enabled = true }
   alarm_email        = var.alarm_email
+  limits_source      = local.limits_source
   limits             = local.limits
   daemon_settings    = local.daemon_settings
 }
@@ -95,6 +100,7 @@ module "ap_southeast_2" {
   image_tag          = var.image_tag
   valkey             = { enabled = true }
   alarm_email        = var.alarm_email
+  limits_source      = local.limits_source
   limits             = local.limits
   daemon_settings    = local.daemon_settings
 }

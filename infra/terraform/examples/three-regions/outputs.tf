@@ -8,6 +8,11 @@ output "health_check_ids" {
   value       = module.global.health_check_ids
 }
 
+output "limits_writer_policy_arn" {
+  description = "Attach to the role that runs `shareplane limits apply` (the shared limits' items only)."
+  value       = module.global.limits_writer_policy_arn
+}
+
 output "endpoints" {
   description = "Region name => health endpoint URL."
   value = {

@@ -1,10 +1,19 @@
 # The global part of a shareplane deployment, applied with the home Region's provider: the
-# DynamoDB global table, one Route 53 health check per Region's endpoint and the dashboard.
+# DynamoDB global table, one Route 53 health check per Region's endpoint, the dashboard, and the
+# managed policy for whoever writes the shared limits (`shareplane limits apply`).
 # Route 53 publishes HealthCheckStatus only in us-east-1, wherever the check was created.
+
+data "aws_caller_identity" "current" {}
+data "aws_partition" "current" {}
 
 locals {
   endpoints = { for r in var.regions : r => "${r}.${var.endpoint_subdomain}.${var.hosted_zone_name}" }
   tags      = merge({ application = "shareplane" }, var.tags)
+  # The table's ARN in every Region, as each Region's task role names it (modules/region, local.table_arn).
+  table_arns = [for r in var.regions : "arn:${data.aws_partition.current.partition}:dynamodb:${r}:${data.aws_caller_identity.current.account_id}:table/${var.table_name}"]
+  # The partition key of the shared limits' items (crates/shareplane-aws/src/limits.rs, LIMITS_PK).
+  # No Region's name starts with "#", so no task role's dynamodb:LeadingKeys admits a write of them.
+  limits_partition_key = "#limits"
 }
 
 resource "aws_dynamodb_table" "records" {
@@ -57,6 +66,33 @@ resource "aws_route53_health_check" "endpoint" {
   request_interval  = 10
   failure_threshold = 3
   tags              = merge(local.tags, { Name = "shareplane ${each.key}" })
+}
+
+# ---- The limits writer: whoever runs `shareplane limits apply` -------------------------------
+
+# The shared limits are written once, from any Region's replica (the config given to
+# `shareplane limits apply` names the Region), so the policy names the table in every Region,
+# and only its "#limits" items: GetItem of the head, Query of the parts, PutItem of parts and
+# head, DeleteItem of refused or collected parts; BatchWriteItem grants nothing beyond PutItem
+# and DeleteItem of the same items (the condition covers each item of a batch).
+data "aws_iam_policy_document" "limits_writer" {
+  statement {
+    sid       = "ReadWriteSharedLimitsOnly"
+    actions   = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"]
+    resources = local.table_arns
+    condition {
+      test     = "ForAllValues:StringEquals"
+      variable = "dynamodb:LeadingKeys"
+      values   = [local.limits_partition_key]
+    }
+  }
+}
+
+resource "aws_iam_policy" "limits_writer" {
+  name_prefix = "shareplane-limits-writer-"
+  description = "shareplane: read and write only the shared limits (items with pk ${local.limits_partition_key}) of table ${var.table_name} in every Region; attach to whoever runs shareplane limits apply"
+  policy      = data.aws_iam_policy_document.limits_writer.json
+  tags        = local.tags
 }
 
 resource "aws_cloudwatch_dashboard" "shares" {

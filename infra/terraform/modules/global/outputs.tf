@@ -13,6 +13,11 @@ output "health_check_ids" {
   value       = { for r, c in aws_route53_health_check.endpoint : r => c.id }
 }
 
+output "limits_writer_policy_arn" {
+  description = "Managed policy to attach to the role that runs `shareplane limits apply`: read and write only the shared limits (the \"#limits\" items) of the table in every Region."
+  value       = aws_iam_policy.limits_writer.arn
+}
+
 output "endpoints" {
   description = "Region name => public name of its endpoint (the health checks probe https://<name>/readyz)."
   value       = local.endpoints

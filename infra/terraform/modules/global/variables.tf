@@ -48,7 +48,7 @@ variable "endpoint_subdomain" {
 }
 
 variable "limits" {
-  description = "The limits (id and global rate in requests/s) drawn on the dashboard."
+  description = "The limits (id and global rate in requests/s) drawn on the dashboard; [] with limits_source = \"table\" (the limits live in the table)."
   type = list(object({
     id       = string
     rate     = number

@@ -34,6 +34,7 @@ module "config" {
   metric_namespace = var.metric_namespace
   listen           = "0.0.0.0:${local.daemon_port}"
   period_seconds   = var.period_seconds
+  limits_source    = var.limits_source
   limits           = var.limits
   daemon_settings  = var.daemon_settings
 }

@@ -191,16 +191,26 @@ variable "alarm_email" {
   default     = ""
 }
 
+variable "limits_source" {
+  description = "Where the daemon takes its limits from (limits_source in its config): file, the [[limits]] rendered from var.limits; or table, the one shared limits document in the global table that `shareplane limits apply` writes (var.limits must then be [])."
+  type        = string
+  default     = "file"
+  validation {
+    condition     = contains(["file", "table"], var.limits_source)
+    error_message = "limits_source: file or table."
+  }
+}
+
 variable "limits" {
-  description = "The limits: id, global rate (requests/s) and any other keys of the daemon's [[limits]] table (floor, step_cap, burst_s, kind, ...). More than 64 need config_source = s3; at most 200 (one alarm per limit per Region)."
+  description = "The limits: id, global rate (requests/s) and any other keys of the daemon's [[limits]] table (floor, step_cap, burst_s, kind, ...). With limits_source = file, 1 to 200: more than 64 need config_source = s3; at most 200 (one alarm per limit per Region). With limits_source = table, [] (the daemon refuses [[limits]] then; the config module checks it)."
   type = list(object({
     id       = string
     rate     = number
     settings = optional(any, {})
   }))
   validation {
-    condition     = length(var.limits) >= 1 && length(var.limits) <= 200
-    error_message = "limits: 1 to 200."
+    condition     = length(var.limits) <= 200
+    error_message = "limits: at most 200."
   }
 }
 
@@ -211,9 +221,9 @@ variable "daemon_settings" {
   validation {
     condition = length(setintersection(keys(var.daemon_settings), [
       "region", "table", "metrics_namespace", "listen", "period_ms", "phase_ms", "regions", "limits",
-      "api_token", "store", "aws_endpoint", "replica_id",
+      "api_token", "store", "aws_endpoint", "replica_id", "limits_source",
     ])) == 0
-    error_message = "daemon_settings: region, table, metrics_namespace, listen, period_ms, phase_ms, regions, limits, api_token, store, aws_endpoint and replica_id are set by the module."
+    error_message = "daemon_settings: region, table, metrics_namespace, listen, period_ms, phase_ms, regions, limits, api_token, store, aws_endpoint, replica_id and limits_source (use var.limits_source) are set by the module."
   }
 }
 

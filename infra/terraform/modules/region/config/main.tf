@@ -41,6 +41,16 @@ variable "period_seconds" {
   type        = number
 }
 
+variable "limits_source" {
+  description = "file: the limits are var.limits, rendered as [[limits]]; table: the daemon reads them from the table (limits_source = \"table\"), and var.limits must be []."
+  type        = string
+  default     = "file"
+  validation {
+    condition     = contains(["file", "table"], var.limits_source)
+    error_message = "limits_source: file or table."
+  }
+}
+
 variable "limits" {
   description = "The limits: id, rate and other keys of the [[limits]] table."
   type = list(object({
@@ -62,6 +72,11 @@ locals {
 
 output "toml" {
   description = "The config text."
+  # As the daemon does (crates/shareplane/src/config.rs) and the CDK settings do (settings.ts).
+  precondition {
+    condition     = var.limits_source == "table" ? length(var.limits) == 0 : length(var.limits) >= 1
+    error_message = var.limits_source == "table" ? "limits: must be [] with limits_source = \"table\": the daemons then take their limits from the table (write them with `shareplane limits apply`) and refuse a config with [[limits]]; remove these ${length(var.limits)} limits (put them in the limits file), or set limits_source = \"file\"." : "limits: at least one limit with limits_source = \"file\"."
+  }
   value = templatefile("${path.module}/config.toml.tftpl", {
     region            = var.region
     table             = var.table_name
@@ -69,6 +84,7 @@ output "toml" {
     listen            = var.listen
     period_ms         = local.period_ms
     phase_ms          = floor(index(var.regions, var.region) * local.period_ms / length(var.regions))
+    limits_source     = var.limits_source
     daemon            = var.daemon_settings
     regions           = [for r in var.regions : { name = r, health_check_id = var.health_check_ids[r] }]
     limits            = var.limits
