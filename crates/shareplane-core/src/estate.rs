@@ -59,6 +59,7 @@ use crate::config::{Deployment, LimitKind, LimitSpec};
 use crate::record::{LimitRecord, ReclaimMark, RegionRecord};
 use crate::region::{regions, RegionId};
 use crate::room::{even_part, Room};
+use std::collections::BTreeMap;
 
 /// Region `heir`'s fixed portion of `room`, an estate of Region `owner` in a deployment of `n`
 /// Regions: an even split over the `n − 1` other Regions in index order.
@@ -156,6 +157,7 @@ impl Epoch<'_> {
 pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
     let n = d.n().min(world.len());
     let epochs = epochs_of(world, n);
+    let index = Index::of(world, n);
     let mut a = Audit {
         expected: expected(d, li, world, n),
         ..Audit::default()
@@ -172,13 +174,13 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
             if r.region == g.region {
                 continue;
             }
-            let flow = side(world, g, r, li, &mut a) + side(world, r, g, li, &mut a);
+            let flow = side(&index, g, r, li, &mut a) + side(&index, r, g, li, &mut a);
             // A pair netted with an heir's portion below is judged there; in any other, a side
             // that closed the other's epoch against an older record than its last took back
             // grants that the last record shows taken (residual risk 4).
             if g.live == r.live
                 && flow < 0
-                && (closed_stale(world, g, r) || closed_stale(world, r, g))
+                && (closed_stale(&index, g, r) || closed_stale(&index, r, g))
             {
                 a.over_stale += -flow;
             }
@@ -211,7 +213,7 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
             };
             let debt_owed = heir_portion(debt, n, x.region, h).0 as i128;
             let portion = heir_portion(room, n, x.region, h).0 as i128 - debt_owed;
-            let mark = latest_mark(world, h, x.region, x.epoch).map(|m| m.version);
+            let mark = index.latest_mark(h, x.region, x.epoch).map(|m| m.version);
             let (took, debt_took) = match mark {
                 None => (0, 0),
                 Some(v) => match x.at(v) {
@@ -290,26 +292,67 @@ fn epochs_of<'a>(world: &[Truth<'a>], n: usize) -> Vec<Epoch<'a>> {
     out
 }
 
-/// The newest mark any record of `heir` (in any of its epochs) carries for `owner`'s epoch `epoch`.
-fn latest_mark(
-    world: &[Truth<'_>],
-    heir: RegionId,
-    owner: RegionId,
-    epoch: u64,
-) -> Option<ReclaimMark> {
-    let t = world.get(heir.index())?;
-    let mut found = None;
-    for rec in t.written.iter().map(|r| &**r).chain(t.running) {
-        if let Some(m) = rec.reclaims[owner].filter(|m| m.epoch == epoch) {
-            found = Some(m);
+/// What the audit looks up for every pair of epochs and every heir, gathered in one pass over
+/// every record (a lookup that scanned them all each time made the audit quadratic in the
+/// records written, and the simulator audits after every rebalance).
+struct Index<'w, 'a> {
+    world: &'w [Truth<'a>],
+    /// Per heir Region: the newest mark any of its records (in any of its epochs) carries for
+    /// each `(owner index, owner epoch)`.
+    marks: Vec<BTreeMap<(usize, u64), ReclaimMark>>,
+    /// Per Region: its newest record by `(epoch, version)`, written or running.
+    newest: Vec<Option<&'w RegionRecord>>,
+}
+
+impl<'w, 'a> Index<'w, 'a> {
+    fn of(world: &'w [Truth<'a>], n: usize) -> Index<'w, 'a> {
+        let mut marks = Vec::with_capacity(n);
+        let mut newest = Vec::with_capacity(n);
+        for region in regions(n) {
+            let mut m = BTreeMap::new();
+            // In write order, so that a later record's mark replaces an earlier one's. Most
+            // records carry the marks of the one before unchanged: those change nothing here.
+            let mut before: Option<&RegionRecord> = None;
+            for rec in records_of(world, region) {
+                if before.is_some_and(|b| b.reclaims == rec.reclaims) {
+                    continue;
+                }
+                before = Some(rec);
+                for owner in regions(n) {
+                    if let Some(mark) = rec.reclaims[owner] {
+                        m.insert((owner.index(), mark.epoch), mark);
+                    }
+                }
+            }
+            marks.push(m);
+            newest.push(records_of(world, region).max_by_key(|rec| (rec.epoch, rec.version)));
+        }
+        Index {
+            world,
+            marks,
+            newest,
         }
     }
-    found
+
+    /// The newest mark any record of `heir` (in any of its epochs) carries for `owner`'s epoch
+    /// `epoch`.
+    fn latest_mark(&self, heir: RegionId, owner: RegionId, epoch: u64) -> Option<ReclaimMark> {
+        self.marks
+            .get(heir.index())?
+            .get(&(owner.index(), epoch))
+            .copied()
+    }
+
+    /// The newest record of `region`, written or running.
+    fn newest(&self, region: RegionId) -> Option<&'w RegionRecord> {
+        self.newest.get(region.index()).copied().flatten()
+    }
 }
 
 /// Whether epoch `g` closed epoch `r` against an older record of `r` than its last.
-fn closed_stale(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
-    latest_mark(world, g.region, r.region, r.epoch)
+fn closed_stale(index: &Index<'_, '_>, g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
+    index
+        .latest_mark(g.region, r.region, r.epoch)
         .is_some_and(|m| m.by == g.epoch && m.version < r.last().version)
 }
 
@@ -328,19 +371,21 @@ fn records_of<'a>(
 /// `r`'s last record. A new epoch carries every open account of the one before, so a later
 /// epoch that no longer carries it settled it, or dropped it because `r` settled it; `r`'s last
 /// record tells which (it shows the account unsettled on `r`'s side only in the first case).
-fn settled_carried(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
+fn settled_carried(index: &Index<'_, '_>, g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
     let carries = |rec: &RegionRecord| {
         rec.account_epochs[r.region] == g.epoch && rec.peer_epochs[r.region] == r.epoch
     };
-    let newest = records_of(world, g.region).max_by_key(|rec| (rec.epoch, rec.version));
+    let newest = index.newest(g.region);
     let last = r.last();
     newest.is_some_and(|n| n.epoch > g.epoch && !carries(n))
         && last.accounts_with(g.region, g.epoch)
 }
 
 /// Whether `r`'s epoch closed `g`'s as well (both reclaimed each other).
-fn mutual(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
-    latest_mark(world, r.region, g.region, g.epoch).is_some_and(|m| m.by == r.epoch)
+fn mutual(index: &Index<'_, '_>, g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
+    index
+        .latest_mark(r.region, g.region, g.epoch)
+        .is_some_and(|m| m.by == r.epoch)
 }
 
 /// `g`'s side of a pair that both epochs closed, read from `g`'s own counters: what it still
@@ -388,7 +433,7 @@ fn own_side_of_closed_pair(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li
 /// of `r`'s (its later epochs settle only the former). Once a later epoch of `g`'s
 /// Region has settled the account carried from `g`, it took back what `r` never took of `g`'s
 /// grants: `g`'s side is then what `r` took, less what `g` took.
-fn side(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Audit) -> i128 {
+fn side(index: &Index<'_, '_>, g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Audit) -> i128 {
     let out = |rec: &RegionRecord, to: RegionId| {
         rec.limits
             .get(li)
@@ -396,10 +441,10 @@ fn side(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Au
     };
     // A close of r's epoch made by g's epoch: the newest mark any record of g carries for it
     // (a Region that closed an estate and then began a new epoch may still settle it).
-    match latest_mark(world, g.region, r.region, r.epoch) {
+    match index.latest_mark(g.region, r.region, r.epoch) {
         Some(m) if m.by == g.epoch => {
-            if mutual(world, g, r) {
-                return own_side_of_closed_pair(world, g, r, li);
+            if mutual(index, g, r) {
+                return own_side_of_closed_pair(index.world, g, r, li);
             }
             return match r.at(m.version) {
                 Some(basis) if basis.accounts_with(g.region, g.epoch) => {
@@ -434,7 +479,7 @@ fn side(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Au
     else {
         return 0;
     };
-    if settled_carried(world, g, r) {
+    if settled_carried(index, g, r) {
         let l = |rec: &RegionRecord| rec.limits.get(li).copied().unwrap_or_default();
         return l(r.last()).taken[g.region].0 as i128 - l(own).taken[r.region].0 as i128;
     }
