@@ -191,9 +191,17 @@ fn limits(command: LimitsCommand) -> ExitCode {
     let path = match &command {
         LimitsCommand::Apply { config, .. } | LimitsCommand::Show { config, .. } => config.clone(),
     };
-    let cfg = match load(path) {
+    // These commands serve nothing, so they need no API token: a configuration rendered for a
+    // daemon that takes its token from the environment is still accepted here.
+    let mut env = config::process_env();
+    env.entry(config::ENV_API_TOKEN.to_string())
+        .or_insert_with(|| "unused-by-shareplane-limits".to_string());
+    let cfg = match config::load(path.as_deref(), &env) {
         Ok(c) => c,
-        Err(code) => return code,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
     };
     if cfg.store != config::StoreKind::DynamoDb {
         eprintln!("shareplane limits: the configuration says store = \"memory\", which lives inside one daemon's process; shared limits need store = \"dynamodb\"");
