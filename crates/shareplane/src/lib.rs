@@ -124,8 +124,11 @@ pub async fn with_table_limits<S: RecordStore>(
     }
     let period = Duration::from_millis(cfg.period_ms);
     let mut last_problem = String::new();
+    // A version refused once is refused again (nothing it is checked against changes here).
+    let mut refused = None;
     loop {
         let problem = match store.read_limits().await {
+            Ok(LimitsRead::Complete(doc)) if refused == Some(doc.version) => last_problem.clone(),
             Ok(LimitsRead::Complete(doc)) => {
                 match config::parse_limits(&doc.text, &cfg.deployment.regions)
                     .and_then(|limits| config::with_limits(&cfg, limits, doc.version))
@@ -140,10 +143,13 @@ pub async fn with_table_limits<S: RecordStore>(
                         );
                         return Some(running);
                     }
-                    Err(e) => format!(
-                        "shared limits version {} cannot run here, waiting for a newer one: {e}",
-                        doc.version
-                    ),
+                    Err(e) => {
+                        refused = Some(doc.version);
+                        format!(
+                            "shared limits version {} cannot run here, waiting for a newer one: {e}",
+                            doc.version
+                        )
+                    }
                 }
             }
             Ok(LimitsRead::Absent) => format!(

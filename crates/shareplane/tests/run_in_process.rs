@@ -170,7 +170,15 @@ async fn limits_from_the_table_are_waited_for_followed_and_a_refused_version_cha
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     assert!(!waiting.is_finished(), "it must wait for limits");
     let two = "[[limits]]\nid = \"k\"\nrate = 100\n[[limits]]\nid = \"s\"\nrate = 1\nkind = \"security\"\n";
-    write(doc(1, two)).await;
+    // A version it cannot run (a home that is no Region here) is not run: it waits on.
+    write(doc(
+        1,
+        "[[limits]]\nid = \"s\"\nrate = 1\nkind = \"security\"\nhome = \"Z\"\n",
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(!waiting.is_finished(), "a version it cannot run is not run");
+    write(doc(2, two)).await;
     let cfg = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .unwrap_or_else(|_| panic!("the written limits were not taken within 5 s"))
@@ -178,7 +186,7 @@ async fn limits_from_the_table_are_waited_for_followed_and_a_refused_version_cha
         .unwrap_or_else(|| panic!("no shutdown was sent"));
     assert_eq!(
         (cfg.deployment.limits.len(), cfg.limits_version),
-        (2, Some(1))
+        (2, Some(2))
     );
 
     let region = RegionDaemon::new(cfg, source.clone(), shutdown.clone());
@@ -193,14 +201,14 @@ async fn limits_from_the_table_are_waited_for_followed_and_a_refused_version_cha
             v["config"]["limits_version"].as_u64(),
         )
     };
-    state_until(addr, "version 1 running", |v| {
-        k(v) == (Some(100.0), Some(1))
+    state_until(addr, "version 2 running", |v| {
+        k(v) == (Some(100.0), Some(2))
     })
     .await;
 
     // A version that drops a limit is refused by the running daemon: it keeps both.
-    write(doc(2, "[[limits]]\nid = \"k\"\nrate = 100\n")).await;
-    let v = state_until(addr, "version 2 refused", |v| {
+    write(doc(3, "[[limits]]\nid = \"k\"\nrate = 100\n")).await;
+    let v = state_until(addr, "version 3 refused", |v| {
         v["config"]["last_reload"] == "refused"
     })
     .await;
@@ -208,18 +216,18 @@ async fn limits_from_the_table_are_waited_for_followed_and_a_refused_version_cha
     assert!(why.contains("\\\"s\\\" was removed"), "{why}");
     assert_eq!(
         (k(&v), v["limits"].as_array().map(Vec::len)),
-        ((Some(100.0), Some(1)), Some(2))
+        ((Some(100.0), Some(2)), Some(2))
     );
 
     // A newer version that only changes a rate (at a higher version) runs.
     let lowered = two.replace("rate = 100", "rate = 80\nversion = 2");
-    write(doc(3, &lowered)).await;
-    let v = state_until(addr, "version 3 running", |v| k(v) == (Some(80.0), Some(3))).await;
+    write(doc(4, &lowered)).await;
+    let v = state_until(addr, "version 4 running", |v| k(v) == (Some(80.0), Some(4))).await;
     assert_eq!(v["config"]["last_reload"], "applied", "{v}");
 
     // One that does not parse changes nothing either.
-    write(doc(4, "[[limits]]\nid = \"k\"\nrate = \n")).await;
-    let v = state_until(addr, "version 4 refused", |v| {
+    write(doc(5, "[[limits]]\nid = \"k\"\nrate = \n")).await;
+    let v = state_until(addr, "version 5 refused", |v| {
         v["config"]["last_reload"] == "refused"
     })
     .await;
@@ -229,7 +237,7 @@ async fn limits_from_the_table_are_waited_for_followed_and_a_refused_version_cha
             .contains("line 3"),
         "{v}"
     );
-    assert_eq!(k(&v), (Some(80.0), Some(3)));
+    assert_eq!(k(&v), (Some(80.0), Some(4)));
 
     let _ = stop.send(true);
     let result = tokio::time::timeout(Duration::from_secs(30), served)
