@@ -1,7 +1,11 @@
 //! The command line: `validate` accepts the example configuration and reports every problem of
-//! a bad one at once, with its field, without touching the network.
+//! a bad one at once, with its field, without touching the network; `run` reloads on SIGHUP;
+//! `limits apply` reaches every Region's daemon through the table (on moto).
+
+mod support;
 
 use std::process::Command;
+use support::moto_url;
 
 fn shareplane() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_shareplane"));
@@ -255,16 +259,6 @@ fn sighup_reloads_a_new_rate_within_two_periods_and_the_daemon_runs_on() {
         assert!(e["fields"]["detail"].is_string(), "{e}");
     }
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn moto_url() -> Option<String> {
-    match std::env::var("SHAREPLANE_TEST_MOTO_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ if std::env::var("SHAREPLANE_REQUIRE_SERVICES").as_deref() == Ok("1") => {
-            panic!("SHAREPLANE_TEST_MOTO_URL is not set but SHAREPLANE_REQUIRE_SERVICES=1: start moto (tests/run-all.sh does)")
-        }
-        _ => None,
-    }
 }
 
 /// `shareplane limits ARGS` against moto: exit code, stdout, stderr.

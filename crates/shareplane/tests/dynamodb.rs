@@ -2,6 +2,8 @@
 //! (`SHAREPLANE_TEST_MOTO_URL`, started by tests/run-all.sh). Their shares converge to the
 //! targets of their demands, and each follows the other's records through the table.
 
+mod support;
+
 use shareplane::clock::Clock;
 use shareplane::config::{self, Config};
 use shareplane::daemon::{Daemon, DaemonOptions};
@@ -9,18 +11,9 @@ use shareplane::state::Shared;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use support::moto_url;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-fn moto_url() -> Option<String> {
-    match std::env::var("SHAREPLANE_TEST_MOTO_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ if std::env::var("SHAREPLANE_REQUIRE_SERVICES").as_deref() == Ok("1") => {
-            panic!("SHAREPLANE_TEST_MOTO_URL is not set but SHAREPLANE_REQUIRE_SERVICES=1: start moto (tests/run-all.sh does)")
-        }
-        _ => None,
-    }
-}
 
 fn config(url: &str, table: &str, region: &str, phase_ms: u64) -> Config {
     let text = format!(
