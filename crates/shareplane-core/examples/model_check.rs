@@ -1,4 +1,7 @@
-//! A bigger model-checking run than CI's: `model_check [DEPTH] [FAULTS] [REGIONS]` (3 or 4).
+//! A bigger model-checking run than CI's: `model_check [DEPTH] [FAULTS] [RUN]`, where RUN is 3 or 4
+//! (Regions), `race` (the restore race from B lost and closed by both survivors: depth 7 and 3
+//! faults reach it) or `race-c-lost` (the same from C lost, as CI's run); the race runs fail
+//! unless they reach the race (`model::restore_race_witness`).
 
 #[path = "../tests/model/mod.rs"]
 mod model;
@@ -7,11 +10,12 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let depth = args.next().and_then(|a| a.parse().ok()).unwrap_or(9);
     let faults = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
-    let regions: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
-    let s = if regions == 4 {
-        model::Settings::four(depth, faults)
-    } else {
-        model::Settings::small(depth, faults)
+    let run = args.next().unwrap_or_else(|| "3".into());
+    let s = match run.as_str() {
+        "4" => model::Settings::four(depth, faults),
+        "race" => model::Settings::restore_race(depth, faults),
+        "race-c-lost" => model::Settings::restore_race_c_lost(depth, faults),
+        _ => model::Settings::small(depth, faults),
     };
     let t = std::time::Instant::now();
     let r = model::explore(&s);
@@ -33,10 +37,18 @@ fn main() {
     for v in r.false_verdict_examples.iter().take(2) {
         println!("  e.g. {v}");
     }
+    if s.witness.is_some() {
+        println!(
+            "witness states: {} ({} conserving exactly), first after the prefix: {}",
+            r.witness_states,
+            r.witness_exact,
+            r.witness_example.as_deref().unwrap_or("none")
+        );
+    }
     for v in r.violations.iter().take(5) {
         println!("VIOLATION: {v}");
     }
-    if !r.violations.is_empty() {
+    if !r.violations.is_empty() || (s.witness.is_some() && r.witness_states == 0) {
         std::process::exit(1);
     }
 }

@@ -11,6 +11,15 @@ fn check(s: &model::Settings) -> model::Report {
         r.false_verdict_recovery_failures, r.false_verdict_states, r.stale_states, r.max_stale,
         s.rate_rps
     );
+    if s.witness.is_some() {
+        println!(
+            "  witness states: {} ({} conserving exactly, any other only with room that stale heirs count twice), first after the prefix: {}; {} transitions into a false verdict checked, not explored",
+            r.witness_states,
+            r.witness_exact,
+            r.witness_example.as_deref().unwrap_or("none"),
+            r.false_verdicts_pruned
+        );
+    }
     // Residual D12 is measured here, not bounded in the records: what is enforced in every state
     // is that the live shares stay under the largest rate (the fuzzer allows 25% of L there),
     // and that the room the running Regions hold passes it by no more than the stale room.
@@ -47,8 +56,8 @@ fn every_interleaving_to_the_ci_depth_is_safe_and_recovers() {
     ));
 }
 
-/// Four Regions and three faults: the class of the restore race (a Region restored while a second
-/// one is lost and reclaimed) needs both.
+/// Four Regions and three faults: a Region restored while a second one is lost and reclaimed needs
+/// both. The restore race itself is deeper: the restore-race runs below start at its beginning.
 #[test]
 fn four_regions_three_faults() {
     check(&model::Settings::four(
@@ -178,4 +187,126 @@ fn a_raise_after_an_unpaid_lowering_waits_for_both_heirs() {
         Rebalance(2),
     ];
     assert_eq!(model::replay_and_recover(&s, &trace), None);
+}
+
+/// The restore race of issue 11 (docs/PROTOCOL.md, "Why fixed portions"): Region 1 (B) lost and
+/// closed by both others, Region 2 (C) lost, and every interleaving from there of B's restore in a
+/// new epoch, the rebalances that close C, the deliveries and two more faults. The run must reach
+/// the race itself (A closes C while it still counts B's old epoch as reclaimed, and B's new
+/// epoch closes C too), where heirs dividing by their own views held one and a half estates of
+/// C; with fixed portions the audit must hold there as everywhere.
+#[test]
+fn the_restore_race_every_interleaving() {
+    let s = model::Settings::restore_race_c_lost(depth("SHAREPLANE_MODEL_DEPTH_RESTORE", 5), 2);
+    let r = check(&s);
+    assert!(
+        r.witness_states > 0,
+        "no explored state has A and B's new epoch both closing C: the run misses the restore race"
+    );
+}
+
+/// Both restore-race runs start where B is lost, its health check read unhealthy, and both A and
+/// C have closed B's epoch (each marks it in its record); the later one has B's check clear
+/// while it is down, and C lost and unhealthy.
+#[test]
+fn the_restore_race_runs_start_with_b_reclaimed_by_both() {
+    for (s, c_lost) in [
+        (model::Settings::restore_race(0, 3), false),
+        (model::Settings::restore_race_c_lost(0, 2), true),
+    ] {
+        let o = model::replay_to(&s, &[], false);
+        assert_eq!(o.violation, None);
+        assert!(o.lost[1], "B is not lost");
+        assert_eq!(o.unhealthy[1], !c_lost, "B's health check");
+        assert!(!o.lost[0] && !o.unhealthy[0]);
+        assert_eq!((o.lost[2], o.unhealthy[2]), (c_lost, c_lost), "C");
+        let b = &o.own[1];
+        for heir in [0, 2] {
+            let mark = o.own[heir].reclaims.0[1];
+            assert!(
+                mark.is_some_and(|m| m.epoch == b.epoch && m.by == o.own[heir].epoch),
+                "Region {heir} has not closed B's epoch {}: {mark:?}",
+                b.epoch
+            );
+        }
+        assert!(o.audit.holds(), "{:?}", o.audit);
+    }
+}
+
+/// The issue's sequence by hand. B is lost and reclaimed by A and C; B's check clears while it
+/// is down; C is lost and unhealthy; B is restored in a new epoch. A closes C before it has seen
+/// B's new epoch (it counts B as reclaimed: a divisor of 1 by its view), and B's new epoch closes
+/// C (it sees A live: a divisor of 2), each from C's first record. Once C's last record reaches
+/// both they settle against it: their fixed portions add up to C's estate exactly, and after
+/// recovery the Regions hold exactly L. By the divisors, A would have held all of C's estate and
+/// B half of it.
+#[test]
+fn the_restore_race_by_hand_splits_c_once() {
+    use model::Action::*;
+    use shareplane_core::{estate_room, Room};
+    let s = model::Settings::restore_race(0, 3);
+    let race = [
+        Flip(1),
+        Lose(2),
+        Flip(2),
+        Restore(1),
+        Rebalance(0),
+        Rebalance(1),
+        Rebalance(1),
+    ];
+    let o = model::replay_to(&s, &race, false);
+    assert_eq!(o.violation, None);
+    assert!(o.witness, "the sequence is not the race");
+    assert_eq!(o.seen[0][1].map(|(e, _)| e), Some(1), "A saw B's new epoch");
+    assert_eq!(o.own[1].epoch, 2);
+    assert!(o.audit.holds(), "{:?}", o.audit);
+
+    // C's last records reach both heirs, B's new epoch reaches A, and each settles.
+    let mut trace = race.to_vec();
+    trace.extend([
+        Deliver(2, 0),
+        Deliver(2, 0),
+        Deliver(2, 1),
+        Deliver(2, 1),
+        Rebalance(0),
+        Rebalance(1),
+        Deliver(1, 0),
+        Deliver(1, 0),
+        Deliver(1, 0),
+        Rebalance(0),
+    ]);
+    let o = model::replay_to(&s, &trace, false);
+    assert_eq!(o.violation, None);
+    let c_last = o.written[2].last().expect("C wrote records");
+    let estate = estate_room(&c_last.limits[0]);
+    let (c, l) = (2, 0);
+    let portions: Vec<Room> = [0, 1]
+        .iter()
+        .map(|&heir| {
+            let mark = o.own[heir].reclaims.0[c].expect("closed C");
+            assert_eq!((mark.epoch, mark.version), (c_last.epoch, c_last.version));
+            o.own[heir].limits[l].reclaimed.0[c]
+        })
+        .collect();
+    println!(
+        "restore race by hand: C's estate {estate}, A's portion {}, B's portion {}; by the divisors A would have taken {estate} and B {}, {} of L = {} held",
+        portions[0],
+        portions[1],
+        Room(estate.0 / 2),
+        Room::rps(s.rate_rps) + Room(estate.0 / 2),
+        Room::rps(s.rate_rps)
+    );
+    assert!(estate > Room::ZERO);
+    assert_eq!(portions[0] + portions[1], estate);
+    assert!(o.audit.holds(), "{:?}", o.audit);
+
+    assert_eq!(model::replay_and_recover(&s, &trace), None);
+    let o = model::replay_to(&s, &trace, true);
+    let held: i128 = o.own.iter().map(|r| r.limits[l].held()).sum();
+    assert_eq!(held, Room::rps(s.rate_rps).0 as i128, "{:?}", o.own);
+    assert!(
+        o.audit.holds() && o.audit.outside_live() == 0,
+        "{:?}",
+        o.audit
+    );
 }

@@ -15,6 +15,9 @@
 //! `(Region, epoch)` happens once. From every state at the frontier it runs a recovery (heal,
 //! restore, truthful health, the newest limit everywhere, full rounds) and checks that shares
 //! reach their targets under it.
+//!
+//! A run may start from a scenario's prefix of actions, name a class of states it must reach (a
+//! witness, such as the restore race of issue 11), and keep to true health verdicts.
 
 #![allow(dead_code)]
 
@@ -39,9 +42,19 @@ pub struct Settings {
     /// The rates of limit versions 2, 3, … that Regions adopt one by one (`Action::Adopt`);
     /// empty: the limit never changes.
     pub changes_rps: Vec<u64>,
-    /// Actions applied before the exploration starts (its root is the state they lead to).
+    /// Actions applied before the exploration starts (its root is the state they lead to). Its
+    /// faults are the scenario's: `max_faults` counts those the exploration adds.
     pub prefix: Vec<Action>,
+    /// A class of states the run must reach (`Report::witness_states` counts them).
+    pub witness: Option<Witness>,
+    /// Explore only where every health verdict is true: a transition into a false verdict (a
+    /// running Region read unhealthy) is checked but not explored further. For scenarios whose
+    /// point is that every verdict is true; the other runs explore false verdicts.
+    pub true_verdicts_only: bool,
 }
+
+/// Whether a state (every Region's coordinator) belongs to the class a run must reach.
+pub type Witness = fn(&[Coordinator]) -> bool;
 
 impl Settings {
     /// 4 Regions, L = 12, floor 1, step cap 3, silence after one unchanged rebalance.
@@ -70,7 +83,48 @@ impl Settings {
             max_states: 5_000_000,
             changes_rps: Vec::new(),
             prefix: Vec::new(),
+            witness: None,
+            true_verdicts_only: false,
         }
+    }
+
+    /// The restore race of issue 11 (docs/PROTOCOL.md, "Why fixed portions"), 3 Regions as
+    /// [`Settings::small`], explored from the state where Region 1 (B) is lost, its health check
+    /// reads unhealthy, and both Region 0 (A) and Region 2 (C) have closed its epoch. The race
+    /// then needs three faults of the exploration's own (`max_faults` counts only those: B's
+    /// check clearing while it is down, C lost, C's check unhealthy), B's restore (not a fault)
+    /// and three rebalances: a depth of 7 with 3 faults, too big for CI (see
+    /// [`Settings::restore_race_c_lost`]). Only true verdicts are explored; the run must reach
+    /// [`restore_race_witness`].
+    pub fn restore_race(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        Settings {
+            prefix: vec![
+                Lose(1),
+                Flip(1),
+                Rebalance(0),
+                Rebalance(0),
+                Rebalance(2),
+                Rebalance(2),
+            ],
+            witness: Some(restore_race_witness),
+            true_verdicts_only: true,
+            ..Settings::small(depth, max_faults)
+        }
+    }
+
+    /// The restore race from later on, so that the depth goes to the race itself: B is lost and
+    /// closed by A and C as in [`Settings::restore_race`], then B's health check clears while it
+    /// is still down, C is lost and its check reads unhealthy. The exploration's interleavings
+    /// are B's restore, every rebalance (A's and B's closes of C among them), every delivery
+    /// (B's new epoch reaching A before or after A closes C, C's last records reaching either
+    /// heir late or never, versions skipped) and `max_faults` more faults. The race is 4 steps
+    /// deep.
+    pub fn restore_race_c_lost(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        let mut s = Settings::restore_race(depth, max_faults);
+        s.prefix.extend([Flip(1), Lose(2), Flip(2)]);
+        s
     }
 
     /// 2 Regions, L = 12 lowered to 4 and then raised to 16, demands 6 and 1; explored from the
@@ -178,6 +232,14 @@ pub struct Report {
     /// and the most room so counted in one state.
     pub stale_states: usize,
     pub max_stale: Room,
+    /// States of the settings' witness class judged without a false verdict in force (so with
+    /// the audit enforced), how many of them conserve exactly (the others hold only room that
+    /// stale heirs count twice), and the first one found, by the actions after the prefix.
+    pub witness_states: usize,
+    pub witness_exact: usize,
+    pub witness_example: Option<String>,
+    /// Transitions into a false verdict left unexplored (`Settings::true_verdicts_only`).
+    pub false_verdicts_pruned: usize,
 }
 
 #[derive(Clone)]
@@ -340,7 +402,30 @@ fn root(d: &Arc<Deployment>, s: &Settings) -> World {
     for a in &s.prefix {
         apply(&mut w, s, *a);
     }
+    w.faults = 0;
     w
+}
+
+/// The restore race of issue 11 (docs/PROTOCOL.md, "Why fixed portions"): Region 0 (A) has closed
+/// an epoch of Region 2 (C) while the epoch of Region 1 (B) it sees is still one it reclaimed
+/// (it has not seen B's new epoch: a divisor from its view would have been 1), and a newer epoch
+/// of B has closed the same epoch of C (its view had A live: a divisor of 2). With divisors the
+/// two would hold one and a half estates of C.
+pub fn restore_race_witness(c: &[Coordinator]) -> bool {
+    let (a, b) = (c[0].own(), c[1].own());
+    let (rb, rc) = (rid(1), rid(2));
+    let Some(b_seen) = c[0].latest(rb) else {
+        return false;
+    };
+    let b_old = b_seen.epoch;
+    let a_counts_b_reclaimed =
+        a.peer_epochs[rb] == b_old && a.reclaims[rb].is_some_and(|m| m.epoch == b_old);
+    match (a.reclaims[rc], b.reclaims[rc]) {
+        (Some(ac), Some(bc)) => {
+            a_counts_b_reclaimed && b.epoch > b_old && bc.by > b_old && ac.epoch == bc.epoch
+        }
+        _ => false,
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -724,6 +809,13 @@ pub fn explore(s: &Settings) -> Report {
                     .push(format!("{v}\n  trace: {}", w.trace.join(" ")));
                 continue;
             }
+            if !w.false_verdict && s.witness.is_some_and(|f| f(&w.coords)) {
+                report.witness_states += 1;
+                report.witness_exact += usize::from(a.holds());
+                if report.witness_example.is_none() {
+                    report.witness_example = Some(w.trace[s.prefix.len()..].join(" "));
+                }
+            }
             if depth == s.depth {
                 report.recoveries_checked += 1;
                 if let Some((v, residual)) = check_recovery(w, s) {
@@ -749,6 +841,10 @@ pub fn explore(s: &Settings) -> Report {
                     report
                         .violations
                         .push(format!("{v}\n  trace: {}", nw.trace.join(" ")));
+                    continue;
+                }
+                if s.true_verdicts_only && nw.false_verdict {
+                    report.false_verdicts_pruned += 1;
                     continue;
                 }
                 if seen.insert(nw.key()) {
@@ -787,6 +883,61 @@ pub fn replay_and_recover(s: &Settings, trace: &[Action]) -> Option<String> {
         }
     }
     check_recovery(&w, s).map(|(v, _)| v)
+}
+
+/// Where a replay leads.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Every Region's own record.
+    pub own: Vec<RegionRecord>,
+    /// Every record each Region wrote, in order.
+    pub written: Vec<Vec<Arc<RegionRecord>>>,
+    /// `(epoch, version)` of the latest record each Region has seen of each other Region
+    /// (`None` for itself).
+    pub seen: Vec<Vec<Option<(u64, u64)>>>,
+    pub lost: Vec<bool>,
+    pub unhealthy: Vec<bool>,
+    pub audit: Audit,
+    /// Whether the state is in the settings' witness class.
+    pub witness: bool,
+    /// The first violation on the way (a transition, or a state's check), if any.
+    pub violation: Option<String>,
+}
+
+/// Applies `trace` from the root, checking every state on the way, and (`recover`) then heals,
+/// restores, tells the truth about health and runs full rounds as a recovery does.
+pub fn replay_to(s: &Settings, trace: &[Action], recover_after: bool) -> Outcome {
+    let d = deployment(s);
+    let mut w = root(&d, s);
+    let mut violation = None;
+    for a in trace {
+        if let Some(v) = apply(&mut w, s, *a) {
+            violation.get_or_insert(format!("at {a:?}: {v}"));
+        }
+        if let Some(v) = check_state(&w, &w.audit(&d), s) {
+            violation.get_or_insert(format!("after {a:?}: {v}"));
+        }
+    }
+    if recover_after {
+        w = recover(&w, s);
+    }
+    let n = s.n;
+    Outcome {
+        own: w.coords.iter().map(|c| c.own().clone()).collect(),
+        written: w.history.clone(),
+        seen: (0..n)
+            .map(|i| {
+                (0..n)
+                    .map(|j| w.coords[i].latest(rid(j)).map(|r| (r.epoch, r.version)))
+                    .collect()
+            })
+            .collect(),
+        lost: w.lost.clone(),
+        unhealthy: w.unhealthy.clone(),
+        audit: w.audit(&d),
+        witness: s.witness.is_some_and(|f| f(&w.coords)),
+        violation,
+    }
 }
 
 /// Replays a trace and prints every Region's own record after each step (for debugging a
