@@ -19,6 +19,11 @@
 //! Regions' writes consumed (`DynamoStore::write_units`: DynamoDB's rule for transactional writes,
 //! in the writing Region; a global table's replication costs as much again in every other one).
 //!
+//! Against moto it also measures the shared limits (`shareplane limits apply`): a document of
+//! `SHAREPLANE_BENCH_APPLY_LIMITS` (100,000) limits applied whole to a new table, then a change
+//! of one limit applied; the time of each (read the current version, check the file whole and
+//! against it, write), its size and write units, and how long a daemon's first read takes.
+//!
 //! Environment: `SHAREPLANE_BENCH_LIMITS` (default 100000), `SHAREPLANE_BENCH_REGIONS` (5),
 //! `SHAREPLANE_BENCH_PERIODS` (12), `SHAREPLANE_BENCH_DYNAMODB` (unset: memory only).
 
@@ -325,6 +330,90 @@ async fn dynamodb_phase(url: &str, periods: usize) {
     );
 }
 
+/// `[[limits]]` of `config_text`, alone: a limits file for `shareplane limits apply`.
+fn limits_text(limits: usize, changed: Option<usize>) -> String {
+    let all = config_text(2, "A", limits, changed);
+    let start = all.find("[[limits]]").unwrap_or(all.len());
+    all[start..].to_string()
+}
+
+/// `shareplane limits apply` of a whole document to a new table on moto, then of a change of one
+/// limit; and a daemon's first read of it.
+async fn limits_apply_phase(url: &str) {
+    use shareplane::limits::{apply, ApplyOptions};
+    use shareplane_store::LimitsRead;
+    let n_limits = env("SHAREPLANE_BENCH_APPLY_LIMITS", 100_000);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.as_nanos());
+    let table = format!("shareplane-bench-limits-{nanos}");
+    let text = format!(
+        "region = \"A\"\nstore = \"dynamodb\"\ntable = \"{table}\"\naws_endpoint = \"{url}\"\n\
+         aws_region = \"us-east-1\"\nlimits_source = \"table\"\napi_token = \"bench-token-0123456789\"\n\
+         [[regions]]\nname = \"A\"\nhealth_check_id = \"a\"\n[[regions]]\nname = \"B\"\nhealth_check_id = \"b\"\n"
+    );
+    let cfg = config::parse(&text, &BTreeMap::new())
+        .unwrap_or_else(|e| panic!("the bench's configuration is invalid: {e}"));
+    println!("\n== Shared limits (moto at {url}): `limits apply` of {n_limits} limits, then of one changed");
+    let store = match shareplane::aws::table(&cfg).await {
+        Ok((_, s)) => s,
+        Err(e) => {
+            println!("cannot reach the table: {e}");
+            return;
+        }
+    };
+    for (what, doc) in [
+        ("the whole document", limits_text(n_limits, None)),
+        ("one limit changed", limits_text(n_limits, Some(0))),
+    ] {
+        let bytes = doc.len();
+        let units = store.write_units();
+        let t = Instant::now();
+        let result = apply(
+            &store,
+            &cfg,
+            doc,
+            "bench".into(),
+            0,
+            ApplyOptions::default(),
+        )
+        .await;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        match result {
+            Ok((plan, written)) => println!(
+                "{what}: {bytes} bytes, version {written:?} in {ms:.0} ms, {} write units ({} added, {} new versions)",
+                store.write_units() - units,
+                plan.changes.added.len(),
+                plan.changes.versioned.len()
+            ),
+            Err(e) => println!("{what}: refused after {ms:.0} ms: {e}"),
+        }
+    }
+    // A daemon's first read: a store that has read nothing yet (its head, then every part).
+    let (_, fresh) = match shareplane::aws::table(&cfg).await {
+        Ok(s) => s,
+        Err(e) => return println!("cannot reach the table: {e}"),
+    };
+    let t = Instant::now();
+    let read = fresh.read_limits().await;
+    let first_ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let again = fresh.read_limits().await;
+    let again_ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let parsed = match &read {
+        Ok(LimitsRead::Complete(doc)) => config::parse_limits(&doc.text, &cfg.deployment.regions)
+            .map(|l| l.len())
+            .map_err(|e| e.to_string()),
+        other => Err(format!("{other:?}")),
+    };
+    println!(
+        "a daemon's first read: {first_ms:.0} ms, its check of the text {:.0} ms ({parsed:?} limits); a read of the unchanged head: {again_ms:.1} ms ({})",
+        t.elapsed().as_secs_f64() * 1e3,
+        if matches!(again, Ok(LimitsRead::Complete(_))) { "complete" } else { "not complete" }
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let n_limits = env("SHAREPLANE_BENCH_LIMITS", 100_000);
@@ -460,6 +549,7 @@ async fn main() {
     );
     let _ = std::fs::remove_dir_all(&dir);
     if let Ok(url) = std::env::var("SHAREPLANE_BENCH_DYNAMODB") {
+        limits_apply_phase(&url).await;
         dynamodb_phase(&url, periods).await;
     }
     std::process::exit(0);
