@@ -42,7 +42,9 @@
 //!   as one amount). Each piece is clamped at zero: a heir that took more than it is owed shows as
 //!   room above `L`, never cancelled by another heir's shortfall. A portion taken from an epoch
 //!   that is still live (a false verdict, silence alone under a cut) is room above `L` in full:
-//!   the live Region still holds it;
+//!   the live Region still holds it. Of that, what the heir took beyond what the epoch's newest
+//!   record would leave it is stale room (`over_stale`), as it will be once the epoch ends; the
+//!   rest is `over_running`;
 //! - **pairs**: for every other pair of epochs, the grants in flight between them in both
 //!   directions, each side read from its own newest record in that epoch or, once it has closed
 //!   the pair, from its own takes and the other side's record it settled against (what that
@@ -114,10 +116,18 @@ pub struct Audit {
     /// Room that some heir or grantee took beyond what it was owed (pieces that went negative),
     /// plus debts of ended epochs that nobody pays: room above `L`.
     pub over: i128,
-    /// The part of `over` held by heirs that closed an estate against an older record than its
-    /// last one and hold more than that last record leaves them. Their settlement against the
-    /// last record (once they see it) pays it back; docs/PROTOCOL.md, residual risks.
+    /// The part of `over` held by heirs that closed an epoch against an older record than its
+    /// newest one and hold more than that newest record leaves them, whether the epoch has ended
+    /// (its last record) or still runs (a false verdict: what its newest record would leave them
+    /// if it ended now). Their settlement against the last record (once they see it) pays it
+    /// back; docs/PROTOCOL.md, residual risks.
     pub over_stale: i128,
+    /// The rest of what heirs took from epochs that still run: the portions the running Region's
+    /// newest record would leave them, which that Region holds too until it sees the mark and
+    /// comes back in a new epoch (a false verdict's aftermath; SPEC §6, "Fence").
+    pub over_running: i128,
+    /// The Regions (bit `i` for Region `i`) whose running epoch some heir has closed.
+    pub running_reclaimed: u32,
     /// Records a mark names that no Region wrote (an observer's or the core's bug).
     pub missing_basis: u32,
 }
@@ -169,6 +179,9 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
     // Grants in flight between every pair of epochs. A pair between an ended epoch and a live
     // one is what the live Region will settle with that estate: it is netted with its portion.
     let mut owed: Vec<Vec<i128>> = vec![vec![0; n]; epochs.len()];
+    // Grants in flight between two running epochs, per epoch and other Region: what a running
+    // epoch's newest record would leave an heir that closed it is its portion plus these.
+    let mut in_flight: Vec<Vec<i128>> = vec![vec![0; n]; epochs.len()];
     for (i, g) in epochs.iter().enumerate() {
         for (k, r) in epochs.iter().enumerate().skip(i + 1) {
             if r.region == g.region {
@@ -185,7 +198,11 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
                 a.over_stale += -flow;
             }
             match (g.live, r.live) {
-                (true, true) => add_piece(&mut a.pairs, &mut a.over, flow),
+                (true, true) => {
+                    in_flight[i][r.region.index()] += flow.max(0);
+                    in_flight[k][g.region.index()] += flow.max(0);
+                    add_piece(&mut a.pairs, &mut a.over, flow)
+                }
                 (false, false) => {
                     add_piece(&mut a.pairs, &mut a.over, flow);
                     a.between_ended += flow.max(0);
@@ -232,6 +249,20 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
             };
             if x.live {
                 a.over += took;
+                if mark.is_some() {
+                    a.running_reclaimed |= 1 << x.region.index();
+                }
+                // Against an older record than the newest, the heir may hold more than the
+                // newest leaves it (the Region moved room on meanwhile): that part is stale room,
+                // as it will be once the epoch ends; the rest the running Region holds too.
+                let leaves = signed(&last) + in_flight[xi][h.index()];
+                let stale = if mark.is_some_and(|v| v < x.last().version) {
+                    (took - leaves).clamp(0, took.max(0))
+                } else {
+                    0
+                };
+                a.over_stale += stale;
+                a.over_running += took - stale;
                 continue;
             }
             let piece = portion - took + owed[xi][h.index()];

@@ -521,13 +521,20 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
             raised_for_debt = so_far(row.tick) > limit;
             limit = limit.max(so_far(row.tick));
         }
-        // Room taken twice only by heirs that closed an estate against an older record than its
-        // last one (a partition hid the last one): measured, and bounded. Every other count must
-        // add up exactly, and the shares may pass L by no more than that room.
+        // Room taken twice only by heirs that closed an epoch against an older record than its
+        // newest one (a partition hid the newer ones): measured, and bounded. Every other count
+        // must add up exactly, and the shares may pass L by no more than that room. After a
+        // false verdict's window, heirs may still hold portions of an epoch that runs on fenced
+        // until it sees the mark (fuzz seed 1544524): that room is counted twice in the records
+        // but enforced once, so it is allowed only while the Region's gateways enforce nothing.
+        let running_idle = (row.regions.iter().enumerate())
+            .filter(|(i, _)| a.running_reclaimed >> i & 1 == 1)
+            .all(|(_, r)| r.share.is_zero() || !r.alive);
         let stale = !excused
             && row.tick < relaxed_until
             && a.over_stale > 0
-            && a.over == a.over_stale
+            && a.over == a.over_stale + a.over_running
+            && (a.running_reclaimed == 0 || running_idle)
             && a.actual - a.over == a.expected
             && a.missing_basis == 0;
         if stale {
@@ -543,22 +550,15 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
                 .filter(|r| r.alive)
                 .map(|r| r.debt.0 as i128)
                 .sum();
-            if relaxed {
-                // Counted with the false verdict's figures, not with risk 4's bounded ones.
-                if excess > 0 {
-                    report.add_false_excess(Room(excess as u64), sc.tick_ms);
-                }
-            } else {
-                report.stale_over_rps = report.stale_over_rps.max(a.over_stale as f64 / 1000.0);
-                report.stale_over_s += sc.tick_ms as f64 / 1000.0;
-                report.stale_excess_rps = report.stale_excess_rps.max(excess.max(0) as f64 / 1000.0);
-            }
-            // After a false verdict (risk 1) the stale heirs may have reclaimed a live Region,
-            // whose room the bound of risk 4 does not cover: the amount must still add up
-            // exactly and be settled away by the end. The bound is on the shares: room the
-            // records count twice among Regions none of which runs is enforced by nobody (fuzz
-            // seed 218430: both Regions gone, 40% of L counted twice in their estates, 0 held).
-            if !relaxed && excess.max(0) * 100 > STALE_BOUND_PERCENT as i128 * max_limit.0 as i128 {
+            // Outside a false verdict's window (the only place this is judged) the excess is
+            // risk 4's, with its figures and its bound, also in a false verdict's aftermath.
+            report.stale_over_rps = report.stale_over_rps.max(a.over_stale as f64 / 1000.0);
+            report.stale_over_s += sc.tick_ms as f64 / 1000.0;
+            report.stale_excess_rps = report.stale_excess_rps.max(excess.max(0) as f64 / 1000.0);
+            // The bound is on the shares: room the records count twice among Regions none of
+            // which runs is enforced by nobody (fuzz seed 218430: both Regions gone, 40% of L
+            // counted twice in their estates, 0 held).
+            if excess.max(0) * 100 > STALE_BOUND_PERCENT as i128 * max_limit.0 as i128 {
                 failure = Some(format!(
                     "at {t} s the shares exceed the limit {limit} by {}, room heirs reclaimed from stale records, beyond the stated bound of {STALE_BOUND_PERCENT}% of the limit",
                     Room(excess.max(0) as u64)
