@@ -6,7 +6,7 @@ mod model;
 fn check(s: &model::Settings) -> model::Report {
     let r = model::explore(s);
     println!(
-        "model check: {} Regions, depth {} faults<={}: {} states, {} transitions, {} recoveries checked ({} in a residual class after a false verdict), {} states after a false verdict, {} with room counted twice by stale heirs (at most {} of L = {})",
+        "model check: {} Regions, depth {} faults<={}: {} states, {} transitions, {} recoveries checked ({} in a residual class after a false verdict), {} states after a false verdict, {} others with room counted twice by stale heirs (at most {} of L = {})",
         s.n, r.depth_reached, s.max_faults, r.states, r.transitions, r.recoveries_checked,
         r.false_verdict_recovery_failures, r.false_verdict_states, r.stale_states, r.max_stale,
         s.rate_rps
