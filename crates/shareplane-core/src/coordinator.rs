@@ -823,7 +823,11 @@ impl Coordinator {
             };
         }
         let silent = p.silence.unchanged() >= self.d.silent_after;
-        if silent && !fenced && reclaimable(self.d.policy, health[j]) {
+        if silent
+            && !fenced
+            && reclaimable(self.d.policy, health[j])
+            && !self.basis_in_doubt(j, &p.latest, health)
+        {
             // A fenced Region is itself suspect (its own check says unhealthy): it reclaims
             // nobody, or two Regions cut off from each other and both wrongly called unhealthy
             // would reclaim each other.
@@ -833,6 +837,72 @@ impl Coordinator {
         } else {
             plan(PeerState::Live, Closure::None)
         }
+    }
+
+    /// Whether `basis`, the newest record of `j` this Region has, may not be the newest `j` wrote
+    /// (two-signals only; docs/PROTOCOL.md, "Reclaim against the newest record"). An estate
+    /// closed against an older record than its newest one hands its heir a portion of room the
+    /// estate may have granted on since, to Regions that hold it too. Nothing in `basis` tells,
+    /// so the heir waits while either of two things says it may be so:
+    ///
+    /// - it is cut off from a Region that may be alive: another peer is silent too and its
+    ///   verdict is not unhealthy (healthy or unknown). Records that a cut hides from this Region
+    ///   are those of every Region on the far side; an estate that moved room after its last
+    ///   record visible here moved it to a Region that was alive then, and one that is still alive
+    ///   is silent here without being unhealthy. (A peer never heard of holds nothing and is not
+    ///   counted.)
+    /// - a peer it sees fresh knows more of `j`: it marked a newer record of `j`'s epoch, it
+    ///   accounts with a newer epoch of `j`, or it took more from `j` than `basis` granted it (a
+    ///   one-way cut hides `j` from this Region but not from that peer).
+    ///
+    /// Waiting leaves the estate's room unheld (under the limit, never over) until the cut heals
+    /// or the other silent peer reads unhealthy too.
+    fn basis_in_doubt(
+        &self,
+        j: RegionId,
+        basis: &RegionRecord,
+        health: &PerRegion<Health>,
+    ) -> bool {
+        if self.d.policy != SilentPolicy::TwoSignals {
+            return false;
+        }
+        let d = &self.d;
+        crate::region::regions(d.n())
+            .filter(|&k| k != self.me && k != j)
+            .any(|k| {
+                let q = &self.peers[k.index()];
+                if !q.seen {
+                    return false;
+                }
+                if q.silence.unchanged() >= d.silent_after {
+                    return health[k] != Health::Unhealthy;
+                }
+                let other = &q.latest;
+                if other.peer_epochs[j] > basis.epoch {
+                    return true;
+                }
+                if other.peer_epochs[j] < basis.epoch {
+                    return false;
+                }
+                if other.reclaims[j]
+                    .is_some_and(|m| m.epoch == basis.epoch && m.version > basis.version)
+                {
+                    return true;
+                }
+                // The same open account on both sides (neither has closed the other's epoch):
+                // what `k` took from `j` never exceeds what `j` granted it, in any record of `j`
+                // as new as the one `k` took from.
+                let same_account = other.peer_epochs[j] == basis.account_epochs[k]
+                    && basis.peer_epochs[k] == other.account_epochs[j]
+                    && basis.mark_on_accounted(k).is_none()
+                    && other.mark_on_accounted(j).is_none();
+                same_account
+                    && other
+                        .limits
+                        .iter()
+                        .zip(&basis.limits)
+                        .any(|(o, b)| o.taken[j] > b.granted[k])
+            })
     }
 
     /// A peer began a newer epoch but the last record of the epoch this Region accounts with has

@@ -274,7 +274,7 @@ fn a_quick_restart_resumes_its_epoch_losing_nothing() {
 }
 
 #[test]
-fn survivors_that_saw_different_last_records_settle_on_the_newest() {
+fn a_survivor_with_an_older_record_than_another_survivors_mark_waits_for_the_newest() {
     // Move room so that B's consecutive records differ: C's demand drops, B gets room from C.
     let mut w = settled(SilentPolicy::TwoSignals);
     let demand = [7_200.0, 6_000.0, 1_000.0];
@@ -295,18 +295,30 @@ fn survivors_that_saw_different_last_records_settle_on_the_newest() {
         }
     }
     let ma = w.coords[A].own().reclaims[rid(B)].expect("A reclaimed B");
-    let mc = w.coords[C].own().reclaims[rid(B)].expect("C reclaimed B");
-    assert!(
-        ma.version > mc.version,
-        "A must have seen a newer record of B than C"
+    assert_eq!(
+        ma.version, last_b.version,
+        "A closed B against its last record"
     );
-    // The newer record reaches C late; C settles again.
+    // C, which has only an older record of B, sees A's mark name a newer one: its basis may be
+    // stale (B may have granted room on since), so it waits rather than take a portion of the
+    // older record.
+    assert_eq!(
+        w.coords[C].own().reclaims[rid(B)],
+        None,
+        "C closed B against a record older than the one A's mark names"
+    );
+    let c = w.conservation();
+    assert!(c.holds(), "{c:?}");
+    // The newer record reaches C late; once it has been unchanged for `silent_after`
+    // rebalances, C closes B against it.
     w.coords[C]
         .observe(Arc::new(last_b.clone()))
         .expect("valid");
-    for i in [A, C] {
-        w.rebalance(i, demand[i]);
-        w.deliver(i, if i == A { C } else { A });
+    for _ in 0..4 {
+        for i in [A, C] {
+            w.rebalance(i, demand[i]);
+            w.deliver(i, if i == A { C } else { A });
+        }
     }
     assert_eq!(w.coords[C].own().reclaims[rid(B)], Some(ma));
     let c = w.conservation();
@@ -460,4 +472,66 @@ fn an_operator_can_give_up_on_a_lost_record_and_the_room_it_would_have_settled_s
                 .sum::<i128>(),
         "every unit of the limit is either held or stranded, once"
     );
+}
+
+/// What no local rule prevents (docs/PROTOCOL.md, residual risk 4): C sees A fresh, but only
+/// through records A wrote before it took B's grant (a slow replica), and none of B's records
+/// since the grant; B reads unhealthy on a false verdict while it runs. Nothing C sees says that
+/// B moved room, so C closes B's running epoch against B's record from before the grant. The
+/// audit splits C's take: what goes beyond the portion B's newest record would leave C is stale
+/// room, the same figure once B's epoch has ended; the rest B holds too until it sees the mark
+/// and comes back in a new epoch (fuzz seed 1544524's case, which the basis check now prevents
+/// there: that heir was cut off from a Region whose check read healthy).
+#[test]
+fn a_heir_with_a_slow_view_of_a_fresh_peer_takes_stale_room_and_the_audit_splits_it() {
+    let mut w = settled(SilentPolicy::TwoSignals);
+    // A writes records that reach C only later, one at a time: a slow replica of A.
+    let before = w.written[A].len();
+    for _ in 0..5 {
+        w.rebalance(A, DEMAND[A]);
+        w.deliver(A, B);
+    }
+    let slow: Vec<Arc<RegionRecord>> = w.written[A][before..].to_vec();
+    // B's demand drops: it lowers and grants; A takes. Neither record reaches C.
+    let demand = [DEMAND[A], 1_000.0, DEMAND[C]];
+    for _ in 0..3 {
+        for i in [B, A] {
+            w.rebalance(i, demand[i]);
+            w.deliver(i, if i == A { B } else { A });
+        }
+    }
+    let taken = w.coords[A].own().limits[0].taken[rid(B)];
+    assert!(taken > Room::ZERO, "A took B's grant");
+    // B reads unhealthy while it runs; C rebalances, seeing A's older records one at a time.
+    w.health[rid(B)] = Health::Unhealthy;
+    for rec in &slow {
+        w.coords[C].observe(rec.clone()).expect("valid record");
+        w.rebalance(C, demand[C]);
+        if w.coords[C].own().reclaims[rid(B)].is_some() {
+            break;
+        }
+    }
+    let mark = w.coords[C].own().reclaims[rid(B)].expect("C closed B's running epoch");
+    assert!(mark.version < w.coords[B].own().version);
+    let a = w.conservation();
+    assert_eq!(a.running_reclaimed, 1 << B, "{a:?}");
+    assert!(a.over_stale > 0 && a.over_running > 0, "{a:?}");
+    assert_eq!(a.over, a.over_stale + a.over_running, "{a:?}");
+    assert_eq!(a.actual - a.over, a.expected, "{a:?}");
+    // B reads its own verdict (it fences) and then C's mark: it comes back in a new epoch, and
+    // the stale room is the same figure with the epoch ended.
+    w.rebalance(B, demand[B]);
+    let stale_before = w.conservation().over_stale;
+    w.deliver(C, B);
+    let epoch = w.coords[B].own().epoch;
+    w.rebalance(B, demand[B]);
+    assert_eq!(
+        w.coords[B].own().epoch,
+        epoch + 1,
+        "B came back in a new epoch"
+    );
+    let after = w.conservation();
+    assert_eq!(after.running_reclaimed, 0, "{after:?}");
+    assert_eq!(after.over_stale, stale_before, "{after:?}");
+    assert_eq!(after.over, after.over_stale, "{after:?}");
 }

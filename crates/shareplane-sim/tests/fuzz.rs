@@ -1,6 +1,6 @@
 //! The fault fuzzer: regression seeds, a CI-sized run, and checks that the checker can fail.
 
-use shareplane_core::{Design, Room};
+use shareplane_core::Design;
 use shareplane_sim::fuzz;
 use shareplane_sim::scenario::{Action, Scenario};
 use std::path::PathBuf;
@@ -118,47 +118,28 @@ fn the_figures_do_not_depend_on_the_number_of_threads() {
     assert_eq!(one.passed + f1.len() as u64, 40);
 }
 
-/// Fuzz seed 1544524: an heir cut off for two minutes reclaims a live Region on a short false
-/// verdict, against a record from before the cut. Until that Region comes back in a new epoch
-/// the audit splits the heir's take into stale room (beyond what the Region's newest record
-/// leaves it) and the running Region's own portion, and the stale part is exactly what the
-/// estate leaves stale once the epoch has ended: the same room, counted the same way.
+/// Fuzz seed 1544524: an heir cut off for two minutes reclaimed a live Region on a 1.1 s false
+/// verdict, against a record from before the cut, and the shares stayed 6.8% of L above L for
+/// 9.7 s after the fence's window. That heir counted silent a third Region whose check read
+/// healthy: it now waits (the estate may have moved room to that Region), so it closes no running
+/// epoch and holds nothing twice. The audit's split of a take from a running epoch, for the case
+/// that no local rule prevents, is tested in crates/shareplane-core/tests/policies.rs
+/// (`a_heir_with_a_slow_view_of_a_fresh_peer_takes_stale_room_and_the_audit_splits_it`).
 #[test]
-fn a_take_from_a_running_epoch_splits_into_stale_room_and_the_runners_own() {
+fn a_heir_cut_off_from_a_healthy_region_closes_no_running_epoch() {
     let sc = fuzz::generate(1544524);
-    let mut during: Vec<(i64, i128)> = Vec::new();
-    let mut after: Option<(i64, i128)> = None;
-    let mut fenced_excess = Room::ZERO;
+    let (mut running, mut stale, mut false_ticks) = (0u32, 0u32, 0u32);
     shareplane_sim::engine::run(&sc, &mut |row| {
-        let a = &row.audit;
-        if a.running_reclaimed != 0 {
-            assert_eq!(
-                a.over,
-                a.over_stale + a.over_running,
-                "at tick {}: every unit taken from the running epoch is one or the other",
-                row.tick
-            );
-            during.push((row.tick, a.over_stale));
-            let owner = a.running_reclaimed.trailing_zeros() as usize;
-            if !row.false_verdict && row.regions[owner].share.is_zero() {
-                fenced_excess = fenced_excess.max(row.sum_shares.excess_over(sc.limit));
-            }
-        } else if !during.is_empty() && after.is_none() && a.over_stale > 0 {
-            after = Some((row.tick, a.over_stale));
-        }
+        running += u32::from(row.audit.running_reclaimed != 0);
+        stale += u32::from(row.audit.over_stale > 0);
+        false_ticks += u32::from(row.false_verdict);
     })
     .expect("the scenario runs");
-    let (last_tick, stale_before) = *during.last().expect("R1 closed R0's running epoch");
-    let (first_tick, stale_after) = after.expect("R0's ended epoch leaves stale room");
+    assert!(false_ticks > 0, "the seed still draws its false verdict");
+    assert_eq!(running, 0, "ticks at which a running epoch was closed");
     assert_eq!(
-        first_tick,
-        last_tick + 1,
-        "R0's new epoch ends the running one"
+        stale, 0,
+        "ticks at which room taken from a stale record was held"
     );
-    assert!(stale_before > 0);
-    assert_eq!(stale_before, stale_after);
-    assert!(
-        fenced_excess > Room::ZERO && (fenced_excess.0 as i128) <= stale_before,
-        "while R0 runs on fenced the shares pass L ({fenced_excess}) by no more than the stale room"
-    );
+    fuzz::check(&sc).expect("the seed passes");
 }

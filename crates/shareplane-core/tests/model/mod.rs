@@ -95,7 +95,8 @@ impl Settings {
     /// check clearing while it is down, C lost, C's check unhealthy), B's restore (not a fault)
     /// and three rebalances: a depth of 7 with 3 faults, too big for CI (see
     /// [`Settings::restore_race_c_lost`]). Only true verdicts are explored; the run must reach
-    /// [`restore_race_witness`].
+    /// [`restore_race_witness`]. A and C see each other fresh when they close B (a heir that is
+    /// cut off from a peer whose check reads healthy waits).
     pub fn restore_race(depth: usize, max_faults: u8) -> Settings {
         use Action::*;
         Settings {
@@ -103,9 +104,13 @@ impl Settings {
                 Lose(1),
                 Flip(1),
                 Rebalance(0),
+                Rebalance(2),
+                Deliver(2, 0),
+                Deliver(0, 2),
                 Rebalance(0),
+                Deliver(0, 2),
                 Rebalance(2),
-                Rebalance(2),
+                Deliver(2, 0),
             ],
             witness: Some(restore_race_witness),
             true_verdicts_only: true,
@@ -114,16 +119,18 @@ impl Settings {
     }
 
     /// The restore race from later on, so that the depth goes to the race itself: B is lost and
-    /// closed by A and C as in [`Settings::restore_race`], then B's health check clears while it
-    /// is still down, C is lost and its check reads unhealthy. The exploration's interleavings
-    /// are B's restore, every rebalance (A's and B's closes of C among them), every delivery
-    /// (B's new epoch reaching A before or after A closes C, C's last records reaching either
-    /// heir late or never, versions skipped) and `max_faults` more faults. The race is 4 steps
-    /// deep.
+    /// closed by A and C as in [`Settings::restore_race`], then C is lost and its check reads
+    /// unhealthy. The exploration's interleavings are B's check clearing and its restore, every
+    /// rebalance (A's and B's closes of C among them), every delivery (B's new epoch reaching A
+    /// before or after A closes C, C's last records reaching either heir late or never, versions
+    /// skipped) and `max_faults` more faults. A closes C while it still counts B's old epoch
+    /// reclaimed only while B reads unhealthy: a heir that counts silent a peer whose check
+    /// reads healthy waits (`Coordinator`'s basis in doubt), so the race is A's close, B's check
+    /// clearing, B's restore and B's close: 6 steps and 1 fault deep.
     pub fn restore_race_c_lost(depth: usize, max_faults: u8) -> Settings {
         use Action::*;
         let mut s = Settings::restore_race(depth, max_faults);
-        s.prefix.extend([Flip(1), Lose(2), Flip(2)]);
+        s.prefix.extend([Lose(2), Flip(2)]);
         s
     }
 
