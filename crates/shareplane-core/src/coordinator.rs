@@ -147,6 +147,12 @@ pub struct Alarms {
     /// last record of that epoch has not reached it: their old room is frozen (held by nobody)
     /// until it does. Lasting, it is stranded room, and an operator should look.
     pub waiting_for_record: Vec<RegionId>,
+    /// Silent peers whose check reads unhealthy that this Region does not reclaim yet, because
+    /// the newest record it has of them may not be their newest (docs/PROTOCOL.md, "Reclaim
+    /// against the newest record"): it counts silent another peer whose check does not read
+    /// unhealthy, or a peer it sees knows a newer record. Their room is held by nobody (under
+    /// the limit) until the cut heals or that peer reads unhealthy too.
+    pub reclaim_waiting: Vec<RegionId>,
     /// Peers whose ended epoch this rebalance stopped waiting for, as an operator asked
     /// ([`Coordinator::abandon`]): what it would have settled of it stays with nobody.
     pub abandoned: Vec<RegionId>,
@@ -419,6 +425,8 @@ struct Plan {
     /// The account carried from an earlier epoch of this Region was settled by the peer (its
     /// record closed that epoch): clear it and account from this epoch on.
     drop_carried: bool,
+    /// Silent and unhealthy, but not reclaimed: the basis may be stale.
+    reclaim_waits: bool,
 }
 
 /// One Region's protocol state machine.
@@ -746,6 +754,9 @@ impl Coordinator {
                 Closure::Abandon => alarms.abandoned.push(j),
                 _ => {}
             }
+            if plan.reclaim_waits {
+                alarms.reclaim_waiting.push(j);
+            }
             if !matches!(plan.closure, Closure::Abandon) && self.waits_for_record(j, rec) {
                 alarms.waiting_for_record.push(j);
             }
@@ -774,6 +785,7 @@ impl Coordinator {
             state,
             closure,
             drop_carried,
+            reclaim_waits: false,
         };
         if !p.seen {
             // Never heard of: kept in targets at its genesis demand, never a grantee, never
@@ -823,17 +835,17 @@ impl Coordinator {
             };
         }
         let silent = p.silence.unchanged() >= self.d.silent_after;
-        if silent
-            && !fenced
-            && reclaimable(self.d.policy, health[j])
-            && !self.basis_in_doubt(j, &p.latest, health)
-        {
-            // A fenced Region is itself suspect (its own check says unhealthy): it reclaims
-            // nobody, or two Regions cut off from each other and both wrongly called unhealthy
-            // would reclaim each other.
+        // A fenced Region is itself suspect (its own check says unhealthy): it reclaims nobody,
+        // or two Regions cut off from each other and both wrongly called unhealthy would reclaim
+        // each other.
+        let reclaim = silent && !fenced && reclaimable(self.d.policy, health[j]);
+        if reclaim && !self.basis_in_doubt(j, &p.latest, health) {
             plan(PeerState::Reclaimed, Closure::Reclaim(p.latest.clone()))
         } else if silent {
-            plan(PeerState::Silent, Closure::None)
+            Plan {
+                reclaim_waits: reclaim,
+                ..plan(PeerState::Silent, Closure::None)
+            }
         } else {
             plan(PeerState::Live, Closure::None)
         }

@@ -309,6 +309,10 @@ fn a_survivor_with_an_older_record_than_another_survivors_mark_waits_for_the_new
     );
     let c = w.conservation();
     assert!(c.holds(), "{c:?}");
+    // It says so: B is silent and unhealthy, and not reclaimed.
+    let waiting = w.rebalance(C, demand[C]);
+    assert_eq!(waiting.alarms.reclaim_waiting, vec![rid(B)]);
+    assert_eq!(waiting.alarms.reclaimed, vec![]);
     // The newer record reaches C late; once it has been unchanged for `silent_after`
     // rebalances, C closes B against it.
     w.coords[C]

@@ -686,7 +686,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         // What limits this Region runs, for the peers' mismatch check (no decision reads it).
         decision.record.limits_digest = Some(self.digest);
         self.shared.metrics.rebalances.inc();
-        self.alarms = alarm_names(&decision.alarms, &self.d);
+        let alarms_before =
+            std::mem::replace(&mut self.alarms, alarm_names(&decision.alarms, &self.d));
         for (li, step) in &decision.alarms.not_conserved {
             let limit = self.d.limits.get(*li).map_or("?", |l| l.id.as_str());
             error!(region = %self.shared.region, limit, step,
@@ -719,6 +720,13 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                     // A peer's change of state first: it is why a reclaim happened.
                     let mut events = peer_events(&d, &peers_before, &l.coord.peers());
                     events.extend(decided);
+                    for &r in &decision.alarms.reclaim_waiting {
+                        let name = d.region_name(r);
+                        if !alarms_before.contains(&format!("reclaim_waiting:{name}")) {
+                            events.push((Kind::ReclaimWaiting, Some(name.to_string()), None,
+                                "silent and unhealthy, not reclaimed yet: this Region is cut off from another Region whose health check does not read unhealthy, or a peer it sees knows a newer record of it; its room is held by nobody until that clears".to_string()));
+                        }
+                    }
                     for (kind, peer, limit, detail) in events {
                         self.shared
                             .event(kind, peer.as_deref(), limit.as_deref(), detail);
@@ -957,6 +965,9 @@ fn alarm_names(a: &Alarms, d: &Deployment) -> Vec<String> {
     }
     for r in &a.waiting_for_record {
         out.push(format!("waiting_for_record:{}", d.region_name(*r)));
+    }
+    for r in &a.reclaim_waiting {
+        out.push(format!("reclaim_waiting:{}", d.region_name(*r)));
     }
     for r in &a.raise_waits_for {
         out.push(format!("raise_waiting:{}", d.region_name(*r)));

@@ -25,6 +25,10 @@ pub enum Kind {
     Reclaim,
     /// This Region settled a close again against a newer record of the same epoch.
     Settlement,
+    /// A silent peer reads unhealthy, but this Region does not reclaim it yet: the newest record
+    /// it has of the peer may not be the peer's newest (docs/PROTOCOL.md, "Reclaim against the
+    /// newest record").
+    ReclaimWaiting,
     /// The own health verdict reads unhealthy: capacity shares are lowered to zero.
     FenceOn,
     FenceOff,
@@ -50,6 +54,7 @@ impl Kind {
             Kind::PeerLive => "peer_live",
             Kind::Reclaim => "reclaim",
             Kind::Settlement => "settlement",
+            Kind::ReclaimWaiting => "reclaim_waiting",
             Kind::FenceOn => "fence_on",
             Kind::FenceOff => "fence_off",
             Kind::NewEpoch => "new_epoch",

@@ -176,6 +176,12 @@ impl Cluster {
     }
 
     async fn assert_conserved(&self) {
+        self.assert_conserved_with_lost(&[]).await;
+    }
+
+    /// As [`Cluster::assert_conserved`], with the Regions in `lost` down: their room is an
+    /// estate, not live room.
+    async fn assert_conserved_with_lost(&self, lost: &[usize]) {
         let recs = self.records().await;
         if std::env::var("DEBUG_RECS").is_ok() {
             for r in &recs {
@@ -209,9 +215,10 @@ impl Cluster {
         }
         let truth: Vec<Truth<'_>> = by_region
             .iter()
-            .map(|rs| Truth {
+            .enumerate()
+            .map(|(i, rs)| Truth {
                 written: rs,
-                running: rs.last().map(|r| r.as_ref()),
+                running: rs.last().map(|r| r.as_ref()).filter(|_| !lost.contains(&i)),
             })
             .collect();
         let c = audit(&self.d, 0, &truth);
@@ -1551,4 +1558,56 @@ async fn would_refuse_counts_reach_the_state_and_the_metrics() {
         ),
         "{text}"
     );
+}
+
+/// A Region is lost while another is cut off from both (alive, healthy): each survivor counts
+/// the cut-off Region silent with a healthy check, so neither reclaims the lost one (the estate
+/// may have moved room to the Region it cannot see); each says so once (alarm and event) and
+/// reclaims when the cut heals (docs/PROTOCOL.md, "Reclaim against the newest record").
+#[tokio::test(start_paused = true)]
+async fn a_survivor_cut_off_from_a_healthy_region_waits_to_reclaim_and_says_so() {
+    let mut c = Cluster::new();
+    c.start_all();
+    let _feed = c.feed_demand();
+    settle(60).await;
+    let (a, cc) = (
+        c.replicas[0][0].shared.clone(),
+        c.replicas[2][0].shared.clone(),
+    );
+    c.table.set_cut(rid(2), true);
+    settle(2).await;
+    let b = c.replicas[1].remove(0);
+    b.task.abort();
+    c.health.set(rid(1), Health::Unhealthy);
+    settle(40).await;
+    for s in [&a, &cc] {
+        assert!(
+            alarms_of(s).contains(&"reclaim_waiting:B".to_string()),
+            "{}: {:?}",
+            s.region,
+            alarms_of(s)
+        );
+        let b_events = event_kinds(s, Some("B"));
+        assert_eq!(
+            b_events,
+            vec!["peer_silent", "reclaim_waiting"],
+            "{}",
+            s.region
+        );
+        assert_eq!(peer_state(s, "B"), "silent", "{}", s.region);
+    }
+    c.table.set_cut(rid(2), false);
+    settle(30).await;
+    for s in [&a, &cc] {
+        assert!(
+            event_kinds(s, Some("B")).contains(&"reclaim"),
+            "{}: {:?}",
+            s.region,
+            event_kinds(s, Some("B"))
+        );
+        assert!(!alarms_of(s)
+            .iter()
+            .any(|x| x.starts_with("reclaim_waiting")));
+    }
+    c.assert_conserved_with_lost(&[1]).await;
 }
