@@ -6,7 +6,9 @@
 //! gateway of Region A long-polls A's `GET /v1/rules` exactly as `shareplane-limiter`'s watcher
 //! does (`?after=V&wait_ms=30000&lease_seq=S`), through the daemon's own router.
 //!
-//! Prints, per period of Region A: its rebalance time (read, rebalance, write, publish, view),
+//! First, a gateway's report of every limit's total (in chunks, as gateways send them) into a
+//! demand book, beside the id lookup by scan that the book did before it kept an index. Then
+//! prints, per period of Region A: its rebalance time (read, rebalance, write, publish, view),
 //! how many rule sets it published and the bytes its gateway fetched; then resident memory, the
 //! size of a full rule set, of `/v1/state` and of `/metrics`; then the time to adopt a change of
 //! one limit among all of them (building and checking the new limits, and until A's record has
@@ -414,6 +416,50 @@ async fn limits_apply_phase(url: &str) {
     );
 }
 
+/// A gateway's report of every limit's total, in chunks of `MAX_TOTALS` as `shareplane-limiter`
+/// sends them, into a fresh demand book: the whole report's time; beside it, in the same run, the
+/// id lookup the book did before it kept an index (a scan of the limits for each total), alone.
+fn reports(d: &Deployment) {
+    use shareplane::demand::{DemandBook, TrackedLimit, MAX_TOTALS};
+    let limits = TrackedLimit::of(d);
+    let mut book = DemandBook::new(limits.clone(), 0);
+    let ids: Vec<&str> = limits.iter().map(|l| l.id.as_str()).collect();
+    let chunks: Vec<BTreeMap<String, u64>> = ids
+        .chunks(MAX_TOTALS)
+        .map(|c| c.iter().map(|id| (id.to_string(), 1_000)).collect())
+        .collect();
+    let t = Instant::now();
+    for (k, chunk) in chunks.iter().enumerate() {
+        let out = book
+            .report(1_000, "gw-bench", 1, chunk)
+            .unwrap_or_else(|e| panic!("chunk {k}: {e}"));
+        assert!(out.unknown.is_empty(), "chunk {k}: unknown ids");
+    }
+    let indexed = t.elapsed();
+    // The scan, timed over as many chunks as take about a second, then scaled to the report.
+    let t = Instant::now();
+    let mut scanned_chunks = 0;
+    let mut found = 0usize;
+    while scanned_chunks < chunks.len() && t.elapsed() < Duration::from_secs(1) {
+        for id in chunks[scanned_chunks].keys() {
+            found += limits.iter().position(|l| l.id == *id).map_or(0, |_| 1);
+        }
+        scanned_chunks += 1;
+    }
+    let scan_per_chunk = t.elapsed().as_secs_f64() / scanned_chunks.max(1) as f64;
+    let scan_all = scan_per_chunk * chunks.len() as f64;
+    println!(
+        "a gateway's report of {} totals in {} chunks of at most {MAX_TOTALS}: {:.1} ms in all ({:.3} ms a chunk); the id lookup by scan alone, as before the index: {:.0} ms a report ({:.1} ms a chunk, over {scanned_chunks} chunks, {found} found), {:.0}x",
+        ids.len(),
+        chunks.len(),
+        indexed.as_secs_f64() * 1e3,
+        indexed.as_secs_f64() * 1e3 / chunks.len().max(1) as f64,
+        scan_all * 1e3,
+        scan_per_chunk * 1e3,
+        scan_all / indexed.as_secs_f64().max(1e-9)
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let n_limits = env("SHAREPLANE_BENCH_LIMITS", 100_000);
@@ -446,6 +492,7 @@ async fn main() {
         rss_mib()
     );
     let d = cfg.deployment.clone();
+    reports(&d);
     let rss_before = rss_mib();
 
     let clock = Clock::wall();

@@ -44,7 +44,7 @@
 
 use shareplane_core::{Deployment, LimitKind, Room, MAX_RATE_RPS, MILLI_PER_RPS};
 use shareplane_limiter::demand::Incarnation;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// The demand averaging window (SPEC §2: the last 5 s).
 pub const WINDOW_MS: u64 = 5_000;
@@ -194,6 +194,9 @@ struct Timeline {
 /// Running totals of every gateway and the Region's demand derived from them.
 pub struct DemandBook {
     limits: Vec<TrackedLimit>,
+    /// Each limit's position in `limits` by id: a report of 1,024 totals against 100,000 limits
+    /// would otherwise compare 10^8 ids.
+    index: HashMap<String, usize>,
     created_ms: u64,
     /// The latest time the book was told; times told later but lower are raised to it.
     latest_ms: u64,
@@ -207,11 +210,21 @@ pub struct DemandBook {
     would_refuse_retired: BTreeMap<String, u64>,
 }
 
+/// Ids are unique in a configuration; were one not, the first would win, as a scan finds it.
+fn index_of(limits: &[TrackedLimit]) -> HashMap<String, usize> {
+    let mut index = HashMap::with_capacity(limits.len());
+    for (i, l) in limits.iter().enumerate() {
+        index.entry(l.id.clone()).or_insert(i);
+    }
+    index
+}
+
 impl DemandBook {
     /// A book opened at `now_ms`; it is mature from `now_ms + MATURE_AFTER_MS` on.
     pub fn new(limits: Vec<TrackedLimit>, now_ms: u64) -> DemandBook {
         let n = limits.len();
         DemandBook {
+            index: index_of(&limits),
             limits,
             created_ms: now_ms,
             latest_ms: now_ms,
@@ -245,7 +258,7 @@ impl DemandBook {
             return;
         };
         for (id, &n) in counts {
-            if !self.limits.iter().any(|l| l.id == *id) {
+            if !self.index.contains_key(id) {
                 continue;
             }
             let t = g.would_refuse.entry(id.clone()).or_default();
@@ -273,6 +286,7 @@ impl DemandBook {
             self.timelines.resize_with(n, Timeline::default);
             self.synthetic.resize(n, None);
         }
+        self.index = index_of(&limits);
         self.limits = limits;
     }
 
@@ -321,8 +335,8 @@ impl DemandBook {
         let mut out = ReportOutcome::default();
         let mut indexed = Vec::with_capacity(totals.len());
         for (id, &t) in totals {
-            match self.limits.iter().position(|l| l.id == *id) {
-                Some(i) => indexed.push((i, t)),
+            match self.index.get(id) {
+                Some(&i) => indexed.push((i, t)),
                 None => out.unknown.push(id.clone()),
             }
         }

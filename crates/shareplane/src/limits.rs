@@ -128,9 +128,11 @@ pub fn plan(
             }
         })?,
     };
+    // By set, not by scanning: 100,000 limits against 100,000 took 18 s scanned.
+    let new_ids: std::collections::HashSet<&str> = new.iter().map(|n| n.id.as_str()).collect();
     let removed: Vec<String> = old
         .iter()
-        .filter(|o| !new.iter().any(|n| n.id == o.id))
+        .filter(|o| !new_ids.contains(o.id.as_str()))
         .map(|o| o.id.clone())
         .collect();
     let mut errors = Vec::new();
@@ -149,7 +151,7 @@ pub fn plan(
     }
     let kept: Vec<LimitSpec> = old
         .into_iter()
-        .filter(|o| !removed.contains(&o.id))
+        .filter(|o| new_ids.contains(o.id.as_str()))
         .collect();
     let changes = config::limit_changes(&kept, &new, &mut errors);
     if !errors.is_empty() {
