@@ -1260,16 +1260,22 @@ fn event_kinds(s: &Shared, peer: Option<&str>) -> Vec<&'static str> {
         .collect()
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_loss_a_reclaim_a_return_and_a_fence_are_one_event_each() {
+/// Three daemons fed demand, settled for a minute; with A's and C's shared state.
+async fn settled_three() -> (Cluster, JoinHandle<()>, Arc<Shared>, Arc<Shared>) {
     let mut c = Cluster::new();
     c.start_all();
-    let _feed = c.feed_demand();
+    let feed = c.feed_demand();
     settle(60).await;
     let (a, cc) = (
         c.replicas[0][0].shared.clone(),
         c.replicas[2][0].shared.clone(),
     );
+    (c, feed, a, cc)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loss_a_reclaim_a_return_and_a_fence_are_one_event_each() {
+    let (mut c, _feed, a, cc) = settled_three().await;
     // Live from the first record seen: no change, no event.
     assert!(event_kinds(&a, Some("B")).is_empty());
     // B is lost and its health check turns unhealthy: silent, then reclaimed, once each.
@@ -1566,14 +1572,7 @@ async fn would_refuse_counts_reach_the_state_and_the_metrics() {
 /// reclaims when the cut heals (docs/PROTOCOL.md, "Reclaim against the newest record").
 #[tokio::test(start_paused = true)]
 async fn a_survivor_cut_off_from_a_healthy_region_waits_to_reclaim_and_says_so() {
-    let mut c = Cluster::new();
-    c.start_all();
-    let _feed = c.feed_demand();
-    settle(60).await;
-    let (a, cc) = (
-        c.replicas[0][0].shared.clone(),
-        c.replicas[2][0].shared.clone(),
-    );
+    let (mut c, _feed, a, cc) = settled_three().await;
     c.table.set_cut(rid(2), true);
     settle(2).await;
     let b = c.replicas[1].remove(0);
