@@ -145,6 +145,9 @@ struct Leader {
     /// Own rebalances in a row at which a raise of some limit waited for each peer to account
     /// with this Region's current epoch, by Region index.
     raise_waiting: Vec<u32>,
+    /// Own rebalances in a row at which each silent, unhealthy peer was not reclaimed for a
+    /// basis in doubt (`Alarms::reclaim_waiting`), by Region index: the first is an event.
+    reclaim_waiting: Vec<u32>,
 }
 
 /// A coordinator rebuilt from the own durable record ([`Daemon::resume_from_durable`]).
@@ -165,6 +168,7 @@ impl Leader {
             durable_demand: r.durable_demand,
             waiting_for_record: vec![0; n],
             raise_waiting: vec![0; n],
+            reclaim_waiting: vec![0; n],
         }
     }
 
@@ -686,8 +690,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         // What limits this Region runs, for the peers' mismatch check (no decision reads it).
         decision.record.limits_digest = Some(self.digest);
         self.shared.metrics.rebalances.inc();
-        let alarms_before =
-            std::mem::replace(&mut self.alarms, alarm_names(&decision.alarms, &self.d));
+        self.alarms = alarm_names(&decision.alarms, &self.d);
         for (li, step) in &decision.alarms.not_conserved {
             let limit = self.d.limits.get(*li).map_or("?", |l| l.id.as_str());
             error!(region = %self.shared.region, limit, step,
@@ -698,6 +701,10 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             &decision.alarms.waiting_for_record,
         );
         count_in_a_row(&mut leader.raise_waiting, &decision.alarms.raise_waits_for);
+        count_in_a_row(
+            &mut leader.reclaim_waiting,
+            &decision.alarms.reclaim_waiting,
+        );
         if decision.alarms.stale_view {
             self.shared.metrics.stale_rebalances.inc();
         }
@@ -721,9 +728,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                     let mut events = peer_events(&d, &peers_before, &l.coord.peers());
                     events.extend(decided);
                     for &r in &decision.alarms.reclaim_waiting {
-                        let name = d.region_name(r);
-                        if !alarms_before.contains(&format!("reclaim_waiting:{name}")) {
-                            events.push((Kind::ReclaimWaiting, Some(name.to_string()), None,
+                        if l.reclaim_waiting[r.index()] == 1 {
+                            events.push((Kind::ReclaimWaiting, Some(d.region_name(r).to_string()), None,
                                 "silent and unhealthy, not reclaimed yet: this Region is cut off from another Region whose health check does not read unhealthy, or a peer it sees knows a newer record of it; its room is held by nobody until that clears".to_string()));
                         }
                     }

@@ -90,6 +90,11 @@ impl Cluster {
         shared
     }
 
+    /// Region `region`'s serving replica dies at once (its task is aborted, as `kill -9`).
+    fn kill(&mut self, region: usize) {
+        self.replicas[region].remove(0).task.abort();
+    }
+
     fn start_all(&mut self) {
         for r in 0..3 {
             self.start(r, &format!("r{r}"), self.clock);
@@ -443,8 +448,7 @@ async fn a_follower_takes_over_within_two_periods_of_the_leaders_death() {
     let leader_rules = c.replicas[1][0].shared.rules();
     assert!(follower.rules().version + 2 >= leader_rules.version && follower.rules().version > 0);
 
-    let dead = c.replicas[1].remove(0);
-    dead.task.abort();
+    c.kill(1);
     let died_at = c.clock.now_ms();
     while follower.metrics.leader.get() == 0 {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -642,8 +646,7 @@ async fn g2_a_lost_region_is_reclaimed_on_two_signals_at_the_spec_times() {
     c.set_demand(2, 7_200);
     // t0 = "14:05:00": B is lost holding 2,200 (its last write was at :56.7).
     let (t0, _feed) = steady(&mut c, [3_900.0, 2_200.0, 3_900.0]).await;
-    let b = c.replicas[1].remove(0);
-    b.task.abort();
+    c.kill(1);
     let (a, cc) = (
         c.replicas[0][0].shared.clone(),
         c.replicas[2][0].shared.clone(),
@@ -1279,8 +1282,7 @@ async fn a_loss_a_reclaim_a_return_and_a_fence_are_one_event_each() {
     // Live from the first record seen: no change, no event.
     assert!(event_kinds(&a, Some("B")).is_empty());
     // B is lost and its health check turns unhealthy: silent, then reclaimed, once each.
-    let b = c.replicas[1].remove(0);
-    b.task.abort();
+    c.kill(1);
     c.health.set(rid(1), Health::Unhealthy);
     settle(30).await;
     for s in [&a, &cc] {
@@ -1575,8 +1577,7 @@ async fn a_survivor_cut_off_from_a_healthy_region_waits_to_reclaim_and_says_so()
     let (mut c, _feed, a, cc) = settled_three().await;
     c.table.set_cut(rid(2), true);
     settle(2).await;
-    let b = c.replicas[1].remove(0);
-    b.task.abort();
+    c.kill(1);
     c.health.set(rid(1), Health::Unhealthy);
     settle(40).await;
     for s in [&a, &cc] {
