@@ -852,23 +852,21 @@ impl Coordinator {
     }
 
     /// Whether `basis`, the newest record of `j` this Region has, may not be the newest `j` wrote
-    /// (two-signals only; docs/PROTOCOL.md, "Reclaim against the newest record"). An estate
+    /// (two-signals only; docs/PROTOCOL.md, "Reclaim against a causally closed basis"). An estate
     /// closed against an older record than its newest one hands its heir a portion of room the
-    /// estate may have granted on since, to Regions that hold it too. Nothing in `basis` tells,
-    /// so the heir waits while either of two things says it may be so:
+    /// estate may have granted on since, to Regions that hold it too. The heir closes only a
+    /// basis that is causally closed in what it can know:
     ///
-    /// - it is cut off from a Region that may be alive: another peer is silent too and its
-    ///   verdict is not unhealthy (healthy or unknown). Records that a cut hides from this Region
-    ///   are those of every Region on the far side; an estate that moved room after its last
-    ///   record visible here moved it to a Region that was alive then, and one that is still alive
-    ///   is silent here without being unhealthy. (A peer never heard of holds nothing and is not
-    ///   counted.)
-    /// - a peer it sees fresh knows more of `j`: it marked a newer record of `j`'s epoch, it
-    ///   accounts with a newer epoch of `j`, or it took more from `j` than `basis` granted it (a
-    ///   one-way cut hides `j` from this Region but not from that peer).
+    /// - no record it holds refers to a newer record of `j`'s epoch: whatever the state of the
+    ///   Region that wrote it (fresh, silent or lost: a record lost with its writer is evidence
+    ///   all the same), no record marks a newer version of the epoch, accounts with a newer epoch
+    ///   of `j`, or, on an account open on both sides, took more from `j` than `basis` granted it;
+    /// - no Region whose records it may not hold may be alive: another peer silent here whose
+    ///   verdict is not unhealthy (healthy or unknown) may be on the far side of a cut, where the
+    ///   estate's later records went. (A peer never heard of holds nothing and is not counted.)
     ///
-    /// Waiting leaves the estate's room unheld (under the limit, never over) until the cut heals
-    /// or the other silent peer reads unhealthy too.
+    /// Waiting leaves the estate's room unheld (under the limit, never over) until the records
+    /// arrive or the other silent peer reads unhealthy too.
     fn basis_in_doubt(
         &self,
         j: RegionId,
@@ -883,37 +881,11 @@ impl Coordinator {
             .filter(|&k| k != self.me && k != j)
             .any(|k| {
                 let q = &self.peers[k.index()];
-                if !q.seen {
-                    return false;
-                }
-                if q.silence.unchanged() >= d.silent_after {
-                    return health[k] != Health::Unhealthy;
-                }
-                let other = &q.latest;
-                if other.peer_epochs[j] > basis.epoch {
-                    return true;
-                }
-                if other.peer_epochs[j] < basis.epoch {
-                    return false;
-                }
-                if other.reclaims[j]
-                    .is_some_and(|m| m.epoch == basis.epoch && m.version > basis.version)
-                {
-                    return true;
-                }
-                // The same open account on both sides (neither has closed the other's epoch):
-                // what `k` took from `j` never exceeds what `j` granted it, in any record of `j`
-                // as new as the one `k` took from.
-                let same_account = other.peer_epochs[j] == basis.account_epochs[k]
-                    && basis.peer_epochs[k] == other.account_epochs[j]
-                    && basis.mark_on_accounted(k).is_none()
-                    && other.mark_on_accounted(j).is_none();
-                same_account
-                    && other
-                        .limits
-                        .iter()
-                        .zip(&basis.limits)
-                        .any(|(o, b)| o.taken[j] > b.granted[k])
+                q.seen
+                    && ((q.silence.unchanged() >= d.silent_after && health[k] != Health::Unhealthy)
+                        || std::iter::once(&q.latest)
+                            .chain(q.ended.values())
+                            .any(|other| knows_newer(other, j, basis)))
             })
     }
 
@@ -938,6 +910,31 @@ fn remember(ended: &mut BTreeMap<u64, Arc<RegionRecord>>, record: Arc<RegionReco
             true
         }
     }
+}
+
+/// Whether `other`, a record of a third Region `k`, refers to a record of `basis`'s epoch of `j`
+/// newer than `basis`: it accounts with a later epoch of `j`, it marks a newer version of the
+/// epoch, or, on the same open account on both sides (neither has closed the other's epoch), it
+/// took more from `j` than `basis` granted it (what `k` took never exceeds what `j` granted in the
+/// record it took from).
+fn knows_newer(other: &RegionRecord, j: RegionId, basis: &RegionRecord) -> bool {
+    let k = other.region;
+    if other.peer_epochs[j] != basis.epoch {
+        return other.peer_epochs[j] > basis.epoch;
+    }
+    if other.reclaims[j].is_some_and(|m| m.epoch == basis.epoch && m.version > basis.version) {
+        return true;
+    }
+    let same_account = basis.account_epochs[k] == other.peer_epochs[j]
+        && basis.peer_epochs[k] == other.account_epochs[j]
+        && basis.mark_on_accounted(k).is_none()
+        && other.mark_on_accounted(j).is_none();
+    same_account
+        && other
+            .limits
+            .iter()
+            .zip(&basis.limits)
+            .any(|(o, b)| o.taken[j] > b.granted[k])
 }
 
 fn reclaimable(policy: SilentPolicy, health: Health) -> bool {

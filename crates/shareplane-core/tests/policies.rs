@@ -329,6 +329,68 @@ fn a_survivor_with_an_older_record_than_another_survivors_mark_waits_for_the_new
     assert!(c.holds(), "{c:?}");
 }
 
+#[test]
+fn a_survivor_holding_a_lost_heirs_record_of_a_take_it_cannot_see_waits_for_the_estates_newer_record(
+) {
+    // Issue 31: a one-way cut hides B's records from A (A's still reach B; C sees everyone). B
+    // lowers and grants its room to C, C takes it; then B and C are both lost, both truly
+    // unhealthy. C's last record (held by A) shows the take, which B's record that A holds never
+    // granted: the basis is not causally closed, whatever C's state. Closing B against it would
+    // hand A a portion of room that C's estate holds too.
+    let mut w = settled(SilentPolicy::TwoSignals);
+    let demand = [7_200.0, 500.0, 9_000.0];
+    let b_seen_by_a = w.coords[B].own().clone();
+    for _ in 0..3 {
+        for i in [A, B, C] {
+            w.rebalance(i, demand[i]);
+            for to in [A, B, C] {
+                if to != i && !(i == B && to == A) {
+                    w.deliver(i, to);
+                }
+            }
+        }
+    }
+    let took = w.coords[C].own().limits[0].taken[rid(B)];
+    let granted_in_basis = b_seen_by_a.limits[0].granted[rid(C)];
+    assert!(
+        took > granted_in_basis,
+        "the set-up needs C to have taken B's grants beyond what A's record of B shows"
+    );
+    let last_b = w.coords[B].own().clone();
+    w.lose(B);
+    w.lose(C);
+    w.health[rid(B)] = Health::Unhealthy;
+    w.health[rid(C)] = Health::Unhealthy;
+    for _ in 0..5 {
+        w.rebalance(A, demand[A]);
+        let c = w.conservation();
+        assert!(c.holds(), "{c:?}");
+        assert!(
+            w.coords[A].own().reclaims[rid(B)].is_none(),
+            "A closed B against a basis C's record contradicts"
+        );
+        assert!(
+            w.live_room() <= 10_000_000,
+            "A alone holds more than L: {}",
+            w.live_room()
+        );
+    }
+    let waiting = w.rebalance(A, demand[A]);
+    assert_eq!(waiting.alarms.reclaim_waiting, vec![rid(B)]);
+    // The cut heals: B's newer records reach A, which closes B against its last record.
+    w.coords[A]
+        .observe(Arc::new(last_b.clone()))
+        .expect("valid");
+    for _ in 0..4 {
+        w.rebalance(A, demand[A]);
+    }
+    let mark =
+        w.coords[A].own().reclaims[rid(B)].expect("A closes B once it holds B's newest record");
+    assert_eq!(mark.version, last_b.version);
+    let c = w.conservation();
+    assert!(c.holds(), "{c:?}");
+}
+
 /// What the store hands a reader once a partition heals: the last record of every epoch `from`
 /// wrote (the store keeps each ended epoch's last record), then its newest.
 fn catch_up(w: &mut World, from: usize, to: usize) {
