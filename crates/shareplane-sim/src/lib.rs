@@ -12,14 +12,18 @@
 //! - [`summary`], [`trace`], [`plot`]: what a run reports,
 //! - [`sweep`]: a scenario over every assignment of phases,
 //! - [`fuzz`]: random fault schedules from a seed, checked at every tick,
+//! - [`swarm`], [`cascade`]: the swarm family (a random subset of fault kinds per seed, drawn
+//!   towards cascades) and the cascade family (issue 31's shape), judged by the same checks,
 //! - [`cli`]: `shareplane sim …`.
 
+pub mod cascade;
 pub mod cli;
 pub mod engine;
 pub mod fuzz;
 pub mod plot;
 pub mod scenario;
 pub mod summary;
+pub mod swarm;
 pub mod sweep;
 mod table;
 pub mod trace;
