@@ -7,7 +7,8 @@
 //! time is counted in whole ticks and room in exact integer units; nothing reads a clock or draws
 //! an unseeded random number.
 //!
-//! - [`scenario`]: the TOML format and its validation,
+//! - [`scenario`]: the TOML format and its validation, [`runnable`]: what a run as a whole
+//!   needs (its memory budget, a deployment the core accepts, a lease for `kill_daemon`),
 //! - [`engine`]: the run itself and the conservation audit,
 //! - [`summary`], [`trace`], [`plot`]: what a run reports,
 //! - [`sweep`]: a scenario over every assignment of phases,
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod engine;
 pub mod fuzz;
 pub mod plot;
+pub mod runnable;
 pub mod scenario;
 pub mod summary;
 pub mod swarm;
