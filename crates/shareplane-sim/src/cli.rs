@@ -20,7 +20,7 @@ use std::process::ExitCode;
 )]
 #[command(
     after_help = "Also: `shareplane sim sweep SCENARIO.toml --offsets 0,1.7,3.3` and \
-                        `shareplane sim fuzz --seeds N [--start S]`."
+                        `shareplane sim fuzz --seeds N [--start S] [--family classic|swarm|cascade]`."
 )]
 struct RunArgs {
     /// The scenario file (TOML, format in SIMULATOR.md).
@@ -59,15 +59,27 @@ struct SweepArgs {
 #[derive(Parser)]
 #[command(
     name = "shareplane sim fuzz",
-    about = "Random scenarios from seeds, checked at every tick"
+    about = "Random scenarios from seeds, checked at every tick",
+    after_help = "Families: classic (2 to 8 Regions, every fault kind drawn independently); \
+                  swarm (each seed enables a random subset of the fault kinds and draws its faults \
+                  in cascades: one-way cuts around losses, a second loss within seconds, restores \
+                  under a cut, an heir lost after it took grants); cascade (issue 31's shape: a \
+                  one-way cut B->A, demand moved from B to C, B and C lost with true verdicts, B \
+                  restored under the cut, the heal, C restored; timings and sizes from the seed). \
+                  A seed names one scenario within its family. The run ends with its throughput \
+                  (seeds a minute). Exit 0 when every seed passed, 1 when one failed, 2 for a bad \
+                  command line (an empty range, or one that passes the largest seed)."
 )]
 struct FuzzArgs {
-    /// How many seeds to run.
+    /// How many seeds to run (1 to 100000000).
     #[arg(long)]
     seeds: u64,
-    /// The first seed.
+    /// The first seed; the range must end at or below 18446744073709551615.
     #[arg(long, default_value_t = 1)]
     start: u64,
+    /// The generator: classic, swarm or cascade.
+    #[arg(long, default_value = "classic", value_parser = parse_family)]
+    family: crate::swarm::Family,
     /// Print each generated scenario as TOML (to replay it with `shareplane sim`); runs the
     /// seeds one by one, in order.
     #[arg(long)]
@@ -76,6 +88,11 @@ struct FuzzArgs {
     /// on it.
     #[arg(long)]
     jobs: Option<usize>,
+}
+
+fn parse_family(s: &str) -> Result<crate::swarm::Family, String> {
+    crate::swarm::Family::from_name(s)
+        .ok_or_else(|| format!("must be {}", crate::swarm::Family::NAMES.join(", ")))
 }
 
 /// `shareplane sim ARGS` (ARGS without the word "sim").
@@ -213,21 +230,39 @@ fn fuzz(args: &[OsString]) -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
-    if a.seeds == 0 || a.seeds > 100_000_000 {
+    if a.seeds > 100_000_000 {
         eprintln!("shareplane sim fuzz: --seeds must be 1 to 100000000");
         return ExitCode::from(2);
     }
+    if let Err(e) = crate::swarm::check_range(a.start, a.seeds) {
+        eprintln!("shareplane sim fuzz: {e}");
+        return ExitCode::from(2);
+    }
+    let started = std::time::Instant::now();
+    let family = a.family;
     let mut out = std::io::stdout().lock();
     let failed_line = |seed: u64, failure: &str| {
+        let peak = match crate::swarm::excess(&family.generate(seed)) {
+            Ok(x) => x.to_string(),
+            Err(e) => format!("not measured: {e}"),
+        };
         format!(
-            "seed {seed} FAILED: {failure}\n  replay: shareplane sim fuzz --seeds 1 --start {seed}   (add --print for the scenario as TOML)"
+            "seed {seed} FAILED: {failure}\n  {peak}\n  replay: {}   (add --print for the scenario as TOML)",
+            family.replay(seed)
         )
     };
-    let (totals, failed) = if a.print {
+    let jobs = if a.print {
+        1
+    } else {
+        a.jobs.unwrap_or_else(crate::fuzz::default_jobs)
+    };
+    // The wall time counts generating and checking the seeds, not measuring the failed ones.
+    let (totals, failed, wall_s) = if a.print {
         let mut totals = crate::fuzz::Totals::default();
         let mut failed = 0u64;
-        for seed in a.start..a.start.saturating_add(a.seeds) {
-            let sc = crate::fuzz::generate(seed);
+        for i in 0..a.seeds {
+            let seed = a.start + i;
+            let sc = family.generate(seed);
             let _ = writeln!(out, "{}", crate::fuzz::to_toml(&sc));
             match crate::fuzz::check(&sc) {
                 Ok(report) => totals.add(&report, sc.limit),
@@ -237,16 +272,18 @@ fn fuzz(args: &[OsString]) -> ExitCode {
                 }
             }
         }
-        (totals, failed)
+        (totals, failed, started.elapsed().as_secs_f64())
     } else {
-        let jobs = a.jobs.unwrap_or_else(crate::fuzz::default_jobs);
-        let (totals, failures) = crate::fuzz::run_seeds(a.start, a.seeds, jobs);
+        let (totals, failures) = crate::swarm::run(family, a.start, a.seeds, jobs);
+        let wall_s = started.elapsed().as_secs_f64();
         for (seed, failure) in &failures {
             let _ = writeln!(out, "{}", failed_line(*seed, failure));
         }
-        (totals, failures.len() as u64)
+        (totals, failures.len() as u64, wall_s)
     };
+    let _ = writeln!(out, "family {}", family.name());
     let _ = writeln!(out, "{}", totals.report(a.seeds, failed));
+    let _ = writeln!(out, "{}", crate::swarm::throughput(a.seeds, wall_s, jobs));
     if failed > 0 {
         ExitCode::from(1)
     } else {

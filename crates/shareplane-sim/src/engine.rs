@@ -276,7 +276,12 @@ impl<'a> Sim<'a> {
         let lease = shareplane_core::lease_bound(&d);
         let n = sc.regions.len();
         let demands: Vec<Room> = sc.regions.iter().map(|r| r.demand).collect();
-        let mut table = Table::new(n);
+        let mut table = Table::new(
+            sc.regions
+                .iter()
+                .map(|r| r.visibility_ticks as i64)
+                .collect(),
+        );
         let mut records = Vec::with_capacity(n);
         for i in 0..n {
             let id =
@@ -527,7 +532,7 @@ impl<'a> Sim<'a> {
                 format!("cut {} -> {}", names(*from), names(*to))
             }
             Action::Heal => {
-                self.table.heal();
+                self.table.heal(tick);
                 "heal".into()
             }
             Action::Unknown(r) => {

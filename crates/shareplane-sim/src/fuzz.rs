@@ -895,53 +895,10 @@ pub fn to_toml(sc: &Scenario) -> String {
     o
 }
 
-/// Generates and checks seeds `start..start + seeds` on `jobs` threads (each takes every
-/// `jobs`-th seed). The totals do not depend on `jobs`; failures come back in seed order.
+/// Generates and checks seeds `start..start + seeds` of the classic family on `jobs` threads
+/// ([`crate::swarm::run`]). The totals do not depend on `jobs`; failures come back in seed order.
 pub fn run_seeds(start: u64, seeds: u64, jobs: usize) -> (Totals, Vec<(u64, String)>) {
-    let jobs = jobs.clamp(1, 64) as u64;
-    let end = start.saturating_add(seeds);
-    let parts: Vec<(Totals, Vec<(u64, String)>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..jobs)
-            .map(|k| {
-                s.spawn(move || {
-                    let mut totals = Totals::default();
-                    let mut failed = Vec::new();
-                    let mut seed = start.saturating_add(k);
-                    while seed < end {
-                        let sc = generate(seed);
-                        match check(&sc) {
-                            Ok(r) => totals.add(&r, sc.limit),
-                            Err(f) => failed.push((seed, f)),
-                        }
-                        seed = seed.saturating_add(jobs);
-                    }
-                    (totals, failed)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| match h.join() {
-                Ok(part) => part,
-                // A panic in the checker is a failure of every seed that thread had left.
-                Err(_) => (
-                    Totals::default(),
-                    vec![(
-                        start,
-                        "a fuzz thread panicked (see its message above)".into(),
-                    )],
-                ),
-            })
-            .collect()
-    });
-    let mut totals = Totals::default();
-    let mut failed = Vec::new();
-    for (t, f) in parts {
-        totals.merge(&t);
-        failed.extend(f);
-    }
-    failed.sort_by_key(|(seed, _)| *seed);
-    (totals, failed)
+    crate::swarm::run(crate::swarm::Family::Classic, start, seeds, jobs)
 }
 
 /// Threads for [`run_seeds`]: `SHAREPLANE_FUZZ_JOBS`, else every core.

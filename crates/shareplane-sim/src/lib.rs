@@ -7,19 +7,25 @@
 //! time is counted in whole ticks and room in exact integer units; nothing reads a clock or draws
 //! an unseeded random number.
 //!
-//! - [`scenario`]: the TOML format and its validation,
+//! - [`scenario`]: the TOML format and its validation, [`runnable`]: what a run as a whole
+//!   needs (its memory budget, a deployment the core accepts, a lease for `kill_daemon`),
 //! - [`engine`]: the run itself and the conservation audit,
 //! - [`summary`], [`trace`], [`plot`]: what a run reports,
 //! - [`sweep`]: a scenario over every assignment of phases,
 //! - [`fuzz`]: random fault schedules from a seed, checked at every tick,
+//! - [`swarm`], [`cascade`]: the swarm family (a random subset of fault kinds per seed, drawn
+//!   towards cascades) and the cascade family (issue 31's shape), judged by the same checks,
 //! - [`cli`]: `shareplane sim …`.
 
+pub mod cascade;
 pub mod cli;
 pub mod engine;
 pub mod fuzz;
 pub mod plot;
+pub mod runnable;
 pub mod scenario;
 pub mod summary;
+pub mod swarm;
 pub mod sweep;
 mod table;
 pub mod trace;

@@ -165,11 +165,19 @@ impl Scenario {
             )));
         }
         let raw: Raw = toml::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
-        Checker {
+        let sc = Checker {
             text,
             problems: Vec::new(),
         }
-        .check(raw)
+        .check(raw)?;
+        // What the run as a whole needs (memory, a deployment the core accepts, a lease for
+        // `kill_daemon`): checked once every field is valid.
+        let problems = crate::runnable::problems(&sc);
+        if problems.is_empty() {
+            Ok(sc)
+        } else {
+            Err(ScenarioError::Invalid(problems))
+        }
     }
 
     /// Checks the rules that code building a scenario directly must also keep.
@@ -210,6 +218,9 @@ impl Scenario {
                 "limit",
                 "rate must be positive and hold a floor for every Region",
             );
+        }
+        if p.is_empty() {
+            p = crate::runnable::problems(self);
         }
         if p.is_empty() {
             Ok(())

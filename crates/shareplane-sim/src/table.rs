@@ -3,8 +3,12 @@
 //!
 //! A record written at tick `w` by Region W is visible to Region R from `w + visibility(W)` unless a
 //! cut separated W and R at some instant in `[w, visible)`: a record not yet visible when a cut
-//! starts never crosses it, and one written during a cut never crosses either. Records written
-//! after the heal cross normally. A reader's replica holds the newest record that reached it.
+//! starts does not cross it, nor does one written during the cut. At the heal, replication
+//! resumes as a DynamoDB global table's does: W's newest record, if the cut held it back from R,
+//! reaches R at `heal + visibility(W)` (the versions W wrote in between are skipped: each Region's
+//! record is one item, last writer wins). This holds while W is lost too (its replica keeps what
+//! it wrote, as records in flight when a Region is lost still arrive). Records written after the
+//! heal cross normally. A reader's replica holds the newest record that reached it.
 //!
 //! Like the real table, the writer's last record of each earlier epoch is kept next to the current
 //! one and travels with it: a survivor that never saw that epoch end needs it to reclaim the old
@@ -42,6 +46,8 @@ pub struct Visible {
 
 pub struct Table {
     n: usize,
+    /// Per writer, the ticks from a write (or the heal) until a record is visible elsewhere.
+    delay: Vec<i64>,
     entries: Vec<Vec<Entry>>,
     cursors: Vec<[Cursor; MAX_REGIONS]>,
     /// Masks of the groups currently cut off from the rest.
@@ -50,9 +56,13 @@ pub struct Table {
 }
 
 impl Table {
-    pub fn new(n: usize) -> Table {
+    /// A table of `delay.len()` Regions, each writer's records visible to the others `delay`
+    /// ticks after they are written.
+    pub fn new(delay: Vec<i64>) -> Table {
+        let n = delay.len();
         Table {
             n,
+            delay,
             entries: (0..n).map(|_| Vec::new()).collect(),
             cursors: vec![[Cursor::default(); MAX_REGIONS]; n],
             cuts: Vec::new(),
@@ -116,9 +126,34 @@ impl Table {
         }
     }
 
-    /// Every cut ends.
-    pub fn heal(&mut self) {
+    /// Every cut ends at `now`: each writer's newest record reaches, `delay` after the heal, the
+    /// readers that a cut kept it from.
+    pub fn heal(&mut self, now: i64) {
         self.cuts.clear();
+        let all = ((1u16 << self.n) - 1) as u8;
+        for (w, list) in self.entries.iter_mut().enumerate() {
+            let Some(last) = list.last() else {
+                continue;
+            };
+            // The readers that some entry carrying the newest record reaches (it may have been
+            // sent again by an earlier heal, and held back again by a later cut).
+            let reached = (list.iter().rev())
+                .take_while(|e| Arc::ptr_eq(&e.record, &last.record))
+                .fold(0u8, |m, e| m | !e.blocked);
+            let held = all & !reached & !(1 << w);
+            if held == 0 {
+                continue;
+            }
+            // The same record again, for those readers only: the cursors take entries in order,
+            // and every earlier entry is visible by `now + delay`, every later one after it.
+            let again = Entry {
+                record: last.record.clone(),
+                visible_tick: (now + self.delay[w]).max(last.visible_tick),
+                blocked: all & !held,
+                previous: last.previous.clone(),
+            };
+            list.push(again);
+        }
     }
 
     pub fn any_cut(&self) -> bool {
@@ -187,7 +222,7 @@ mod tests {
 
     #[test]
     fn a_record_is_visible_after_its_delay_and_handed_over_once() {
-        let mut t = Table::new(2);
+        let mut t = Table::new(vec![1, 1]);
         t.write(0, rec(0, 1, 1), 10);
         assert_eq!(version(&mut t, 0, 1, 9), None);
         assert_eq!(version(&mut t, 0, 1, 10), Some(1));
@@ -197,26 +232,63 @@ mod tests {
     }
 
     #[test]
-    fn records_in_flight_at_a_cut_never_cross_and_later_ones_do_after_the_heal() {
-        let mut t = Table::new(3);
+    fn records_held_back_by_a_cut_are_skipped_but_the_newest_arrives_after_the_heal() {
+        let mut t = Table::new(vec![5, 5, 5]);
         t.write(0, rec(0, 1, 1), 5);
         t.write(0, rec(0, 1, 2), 15);
         t.cut(0b001, 10);
         t.write(0, rec(0, 1, 3), 25);
+        t.write(0, rec(0, 1, 4), 35);
         assert_eq!(
-            version(&mut t, 0, 1, 30),
+            version(&mut t, 0, 1, 39),
             Some(1),
-            "v2 was in flight at the cut, v3 written during it"
+            "v2 was in flight at the cut, v3 and v4 written during it"
         );
-        t.heal();
+        t.heal(40);
+        assert_eq!(
+            version(&mut t, 0, 1, 44),
+            None,
+            "replication takes the delay"
+        );
+        assert_eq!(version(&mut t, 0, 1, 45), Some(4), "the newest, v3 skipped");
+        assert_eq!(version(&mut t, 0, 2, 45), Some(4));
+        t.write(0, rec(0, 1, 5), 50);
+        assert_eq!(version(&mut t, 0, 1, 50), Some(5));
+    }
+
+    #[test]
+    fn a_heal_sends_nothing_again_to_readers_the_newest_record_reached() {
+        let mut t = Table::new(vec![5, 5, 5]);
+        t.write(0, rec(0, 1, 1), 5);
+        // R2's records stop reaching R1 only; R0's v2, written during the cut, reaches everyone.
+        t.cut_one_way(0b100, 0b010, 6);
+        t.write(0, rec(0, 1, 2), 15);
+        assert_eq!(version(&mut t, 0, 1, 15), Some(2));
+        t.heal(20);
+        assert_eq!(version(&mut t, 0, 1, 40), None, "nothing handed twice");
+        assert_eq!(version(&mut t, 0, 2, 40), Some(2));
+    }
+
+    #[test]
+    fn a_second_cut_before_the_newest_arrives_holds_it_back_until_the_second_heal() {
+        let mut t = Table::new(vec![5, 5]);
+        t.cut(0b01, 0);
+        t.write(0, rec(0, 1, 1), 5);
+        t.heal(10);
+        t.cut(0b01, 12);
+        assert_eq!(
+            version(&mut t, 0, 1, 20),
+            None,
+            "in flight at the second cut"
+        );
+        t.heal(30);
+        assert_eq!(version(&mut t, 0, 1, 35), Some(1));
         assert_eq!(version(&mut t, 0, 1, 40), None);
-        t.write(0, rec(0, 1, 4), 45);
-        assert_eq!(version(&mut t, 0, 1, 45), Some(4));
     }
 
     #[test]
     fn a_cut_separates_only_across_its_boundary() {
-        let mut t = Table::new(3);
+        let mut t = Table::new(vec![1, 1, 1]);
         t.cut(0b011, 0);
         t.write(0, rec(0, 1, 1), 1);
         assert_eq!(version(&mut t, 0, 1, 1), Some(1), "same side");
@@ -225,7 +297,7 @@ mod tests {
 
     #[test]
     fn the_last_record_of_the_previous_epoch_travels_with_the_current_one() {
-        let mut t = Table::new(2);
+        let mut t = Table::new(vec![1, 1]);
         t.write(0, rec(0, 1, 1), 1);
         t.write(0, rec(0, 1, 2), 2);
         t.write(0, rec(0, 2, 3), 3);

@@ -3,6 +3,7 @@
 use shareplane_core::Design;
 use shareplane_sim::fuzz;
 use shareplane_sim::scenario::{Action, Scenario};
+use shareplane_sim::swarm::{self, Family};
 use std::path::PathBuf;
 
 /// Seeds (first column) of a list in simulations/.
@@ -66,6 +67,59 @@ fn ci_sized_fuzz_run() {
     );
 }
 
+/// The CI-sized run of the swarm and cascade families (tests/run-all.sh's filter
+/// `ci_sized_fuzz_run` selects this test too): `SHAREPLANE_FUZZ_SWARM_SEEDS` swarm seeds
+/// (default a quarter of `SHAREPLANE_FUZZ_SEEDS`) and `SHAREPLANE_FUZZ_CASCADE_SEEDS` cascade
+/// seeds (default a tenth), from `SHAREPLANE_FUZZ_START`. Judged by the same checks as the
+/// classic seeds; every seed must pass. Prints each family's figures, its throughput, and for
+/// each failure how far the running Regions' shares went above L.
+#[test]
+fn ci_sized_fuzz_run_swarm_and_cascade() {
+    let (start, seeds) = ci_seeds();
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let jobs = fuzz::default_jobs();
+    let mut failed = Vec::new();
+    for (family, count) in [
+        (Family::Swarm, var("SHAREPLANE_FUZZ_SWARM_SEEDS", seeds / 4)),
+        (
+            Family::Cascade,
+            var("SHAREPLANE_FUZZ_CASCADE_SEEDS", seeds / 10),
+        ),
+    ] {
+        if count == 0 {
+            continue;
+        }
+        let began = std::time::Instant::now();
+        let (totals, failures) = swarm::run(family, start, count, jobs);
+        let wall_s = began.elapsed().as_secs_f64();
+        println!(
+            "family {}: {}\n{}",
+            family.name(),
+            totals.report(count, failures.len() as u64),
+            swarm::throughput(count, wall_s, jobs)
+        );
+        for (seed, f) in failures {
+            let peak = swarm::excess(&family.generate(seed)).map_or_else(|e| e, |x| x.to_string());
+            failed.push(format!(
+                "{} seed {seed}: {f}\n  {peak}\n  replay: {}",
+                family.name(),
+                family.replay(seed)
+            ));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} seeds failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
 #[test]
 fn the_checker_catches_an_overshooting_design() {
     // Jump-to-target overshoots while views disagree: the same checks must reject it. Without
@@ -104,6 +158,135 @@ fn seeds_are_deterministic_and_replay_through_a_scenario_file() {
             "seed {seed}: the printed scenario is the generated one"
         );
     }
+}
+
+#[test]
+fn swarm_and_cascade_seeds_are_deterministic_and_replay_through_a_scenario_file() {
+    for family in [Family::Swarm, Family::Cascade] {
+        for seed in 1..=60u64 {
+            let sc = family.generate(seed);
+            assert_eq!(sc, family.generate(seed));
+            // Parsing checks every rule a file must keep, the order of losses, restores and
+            // daemon deaths among them.
+            let mut parsed = Scenario::parse(&fuzz::to_toml(&sc))
+                .unwrap_or_else(|e| panic!("{} seed {seed}: {e}", family.name()));
+            for e in parsed.events.iter_mut() {
+                e.line = 0;
+            }
+            parsed.plot_from_tick = sc.plot_from_tick;
+            parsed.plot_to_tick = sc.plot_to_tick;
+            assert_eq!(parsed, sc, "{} seed {seed}", family.name());
+        }
+    }
+}
+
+/// Whether every "unhealthy" verdict in `sc` is true when it is given: its Region is lost, or
+/// its daemon has been dead for at least the lease.
+fn verdicts_are_true(sc: &Scenario) -> bool {
+    let lease = shareplane_sim::engine::lease_ticks(sc).unwrap_or(i64::MAX);
+    let n = sc.regions.len();
+    let (mut lost, mut died) = (vec![false; n], vec![None; n]);
+    sc.events.iter().all(|e| match e.action {
+        Action::Lose(r) => {
+            lost[r] = true;
+            died[r] = None;
+            true
+        }
+        Action::Restore(r) => {
+            lost[r] = false;
+            true
+        }
+        Action::KillDaemon(r) => {
+            died[r] = Some(e.at_tick);
+            true
+        }
+        Action::RestartDaemon(r) => {
+            died[r] = None;
+            true
+        }
+        Action::Unhealthy(r) => lost[r] || died[r].is_some_and(|d| e.at_tick - d >= lease),
+        _ => true,
+    })
+}
+
+/// Each swarm seed enables its own subset of fault kinds, and the schedules lean towards
+/// cascades: a one-way cut with two losses within 5 s, a restore while a cut holds.
+#[test]
+fn swarm_seeds_enable_subsets_of_kinds_and_draw_cascades() {
+    let mut masks = std::collections::BTreeSet::new();
+    let (mut two_losses_under_one_way, mut restored_under_cut) = (0, 0);
+    for seed in 1..=300u64 {
+        let kinds = swarm::kinds(seed);
+        masks.insert(kinds);
+        let sc = swarm::generate(seed);
+        let (mut cut, mut one_way, mut losses) = (false, false, Vec::new());
+        let faults_end = sc.events.iter().map(|e| e.at_tick).max().unwrap_or(0);
+        let mut restore_under_cut = false;
+        for e in &sc.events {
+            match e.action {
+                Action::OneWayCut(..) => (cut, one_way) = (true, true),
+                Action::Cut(_) => cut = true,
+                Action::Heal => cut = false,
+                Action::Lose(_) => losses.push(e.at_tick),
+                Action::Restore(_) if cut && e.at_tick < faults_end => restore_under_cut = true,
+                _ => {}
+            }
+        }
+        let close = losses.windows(2).any(|w| w[1] - w[0] <= 50);
+        two_losses_under_one_way += u32::from(one_way && close);
+        restored_under_cut += u32::from(restore_under_cut);
+        let names = swarm::kind_names(kinds);
+        if !names.contains(&"false unhealthy verdicts") {
+            assert!(
+                verdicts_are_true(&sc),
+                "swarm seed {seed} ({names:?}): a false verdict"
+            );
+        }
+    }
+    println!("300 swarm seeds: {} subsets of kinds, a one-way cut and two losses within 5 s in {two_losses_under_one_way}, a restore under a cut in {restored_under_cut}", masks.len());
+    assert!(masks.len() > 100, "only {} subsets of kinds", masks.len());
+    assert!(two_losses_under_one_way > 15, "{two_losses_under_one_way}");
+    assert!(restored_under_cut > 15, "{restored_under_cut}");
+}
+
+/// The cascade family draws issue 31's shape: a one-way cut, demand moved, two Regions lost
+/// within 5 s with true verdicts, one restored while the cut holds (in most seeds), the heal,
+/// the other restored.
+#[test]
+fn cascade_seeds_have_the_issue_shape() {
+    let mut restored_under_cut = 0;
+    for seed in 1..=200u64 {
+        let sc = swarm::Family::Cascade.generate(seed);
+        let at = |f: &dyn Fn(&Action) -> bool| -> Vec<i64> {
+            sc.events
+                .iter()
+                .filter(|e| f(&e.action))
+                .map(|e| e.at_tick)
+                .collect()
+        };
+        let cuts = at(&|a| matches!(a, Action::OneWayCut(..)));
+        let heals = at(&|a| matches!(a, Action::Heal));
+        let losses = at(&|a| matches!(a, Action::Lose(_)));
+        let restores = at(&|a| matches!(a, Action::Restore(_)));
+        let verdicts = at(&|a| matches!(a, Action::Unhealthy(_)));
+        assert_eq!((cuts.len(), heals.len()), (1, 1), "seed {seed}");
+        assert_eq!(
+            (losses.len(), restores.len(), verdicts.len()),
+            (2, 2, 2),
+            "seed {seed}"
+        );
+        assert!(
+            losses[1] - losses[0] <= 50,
+            "seed {seed}: losses within 5 s"
+        );
+        assert!(cuts[0] < losses[0], "seed {seed}");
+        assert!(verdicts_are_true(&sc), "seed {seed}: a false verdict");
+        restored_under_cut += u32::from(restores[0] < heals[0]);
+    }
+    assert!(
+        restored_under_cut > 150,
+        "{restored_under_cut} of 200 restored under the cut"
+    );
 }
 
 #[test]

@@ -94,6 +94,57 @@ fn run_refuses_an_invalid_configuration_the_same_way() {
     assert!(stderr.contains("invalid configuration"), "{stderr}");
 }
 
+/// `shareplane sim` refuses what it cannot run with exit 2 and a message naming the field: a
+/// `kill_daemon` in a deployment whose gateways can hold no lease, a demand window past the
+/// memory budget, a fuzz range that passes the largest seed.
+#[test]
+fn sim_refuses_input_it_cannot_run_with_exit_2_naming_the_field() {
+    let g1 = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../simulations/scenarios/g1-grants-staggered.toml"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(format!("shareplane-cli-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let kill = g1.replace("silent_after = 3", "silent_after = 1")
+        + "\n[[event]]\nat_s = 10.0\nkill_daemon = \"B\"\n";
+    let window = g1.replace("demand_window_s = 5.0", "demand_window_s = 10000000.0");
+    for (name, text, said) in [
+        (
+            "kill.toml",
+            kill,
+            "`kill_daemon` needs gateways that can hold a lease",
+        ),
+        ("window.toml", window, "`sync.demand_window_s` is so long"),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        let out = shareplane()
+            .arg("sim")
+            .arg(&path)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains(said), "{name}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = shareplane()
+        .args([
+            "sim",
+            "fuzz",
+            "--seeds",
+            "2",
+            "--start",
+            &u64::MAX.to_string(),
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("passes the largest seed"), "{stderr}");
+}
+
 /// `GET path` on `addr`; the body, or `None` if the daemon did not answer 200.
 fn http_get(addr: &str, path: &str) -> Option<serde_json::Value> {
     use std::io::{Read, Write};
