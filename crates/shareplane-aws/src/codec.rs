@@ -7,7 +7,7 @@
 //!
 //! | `sk`         | attributes                                                            |
 //! |--------------|-----------------------------------------------------------------------|
-//! | `rec`        | `sv` (N, schema), `ver` (N, record version), `tok` (N, writer token), `h` (B, header), `ld` (N, optional: the digest of the writer's limits) |
+//! | `rec`        | `sv` (N, schema), `ver` (N, record version), `tok` (N, writer token), `h` (B, header), `ld` (N, optional: the digest of the writer's limits), `fz` (BOOL, optional: fenced), `sn` (B, optional: the newest record of each Region the writer held) |
 //! | `rec#0000`…  | `sv`, `ver` (N, the record version the shard was last written at), `tok`, `d` (B, limits) |
 //! | `lease`      | written by the store, not by this codec                               |
 //! | `prev#0000000007`, `prev#0000000007#0000`… | a copy of the header and shards of the Region's last record of its ended epoch 7 (attributes as above), kept until every heir has closed that epoch ([`crate::dynamo`]) |
@@ -58,6 +58,11 @@ pub const DIGEST_ATTR: &str = "ld";
 /// header without it, from an older writer or an unfenced one, decodes to not fenced; older
 /// readers ignore it).
 pub const FENCED_ATTR: &str = "fz";
+/// The header attribute holding, per Region of the header, `(epoch, version)` of the newest
+/// record of it the writer held (B: varint pairs in the header's Region order; optional: a
+/// header without it, from an older writer, decodes to `(0, 0)` everywhere, "did not say";
+/// older readers ignore it).
+pub const SEEN_ATTR: &str = "sn";
 /// The sort key of a Region's writer lease.
 pub const LEASE_SK: &str = "lease";
 /// Limits per shard, by deployment index. At most ~450 bytes per limit (a 128-byte id and every
@@ -85,6 +90,7 @@ pub struct Encoded {
     peer_epochs: Vec<u64>,
     reclaims: Vec<Option<ReclaimMark>>,
     account_epochs: Vec<u64>,
+    seen: Vec<(u64, u64)>,
     regions: Vec<String>,
     limits_digest: Option<u64>,
     fenced: bool,
@@ -251,6 +257,7 @@ pub fn encode(d: &Deployment, record: &RegionRecord) -> Encoded {
         peer_epochs: record.peer_epochs.0[..n].to_vec(),
         reclaims: record.reclaims.0[..n].to_vec(),
         account_epochs: record.account_epochs.0[..n].to_vec(),
+        seen: record.seen.0[..n].to_vec(),
         regions: d.regions.clone(),
         limits_digest: record.limits_digest,
         fenced: record.fenced,
@@ -305,6 +312,14 @@ impl Encoded {
         }
         if self.fenced {
             item.insert(FENCED_ATTR.into(), AttributeValue::Bool(true));
+        }
+        if self.seen.iter().any(|s| *s != (0, 0)) {
+            let mut b = Vec::with_capacity(4 * self.seen.len());
+            for (e, v) in &self.seen {
+                put_varint(&mut b, *e);
+                put_varint(&mut b, *v);
+            }
+            item.insert(SEEN_ATTR.into(), AttributeValue::B(Blob::new(b)));
         }
         item
     }
@@ -467,6 +482,7 @@ fn decode_inner(
         peer_epochs: h.peer_epochs,
         account_epochs: h.account_epochs,
         reclaims: h.reclaims,
+        seen: parse_seen(header, &h.columns)?,
         limits,
         limits_digest: match header.get(DIGEST_ATTR) {
             None => None,
@@ -478,6 +494,24 @@ fn decode_inner(
             Some(_) => return Err(malformed(format!("{FENCED_ATTR} is not a BOOL")).into()),
         },
     }))
+}
+
+/// The `sn` attribute of a header whose Regions are `columns` (see [`SEEN_ATTR`]).
+fn parse_seen(
+    header: &Item,
+    columns: &[Option<RegionId>],
+) -> Result<PerRegion<(u64, u64)>, Rejection> {
+    let mut seen = PerRegion::default();
+    if header.get(SEEN_ATTR).is_none() {
+        return Ok(seen);
+    }
+    let mut r = Reader::new(blob(header, SEEN_ATTR)?);
+    for col in columns {
+        let pair = (r.varint()?, r.varint()?);
+        place(&mut seen, *col, pair, (0, 0))?;
+    }
+    r.end()?;
+    Ok(seen)
 }
 
 fn check_schema(item: &Item) -> Result<(), Rejection> {

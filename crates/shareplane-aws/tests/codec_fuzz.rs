@@ -321,6 +321,35 @@ fn the_fenced_flag_round_trips_and_a_header_without_it_is_not_fenced() {
     assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
 }
 
+#[test]
+fn what_the_writer_had_seen_round_trips_and_a_header_without_it_said_nothing() {
+    let d = deployment(10);
+    let mut r = record(&d, 1, 5);
+    r.seen.0[0] = (3, 41);
+    r.seen.0[2] = (1, 7);
+    let enc = codec::encode(&d, &r);
+    let mut items = stored(&enc);
+    let decoded = |items: &[Item]| decode_as(&d, items, |r| r.seen);
+    assert_eq!(decoded(&items), Ok(r.seen));
+    // An older writer writes no attribute: it said nothing, (0, 0) for every Region.
+    let last = items.len() - 1;
+    let written = items[last].remove(codec::SEEN_ATTR).expect("written");
+    assert_eq!(decoded(&items), Ok(shareplane_core::PerRegion::default()));
+    // A writer that had seen nothing writes none either.
+    r.seen = shareplane_core::PerRegion::default();
+    let none = codec::encode(&d, &r).header_item(1, &vec![5; enc.shards.len()]);
+    assert!(!none.contains_key(codec::SEEN_ATTR));
+    // A truncated blob or one that is not binary is malformed, never misread.
+    let AttributeValue::B(b) = written else {
+        panic!("sn is not binary")
+    };
+    let cut = b.as_ref()[..b.as_ref().len() - 1].to_vec();
+    items[last].insert(codec::SEEN_ATTR.into(), AttributeValue::B(cut.into()));
+    assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
+    items[last].insert(codec::SEEN_ATTR.into(), AttributeValue::N("1".into()));
+    assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
+}
+
 /// The items of `enc` as one write stores them (shards and header, all at version 5).
 fn stored(enc: &codec::Encoded) -> Vec<Item> {
     let mut items: Vec<Item> = (0..enc.shards.len())

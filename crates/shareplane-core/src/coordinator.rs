@@ -671,6 +671,11 @@ impl Coordinator {
         }
         rec.fenced = fenced;
         self.count_silence();
+        for (i, p) in self.peers.iter().enumerate() {
+            if i != me.index() && p.seen {
+                rec.seen.0[i] = (p.latest.epoch, p.latest.version);
+            }
+        }
         alarms.fenced = fenced;
         let plans = self.plan(&rec, inputs.health, fenced, &mut alarms);
         alarms.stale_view = d.n() > 1
@@ -912,13 +917,17 @@ fn remember(ended: &mut BTreeMap<u64, Arc<RegionRecord>>, record: Arc<RegionReco
     }
 }
 
-/// Whether `other`, a record of a third Region `k`, refers to a record of `basis`'s epoch of `j`
-/// newer than `basis`: it accounts with a later epoch of `j`, it marks a newer version of the
-/// epoch, or, on the same open account on both sides (neither has closed the other's epoch), it
-/// took more from `j` than `basis` granted it (what `k` took never exceeds what `j` granted in the
-/// record it took from).
+/// Whether `other`, a record of a third Region `k`, refers to a record of `j` newer than `basis`:
+/// its writer had seen one, it accounts with a later epoch of `j`, it marks a newer version of
+/// the epoch, or, on the same open account on both sides (neither has closed the other's epoch),
+/// it took more from `j` than `basis` granted it (what `k` took never exceeds what `j` granted in
+/// the record it took from). Only the first is needed of a writer that states what it saw; the
+/// others are kept for records of writers that did not (`seen` of `(0, 0)`).
 fn knows_newer(other: &RegionRecord, j: RegionId, basis: &RegionRecord) -> bool {
     let k = other.region;
+    if other.seen[j] > (basis.epoch, basis.version) {
+        return true;
+    }
     if other.peer_epochs[j] != basis.epoch {
         return other.peer_epochs[j] > basis.epoch;
     }

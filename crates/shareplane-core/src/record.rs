@@ -52,6 +52,11 @@ pub struct RegionRecord {
     pub account_epochs: PerRegion<u64>,
     /// The latest reclaim of each peer's estate made by this Region.
     pub reclaims: PerRegion<Option<ReclaimMark>>,
+    /// `(epoch, version)` of the newest record of each peer that the writer held when it wrote
+    /// this record (`(0, 0)`: none, or a writer that did not say). An heir reads it as evidence
+    /// that a newer record of an estate exists than its own basis, whether or not the writer
+    /// acted on it (docs/PROTOCOL.md, "Reclaim against a causally closed basis").
+    pub seen: PerRegion<(u64, u64)>,
     pub limits: Vec<LimitRecord>,
     /// [`crate::limits_digest`] of the limits the writer runs, so that Regions can see that
     /// they run different limits; `None` when unknown (a record of an older writer, or one the
@@ -211,6 +216,7 @@ impl RegionRecord {
             peer_epochs,
             account_epochs,
             reclaims: PerRegion([None; MAX_REGIONS]),
+            seen: PerRegion::default(),
             limits,
             limits_digest: None,
             fenced: false,
@@ -270,6 +276,13 @@ impl RegionRecord {
             {
                 return contradiction(None, "an account belongs to an epoch its writer never had");
             }
+            let (seen_epoch, seen_version) = self.seen.0[r];
+            if seen_epoch > MAX_EPOCH || seen_version > MAX_COUNTER {
+                return contradiction(None, "a seen record is out of range");
+            }
+            if r == self.region.index() && self.seen.0[r] != (0, 0) {
+                return contradiction(None, "says it has seen its own record");
+            }
             if let Some(m) = self.reclaims.0[r] {
                 if m.epoch == 0 || m.epoch > MAX_EPOCH || m.version > MAX_COUNTER {
                     return contradiction(None, "a reclaim mark is out of range");
@@ -289,6 +302,7 @@ impl RegionRecord {
             if self.peer_epochs.0[i] != 0
                 || self.account_epochs.0[i] != 0
                 || self.reclaims.0[i].is_some()
+                || self.seen.0[i] != (0, 0)
             {
                 return contradiction(None, "names a Region that is not configured");
             }

@@ -210,6 +210,7 @@ mod tests {
             peer_epochs: PerRegion::default(),
             account_epochs: PerRegion::default(),
             reclaims: PerRegion([None; MAX_REGIONS]),
+            seen: PerRegion::default(),
             limits: Vec::new(),
             limits_digest: None,
             fenced: false,
