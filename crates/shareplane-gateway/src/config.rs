@@ -22,7 +22,9 @@ pub struct Flags {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// The daemon's Region API base, e.g. http://127.0.0.1:8080 for `shareplane run`, or
-    /// http://127.0.0.1:8080/regions/A for one Region of the demo.
+    /// http://127.0.0.1:8080/regions/A for one Region of the demo; its rules endpoint
+    /// (…/v1/rules, the infra's published rulesUrl) is taken as that base. Any other endpoint
+    /// (…/v1/demand, …/healthz) is refused at start-up.
     #[arg(long)]
     pub rules: Option<String>,
     /// The Region's Redis/Valkey: redis://host:port/ or rediss://host:port/ (TLS).
@@ -127,12 +129,20 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
 /// Applies `flags` over `file` and validates the result.
 pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigError> {
     let mut errors = Vec::new();
-    let rules_url = flags.rules.or(file.rules).unwrap_or_default();
-    if !(rules_url.starts_with("http://") || rules_url.starts_with("https://")) {
-        errors.push(format!(
-            "rules: the daemon's base URL (http://…) is required, got {rules_url:?}"
-        ));
-    }
+    let rules_url = match flags.rules.or(file.rules) {
+        None => {
+            errors.push(
+                "rules (--rules): the daemon's base URL is required, e.g. \
+                 http://shareplane.internal:8080 (or its …/v1/rules)"
+                    .to_owned(),
+            );
+            String::new()
+        }
+        Some(given) => shareplane_limiter::http::daemon_base_url(&given).unwrap_or_else(|e| {
+            errors.push(format!("rules (--rules): {e}"));
+            String::new()
+        }),
+    };
     let redis_url = flags.redis.or(file.redis).unwrap_or_default();
     if !(redis_url.starts_with("redis://") || redis_url.starts_with("rediss://")) {
         errors.push(format!(
@@ -250,7 +260,7 @@ mod tests {
         assert_eq!(
             fields,
             [
-                "rules",
+                "rules (--rules)",
                 "redis",
                 "grpc_listen, http_listen",
                 "limits.\"a b\"",
@@ -310,6 +320,46 @@ mod tests {
         );
         assert_eq!(c.descriptors.len(), 1);
         assert_eq!(c.limiter.gateways_per_region, 4);
+    }
+
+    #[test]
+    fn the_published_rules_url_is_taken_as_the_base_and_other_endpoints_are_refused() {
+        for given in [
+            "http://api.a.example.com:8080",
+            "http://api.a.example.com:8080/",
+            "http://api.a.example.com:8080/v1/rules",
+            "http://api.a.example.com:8080/v1/rules/",
+        ] {
+            let f = Flags {
+                rules: Some(given.into()),
+                ..flags()
+            };
+            let c = resolve(FileConfig::default(), f).unwrap_or_else(|e| panic!("{given}: {e}"));
+            assert_eq!(c.rules_url, "http://api.a.example.com:8080", "{given}");
+        }
+        // From the file too.
+        let file = FileConfig {
+            rules: Some("https://api.b.example.com/v1/rules".into()),
+            ..FileConfig::default()
+        };
+        let f = Flags {
+            rules: None,
+            ..flags()
+        };
+        let c = resolve(file, f).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.rules_url, "https://api.b.example.com");
+        for given in ["http://h:8080/v1/demand", "http://h:8080/readyz", "h:8080"] {
+            let f = Flags {
+                rules: Some(given.into()),
+                ..flags()
+            };
+            let Err(ConfigError(errors)) = resolve(FileConfig::default(), f) else {
+                panic!("{given} accepted");
+            };
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(errors[0].starts_with("rules (--rules): "), "{errors:?}");
+            assert!(errors[0].contains(given), "{errors:?}");
+        }
     }
 
     #[test]
