@@ -36,7 +36,7 @@ pub struct Flags {
     /// Envoy's rate limit service (gRPC), e.g. 127.0.0.1:8081.
     #[arg(long)]
     pub grpc_listen: Option<SocketAddr>,
-    /// The HTTP check (NGINX auth_request, Traefik ForwardAuth), /metrics and /healthz.
+    /// The HTTP check (NGINX auth_request, Traefik ForwardAuth), /metrics, /healthz and /readyz.
     #[arg(long)]
     pub http_listen: Option<SocketAddr>,
     /// The bearer token of the daemon's POST /v1/demand (or SHAREPLANE_DEMAND_TOKEN); without it
@@ -52,6 +52,10 @@ pub struct Flags {
     /// Add the RateLimit and RateLimit-Policy fields of draft-ietf-httpapi-ratelimit-headers.
     #[arg(long)]
     pub ratelimit_headers: bool,
+    /// How long after the start a gateway may run without a rule set before it logs an error
+    /// (default 30000; it is not ready until one loads either way).
+    #[arg(long)]
+    pub rules_timeout_ms: Option<u64>,
 }
 
 /// The TOML file. Every field is optional; flags override.
@@ -68,6 +72,8 @@ pub struct FileConfig {
     pub gateway_id: Option<String>,
     pub demand_token: Option<String>,
     pub demand_every_ms: Option<u64>,
+    /// See [`Flags::rules_timeout_ms`].
+    pub rules_timeout_ms: Option<u64>,
     pub gateways_per_region: Option<u32>,
     pub max_cost: Option<u32>,
     pub redis_timeout_ms: Option<u64>,
@@ -101,6 +107,8 @@ pub struct GatewayConfig {
     pub demand_token: Option<String>,
     pub gateway_id: String,
     pub demand_every: Duration,
+    /// No rule set this long after the start: an error is logged (see [`crate::health`]).
+    pub rules_timeout: Duration,
     pub ratelimit_headers: bool,
     pub unmapped: UnmappedPolicy,
     pub descriptors: Vec<DescriptorMapping>,
@@ -196,6 +204,13 @@ pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigEr
     if !(100..=60_000).contains(&demand_every_ms) {
         errors.push("demand_every_ms: 100 to 60000".to_owned());
     }
+    let rules_timeout_ms = flags
+        .rules_timeout_ms
+        .or(file.rules_timeout_ms)
+        .unwrap_or(crate::health::DEFAULT_RULES_TIMEOUT.as_millis() as u64);
+    if !(1_000..=3_600_000).contains(&rules_timeout_ms) {
+        errors.push("rules_timeout_ms (--rules-timeout-ms): 1000 to 3600000".to_owned());
+    }
     if file.descriptors.len() > MAX_MAPPINGS {
         errors.push(format!("descriptors: at most {MAX_MAPPINGS} mappings"));
     }
@@ -217,6 +232,7 @@ pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigEr
         demand_token,
         gateway_id,
         demand_every: Duration::from_millis(demand_every_ms),
+        rules_timeout: Duration::from_millis(rules_timeout_ms),
         ratelimit_headers: flags.ratelimit_headers || file.ratelimit_headers.unwrap_or(false),
         unmapped: file.unmapped.unwrap_or_default(),
         descriptors: file.descriptors,
@@ -242,6 +258,7 @@ mod tests {
             r#"
             gateways_per_region = 0
             demand_every_ms = 5
+            rules_timeout_ms = 10
             [limits."a b"]
             failure = "fail_open"
             [[descriptors]]
@@ -266,6 +283,7 @@ mod tests {
                 "limits.\"a b\"",
                 "gateways_per_region",
                 "demand_every_ms",
+                "rules_timeout_ms (--rules-timeout-ms)",
                 "descriptors[0].key",
                 "descriptors[0].limit",
             ],

@@ -65,7 +65,7 @@ enum Command {
         period_ms: u64,
     },
     /// Enforce this Region's shares for any gateway: Envoy's rate limit service (gRPC), an
-    /// HTTP check for NGINX auth_request and Traefik ForwardAuth, /metrics and /healthz
+    /// HTTP check for NGINX auth_request and Traefik ForwardAuth, /metrics, /healthz and /readyz
     /// (see docs/gateways.md). Runs until SIGINT or SIGTERM.
     Gateway(shareplane_gateway::Flags),
 }
