@@ -38,7 +38,8 @@ enum Command {
     /// invalid file, is refused with every problem logged and the running configuration kept.
     ///
     /// Environment: SHAREPLANE_CONFIG_TOML (the whole TOML text, instead of --config),
-    /// SHAREPLANE_REGION, SHAREPLANE_LISTEN, SHAREPLANE_API_TOKEN, SHAREPLANE_PHASE_MS,
+    /// SHAREPLANE_REGION, SHAREPLANE_LISTEN, SHAREPLANE_API_TOKEN (gateways' demand reports),
+    /// SHAREPLANE_ADMIN_TOKEN (operator endpoints: abandon), SHAREPLANE_PHASE_MS,
     /// SHAREPLANE_AWS_ENDPOINT, SHAREPLANE_REPLICA_ID override the file.
     Run {
         /// The TOML file (see crates/shareplane/config.example.toml).
@@ -143,6 +144,12 @@ fn validate(path: Option<PathBuf>) -> ExitCode {
                 c.phase_ms,
                 c.listen
             );
+            if c.admin_token.is_none() {
+                println!(
+                    "notice: no admin token ({} or admin_token): POST /v1/peers/{{region}}/abandon answers 403",
+                    config::ENV_ADMIN_TOKEN
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(code) => code,

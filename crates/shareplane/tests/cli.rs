@@ -37,6 +37,26 @@ fn validate_accepts_the_example_configuration() {
         stdout.contains("gateway lease 7300 ms (reclaim possible after 10000 ms, margin 2700 ms)"),
         "{stdout}"
     );
+    assert!(stdout.contains("notice: no admin token"), "{stdout}");
+    let with_admin = |admin: &str| {
+        shareplane()
+            .args(["validate", example])
+            .env("SHAREPLANE_API_TOKEN", "an-api-token-of-enough-length")
+            .env("SHAREPLANE_ADMIN_TOKEN", admin)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let out = with_admin("an-admin-token-of-its-own");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(!stdout.contains("notice"), "{stdout}");
+    let out = with_admin("an-api-token-of-enough-length");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("admin_token: must differ from the API token"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -66,6 +86,7 @@ fn validate_reports_every_problem_with_its_field() {
     let out = shareplane()
         .args(["validate"])
         .env("SHAREPLANE_CONFIG_TOML", bad)
+        .env("SHAREPLANE_ADMIN_TOKEN", "short")
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -75,6 +96,7 @@ fn validate_reports_every_problem_with_its_field() {
         "period_ms:",
         "table:",
         "api_token:",
+        "admin_token:",
         "limits[0].rate:",
         "regions[0].health_check_id:",
     ] {
