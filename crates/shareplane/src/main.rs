@@ -68,7 +68,13 @@ enum Command {
     /// Enforce this Region's shares for any gateway: Envoy's rate limit service (gRPC), an
     /// HTTP check for NGINX auth_request and Traefik ForwardAuth, /metrics, /healthz and /readyz
     /// (see docs/gateways.md). Runs until SIGINT or SIGTERM.
-    Gateway(shareplane_gateway::Flags),
+    Gateway {
+        #[command(flatten)]
+        flags: Box<shareplane_gateway::Flags>,
+        /// How log lines are written: `text`, or `json` (one object per line).
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        log_format: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -111,7 +117,7 @@ fn main() -> ExitCode {
         Command::Run { config, log_format } => run(config, &log_format),
         Command::Limits { command } => limits(command),
         Command::Demo { listen, period_ms } => demo(listen, period_ms),
-        Command::Gateway(flags) => gateway(flags),
+        Command::Gateway { flags, log_format } => gateway(*flags, &log_format),
     }
 }
 
@@ -323,7 +329,7 @@ fn demo(listen: SocketAddr, period_ms: u64) -> ExitCode {
     }
 }
 
-fn gateway(flags: shareplane_gateway::Flags) -> ExitCode {
+fn gateway(flags: shareplane_gateway::Flags, log_format: &str) -> ExitCode {
     let cfg = match shareplane_gateway::config::load(flags) {
         Ok(c) => c,
         Err(e) => {
@@ -331,7 +337,11 @@ fn gateway(flags: shareplane_gateway::Flags) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    shareplane::init_logging();
+    shareplane::init_logging_as(if log_format == "json" {
+        shareplane::LogFormat::Json
+    } else {
+        shareplane::LogFormat::Text
+    });
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,

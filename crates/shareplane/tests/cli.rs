@@ -60,6 +60,31 @@ fn validate_accepts_the_example_configuration() {
 }
 
 #[test]
+fn the_gateway_refuses_a_rules_url_that_cannot_be_a_daemon_naming_the_flag() {
+    let out = shareplane()
+        .args([
+            "gateway",
+            "--rules",
+            "http://127.0.0.1:9/v1/demand",
+            "--redis",
+            "redis://127.0.0.1:9/",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr
+            .contains("rules (--rules): \"http://127.0.0.1:9/v1/demand\" names a daemon endpoint"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn validate_and_run_refuse_a_period_too_short_for_a_gateway_lease() {
     let text = "region = \"A\"\nperiod_ms = 200\nstore = \"memory\"\n\
                 api_token = \"0123456789abcdef\"\n[[regions]]\nname = \"A\"\n\
