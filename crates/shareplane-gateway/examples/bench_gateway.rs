@@ -62,7 +62,7 @@ async fn main() -> Result<(), BoxError> {
         Some(http),
         std::future::pending(),
     ));
-    let ready = format!("http://{http_addr}/healthz");
+    let ready = format!("http://{http_addr}/readyz");
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(conc)
         .build()?;

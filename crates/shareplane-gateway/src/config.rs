@@ -22,7 +22,9 @@ pub struct Flags {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// The daemon's Region API base, e.g. http://127.0.0.1:8080 for `shareplane run`, or
-    /// http://127.0.0.1:8080/regions/A for one Region of the demo.
+    /// http://127.0.0.1:8080/regions/A for one Region of the demo; its rules endpoint
+    /// (…/v1/rules, the infra's published rulesUrl) is taken as that base. Any other endpoint
+    /// (…/v1/demand, …/healthz) is refused at start-up.
     #[arg(long)]
     pub rules: Option<String>,
     /// The Region's Redis/Valkey: redis://host:port/ or rediss://host:port/ (TLS).
@@ -34,7 +36,7 @@ pub struct Flags {
     /// Envoy's rate limit service (gRPC), e.g. 127.0.0.1:8081.
     #[arg(long)]
     pub grpc_listen: Option<SocketAddr>,
-    /// The HTTP check (NGINX auth_request, Traefik ForwardAuth), /metrics and /healthz.
+    /// The HTTP check (NGINX auth_request, Traefik ForwardAuth), /metrics, /healthz and /readyz.
     #[arg(long)]
     pub http_listen: Option<SocketAddr>,
     /// The bearer token of the daemon's POST /v1/demand (or SHAREPLANE_DEMAND_TOKEN); without it
@@ -50,6 +52,10 @@ pub struct Flags {
     /// Add the RateLimit and RateLimit-Policy fields of draft-ietf-httpapi-ratelimit-headers.
     #[arg(long)]
     pub ratelimit_headers: bool,
+    /// How long after the start a gateway may run without a rule set before it logs an error
+    /// (default 30000; it is not ready until one loads either way).
+    #[arg(long)]
+    pub rules_timeout_ms: Option<u64>,
 }
 
 /// The TOML file. Every field is optional; flags override.
@@ -66,6 +72,8 @@ pub struct FileConfig {
     pub gateway_id: Option<String>,
     pub demand_token: Option<String>,
     pub demand_every_ms: Option<u64>,
+    /// See [`Flags::rules_timeout_ms`].
+    pub rules_timeout_ms: Option<u64>,
     pub gateways_per_region: Option<u32>,
     pub max_cost: Option<u32>,
     pub redis_timeout_ms: Option<u64>,
@@ -99,6 +107,8 @@ pub struct GatewayConfig {
     pub demand_token: Option<String>,
     pub gateway_id: String,
     pub demand_every: Duration,
+    /// No rule set this long after the start: an error is logged (see [`crate::health`]).
+    pub rules_timeout: Duration,
     pub ratelimit_headers: bool,
     pub unmapped: UnmappedPolicy,
     pub descriptors: Vec<DescriptorMapping>,
@@ -127,12 +137,20 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
 /// Applies `flags` over `file` and validates the result.
 pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigError> {
     let mut errors = Vec::new();
-    let rules_url = flags.rules.or(file.rules).unwrap_or_default();
-    if !(rules_url.starts_with("http://") || rules_url.starts_with("https://")) {
-        errors.push(format!(
-            "rules: the daemon's base URL (http://…) is required, got {rules_url:?}"
-        ));
-    }
+    let rules_url = match flags.rules.or(file.rules) {
+        None => {
+            errors.push(
+                "rules (--rules): the daemon's base URL is required, e.g. \
+                 http://shareplane.internal:8080 (or its …/v1/rules)"
+                    .to_owned(),
+            );
+            String::new()
+        }
+        Some(given) => shareplane_limiter::http::daemon_base_url(&given).unwrap_or_else(|e| {
+            errors.push(format!("rules (--rules): {e}"));
+            String::new()
+        }),
+    };
     let redis_url = flags.redis.or(file.redis).unwrap_or_default();
     if !(redis_url.starts_with("redis://") || redis_url.starts_with("rediss://")) {
         errors.push(format!(
@@ -186,6 +204,13 @@ pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigEr
     if !(100..=60_000).contains(&demand_every_ms) {
         errors.push("demand_every_ms: 100 to 60000".to_owned());
     }
+    let rules_timeout_ms = flags
+        .rules_timeout_ms
+        .or(file.rules_timeout_ms)
+        .unwrap_or(crate::health::DEFAULT_RULES_TIMEOUT.as_millis() as u64);
+    if !(1_000..=3_600_000).contains(&rules_timeout_ms) {
+        errors.push("rules_timeout_ms (--rules-timeout-ms): 1000 to 3600000".to_owned());
+    }
     if file.descriptors.len() > MAX_MAPPINGS {
         errors.push(format!("descriptors: at most {MAX_MAPPINGS} mappings"));
     }
@@ -207,6 +232,7 @@ pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigEr
         demand_token,
         gateway_id,
         demand_every: Duration::from_millis(demand_every_ms),
+        rules_timeout: Duration::from_millis(rules_timeout_ms),
         ratelimit_headers: flags.ratelimit_headers || file.ratelimit_headers.unwrap_or(false),
         unmapped: file.unmapped.unwrap_or_default(),
         descriptors: file.descriptors,
@@ -232,6 +258,7 @@ mod tests {
             r#"
             gateways_per_region = 0
             demand_every_ms = 5
+            rules_timeout_ms = 10
             [limits."a b"]
             failure = "fail_open"
             [[descriptors]]
@@ -250,12 +277,13 @@ mod tests {
         assert_eq!(
             fields,
             [
-                "rules",
+                "rules (--rules)",
                 "redis",
                 "grpc_listen, http_listen",
                 "limits.\"a b\"",
                 "gateways_per_region",
                 "demand_every_ms",
+                "rules_timeout_ms (--rules-timeout-ms)",
                 "descriptors[0].key",
                 "descriptors[0].limit",
             ],
@@ -310,6 +338,46 @@ mod tests {
         );
         assert_eq!(c.descriptors.len(), 1);
         assert_eq!(c.limiter.gateways_per_region, 4);
+    }
+
+    #[test]
+    fn the_published_rules_url_is_taken_as_the_base_and_other_endpoints_are_refused() {
+        for given in [
+            "http://api.a.example.com:8080",
+            "http://api.a.example.com:8080/",
+            "http://api.a.example.com:8080/v1/rules",
+            "http://api.a.example.com:8080/v1/rules/",
+        ] {
+            let f = Flags {
+                rules: Some(given.into()),
+                ..flags()
+            };
+            let c = resolve(FileConfig::default(), f).unwrap_or_else(|e| panic!("{given}: {e}"));
+            assert_eq!(c.rules_url, "http://api.a.example.com:8080", "{given}");
+        }
+        // From the file too.
+        let file = FileConfig {
+            rules: Some("https://api.b.example.com/v1/rules".into()),
+            ..FileConfig::default()
+        };
+        let f = Flags {
+            rules: None,
+            ..flags()
+        };
+        let c = resolve(file, f).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.rules_url, "https://api.b.example.com");
+        for given in ["http://h:8080/v1/demand", "http://h:8080/readyz", "h:8080"] {
+            let f = Flags {
+                rules: Some(given.into()),
+                ..flags()
+            };
+            let Err(ConfigError(errors)) = resolve(FileConfig::default(), f) else {
+                panic!("{given} accepted");
+            };
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(errors[0].starts_with("rules (--rules): "), "{errors:?}");
+            assert!(errors[0].contains(given), "{errors:?}");
+        }
     }
 
     #[test]

@@ -9,12 +9,13 @@
 //!   Limits may also come from the `x-shareplane-limit` header (comma-separated) and the cost from
 //!   `x-shareplane-cost`, so a proxy can set them per request. Any method is accepted (ForwardAuth
 //!   forwards the client's); the body is ignored and bounded.
-//! - `GET /metrics` (Prometheus text), `GET /healthz`: 503 until a rule set is loaded and Redis
-//!   was reached once, then 200 (a one-way latch: later Redis failures are served by the failure
-//!   policies, and the body says so).
+//! - `GET /metrics` (Prometheus text);
+//! - `GET /healthz` (liveness): 200 unless the gateway is wedged; the body also carries the
+//!   readiness line;
+//! - `GET /readyz` (readiness): 503 with a one-line reason while no rule set is loaded, Redis was
+//!   never reached, or the gateway is fenced; 200 otherwise (see [`crate::health`]).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
@@ -23,6 +24,7 @@ use axum::routing::{any, get};
 use axum::Router;
 
 use crate::decide::{ratelimit_fields, Code, DecideError, Decider, Outcome};
+use crate::health::Health;
 use crate::metrics::Api;
 
 /// The largest request body read (the check ignores it).
@@ -35,19 +37,22 @@ pub const COST_HEADER: &str = "x-shareplane-cost";
 #[derive(Clone)]
 struct App {
     decider: Arc<Decider>,
+    health: Arc<Health>,
     ratelimit_headers: bool,
 }
 
-/// The router: the check, `/metrics` and `/healthz`.
-pub fn router(decider: Arc<Decider>, ratelimit_headers: bool) -> Router {
+/// The router: the check, `/metrics`, `/healthz` and `/readyz`.
+pub fn router(decider: Arc<Decider>, health: Arc<Health>, ratelimit_headers: bool) -> Router {
     Router::new()
         .route("/v1/check", any(check_429))
         .route("/v1/auth_request", any(check_403))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(App {
             decider,
+            health,
             ratelimit_headers,
         })
 }
@@ -167,42 +172,28 @@ fn answer(o: &Outcome, refuse: StatusCode, ratelimit_headers: bool) -> Response 
 async fn metrics(State(app): State<App>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.decider.metrics.render(&app.decider.limiter),
+        app.decider
+            .metrics
+            .render(&app.decider.limiter, &app.health),
     )
         .into_response()
 }
 
 async fn healthz(State(app): State<App>) -> Response {
-    let l = &app.decider.limiter;
-    match (l.rules(), l.redis_reached_once()) {
-        (None, _) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no rule set loaded yet\n".to_owned(),
-        )
-            .into_response(),
-        (Some(_), Err(e)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("Redis not reached yet: {e}\n"),
-        )
-            .into_response(),
-        (Some(set), Ok(())) => {
-            let lease = l
-                .stats()
-                .lease_remaining
-                .map_or("unbounded".to_owned(), |d: Duration| {
-                    format!("{} ms", d.as_millis())
-                });
-            (
-                StatusCode::OK,
-                format!(
-                    "ok: rules version {}, lease {lease}, fenced {}, fallback {}\n",
-                    set.version(),
-                    l.is_fenced(),
-                    l.in_fallback()
-                ),
-            )
-                .into_response()
-        }
+    let ready = match app.health.readiness(&app.decider.limiter) {
+        Ok(line) => line,
+        Err(why) => format!("not ready: {why}"),
+    };
+    match app.health.liveness() {
+        Ok(()) => (StatusCode::OK, format!("alive ({ready})\n")).into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+    }
+}
+
+async fn readyz(State(app): State<App>) -> Response {
+    match app.health.readiness(&app.decider.limiter) {
+        Ok(line) => (StatusCode::OK, format!("{line}\n")).into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
     }
 }
 

@@ -3,7 +3,7 @@
 //! - [`grpc`]: Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`), which
 //!   Envoy, Istio, Contour, Emissary, Envoy Gateway and Gloo call;
 //! - [`http`]: an HTTP check for NGINX `auth_request` (403) and Traefik ForwardAuth (429), with
-//!   `/metrics` and `/healthz`;
+//!   `/metrics`, `/healthz` (liveness) and `/readyz` (readiness, see [`health`]);
 //! - [`mapping`]: which limit a descriptor names; [`decide`]: one decision for either front end;
 //! - [`config`]: flags and the TOML file; [`metrics`]: the Prometheus text.
 //!
@@ -14,6 +14,7 @@
 pub mod config;
 pub mod decide;
 pub mod grpc;
+pub mod health;
 pub mod http;
 pub mod mapping;
 pub mod metrics;
@@ -106,8 +107,22 @@ pub async fn serve(
         }
     };
     let watcher = RuleWatcher::new(client.clone(), &cfg.rules_url, RULES_WAIT_MS);
+    let health = Arc::new(health::Health::new(watcher.clone(), cfg.rules_timeout));
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(watcher.run(limiter.clone(), stopped()));
+    let guard = health.watcher_guard();
+    let watching = watcher.run(limiter.clone(), stopped());
+    tasks.spawn(async move {
+        watching.await;
+        drop(guard);
+    });
+    let deadline = health.clone().rules_deadline(limiter.clone());
+    let stop = stopped();
+    tasks.spawn(async move {
+        tokio::select! {
+            () = deadline => {}
+            () = stop => {}
+        }
+    });
     match &cfg.demand_token {
         Some(token) => {
             let incarnation = shareplane_limiter::demand::Incarnation::now();
@@ -142,7 +157,7 @@ pub async fn serve(
         })
     });
     let http_server = http.map(|l| {
-        let app = http::router(decider.clone(), cfg.ratelimit_headers);
+        let app = http::router(decider.clone(), health, cfg.ratelimit_headers);
         let stop = stopped();
         tokio::spawn(async move {
             let r = axum::serve(l, app).with_graceful_shutdown(stop).await;

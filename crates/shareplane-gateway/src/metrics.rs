@@ -12,6 +12,7 @@ use std::time::Duration;
 use shareplane_limiter::Limiter;
 
 use crate::decide::{Code, DecideError, Outcome};
+use crate::health::Health;
 use crate::mapping::UnmappedPolicy;
 
 /// Which front end a request came through.
@@ -101,8 +102,8 @@ impl Metrics {
         *m.entry((api, result)).or_default() += 1;
     }
 
-    /// Everything, with the limiter's own counters and gauges.
-    pub fn render(&self, limiter: &Limiter) -> String {
+    /// Everything, with the limiter's own counters and gauges and the gateway's health.
+    pub fn render(&self, limiter: &Limiter, health: &Health) -> String {
         let mut out = String::new();
         let st = limiter.stats();
         head(
@@ -264,8 +265,41 @@ impl Metrics {
             "Calls refused because capacity limits were fenced.",
             st.fenced_refusals as f64,
         );
+        render_health(&mut out, limiter, health);
         out
     }
+}
+
+/// The states `/readyz` reports, as gauges (alarms are built on these names: keep them).
+fn render_health(out: &mut String, limiter: &Limiter, health: &Health) {
+    gauge(
+        out,
+        "shareplane_gateway_rules_loaded",
+        "gauge",
+        "1 once a rule set is loaded (0: this gateway does not limit; see /readyz).",
+        f64::from(u8::from(limiter.rules().is_some())),
+    );
+    gauge(
+        out,
+        "shareplane_gateway_rules_overdue",
+        "gauge",
+        "1 while no rule set is loaded past rules_timeout_ms after the start.",
+        f64::from(u8::from(health.rules_overdue(limiter))),
+    );
+    gauge(
+        out,
+        "shareplane_gateway_rules_fetch_failures_total",
+        "counter",
+        "Rule fetches from the daemon that failed.",
+        health.fetch_failures() as f64,
+    );
+    gauge(
+        out,
+        "shareplane_gateway_ready",
+        "gauge",
+        "1 while /readyz answers 200: a rule set loaded, Redis reached once, not fenced.",
+        f64::from(u8::from(health.readiness(limiter).is_ok())),
+    );
 }
 
 fn head(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -1,6 +1,7 @@
 //! The HTTP check behind a real NGINX running docs/gateways.md's configuration (`auth_request`,
-//! `error_page 403 =429`) in front of a small upstream, driven with curl; and the check as
-//! Traefik ForwardAuth sees it (429 with Retry-After straight from the gateway).
+//! `error_page 403 =429`, and `error_page 500 =503` for a gateway that is down or not ready) in
+//! front of a small upstream, driven with curl; and the check as Traefik ForwardAuth sees it
+//! (429 with Retry-After straight from the gateway).
 
 mod common;
 
@@ -200,7 +201,7 @@ async fn nginx_auth_request_passes_under_the_share_and_answers_429_with_retry_af
     );
     assert_eq!(bad, 400);
     assert!(why.contains("not a whole number"), "{why}");
-    let (health, _, text) = curl(&curl_bin, &format!("{}/healthz", gw.http));
+    let (health, _, text) = curl(&curl_bin, &format!("{}/readyz", gw.http));
     assert_eq!(health, 200, "{text}");
 
     let m = gw.metrics().await;
@@ -216,6 +217,13 @@ async fn nginx_auth_request_passes_under_the_share_and_answers_429_with_retry_af
         ),
         Some(1.0)
     );
-    drop(proc);
+
+    // The gateway down: NGINX's auth_request would answer 500; the docs' recipe makes it 503
+    // with a Retry-After, and nothing reaches the upstream.
     gw.stop().await;
+    let (status, h, body) = curl(&curl_bin, &url);
+    assert_eq!(status, 503, "{h:?} {body}");
+    assert_eq!(header(&h, "retry-after"), Some("1"), "{h:?}");
+    assert_eq!(body, "rate limit check unavailable\n");
+    drop(proc);
 }

@@ -191,7 +191,7 @@ impl DemandReporter {
         }
         Ok(Self {
             http,
-            url: format!("{}/v1/demand", base_url.trim_end_matches('/')),
+            url: format!("{}/v1/demand", crate::http::lenient_base_url(base_url)),
             token: token.to_owned(),
             gateway: gateway.to_owned(),
             incarnation: incarnation.into(),

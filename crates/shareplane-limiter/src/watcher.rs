@@ -19,8 +19,8 @@
 //! the watcher notes (and logs) at the moment it happens.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::http::{read_capped, HttpError, MAX_RULES_BODY};
@@ -36,10 +36,25 @@ pub const MAX_WAIT_MS: u64 = 30_000;
 pub enum WatchError {
     #[error(transparent)]
     Http(#[from] HttpError),
-    #[error("daemon answered status {0}")]
+    #[error("daemon answered status {status}{hint}", status = .0, hint = status_hint(*.0))]
     Status(u16),
     #[error("rule set refused: {0}")]
     RuleSet(#[from] RuleSetError),
+}
+
+fn status_hint(status: u16) -> &'static str {
+    match status {
+        404 => " (no rules endpoint there: is the rules URL the daemon's base URL?)",
+        _ => "",
+    }
+}
+
+/// What the watcher's fetches did lately, for a gateway's readiness and metrics.
+#[derive(Debug, Default)]
+pub struct WatchStatus {
+    /// The last failed fetch's reason, with its causes; cleared by a fetch that succeeds.
+    last_error: Mutex<Option<String>>,
+    failures: AtomicU64,
 }
 
 /// One fetch's outcome.
@@ -62,19 +77,57 @@ pub struct RuleWatcher {
     /// The daemon refused a request for a delta (`400`: a daemon that predates deltas refuses
     /// query fields it does not know): never ask it for one again.
     no_deltas: Arc<AtomicBool>,
+    status: Arc<WatchStatus>,
 }
 
 impl RuleWatcher {
-    /// `base_url` is the daemon's, e.g. `http://127.0.0.1:8080`; `wait_ms` is capped at
+    /// `base_url` is the daemon's, e.g. `http://127.0.0.1:8080`, or its rules endpoint
+    /// (`…/v1/rules`, see [`crate::http::daemon_base_url`]); `wait_ms` is capped at
     /// [`MAX_WAIT_MS`].
     pub fn new(http: reqwest::Client, base_url: &str, wait_ms: u64) -> Self {
-        let base_url = base_url.trim_end_matches('/').to_owned();
+        let base_url = crate::http::lenient_base_url(base_url);
         Self {
             http,
             base_url,
             wait_ms: wait_ms.min(MAX_WAIT_MS),
             whole_next: Arc::new(AtomicBool::new(false)),
             no_deltas: Arc::new(AtomicBool::new(false)),
+            status: Arc::default(),
+        }
+    }
+
+    /// The daemon's base URL this watcher polls.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// Why the last fetch failed (with its causes, e.g. "… tcp connect error: Connection
+    /// refused"), unless one succeeded since. Clones of this watcher share it.
+    pub fn last_error(&self) -> Option<String> {
+        self.status
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Fetches that failed since the start.
+    pub fn failures(&self) -> u64 {
+        self.status.failures.load(Ordering::Relaxed)
+    }
+
+    fn note(&self, outcome: Result<(), &WatchError>) {
+        let mut last = self
+            .status
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match outcome {
+            Ok(()) => *last = None,
+            Err(e) => {
+                self.status.failures.fetch_add(1, Ordering::Relaxed);
+                *last = Some(e.to_string());
+            }
         }
     }
 
@@ -191,6 +244,7 @@ impl RuleWatcher {
             let Some(outcome) = watching_the_lease(&limiter, &mut shutdown, poll).await else {
                 return;
             };
+            self.note(outcome.as_ref().map(|_| ()));
             let pause = match outcome {
                 Ok(Some(Install::Ignored { .. })) => {
                     // A daemon that keeps answering with an old set would otherwise be polled in a

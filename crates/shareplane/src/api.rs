@@ -3,12 +3,12 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /v1/rules` | the rule set and its `lease_ms`; `ETag`, `If-None-Match` → 304; long-poll `?after=V&wait_ms=W&lease_seq=S`, answered on a newer version or a lease renewal; lease headers on every answer |
-//! | `POST /v1/demand` | a gateway's running totals, and what its shadow limits would have refused (`would_refuse`) (bearer token; body ≤ 64 KiB); 422 names implausible totals |
+//! | `POST /v1/demand` | a gateway's running totals, and what its shadow limits would have refused (`would_refuse`) (bearer API token; body ≤ 64 KiB); 422 names implausible totals |
 //! | `GET /dashboard` | a read-only page of this Region's view of every Region (reads `v1/state` and `v1/events`) |
 //! | `GET /v1/state` | why each share is what it is; `?limits_from=I&limits_count=N` pages the limits (`limits_total`, `next_limits_from`) |
 //! | `GET /v1/events` | operator events, oldest first (`?after=SEQ`: only newer ones); at most the last 1,000 |
 //! | `GET /v1/limits/{id}/explain` | one limit: demand, target, share, pool, grants in flight, why the share is what it is (`why`, `why_detail`: at target or floor, step cap, waiting for grants from whom, silent peers, fenced, in debt), peers, health, policy |
-//! | `POST /v1/peers/{region}/abandon` | `{"epoch": E}` (bearer token): stop waiting for the last record of that peer's ended epoch `E` (`waiting_for_record:<region>`); 202, decided at the next rebalance (event `estate_abandoned` or `abandon_refused`); 409 unless this replica leads and waits for exactly that record |
+//! | `POST /v1/peers/{region}/abandon` | `{"epoch": E}` (bearer **admin** token; 403 for the API token or when no admin token is configured): stop waiting for the last record of that peer's ended epoch `E` (`waiting_for_record:<region>`); 202, decided at the next rebalance (event `estate_abandoned` or `abandon_refused`); 409 unless this replica leads and waits for exactly that record |
 //! | `GET /healthz`, `/readyz`, `/metrics` | liveness, readiness latch, Prometheus text |
 //!
 //! Every answer is gzip-compressed when the request says `Accept-Encoding: gzip`. Every refusal
@@ -16,6 +16,7 @@
 
 use crate::rules::RuleSet;
 use crate::state::Shared;
+use crate::tokens;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -245,7 +246,8 @@ struct DemandReport {
     would_refuse: BTreeMap<String, u64>,
 }
 
-/// Checks `Authorization: Bearer <token>` in time independent of where the tokens differ.
+/// Checks `Authorization: Bearer <API token>` (what gateways hold: demand reports only), in time
+/// independent of where the tokens differ.
 pub fn authorized(s: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(want) = s.api_token.as_deref() else {
         return Err(err(
@@ -253,21 +255,44 @@ pub fn authorized(s: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
             "writes are disabled: no API token is configured",
         ));
     };
-    let got = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+    let got = tokens::bearer(headers)
         .ok_or_else(|| err(StatusCode::UNAUTHORIZED, "missing bearer token"))?;
-    let (a, b) = (got.as_bytes(), want.as_bytes());
-    let mut diff = a.len() ^ b.len();
-    for (i, &x) in b.iter().enumerate() {
-        diff |= usize::from(x ^ a.get(i).copied().unwrap_or(0));
-    }
-    if diff == 0 {
+    if tokens::same(got, want) {
         Ok(())
     } else {
         Err(err(StatusCode::UNAUTHORIZED, "wrong bearer token"))
     }
+}
+
+/// Checks `Authorization: Bearer <admin token>` for an operator endpoint: 403 when no admin
+/// token is configured or the API token (which only reports demand) is offered, 401 otherwise.
+pub fn authorized_admin(s: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(want) = s.admin_token.as_deref() else {
+        return Err(err(
+            StatusCode::FORBIDDEN,
+            format!(
+                "operator endpoints are disabled: no admin token is configured (set {} or \
+                 admin_token, and restart the daemon)",
+                crate::config::ENV_ADMIN_TOKEN
+            ),
+        ));
+    };
+    let got = tokens::bearer(headers)
+        .ok_or_else(|| err(StatusCode::UNAUTHORIZED, "missing bearer token"))?;
+    if tokens::same(got, want) {
+        return Ok(());
+    }
+    if s.api_token
+        .as_deref()
+        .is_some_and(|api| tokens::same(got, api))
+    {
+        return Err(err(
+            StatusCode::FORBIDDEN,
+            "this is the API (demand) token, which only reports demand: operator endpoints \
+             take the admin token",
+        ));
+    }
+    Err(err(StatusCode::UNAUTHORIZED, "wrong bearer token"))
 }
 
 async fn demand(
@@ -338,7 +363,7 @@ async fn abandon(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    authorized(&s, &headers)?;
+    authorized_admin(&s, &headers)?;
     let body = body.map_err(|e| err(e.status(), e.body_text()))?;
     let req: AbandonRequest = serde_json::from_slice(&body).map_err(|e| {
         err(

@@ -18,6 +18,7 @@ pub const ENV_CONFIG_TOML: &str = "SHAREPLANE_CONFIG_TOML";
 pub const ENV_REGION: &str = "SHAREPLANE_REGION";
 pub const ENV_LISTEN: &str = "SHAREPLANE_LISTEN";
 pub const ENV_API_TOKEN: &str = "SHAREPLANE_API_TOKEN";
+pub const ENV_ADMIN_TOKEN: &str = "SHAREPLANE_ADMIN_TOKEN";
 pub const ENV_PHASE_MS: &str = "SHAREPLANE_PHASE_MS";
 pub const ENV_AWS_ENDPOINT: &str = "SHAREPLANE_AWS_ENDPOINT";
 pub const ENV_REPLICA_ID: &str = "SHAREPLANE_REPLICA_ID";
@@ -25,7 +26,7 @@ pub const ENV_REPLICA_ID: &str = "SHAREPLANE_REPLICA_ID";
 /// The longest configuration text accepted (a file or the environment variable): 100,000 limits
 /// take about 6 MB.
 pub const MAX_CONFIG_BYTES: usize = 16 << 20;
-/// The shortest API token accepted: anything shorter is guessable.
+/// The shortest API or admin token accepted: anything shorter is guessable.
 pub const MIN_TOKEN_CHARS: usize = 16;
 
 /// The file as written, before checks.
@@ -53,6 +54,8 @@ pub struct RawConfig {
     pub fence: Option<String>,
     pub listen: Option<String>,
     pub api_token: Option<String>,
+    /// The operator's token (see [`crate::tokens`]); `SHAREPLANE_ADMIN_TOKEN` is preferred.
+    pub admin_token: Option<String>,
     pub replica_id: Option<String>,
     /// Phase ticks a peer may run other limits (a different digest) before the
     /// `limits_mismatch:<peer>` alarm; default 10.
@@ -151,6 +154,8 @@ pub struct Config {
     pub metrics_namespace: String,
     pub listen: SocketAddr,
     pub api_token: Option<String>,
+    /// The operator's token: `None` refuses the operator endpoints (see [`crate::tokens`]).
+    pub admin_token: Option<String>,
     pub replica_id: String,
     /// Phase ticks a peer may run other limits before the `limits_mismatch:<peer>` alarm.
     pub limits_rollout_periods: u32,
@@ -184,7 +189,7 @@ fn render(errors: &[ConfigError]) -> String {
     format!("invalid configuration ({n} {noun}):\n{}", lines.join("\n"))
 }
 
-fn problem(field: impl Into<String>, what: impl Into<String>) -> ConfigError {
+pub(crate) fn problem(field: impl Into<String>, what: impl Into<String>) -> ConfigError {
     ConfigError {
         field: field.into(),
         problem: what.into(),
@@ -263,6 +268,9 @@ fn apply_env(raw: &mut RawConfig, env: &BTreeMap<String, String>, errors: &mut V
     if let Some(v) = env.get(ENV_API_TOKEN) {
         raw.api_token = Some(v.clone());
     }
+    if let Some(v) = env.get(ENV_ADMIN_TOKEN) {
+        raw.admin_token = Some(v.clone());
+    }
     if let Some(v) = env.get(ENV_AWS_ENDPOINT) {
         raw.aws_endpoint = Some(v.clone());
     }
@@ -318,7 +326,12 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     let fence = choice(errors, "fence", &raw.fence, Fence::NAMES);
     check_aws(&raw, store, policy, errors);
     let listen = check_listen(raw.listen.as_deref(), errors);
-    let api_token = check_token(raw.api_token.as_deref(), errors);
+    let api_token = crate::tokens::check_api_token(raw.api_token.as_deref(), errors);
+    let admin_token = crate::tokens::check_admin_token(
+        raw.admin_token.as_deref(),
+        raw.api_token.as_deref(),
+        errors,
+    );
     let limits_source = choice(
         errors,
         "limits_source",
@@ -401,6 +414,7 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         metrics_namespace: raw.metrics_namespace.unwrap_or_else(|| "Shareplane".into()),
         listen,
         api_token,
+        admin_token,
         replica_id,
         test_store_delay: std::time::Duration::from_millis(test_store_delay_ms),
         limits_rollout_periods,
@@ -513,7 +527,7 @@ pub fn plan_reload(old: &Config, new: &Config) -> Result<LimitChanges, ConfigErr
 fn fixed_fields(old: &Config, new: &Config, errors: &mut Vec<ConfigError>) {
     let (a, b) = (&old.deployment, &new.deployment);
     let secret = |t: &Option<String>| t.as_ref().map(|_| "(set)".to_string());
-    let fields: [(&str, String, String); 18] = [
+    let fields: [(&str, String, String); 19] = [
         (
             "limits_source",
             old.limits_source.name().to_string(),
@@ -580,17 +594,23 @@ fn fixed_fields(old: &Config, new: &Config, errors: &mut Vec<ConfigError>) {
             format!("{:?}", secret(&old.api_token)),
             String::new(),
         ),
+        (
+            "admin_token",
+            format!("{:?}", secret(&old.admin_token)),
+            String::new(),
+        ),
     ];
     for (field, was, now) in fields {
-        let changed = if field == "api_token" {
-            old.api_token != new.api_token
-        } else {
-            was != now
+        let token = field.ends_with("_token");
+        let changed = match field {
+            "api_token" => old.api_token != new.api_token,
+            "admin_token" => old.admin_token != new.admin_token,
+            _ => was != now,
         };
         if !changed {
             continue;
         }
-        let what = if field == "api_token" {
+        let what = if token {
             "cannot change while the daemon runs; restart it to change the token".to_string()
         } else {
             format!("cannot change while the daemon runs (running {was}, file {now}); restart it to change this")
@@ -746,24 +766,6 @@ fn check_listen(given: Option<&str>, errors: &mut Vec<ConfigError>) -> SocketAdd
         ));
         SocketAddr::from(([127, 0, 0, 1], 8080))
     })
-}
-
-fn check_token(given: Option<&str>, errors: &mut Vec<ConfigError>) -> Option<String> {
-    let token = given.filter(|t| !t.is_empty());
-    let why = match token {
-        None => format!(
-            "required for the write endpoints; set {ENV_API_TOKEN} (preferred) or api_token"
-        ),
-        Some(t) if t.chars().count() < MIN_TOKEN_CHARS => {
-            format!("must be at least {MIN_TOKEN_CHARS} characters")
-        }
-        Some(t) if t.chars().any(|c| c.is_whitespace() || c.is_control()) => {
-            "must not contain spaces or control characters".to_string()
-        }
-        Some(_) => return token.map(str::to_string),
-    };
-    errors.push(problem("api_token", why));
-    None
 }
 
 /// `host-<random UUID>`: two processes never share one, even with the same host name and

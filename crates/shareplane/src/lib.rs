@@ -32,6 +32,7 @@ pub mod rules;
 pub mod slow_store;
 pub mod state;
 pub mod table;
+pub mod tokens;
 pub mod view;
 
 use crate::config::{Config, LimitsSource, StoreKind};
@@ -192,13 +193,21 @@ impl RegionDaemon {
         source: reload::ConfigSource,
         shutdown: watch::Receiver<bool>,
     ) -> RegionDaemon {
-        let shared = Shared::new(
+        let shared = Shared::new_with_admin(
             cfg.deployment.clone(),
             cfg.me,
             clock::Clock::wall(),
             cfg.api_token.clone(),
+            cfg.admin_token.clone(),
             shutdown.clone(),
         );
+        if cfg.admin_token.is_none() {
+            tracing::info!(
+                "notice: no admin token ({} or admin_token): the operator endpoints \
+                 (POST /v1/peers/{{region}}/abandon) answer 403 until one is configured",
+                config::ENV_ADMIN_TOKEN
+            );
+        }
         let (reloader, reloads) = reload::Reloader::new(source, cfg.clone(), shared.clone());
         tokio::spawn(reloader.run());
         RegionDaemon {

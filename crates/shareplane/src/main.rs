@@ -38,7 +38,8 @@ enum Command {
     /// invalid file, is refused with every problem logged and the running configuration kept.
     ///
     /// Environment: SHAREPLANE_CONFIG_TOML (the whole TOML text, instead of --config),
-    /// SHAREPLANE_REGION, SHAREPLANE_LISTEN, SHAREPLANE_API_TOKEN, SHAREPLANE_PHASE_MS,
+    /// SHAREPLANE_REGION, SHAREPLANE_LISTEN, SHAREPLANE_API_TOKEN (gateways' demand reports),
+    /// SHAREPLANE_ADMIN_TOKEN (operator endpoints: abandon), SHAREPLANE_PHASE_MS,
     /// SHAREPLANE_AWS_ENDPOINT, SHAREPLANE_REPLICA_ID override the file.
     Run {
         /// The TOML file (see crates/shareplane/config.example.toml).
@@ -65,9 +66,15 @@ enum Command {
         period_ms: u64,
     },
     /// Enforce this Region's shares for any gateway: Envoy's rate limit service (gRPC), an
-    /// HTTP check for NGINX auth_request and Traefik ForwardAuth, /metrics and /healthz
+    /// HTTP check for NGINX auth_request and Traefik ForwardAuth, /metrics, /healthz and /readyz
     /// (see docs/gateways.md). Runs until SIGINT or SIGTERM.
-    Gateway(shareplane_gateway::Flags),
+    Gateway {
+        #[command(flatten)]
+        flags: Box<shareplane_gateway::Flags>,
+        /// How log lines are written: `text`, or `json` (one object per line).
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        log_format: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -110,7 +117,7 @@ fn main() -> ExitCode {
         Command::Run { config, log_format } => run(config, &log_format),
         Command::Limits { command } => limits(command),
         Command::Demo { listen, period_ms } => demo(listen, period_ms),
-        Command::Gateway(flags) => gateway(flags),
+        Command::Gateway { flags, log_format } => gateway(*flags, &log_format),
     }
 }
 
@@ -143,6 +150,12 @@ fn validate(path: Option<PathBuf>) -> ExitCode {
                 c.phase_ms,
                 c.listen
             );
+            if c.admin_token.is_none() {
+                println!(
+                    "notice: no admin token ({} or admin_token): POST /v1/peers/{{region}}/abandon answers 403",
+                    config::ENV_ADMIN_TOKEN
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(code) => code,
@@ -316,7 +329,7 @@ fn demo(listen: SocketAddr, period_ms: u64) -> ExitCode {
     }
 }
 
-fn gateway(flags: shareplane_gateway::Flags) -> ExitCode {
+fn gateway(flags: shareplane_gateway::Flags, log_format: &str) -> ExitCode {
     let cfg = match shareplane_gateway::config::load(flags) {
         Ok(c) => c,
         Err(e) => {
@@ -324,7 +337,11 @@ fn gateway(flags: shareplane_gateway::Flags) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    shareplane::init_logging();
+    shareplane::init_logging_as(if log_format == "json" {
+        shareplane::LogFormat::Json
+    } else {
+        shareplane::LogFormat::Text
+    });
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,

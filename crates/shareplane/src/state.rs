@@ -27,8 +27,11 @@ pub struct Shared {
     /// What the last reloads of the configuration did (`GET /v1/state`, `config`).
     config: RwLock<ConfigStatus>,
     pub clock: Clock,
-    /// Bearer token for write endpoints; `None` refuses every write.
+    /// Bearer token of `POST /v1/demand` (every gateway holds it); `None` refuses it.
     pub api_token: Option<String>,
+    /// Bearer token of the operator endpoints (`POST /v1/peers/{region}/abandon`); `None`
+    /// refuses them (see [`crate::tokens`]).
+    pub admin_token: Option<String>,
     pub metrics: Metrics,
     /// Operator events (`GET /v1/events`), each also logged as one line.
     pub events: crate::events::EventLog,
@@ -44,11 +47,24 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// A Region's state without an admin token (its operator endpoints answer 403).
     pub fn new(
         d: Arc<Deployment>,
         me: RegionId,
         clock: Clock,
         api_token: Option<String>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Arc<Shared> {
+        Self::new_with_admin(d, me, clock, api_token, None, shutdown)
+    }
+
+    /// A Region's state whose operator endpoints take `admin_token`.
+    pub fn new_with_admin(
+        d: Arc<Deployment>,
+        me: RegionId,
+        clock: Clock,
+        api_token: Option<String>,
+        admin_token: Option<String>,
         shutdown: watch::Receiver<bool>,
     ) -> Arc<Shared> {
         let region = d.region_name(me).to_string();
@@ -59,6 +75,7 @@ impl Shared {
             me,
             clock,
             api_token,
+            admin_token,
             metrics: Metrics::new(),
             events: crate::events::EventLog::default(),
             rules: watch::channel(Arc::new(RuleSet::none())).0,

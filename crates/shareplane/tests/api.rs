@@ -15,13 +15,20 @@ use tokio::sync::watch;
 use tower::ServiceExt;
 
 const TOKEN: &str = "0123456789abcdef-token";
+const ADMIN: &str = "fedcba9876543210-admin";
 
 fn shared() -> (Arc<Shared>, watch::Sender<bool>) {
+    shared_with_admin(None)
+}
+
+fn shared_with_admin(admin: Option<&str>) -> (Arc<Shared>, watch::Sender<bool>) {
     let d = Arc::new(shareplane::demo::deployment(5_000).unwrap_or_else(|e| panic!("{e}")));
     let (tx, rx) = watch::channel(false);
     let me = RegionId::new(0).unwrap_or_else(|| panic!("region 0"));
+    let clock = Clock::starting_at(1_000_000);
+    let admin = admin.map(str::to_owned);
     (
-        Shared::new(d, me, Clock::starting_at(1_000_000), Some(TOKEN.into()), rx),
+        Shared::new_with_admin(d, me, clock, Some(TOKEN.into()), admin, rx),
         tx,
     )
 }
@@ -577,7 +584,7 @@ async fn events_carry_both_timestamps_and_a_refused_demand_report_is_one() {
 
 #[tokio::test]
 async fn giving_up_on_a_lost_record_is_checked_against_the_leaders_view_then_queued() {
-    let (s, _tx) = shared();
+    let (s, _tx) = shared_with_admin(Some(ADMIN));
     let rid = |i| RegionId::new(i).unwrap_or_else(|| panic!("region {i}"));
     // The own record accounts with B's epoch 1; B's latest record is in epoch 3.
     let own = shareplane_core::RegionRecord::genesis(&s.d(), s.me);
@@ -600,7 +607,7 @@ async fn giving_up_on_a_lost_record_is_checked_against_the_leaders_view_then_que
         }
     };
     s.set_view(view("follower", Vec::new()));
-    let (status, body) = answer("B", Some(TOKEN), r#"{"epoch": 1}"#).await;
+    let (status, body) = answer("B", Some(ADMIN), r#"{"epoch": 1}"#).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(
         body["error"]
@@ -617,34 +624,73 @@ async fn giving_up_on_a_lost_record_is_checked_against_the_leaders_view_then_que
             r#"{"epoch": 1}"#,
             StatusCode::UNAUTHORIZED,
         ),
+        // The demand token every gateway holds reports demand, nothing else.
+        ("B", Some(TOKEN), r#"{"epoch": 1}"#, StatusCode::FORBIDDEN),
         (
             "B",
-            Some(TOKEN),
+            Some(ADMIN),
             r#"{"epoch": "one"}"#,
             StatusCode::BAD_REQUEST,
         ),
         (
             "B",
-            Some(TOKEN),
+            Some(ADMIN),
             r#"{"epoch": 1, "all": true}"#,
             StatusCode::BAD_REQUEST,
         ),
-        ("Z", Some(TOKEN), r#"{"epoch": 1}"#, StatusCode::NOT_FOUND),
-        ("A", Some(TOKEN), r#"{"epoch": 1}"#, StatusCode::CONFLICT),
-        ("C", Some(TOKEN), r#"{"epoch": 1}"#, StatusCode::CONFLICT),
-        ("B", Some(TOKEN), r#"{"epoch": 2}"#, StatusCode::CONFLICT),
+        ("Z", Some(ADMIN), r#"{"epoch": 1}"#, StatusCode::NOT_FOUND),
+        ("A", Some(ADMIN), r#"{"epoch": 1}"#, StatusCode::CONFLICT),
+        ("C", Some(ADMIN), r#"{"epoch": 1}"#, StatusCode::CONFLICT),
+        ("B", Some(ADMIN), r#"{"epoch": 2}"#, StatusCode::CONFLICT),
     ] {
         let (status, answer) = answer(region, token, body).await;
         assert_eq!(status, want, "{region} {body}: {answer}");
         assert!(answer["error"].is_string(), "{answer}");
     }
     assert!(s.take_abandons().is_empty(), "nothing refused was queued");
-    let (status, body) = answer("B", Some(TOKEN), r#"{"epoch": 1}"#).await;
+    let (_, body) = answer("B", Some(TOKEN), r#"{"epoch": 1}"#).await;
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("only reports demand") && e.contains("admin token")),
+        "{body}"
+    );
+    let (status, body) = answer("B", Some(ADMIN), r#"{"epoch": 1}"#).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(body["queued"], true);
     assert_eq!(s.take_abandons(), vec![(rid(1), 1)]);
     let (_, _, bytes) = call(&app, get("/v1/state")).await;
     assert_eq!(json(&bytes)["peers"][0]["accounts_with_epoch"], 1);
+}
+
+#[tokio::test]
+async fn without_an_admin_token_operator_endpoints_are_closed_and_the_admin_token_reports_no_demand(
+) {
+    let abandon = |token: &str| {
+        Request::post("/v1/peers/B/abandon")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::from(r#"{"epoch": 1}"#))
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let (s, _tx) = shared();
+    let app = api::router(s.clone());
+    for token in [TOKEN, ADMIN] {
+        let (status, _, body) = call(&app, abandon(token)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        let e = json(&body)["error"].as_str().unwrap_or("").to_owned();
+        assert!(
+            e.contains("no admin token is configured") && e.contains("SHAREPLANE_ADMIN_TOKEN"),
+            "{e}"
+        );
+    }
+    assert!(s.take_abandons().is_empty());
+    // The admin token is not a demand token.
+    let (s, _tx) = shared_with_admin(Some(ADMIN));
+    let app = api::router(s);
+    let report = r#"{"gateway":"gw-1","incarnation":1,"totals":{"k-big":10}}"#;
+    let (status, _, _) = call(&app, demand_req(Some(ADMIN), report)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
 
 #[tokio::test]

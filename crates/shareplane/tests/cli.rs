@@ -37,6 +37,51 @@ fn validate_accepts_the_example_configuration() {
         stdout.contains("gateway lease 7300 ms (reclaim possible after 10000 ms, margin 2700 ms)"),
         "{stdout}"
     );
+    assert!(stdout.contains("notice: no admin token"), "{stdout}");
+    let with_admin = |admin: &str| {
+        shareplane()
+            .args(["validate", example])
+            .env("SHAREPLANE_API_TOKEN", "an-api-token-of-enough-length")
+            .env("SHAREPLANE_ADMIN_TOKEN", admin)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let out = with_admin("an-admin-token-of-its-own");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(!stdout.contains("notice"), "{stdout}");
+    let out = with_admin("an-api-token-of-enough-length");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("admin_token: must differ from the API token"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_gateway_refuses_a_rules_url_that_cannot_be_a_daemon_naming_the_flag() {
+    let out = shareplane()
+        .args([
+            "gateway",
+            "--rules",
+            "http://127.0.0.1:9/v1/demand",
+            "--redis",
+            "redis://127.0.0.1:9/",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr
+            .contains("rules (--rules): \"http://127.0.0.1:9/v1/demand\" names a daemon endpoint"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -66,6 +111,7 @@ fn validate_reports_every_problem_with_its_field() {
     let out = shareplane()
         .args(["validate"])
         .env("SHAREPLANE_CONFIG_TOML", bad)
+        .env("SHAREPLANE_ADMIN_TOKEN", "short")
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -75,6 +121,7 @@ fn validate_reports_every_problem_with_its_field() {
         "period_ms:",
         "table:",
         "api_token:",
+        "admin_token:",
         "limits[0].rate:",
         "regions[0].health_check_id:",
     ] {

@@ -2,7 +2,7 @@
 //! gateway` (rule watcher and limiter over a real `redis-server`, the HTTP check NGINX's
 //! `auth_request` calls) watches Region A's rules, and the demo is killed with SIGKILL. The gateway
 //! must refuse every request within `lease_ms` plus one period of the kill. The waits are
-//! readiness signals (`/healthz`, the first admitted check); the assertion is on the measured time,
+//! readiness signals (the port, the first admitted check); the assertion is on the measured time,
 //! with no sleep standing in for it.
 
 use shareplane_e2e::procs::{free_port, wait_for_port, Procs};

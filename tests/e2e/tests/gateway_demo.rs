@@ -146,7 +146,7 @@ async fn a_gateway_on_the_demo_answers_grpcio_and_nginx_refuses_with_429_once_th
             .check_alive(gw)
             .unwrap_or_else(|e| panic!("{e}\n{}", procs.log_tails(20)));
         if let Ok(r) = client
-            .get(format!("http://127.0.0.1:{http_port}/healthz"))
+            .get(format!("http://127.0.0.1:{http_port}/readyz"))
             .send()
             .await
         {

@@ -169,18 +169,23 @@ impl Gateway {
         }
     }
 
-    /// Waits until `/healthz` says ready (a rule set loaded, Redis reached).
+    /// Waits until `/readyz` says ready (a rule set loaded, Redis reached, not fenced).
     pub async fn ready(&self) {
         let last = self.health_until(|status, _| status == 200).await;
         assert_eq!(last.0, 200, "the gateway never became ready: {}", last.1);
     }
 
-    /// Polls `/healthz` (for at most 5 s) until `done(status, body)`; returns the last answer.
+    /// Polls `/readyz` (for at most 5 s) until `done(status, body)`; returns the last answer.
     pub async fn health_until(&self, done: impl Fn(u16, &str) -> bool) -> (u16, String) {
+        self.probe_until("readyz", done).await
+    }
+
+    /// Polls `/<path>` (for at most 5 s) until `done(status, body)`; returns the last answer.
+    pub async fn probe_until(&self, path: &str, done: impl Fn(u16, &str) -> bool) -> (u16, String) {
         let client = reqwest::Client::new();
         let mut last = (0, String::new());
         for _ in 0..200 {
-            if let Ok(r) = client.get(format!("{}/healthz", self.http)).send().await {
+            if let Ok(r) = client.get(format!("{}/{path}", self.http)).send().await {
                 let status = r.status().as_u16();
                 last = (status, r.text().await.unwrap_or_default());
                 if done(last.0, &last.1) {

@@ -221,6 +221,9 @@ async fn get_rules(
             .get(header::IF_NONE_MATCH)
             .is_some_and(|v| v.as_bytes() == etag.as_bytes());
         let newer = q.after.is_none_or(|a| set.version > a);
+        // The lease as it is when the answer leaves, as the daemon's (a long poll that waited
+        // answers with the lease set meanwhile).
+        let lease = *lock(&s.lease_ms);
         if newer && !(q.after.is_none() && unchanged) {
             return rules_response(&set, lease);
         }
@@ -231,7 +234,7 @@ async fn get_rules(
             .await
             .is_err()
         {
-            return not_modified(lease);
+            return not_modified(*lock(&s.lease_ms));
         }
     }
 }
