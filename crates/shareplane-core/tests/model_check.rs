@@ -97,6 +97,24 @@ fn grants_between_two_ended_epochs_come_back() {
     }
 }
 
+/// Issue 31's class: a one-way cut hides B's records from A while B grants its room to C and C
+/// takes it, then B and C are lost and read unhealthy (four faults: the cut in the prefix, two
+/// losses and two flips by the exploration, every order and delivery of them). Every state of the
+/// class must be reached and judged: A may not close B against the record it holds.
+#[test]
+fn a_one_way_cut_then_the_heir_that_took_the_grants_lost_too() {
+    let s = model::Settings::one_way_heir_lost(depth("SHAREPLANE_MODEL_DEPTH_ONE_WAY", 7), 4);
+    let r = check(&s);
+    assert!(
+        r.witness_states > 0,
+        "the run never reached issue 31's class (B and C lost and unhealthy, A holding a record of C that says B wrote on)"
+    );
+    assert_eq!(
+        r.witness_exact, r.witness_states,
+        "a state of the class counts room twice"
+    );
+}
+
 /// Limit versions rolled out Region by Region among the faults: the limit lowered from 12 to 4
 /// and raised to 16, from the state where Region 1 has granted its room to Region 0.
 #[test]

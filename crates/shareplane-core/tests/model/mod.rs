@@ -2,8 +2,9 @@
 //!
 //! Breadth-first over every interleaving, to a stated depth, of: rebalances, record deliveries
 //! (each writer's versions in order, any delay, intermediate versions possibly skipped as a
-//! replica that only holds the newest item would), lose, restore, cut of one Region, heal,
-//! health flips and daemon restarts, and, with a schedule of limit versions, each Region adopting
+//! replica that only holds the newest item would), lose, restore, cut of one Region, one-way cut
+//! of one direction between two Regions, heal (which delivers each writer's newest record that a
+//! cut held back, as a global table does), health flips and daemon restarts, and, with a schedule of limit versions, each Region adopting
 //! the next version on its own. States are deduplicated by a hash of the protocol state.
 //!
 //! In every state it checks: exact conservation (but for room that heirs which reclaimed from a
@@ -51,10 +52,19 @@ pub struct Settings {
     /// running Region read unhealthy) is checked but not explored further. For scenarios whose
     /// point is that every verdict is true; the other runs explore false verdicts.
     pub true_verdicts_only: bool,
+    /// Which faults the exploration may add (swarm: a run that leaves some kinds out goes deeper
+    /// with the others). Every kind by default.
+    pub faults: fn(&Action) -> bool,
 }
 
-/// Whether a state (every Region's coordinator) belongs to the class a run must reach.
-pub type Witness = fn(&[Coordinator]) -> bool;
+/// Every fault kind.
+pub fn every_fault(_: &Action) -> bool {
+    true
+}
+
+/// Whether a state (every Region's coordinator, which Regions are lost, which read unhealthy)
+/// belongs to the class a run must reach.
+pub type Witness = fn(&[Coordinator], &[bool], &[bool]) -> bool;
 
 impl Settings {
     /// 4 Regions, L = 12, floor 1, step cap 3, silence after one unchanged rebalance.
@@ -85,6 +95,46 @@ impl Settings {
             prefix: Vec::new(),
             witness: None,
             true_verdicts_only: false,
+            faults: every_fault,
+        }
+    }
+
+    /// Issue 31's class, 3 Regions as [`Settings::small`] but with demands 4, 1 and 7 (B's room
+    /// moves to C): explored from the state where B's records stop reaching A (a one-way cut; A's
+    /// still reach B, C sees everyone), B has granted its room to C and C has taken it, and A
+    /// holds C's record of the take. The exploration adds losses, restores, health flips and
+    /// heals (`max_faults` of them), every rebalance and delivery; only true verdicts. The run
+    /// must reach [`heir_lost_witness`]: B and C lost and read unhealthy while A's newest record
+    /// of B is older than B's last one and A holds a record of C that says so (a heir that closed
+    /// B against what it holds would count B's grant to C twice).
+    pub fn one_way_heir_lost(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        Settings {
+            demands_rps: vec![4, 1, 7],
+            prefix: vec![
+                Rebalance(0),
+                Rebalance(1),
+                Rebalance(2),
+                Deliver(0, 1),
+                Deliver(0, 2),
+                Deliver(1, 0),
+                Deliver(1, 2),
+                Deliver(2, 0),
+                Deliver(2, 1),
+                OneWayCut(1, 0),
+                Rebalance(1),
+                Deliver(1, 2),
+                Rebalance(2),
+                Deliver(2, 0),
+                Deliver(2, 1),
+                Rebalance(0),
+                Deliver(0, 1),
+                Deliver(0, 2),
+            ],
+            witness: Some(heir_lost_witness),
+            true_verdicts_only: true,
+            faults: |a| matches!(a, Action::Lose(_) | Action::Flip(_)),
+            ..Settings::small(depth, max_faults)
         }
     }
 
@@ -256,6 +306,8 @@ struct World {
     wire: Vec<Vec<Vec<Arc<RegionRecord>>>>,
     lost: Vec<bool>,
     cut: Vec<bool>,
+    /// One-way cuts: `blocked[from][to]`, records written by `from` do not reach `to`.
+    blocked: Vec<Vec<bool>>,
     unhealthy: Vec<bool>,
     /// Every record each Region wrote, in order: what the audit judges by, and what the store
     /// keeps of ended epochs (their last records).
@@ -274,6 +326,7 @@ impl World {
         self.wire.hash(&mut h);
         self.lost.hash(&mut h);
         self.cut.hash(&mut h);
+        self.blocked.hash(&mut h);
         self.unhealthy.hash(&mut h);
         self.faults.hash(&mut h);
         self.false_verdict.hash(&mut h);
@@ -315,8 +368,13 @@ impl World {
         out
     }
 
+    /// Whether records written by `a` reach `b`.
     fn linked(&self, a: usize, b: usize) -> bool {
-        self.cut[a] == self.cut[b]
+        self.cut[a] == self.cut[b] && !self.blocked[a][b]
+    }
+
+    fn any_cut(&self) -> bool {
+        self.cut.iter().any(|&c| c) || self.blocked.iter().flatten().any(|&b| b)
     }
 
     fn health(&self) -> PerRegion<Health> {
@@ -394,6 +452,7 @@ fn initial(d: &Arc<Deployment>, s: &Settings) -> World {
         wire: vec![vec![Vec::new(); n]; n],
         lost: vec![false; n],
         cut: vec![false; n],
+        blocked: vec![vec![false; n]; n],
         unhealthy: vec![false; n],
         history: recs.iter().map(|r| vec![r.clone()]).collect(),
         faults: 0,
@@ -413,12 +472,32 @@ fn root(d: &Arc<Deployment>, s: &Settings) -> World {
     w
 }
 
+/// Issue 31's class: B (Region 1) and C (Region 2) are lost and read unhealthy, A's newest
+/// record of B is older than B's last one (a one-way cut hid it), and a record of C that A holds
+/// says so: its writer had seen a newer record of B, or took more from B than A's record of B
+/// granted it. A heir that closed B against the record it holds would hand itself a portion of
+/// room that C's estate holds too.
+pub fn heir_lost_witness(c: &[Coordinator], lost: &[bool], unhealthy: &[bool]) -> bool {
+    let (rb, rc) = (rid(1), rid(2));
+    if !(lost[1] && lost[2] && unhealthy[1] && unhealthy[2] && !lost[0]) {
+        return false;
+    }
+    let (Some(b_at_a), Some(c_at_a)) = (c[0].latest(rb), c[0].latest(rc)) else {
+        return false;
+    };
+    let b_last = c[1].own();
+    b_at_a.epoch == b_last.epoch
+        && b_at_a.version < b_last.version
+        && (c_at_a.seen[rb] > (b_at_a.epoch, b_at_a.version)
+            || c_at_a.limits[0].taken[rb] > b_at_a.limits[0].granted[rc])
+}
+
 /// The restore race of issue 11 (docs/PROTOCOL.md, "Why fixed portions"): Region 0 (A) has closed
 /// an epoch of Region 2 (C) while the epoch of Region 1 (B) it sees is still one it reclaimed
 /// (it has not seen B's new epoch: a divisor from its view would have been 1), and a newer epoch
 /// of B has closed the same epoch of C (its view had A live: a divisor of 2). With divisors the
 /// two would hold one and a half estates of C.
-pub fn restore_race_witness(c: &[Coordinator]) -> bool {
+pub fn restore_race_witness(c: &[Coordinator], _lost: &[bool], _unhealthy: &[bool]) -> bool {
     let (a, b) = (c[0].own(), c[1].own());
     let (rb, rc) = (rid(1), rid(2));
     let Some(b_seen) = c[0].latest(rb) else {
@@ -447,6 +526,8 @@ pub enum Action {
     /// peer can have counted the Region silent (every peer saw its last write change its record).
     Resume(usize),
     Cut(usize),
+    /// Records written by the first Region stop reaching the second (the other way still works).
+    OneWayCut(usize, usize),
     Heal,
     Flip(usize),
     /// Region `i`'s daemon runs the next limit version (a change rolled out Region by Region).
@@ -457,6 +538,7 @@ fn actions(w: &World, s: &Settings) -> Vec<Action> {
     let n = s.n;
     let mut out = Vec::new();
     let fault_left = w.faults < s.max_faults;
+    let allowed = |a: Action| (s.faults)(&a);
     for i in 0..n {
         if !w.lost[i] {
             out.push(Action::Rebalance(i));
@@ -473,23 +555,26 @@ fn actions(w: &World, s: &Settings) -> Vec<Action> {
             out.push(Action::Restore(i));
         }
         if fault_left {
+            let mut faults = Vec::new();
             if !w.lost[i] {
-                out.push(Action::Lose(i));
-                out.push(Action::Restart(i));
+                faults.push(Action::Lose(i));
+                faults.push(Action::Restart(i));
                 if resumable(w, i) {
-                    out.push(Action::Resume(i));
+                    faults.push(Action::Resume(i));
                 }
             }
-            if !w.cut.iter().any(|&c| c) {
-                out.push(Action::Cut(i));
+            if !w.any_cut() {
+                faults.push(Action::Cut(i));
+                faults.extend((0..n).filter(|&j| j != i).map(|j| Action::OneWayCut(i, j)));
             }
-            out.push(Action::Flip(i));
+            faults.push(Action::Flip(i));
+            out.extend(faults.into_iter().filter(|&a| allowed(a)));
         }
         if w.config[i] < s.last_version() {
             out.push(Action::Adopt(i));
         }
     }
-    if w.cut.iter().any(|&c| c) {
+    if w.any_cut() {
         out.push(Action::Heal);
     }
     out
@@ -632,7 +717,12 @@ fn apply(w: &mut World, s: &Settings, a: Action) -> Option<String> {
                 }
             }
         }
-        Action::Heal => w.cut.iter_mut().for_each(|c| *c = false),
+        Action::OneWayCut(from, to) => {
+            w.faults += 1;
+            w.blocked[from][to] = true;
+            w.wire[from][to].clear();
+        }
+        Action::Heal => heal(w),
         Action::Flip(i) => {
             w.faults += 1;
             w.unhealthy[i] = !w.unhealthy[i];
@@ -647,6 +737,26 @@ fn apply(w: &mut World, s: &Settings, a: Action) -> Option<String> {
     }
     w.note_verdicts();
     None
+}
+
+/// Every cut heals, and each writer's newest record that a cut held back from a reader arrives
+/// (after anything already on the way), as a global table replicates the newest item when the
+/// link returns; the versions in between are skipped.
+fn heal(w: &mut World) {
+    let n = w.coords.len();
+    let held_back: Vec<(usize, usize)> = (0..n)
+        .flat_map(|i| (0..n).map(move |j| (i, j)))
+        .filter(|&(i, j)| i != j && !w.linked(i, j))
+        .collect();
+    w.cut.iter_mut().for_each(|c| *c = false);
+    w.blocked.iter_mut().flatten().for_each(|b| *b = false);
+    for (i, j) in held_back {
+        if let Some(newest) = w.history[i].last() {
+            if w.wire[i][j].last() != Some(newest) {
+                w.wire[i][j].push(newest.clone());
+            }
+        }
+    }
 }
 
 /// Checks a state against `c`, its audit (`World::audit`).
@@ -707,7 +817,7 @@ fn check_recovery(w: &World, s: &Settings) -> Option<(String, bool)> {
 fn recover(w: &World, s: &Settings) -> World {
     let mut w = w.clone();
     let n = s.n;
-    w.cut.iter_mut().for_each(|c| *c = false);
+    heal(&mut w);
     for i in 0..n {
         if w.lost[i] {
             apply(&mut w, s, Action::Restore(i));
@@ -818,7 +928,10 @@ pub fn explore(s: &Settings) -> Report {
                     .push(format!("{v}\n  trace: {}", w.trace.join(" ")));
                 continue;
             }
-            if !w.false_verdict && s.witness.is_some_and(|f| f(&w.coords)) {
+            if !w.false_verdict
+                && s.witness
+                    .is_some_and(|f| f(&w.coords, &w.lost, &w.unhealthy))
+            {
                 report.witness_states += 1;
                 report.witness_exact += usize::from(a.holds());
                 if report.witness_example.is_none() {
@@ -944,7 +1057,9 @@ pub fn replay_to(s: &Settings, trace: &[Action], recover_after: bool) -> Outcome
         lost: w.lost.clone(),
         unhealthy: w.unhealthy.clone(),
         audit: w.audit(&d),
-        witness: s.witness.is_some_and(|f| f(&w.coords)),
+        witness: s
+            .witness
+            .is_some_and(|f| f(&w.coords, &w.lost, &w.unhealthy)),
         violation,
     }
 }
