@@ -308,7 +308,7 @@ impl RedisBuckets {
     async fn run_unbounded(&self, cmd: &redis::Cmd) -> Result<redis::Value, StoreError> {
         let mut conn = self.connection().await?;
         match cmd.query_async(&mut conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 tracing::info!(
                     "bucket scripts missing on the server (NOSCRIPT); loading them again"
                 );
