@@ -2,7 +2,8 @@
 //! (tests/lib/redis-cluster.sh, started by tests/run-all.sh): a check of limits whose own keys
 //! hash to different slots is one script call under their key group, decided by Redis and exact;
 //! many groups spread over the masters; a check across groups is decided locally with its reason,
-//! and what it admitted is repaid group by group.
+//! and what it admitted is repaid group by group; a bucket whose slot moves to another master is
+//! followed through `ASK` and `MOVED`.
 
 mod common;
 
@@ -244,4 +245,100 @@ async fn a_check_across_groups_is_decided_locally_with_its_reason_and_repaid_per
     let st = l.stats();
     assert_eq!((st.fallback_owed, st.fallback_repaid), (0, 2));
     assert_eq!(st.redis_failures, 0, "no repayment call crossed slots");
+}
+
+/// The master that serves `slot` and another master: (id, address) each, from `CLUSTER NODES`.
+async fn owner_and_other(url: &str, slot: u16) -> ((String, String), (String, String)) {
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut seed(url).await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let serves = |ranges: &[&str]| {
+        ranges.iter().any(|r| {
+            let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+            matches!((lo.parse::<u16>(), hi.parse::<u16>()), (Ok(lo), Ok(hi)) if (lo..=hi).contains(&slot))
+        })
+    };
+    let mut owner = None;
+    let mut other = None;
+    for line in nodes.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        if f.len() < 8 || !f[2].contains("master") {
+            continue;
+        }
+        let node = (
+            f[0].to_owned(),
+            f[1].split('@').next().unwrap_or(f[1]).to_owned(),
+        );
+        if serves(&f[8..]) {
+            owner = Some(node);
+        } else {
+            other = Some(node);
+        }
+    }
+    match (owner, other) {
+        (Some(a), Some(b)) => (a, b),
+        _ => panic!("no owner of slot {slot} and another master in:\n{nodes}"),
+    }
+}
+
+async fn on(addr: &str, args: &[&str]) -> redis::Value {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(&mut seed(&format!("redis://{addr}/")).await)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?} on {addr}: {e}"))
+}
+
+#[tokio::test]
+async fn a_bucket_whose_slot_moves_is_followed_through_ask_and_moved() {
+    let test = "a_bucket_whose_slot_moves_is_followed_through_ask_and_moved";
+    let Some(url) = redis_cluster_url(test) else {
+        return;
+    };
+    let id = unique("moving");
+    let key = KeyScheme::PerLimit.key(&id);
+    let l = limiter(cluster_cfg(&url), vec![limit(&id, SLOW, 10.0)]);
+    let tokens = |d: &shareplane_limiter::Decision| d.limits[0].tokens.unwrap_or(f64::NAN);
+    let d = l.check(&[&id], 1).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(d.path == DecisionPath::Redis && (tokens(&d) - 9.0).abs() < 0.01);
+    let slot = slot(&mut seed(&url).await, &key).await;
+    let ((src_id, src), (dst_id, dst)) = owner_and_other(&url, slot).await;
+    let slot_text = slot.to_string();
+    // Mid-migration: the bucket already moved, the slot not yet: the source answers ASK.
+    on(
+        &dst,
+        &["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &src_id],
+    )
+    .await;
+    on(
+        &src,
+        &["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &dst_id],
+    )
+    .await;
+    // Every key of the slot moves (another test's key may share it); new ones go to `dst` (ASK).
+    let keys: Vec<String> =
+        redis::from_redis_value(on(&src, &["CLUSTER", "GETKEYSINSLOT", &slot_text, "1000"]).await)
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert!(keys.contains(&key), "{keys:?}");
+    let (host, port) = dst.rsplit_once(':').unwrap_or((&dst, "0"));
+    let mut migrate = vec!["MIGRATE", host, port, "", "0", "5000", "KEYS"];
+    migrate.extend(keys.iter().map(String::as_str));
+    on(&src, &migrate).await;
+    let d = l.check(&[&id], 1).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.path, DecisionPath::Redis, "ASK followed: {d:?}");
+    assert!((tokens(&d) - 8.0).abs() < 0.01, "the same bucket: {d:?}");
+    // The slot moves for good: every master learns the new owner, the client gets MOVED.
+    let others = masters(&mut seed(&url).await).await;
+    for addr in [dst.clone(), src.clone()].into_iter().chain(others) {
+        on(&addr, &["CLUSTER", "SETSLOT", &slot_text, "NODE", &dst_id]).await;
+    }
+    let d = l.check(&[&id], 1).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.path, DecisionPath::Redis, "MOVED followed: {d:?}");
+    assert!((tokens(&d) - 7.0).abs() < 0.01, "the same bucket: {d:?}");
+    let st = l.stats();
+    assert_eq!((st.redis_failures, st.fallback_decisions), (0, 0));
 }
