@@ -175,17 +175,7 @@ pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigEr
     limiter.redis_timeout = Duration::from_millis(file.redis_timeout_ms.unwrap_or(50));
     limiter.redis_mode = flags.redis_mode.or(file.redis_mode).unwrap_or_default();
     limiter.key_scheme = key_scheme(file.key_tag, limiter.redis_mode);
-    for (id, s) in file.limits {
-        if !valid_limit_id(&id) {
-            errors.push(format!("limits.{id:?}: not a valid limit id"));
-        }
-        if let Some(failure) = s.failure {
-            limiter.failure.insert(id.clone(), failure);
-        }
-        if let Some(group) = s.key_group {
-            limiter.key_groups.insert(id, group);
-        }
-    }
+    errors.extend(per_limit(file.limits, &mut limiter));
     errors.extend(limiter.validate());
     let gateway_id = flags
         .gateway_id
@@ -230,6 +220,29 @@ pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigEr
         unmapped: file.unmapped.unwrap_or_default(),
         descriptors: file.descriptors,
     })
+}
+
+/// Applies the `[limits.<id>]` settings to `limiter`; returns their problems.
+fn per_limit(limits: BTreeMap<String, LimitSettings>, limiter: &mut LimiterConfig) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (id, s) in limits {
+        if !valid_limit_id(&id) {
+            errors.push(format!("limits.{id:?}: not a valid limit id"));
+        }
+        if let Some(failure) = s.failure {
+            limiter.failure.insert(id.clone(), failure);
+        }
+        match s.key_group {
+            Some(group) if !valid_limit_id(&group) => errors.push(format!(
+                "limits.{id:?}.key_group: 1 to 128 printable ASCII characters without braces"
+            )),
+            Some(group) => {
+                limiter.key_groups.insert(id, group);
+            }
+            None => {}
+        }
+    }
+    errors
 }
 
 /// The key scheme of limits without a key group: `key_tag` as given, else per limit on a
@@ -386,7 +399,11 @@ mod tests {
         let Err(ConfigError(errors)) = resolve(bad, Flags::default().with_listener()) else {
             panic!("accepted");
         };
-        assert!(errors[0].starts_with("key_groups.\"a\""), "{errors:?}");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("limits.\"a\".key_group:"),
+            "{errors:?}"
+        );
     }
 
     impl Flags {
