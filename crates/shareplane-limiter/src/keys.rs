@@ -47,18 +47,22 @@ impl KeyPlan {
         }
     }
 
-    /// On a cluster, the first two of `ids` whose keys carry different tags (and so, in general,
-    /// hash to different slots): such a check cannot be one script call. `None` on a standalone
+    /// On a cluster, why a check of `ids` cannot be one script call: the first two whose keys
+    /// carry different tags (and so, in general, hash to different slots). `None` on a standalone
     /// server, where any keys can be in one call.
-    pub fn split<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> Option<(String, String)> {
+    pub fn split<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> Option<String> {
         if self.mode == RedisMode::Standalone {
             return None;
         }
         let mut ids = ids.into_iter();
-        let first = ids.next()?;
-        let tag = self.tag(first);
-        ids.find(|id| self.tag(id) != tag)
-            .map(|other| (first.to_owned(), other.to_owned()))
+        let a = ids.next()?;
+        let tag = self.tag(a);
+        let b = ids.find(|id| self.tag(id) != tag)?;
+        Some(format!(
+            "limits {a:?} and {b:?} are in different key groups ({tag:?}, {:?}) of a Redis \
+             cluster: put limits that are checked together in one key group",
+            self.tag(b)
+        ))
     }
 
     /// `items` in batches of at most `max` that each fit one script call: on a cluster, one tag
@@ -131,9 +135,12 @@ mod tests {
     fn only_a_cluster_splits_checks_across_groups() {
         let p = plan(KeyScheme::SharedTag("gw".into()), RedisMode::Cluster);
         assert_eq!(p.split(["a", "b"]), None);
-        assert_eq!(p.split(["a", "b", "c"]), Some(("a".into(), "c".into())));
+        let why = p.split(["a", "b", "c"]).unwrap_or_default();
+        assert!(why.starts_with(r#"limits "a" and "c" are in different key groups ("t1", "t2")"#));
         assert_eq!(p.split(["y", "z"]), None, "both under the shared tag");
-        assert_eq!(p.split(["y", "a"]), Some(("y".into(), "a".into())));
+        assert!(p
+            .split(["y", "a"])
+            .is_some_and(|w| w.contains(r#"("gw", "t1")"#)));
         let p = plan(KeyScheme::PerLimit, RedisMode::Standalone);
         assert_eq!(p.split(["a", "c", "y"]), None);
     }

@@ -826,14 +826,8 @@ impl Limiter {
     /// On a cluster, why `live` cannot be one script call (two limits in different key groups),
     /// counted and logged; such a check is decided by the fallback and Redis is not marked down.
     fn cross_slot(&self, live: &[&LimitRule]) -> Option<String> {
-        let (a, b) = self.keys.split(live.iter().map(|r| r.id.as_str()))?;
+        let why = self.keys.split(live.iter().map(|r| r.id.as_str()))?;
         let n = self.cross_slot.fetch_add(1, Ordering::Relaxed) + 1;
-        let why = format!(
-            "limits {a:?} and {b:?} are in different key groups ({:?}, {:?}) of a Redis cluster: \
-             put limits that are checked together in one key group",
-            self.keys.tag(&a),
-            self.keys.tag(&b)
-        );
         if n.is_power_of_two() {
             tracing::error!(checks = n, "{why}; checked by the local fallback instead");
         }
