@@ -162,6 +162,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The script in one Redis/Valkey server (or replication group endpoint).
 pub struct RedisBuckets {
     timeout: Duration,
+    mode: RedisMode,
     shared: Arc<Shared>,
 }
 
@@ -237,6 +238,7 @@ impl RedisBuckets {
         let repay_sha = redis::Script::new(REPAY_SCRIPT).get_hash().to_owned();
         Ok(Self {
             timeout,
+            mode,
             shared: Arc::new(Shared {
                 client,
                 sha,
@@ -333,13 +335,35 @@ impl RedisBuckets {
     /// Sends `cmd` (an `EVALSHA` of one of the scripts) within the timeout.
     async fn bounded(&self, cmd: &redis::Cmd) -> Result<redis::Value, StoreError> {
         let result = tokio::time::timeout(self.timeout, self.run_unbounded(cmd)).await;
-        let result = result.unwrap_or(Err(StoreError::Timeout(self.timeout)));
+        let result = result
+            .unwrap_or(Err(StoreError::Timeout(self.timeout)))
+            .map_err(|e| self.explain(e));
         if let Err(StoreError::Timeout(_) | StoreError::Redis(_) | StoreError::Connect(_)) = &result
         {
             // A half-dead connection would fail every call after it: make a new one next time.
             *lock(&self.shared.conn) = None;
         }
         result
+    }
+
+    /// A redirection on a standalone connection means the server runs in cluster mode: say what
+    /// to configure rather than pass on a bare `MOVED`.
+    fn explain(&self, e: StoreError) -> StoreError {
+        use redis::{ErrorKind, ServerErrorKind};
+        match e {
+            StoreError::Redis(r)
+                if self.mode == RedisMode::Standalone
+                    && matches!(
+                        r.kind(),
+                        ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+                    ) =>
+            {
+                StoreError::Setting(format!(
+                    "the Redis server runs in cluster mode ({r}): set redis_mode = \"cluster\""
+                ))
+            }
+            other => other,
+        }
     }
 
     async fn run_unbounded(&self, cmd: &redis::Cmd) -> Result<redis::Value, StoreError> {

@@ -342,3 +342,32 @@ async fn a_bucket_whose_slot_moves_is_followed_through_ask_and_moved() {
     let st = l.stats();
     assert_eq!((st.redis_failures, st.fallback_decisions), (0, 0));
 }
+
+#[tokio::test]
+async fn a_standalone_client_on_a_cluster_says_to_set_cluster_mode() {
+    let test = "a_standalone_client_on_a_cluster_says_to_set_cluster_mode";
+    let Some(url) = redis_cluster_url(test) else {
+        return;
+    };
+    // A limit whose key the seed node does not serve: the seed answers MOVED.
+    let seed_addr = url.trim_start_matches("redis://").trim_end_matches('/');
+    let mut conn = seed(&url).await;
+    let mut id = unique("elsewhere");
+    for i in 0..100 {
+        let s = slot(&mut conn, &KeyScheme::PerLimit.key(&id)).await;
+        if owner_and_other(&url, s).await.0 .1 != seed_addr {
+            break;
+        }
+        id = unique(&format!("elsewhere-{i}"));
+    }
+    let cfg = LimiterConfig {
+        redis_timeout: Duration::from_secs(2),
+        ..LimiterConfig::new(&url)
+    };
+    let l = limiter(cfg, vec![limit(&id, SLOW, 10.0)]);
+    let d = l.check(&[&id], 1).await.unwrap_or_else(|e| panic!("{e}"));
+    let DecisionPath::Fallback(why) = &d.path else {
+        panic!("decided by Redis: {d:?}");
+    };
+    assert!(why.contains("redis_mode = \"cluster\""), "{why}");
+}
