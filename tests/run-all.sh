@@ -98,6 +98,13 @@ PIDS+=($!)
 export SHAREPLANE_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.2; done
 
+step "redis cluster (three masters, cluster mode, for the cluster tests)"
+CLUSTER_DIR="$WORK/redis-cluster"
+rm -rf "$CLUSTER_DIR"
+SHAREPLANE_TEST_REDIS_CLUSTER_URL=$(tests/lib/redis-cluster.sh "$CLUSTER_DIR")
+export SHAREPLANE_TEST_REDIS_CLUSTER_URL
+for f in "$CLUSTER_DIR"/redis-*.pid; do PIDS+=("$(cat "$f")"); done
+
 step "binaries the end-to-end tests start (tests/e2e)"
 cargo build -p shareplane -p shareplane-limiter --bins --locked
 export SHAREPLANE_E2E_REPORT="$WORK/e2e-three-regions.txt"

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use shareplane_limiter::rules::valid_limit_id;
-use shareplane_limiter::{FailurePolicy, KeyScheme, LimiterConfig};
+use shareplane_limiter::{FailurePolicy, KeyScheme, LimiterConfig, RedisMode};
 
 use crate::mapping::{DescriptorMapping, UnmappedPolicy};
 
@@ -33,6 +33,10 @@ pub struct Flags {
     /// PEM file of the CA that signs the rediss:// server's certificate (default: system roots).
     #[arg(long)]
     pub redis_ca: Option<PathBuf>,
+    /// `cluster` for a cluster-mode-enabled Redis/Valkey (ElastiCache Serverless); --redis then
+    /// names one seed node. Default: standalone.
+    #[arg(long, value_enum)]
+    pub redis_mode: Option<RedisMode>,
     /// Envoy's rate limit service (gRPC), e.g. 127.0.0.1:8081.
     #[arg(long)]
     pub grpc_listen: Option<SocketAddr>,
@@ -65,6 +69,8 @@ pub struct FileConfig {
     pub rules: Option<String>,
     pub redis: Option<String>,
     pub redis_ca: Option<PathBuf>,
+    /// `standalone` (default) or `cluster` (cluster mode enabled; ElastiCache Serverless).
+    pub redis_mode: Option<RedisMode>,
     pub grpc_listen: Option<SocketAddr>,
     pub http_listen: Option<SocketAddr>,
     /// The Region this gateway runs in: rule sets for another Region are refused.
@@ -77,13 +83,15 @@ pub struct FileConfig {
     pub gateways_per_region: Option<u32>,
     pub max_cost: Option<u32>,
     pub redis_timeout_ms: Option<u64>,
-    /// `rl:{<tag>}:<limit>` keys so that any set of limits can be checked in one call on a
-    /// cluster-mode-enabled Redis.
+    /// The hash tag of limits without a `key_group`: `rl:{<tag>}:<limit>` keys, so that any set
+    /// of them can be checked in one call on a cluster; `"{limit}"`: each limit its own tag,
+    /// `rl:{<limit>}:global`. Default: `{limit}` standalone, `shareplane` on a cluster.
     pub key_tag: Option<String>,
     pub ratelimit_headers: Option<bool>,
     /// What a descriptor that maps to no limit gets: `allow` (default), `deny` or `error`.
     pub unmapped: Option<UnmappedPolicy>,
-    /// Per limit id: `failure = "local_share" | "fail_open" | "fail_closed"`.
+    /// Per limit id: `failure = "local_share" | "fail_open" | "fail_closed"`, and its
+    /// `key_group` (hash tag).
     #[serde(default)]
     pub limits: BTreeMap<String, LimitSettings>,
     /// (domain, descriptor entry) → limit mappings, tried in order before `shareplane_limit`.
@@ -94,8 +102,15 @@ pub struct FileConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitSettings {
-    pub failure: FailurePolicy,
+    /// Default: the kind's ([`FailurePolicy::default_for`]).
+    pub failure: Option<FailurePolicy>,
+    /// The limit's key group: its bucket is `rl:{<group>}:<limit>`. Limits checked together
+    /// must share one group on a cluster; different groups spread over its masters.
+    pub key_group: Option<String>,
 }
+
+/// The value of `key_tag` that gives each limit its own hash tag.
+pub const KEY_TAG_PER_LIMIT: &str = "{limit}";
 
 /// A validated gateway configuration.
 #[derive(Debug, Clone)]
@@ -176,15 +191,9 @@ pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigEr
     limiter.gateways_per_region = file.gateways_per_region.unwrap_or(1);
     limiter.max_cost = flags.max_cost.or(file.max_cost).unwrap_or(1);
     limiter.redis_timeout = Duration::from_millis(file.redis_timeout_ms.unwrap_or(50));
-    if let Some(tag) = file.key_tag {
-        limiter.key_scheme = KeyScheme::SharedTag(tag);
-    }
-    for (id, s) in file.limits {
-        if !valid_limit_id(&id) {
-            errors.push(format!("limits.{id:?}: not a valid limit id"));
-        }
-        limiter.failure.insert(id, s.failure);
-    }
+    limiter.redis_mode = flags.redis_mode.or(file.redis_mode).unwrap_or_default();
+    limiter.key_scheme = key_scheme(file.key_tag, limiter.redis_mode);
+    errors.extend(per_limit(file.limits, &mut limiter));
     errors.extend(limiter.validate());
     let gateway_id = flags
         .gateway_id
@@ -237,6 +246,40 @@ pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigEr
         unmapped: file.unmapped.unwrap_or_default(),
         descriptors: file.descriptors,
     })
+}
+
+/// Applies the `[limits.<id>]` settings to `limiter`; returns their problems.
+fn per_limit(limits: BTreeMap<String, LimitSettings>, limiter: &mut LimiterConfig) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (id, s) in limits {
+        if !valid_limit_id(&id) {
+            errors.push(format!("limits.{id:?}: not a valid limit id"));
+        }
+        if let Some(failure) = s.failure {
+            limiter.failure.insert(id.clone(), failure);
+        }
+        match s.key_group {
+            Some(group) if !valid_limit_id(&group) => errors.push(format!(
+                "limits.{id:?}.key_group: 1 to 128 printable ASCII characters without braces"
+            )),
+            Some(group) => {
+                limiter.key_groups.insert(id, group);
+            }
+            None => {}
+        }
+    }
+    errors
+}
+
+/// The key scheme of limits without a key group: `key_tag` as given, else per limit on a
+/// standalone server and one shared tag on a cluster (so that any set of limits is one call).
+fn key_scheme(key_tag: Option<String>, mode: RedisMode) -> KeyScheme {
+    match (key_tag, mode) {
+        (Some(tag), _) if tag == KEY_TAG_PER_LIMIT => KeyScheme::PerLimit,
+        (Some(tag), _) => KeyScheme::SharedTag(tag),
+        (None, RedisMode::Standalone) => KeyScheme::PerLimit,
+        (None, RedisMode::Cluster) => KeyScheme::SharedTag("shareplane".to_owned()),
+    }
 }
 
 #[cfg(test)]
@@ -377,6 +420,65 @@ mod tests {
             assert_eq!(errors.len(), 1, "{errors:?}");
             assert!(errors[0].starts_with("rules (--rules): "), "{errors:?}");
             assert!(errors[0].contains(given), "{errors:?}");
+        }
+    }
+
+    #[test]
+    fn cluster_mode_shares_one_tag_unless_groups_or_key_tag_say_otherwise() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            redis = "rediss://sp-abc.serverless.use1.cache.amazonaws.com:6379/"
+            redis_mode = "cluster"
+            [limits.partner-a]
+            key_group = "partner-a"
+            [limits.partner-a-login]
+            key_group = "partner-a"
+            failure = "fail_closed"
+            "#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let c = resolve(file.clone(), Flags::default().with_listener())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let keys = c.limiter.key_plan();
+        assert_eq!(c.limiter.redis_mode, RedisMode::Cluster);
+        assert_eq!(
+            keys.key("partner-a-login"),
+            "rl:{partner-a}:partner-a-login"
+        );
+        assert_eq!(keys.key("k-big"), "rl:{shareplane}:k-big");
+        assert!(keys.split(["partner-a", "partner-a-login"]).is_none());
+        assert!(keys.split(["partner-a", "k-big"]).is_some());
+        assert!(!c.limiter.failure.contains_key("partner-a"), "kind default");
+        let per_limit = FileConfig {
+            key_tag: Some(KEY_TAG_PER_LIMIT.into()),
+            ..file.clone()
+        };
+        let c =
+            resolve(per_limit, Flags::default().with_listener()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.limiter.key_plan().key("k-big"), "rl:{k-big}:global");
+        // The flag overrides the file; standalone keeps the external specification's keys.
+        let mut f = Flags::default().with_listener();
+        f.redis_mode = Some(RedisMode::Standalone);
+        let c = resolve(file, f).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.limiter.key_plan().key("k-big"), "rl:{k-big}:global");
+        let bad: FileConfig =
+            toml::from_str("redis = \"redis://h:1/\"\n[limits.a]\nkey_group = \"x{y}\"")
+                .unwrap_or_else(|e| panic!("{e}"));
+        let Err(ConfigError(errors)) = resolve(bad, Flags::default().with_listener()) else {
+            panic!("accepted");
+        };
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("limits.\"a\".key_group:"),
+            "{errors:?}"
+        );
+    }
+
+    impl Flags {
+        fn with_listener(mut self) -> Self {
+            self.rules = Some("http://127.0.0.1:8080".into());
+            self.http_listen = Some(([127, 0, 0, 1], 0).into());
+            self
         }
     }
 

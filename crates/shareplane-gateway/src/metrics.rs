@@ -238,6 +238,13 @@ impl Metrics {
         );
         gauge(
             &mut out,
+            "shareplane_gateway_cross_slot_checks_total",
+            "counter",
+            "Checks decided by the failure policies because, on a Redis cluster, their limits are in different key groups.",
+            st.cross_slot_checks as f64,
+        );
+        gauge(
+            &mut out,
             "shareplane_gateway_rules_version",
             "gauge",
             "Version of the running rule set (0: none yet).",

@@ -102,13 +102,15 @@ async fn with_redis_away_each_limit_follows_its_failure_policy() {
     file.limits.insert(
         open.clone(),
         LimitSettings {
-            failure: FailurePolicy::FailOpen,
+            failure: Some(FailurePolicy::FailOpen),
+            key_group: None,
         },
     );
     file.limits.insert(
         closed.clone(),
         LimitSettings {
-            failure: FailurePolicy::FailClosed,
+            failure: Some(FailurePolicy::FailClosed),
+            key_group: None,
         },
     );
     // Redis on a port where nothing listens.

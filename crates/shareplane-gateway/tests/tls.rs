@@ -160,3 +160,136 @@ async fn the_gateway_speaks_tls_to_redis_and_verifies_the_server_against_its_ca(
     );
     gw.stop().await;
 }
+
+/// Three ports whose cluster bus ports (port + 10000) are free too.
+fn cluster_ports() -> Vec<u16> {
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos()) as usize
+        + std::process::id() as usize;
+    (0..25_000usize)
+        .map(|i| 20_000 + ((seed + i * 7_919) % 25_000) as u16)
+        .filter(|p| free(*p) && free(p + 10_000))
+        .take(3)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_as_elasticache_serverless_serves_multi_limit_checks() {
+    let test = "a_tls_cluster_as_elasticache_serverless_serves_multi_limit_checks";
+    // The suite's cluster says cluster tests are expected; this one starts its own, over TLS.
+    if common::redis_cluster_url(test).is_none() {
+        return;
+    }
+    let [redis_bin, cli, openssl_bin] = ["redis-server", "redis-cli", "openssl"]
+        .map(|p| on_path(p).unwrap_or_else(|| panic!("{test}: {p} is not on PATH")));
+    let dir = scratch("tls-cluster");
+    certificates(&openssl_bin, &dir);
+    let d = |f: &str| dir.join(f).display().to_string();
+    let ports = cluster_ports();
+    let mut servers = Vec::new();
+    for p in &ports {
+        let args: Vec<String> = [
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--tls-port",
+            &p.to_string(),
+            "--tls-cluster",
+            "yes",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            &d(&format!("nodes-{p}.conf")),
+            "--tls-cert-file",
+            &d("server.pem"),
+            "--tls-key-file",
+            &d("server.key"),
+            "--tls-ca-cert-file",
+            &d("ca.pem"),
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            &d(""),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        servers.push(Proc::spawn(&dir, &format!("redis-{p}"), &redis_bin, &args));
+    }
+    let tls = ["--tls", "--cacert", &d("ca.pem")].map(str::to_owned);
+    for p in &ports {
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", *p)).is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+    let mut create: Vec<String> = tls.to_vec();
+    create.push("--cluster".into());
+    create.push("create".into());
+    create.extend(ports.iter().map(|p| format!("127.0.0.1:{p}")));
+    create.extend(["--cluster-replicas", "0", "--cluster-yes"].map(str::to_owned));
+    run(&cli, &create);
+    for p in &ports {
+        let mut info: Vec<String> = tls.to_vec();
+        info.extend([
+            "-p".to_owned(),
+            p.to_string(),
+            "cluster".into(),
+            "info".into(),
+        ]);
+        let mut ok = false;
+        for _ in 0..200 {
+            ok = run(&cli, &info).contains("cluster_state:ok");
+            if ok {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(ok, "node {p} never reported cluster_state:ok");
+    }
+    // As an operator configures ElastiCache Serverless: rediss://, cluster mode, the CA.
+    let (a, b) = (unique("tls-cl-a"), unique("tls-cl-b"));
+    let daemon = FakeDaemon::start(rules(
+        1,
+        vec![limit(&a, 0.001, 3.0), limit(&b, 0.001, 50.0)],
+    ))
+    .await;
+    let mut f = flags(&daemon, &format!("rediss://127.0.0.1:{}/", ports[0]));
+    f.redis_ca = Some(dir.join("ca.pem"));
+    f.redis_mode = Some(shareplane_limiter::RedisMode::Cluster);
+    let file = FileConfig {
+        redis_timeout_ms: Some(2_000),
+        ..FileConfig::default()
+    };
+    let gw = Gateway::start(file, f).await;
+    gw.ready().await;
+    let client = reqwest::Client::new();
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let r = client
+            .get(format!("{}/v1/check?limit={a}&limit={b}", gw.http))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        got.push(r.status().as_u16());
+    }
+    // Redis decides: the burst of 3 passes (the local fallback would start empty and refuse).
+    assert_eq!(got, [200, 200, 200, 429]);
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "shareplane_gateway_redis_decisions_total"),
+        Some(4.0),
+        "{m}"
+    );
+    gw.stop().await;
+    drop(servers);
+}

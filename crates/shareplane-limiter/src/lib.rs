@@ -2,6 +2,8 @@
 //!
 //! - [`store`]: the token-bucket script for Redis/Valkey (`bucket.lua`) and [`RedisBuckets`], which
 //!   loads it once, calls it by hash and loads it again on `NOSCRIPT`, within a time bound.
+//! - [`keys`]: each limit's bucket key and hash tag (its key group), so that one check is one
+//!   call on a cluster-mode Redis/Valkey too.
 //! - [`rules`]: rule sets as the daemon publishes them, validated when loaded.
 //! - [`Limiter`]: runs the newest rule set, answers [`Limiter::check`] (several limits, all or
 //!   nothing; shadow limits evaluated but never refusing), counts demand, and falls back to the
@@ -34,6 +36,7 @@
 pub mod demand;
 pub mod fallback;
 pub mod http;
+pub mod keys;
 pub mod lease;
 pub mod limiter;
 pub mod loadgen;
@@ -43,11 +46,12 @@ pub mod watcher;
 
 pub use demand::{DemandReport, DemandReporter};
 pub use fallback::FailurePolicy;
+pub use keys::KeyPlan;
 pub use lease::{Lease, LeaseTerms};
 pub use limiter::{
     CheckError, Decision, DecisionPath, Install, LimitDecision, Limiter, LimiterConfig,
     LimiterStats, Verdict,
 };
 pub use rules::{digest_hex, limits_digest, wire_digest, LimitKind, LimitWire, RuleSet, RulesWire};
-pub use store::{KeyScheme, RedisBuckets};
+pub use store::{KeyScheme, RedisBuckets, RedisMode};
 pub use watcher::RuleWatcher;

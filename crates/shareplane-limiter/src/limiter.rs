@@ -7,10 +7,13 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::fallback::{FailurePolicy, Fallback, FallbackLimit, FallbackVerdict};
+use crate::keys::KeyPlan;
 use crate::lease::Lease;
 use crate::rules::{valid_limit_id, LimitKind, LimitRule, RuleSet, MAX_LIMITS};
 use crate::store::MAX_BUCKETS_PER_CALL;
-use crate::store::{BucketCall, BucketVerdict, Debt, KeyScheme, RedisBuckets, StoreError};
+use crate::store::{
+    BucketCall, BucketVerdict, Debt, KeyScheme, RedisBuckets, RedisMode, StoreError,
+};
 
 /// The longest Redis bound accepted.
 pub const MAX_REDIS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -18,8 +21,10 @@ pub const MAX_REDIS_TIMEOUT: Duration = Duration::from_secs(10);
 /// How a gateway's limiter is set up.
 #[derive(Debug, Clone)]
 pub struct LimiterConfig {
-    /// `redis://host:port/` of the Region's Redis/Valkey.
+    /// `redis://host:port/` of the Region's Redis/Valkey (on a cluster: one seed node).
     pub redis_url: String,
+    /// Standalone (default) or a cluster-mode-enabled cluster.
+    pub redis_mode: RedisMode,
     /// The Region this gateway runs in; rule sets for another Region are refused. `None` accepts any.
     pub region: Option<String>,
     /// How many gateways share the Region's share when Redis is away (see [`crate::fallback`]).
@@ -31,6 +36,8 @@ pub struct LimiterConfig {
     /// After Redis fails, calls go straight to the fallback for this long before Redis is tried again.
     pub probe_after: Duration,
     pub key_scheme: KeyScheme,
+    /// Per limit id: its key group (hash tag), overriding `key_scheme` (see [`crate::keys`]).
+    pub key_groups: BTreeMap<String, String>,
     /// The Retry-After given while fenced (the lease ran out); whole seconds, at least 1.
     pub fence_retry_after: Duration,
     /// What a limit does while Redis does not answer, by limit id; a limit not named here gets
@@ -47,12 +54,14 @@ impl LimiterConfig {
     pub fn new(redis_url: impl Into<String>) -> Self {
         Self {
             redis_url: redis_url.into(),
+            redis_mode: RedisMode::Standalone,
             region: None,
             gateways_per_region: 1,
             max_cost: 1,
             redis_timeout: Duration::from_millis(50),
             probe_after: Duration::from_secs(1),
             key_scheme: KeyScheme::PerLimit,
+            key_groups: BTreeMap::new(),
             fence_retry_after: Duration::from_secs(1),
             failure: BTreeMap::new(),
             redis_ca_pem: None,
@@ -95,7 +104,17 @@ impl LimiterConfig {
                 );
             }
         }
+        errors.extend(self.key_plan().problems());
         errors
+    }
+
+    /// Where each limit's bucket lives (see [`crate::keys`]).
+    pub fn key_plan(&self) -> KeyPlan {
+        KeyPlan {
+            scheme: self.key_scheme.clone(),
+            groups: self.key_groups.clone(),
+            mode: self.redis_mode,
+        }
     }
 }
 
@@ -216,6 +235,9 @@ pub struct LimiterStats {
     /// Tokens the fallback admitted and then charged to the Redis buckets.
     pub fallback_repaid: u64,
     pub redis_failures: u64,
+    /// Checks decided by the fallback because, on a cluster, their limits are in different key
+    /// groups (hash slots) and cannot be one script call.
+    pub cross_slot_checks: u64,
     pub rule_sets_installed: u64,
     pub rule_sets_ignored: u64,
     pub script_loads: u64,
@@ -232,6 +254,7 @@ pub struct LimiterStats {
 /// A gateway's limiter. Cheap to share behind an `Arc`; every method takes `&self`.
 pub struct Limiter {
     cfg: LimiterConfig,
+    keys: KeyPlan,
     store: RedisBuckets,
     rules: RwLock<Option<Arc<RuleSet>>>,
     lease: Mutex<LeaseState>,
@@ -251,6 +274,8 @@ pub struct Limiter {
     redis_decisions: AtomicU64,
     fallback_decisions: AtomicU64,
     redis_failures: AtomicU64,
+    /// Checks a cluster could not take in one call (their limits in different key groups).
+    cross_slot: AtomicU64,
     installed: AtomicU64,
     ignored: AtomicU64,
     warned_unbounded: AtomicBool,
@@ -282,8 +307,9 @@ impl Limiter {
         if !errors.is_empty() {
             return Err(ConfigError::Invalid(errors));
         }
-        let store = RedisBuckets::with_ca(
+        let store = RedisBuckets::with_mode(
             &cfg.redis_url,
+            cfg.redis_mode,
             cfg.redis_timeout,
             cfg.redis_ca_pem.as_deref(),
         )?;
@@ -291,6 +317,8 @@ impl Limiter {
             fallback: Mutex::new(Fallback::new(cfg.gateways_per_region)),
             owed: Mutex::new(BTreeMap::new()),
             repaid: AtomicU64::new(0),
+            keys: cfg.key_plan(),
+            cross_slot: AtomicU64::new(0),
             cfg,
             store,
             rules: RwLock::new(None),
@@ -516,6 +544,7 @@ impl Limiter {
                 .sum(),
             fallback_repaid: self.repaid.load(Ordering::Relaxed),
             redis_failures: self.redis_failures.load(Ordering::Relaxed),
+            cross_slot_checks: self.cross_slot.load(Ordering::Relaxed),
             rule_sets_installed: self.installed.load(Ordering::Relaxed),
             rule_sets_ignored: self.ignored.load(Ordering::Relaxed),
             script_loads: self.store.script_loads(),
@@ -567,7 +596,9 @@ impl Limiter {
             };
             return Ok(in_request_order(&rules, none));
         }
-        let reason = if self.redis_usable() {
+        let reason = if let Some(why) = self.cross_slot(&live) {
+            why
+        } else if self.redis_usable() {
             let answer = match self.repay(&set).await {
                 Ok(()) => self.ask_redis(&live, cost).await,
                 Err(e) => Err(e),
@@ -629,24 +660,27 @@ impl Limiter {
     /// their buckets). What could not be charged stays owed, and the failure counts as Redis's.
     async fn repay(&self, set: &RuleSet) -> Result<(), StoreError> {
         let owed = std::mem::take(&mut *self.owed.lock().unwrap_or_else(PoisonError::into_inner));
-        let debts: Vec<(String, u64, Debt)> = owed
+        let debts: Vec<(String, (u64, Debt))> = owed
             .into_iter()
             .filter_map(|(id, tokens)| {
                 let r = set.get(&id)?;
                 let debt = Debt {
-                    key: self.cfg.key_scheme.key(&id),
+                    key: self.keys.key(&id),
                     rate: r.rate,
                     burst: r.burst,
                     owed: tokens as f64,
                 };
-                Some((id, tokens, debt))
+                Some((id, (tokens, debt)))
             })
             .collect();
-        for (i, chunk) in debts.chunks(MAX_BUCKETS_PER_CALL).enumerate() {
-            let batch: Vec<Debt> = chunk.iter().map(|(_, _, d)| d.clone()).collect();
+        let limits = debts.len();
+        // On a cluster each call stays within one key group (one hash slot).
+        let batches = self.keys.batches(debts, MAX_BUCKETS_PER_CALL);
+        for (i, chunk) in batches.iter().enumerate() {
+            let batch: Vec<Debt> = chunk.iter().map(|(_, (_, d))| d.clone()).collect();
             if let Err(e) = self.store.repay(&batch).await {
                 let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
-                for (id, tokens, _) in &debts[i * MAX_BUCKETS_PER_CALL..] {
+                for (id, (tokens, _)) in batches[i..].iter().flatten() {
                     let t = owed.entry(id.clone()).or_default();
                     *t = t.saturating_add(*tokens);
                 }
@@ -654,12 +688,12 @@ impl Limiter {
                 self.redis_down(&e);
                 return Err(e);
             }
-            let paid: u64 = chunk.iter().map(|(_, t, _)| *t).sum();
+            let paid: u64 = chunk.iter().map(|(_, (t, _))| *t).sum();
             self.repaid.fetch_add(paid, Ordering::Relaxed);
         }
-        if !debts.is_empty() {
+        if limits > 0 {
             tracing::info!(
-                limits = debts.len(),
+                limits,
                 "charged what the local fallback admitted to the Redis buckets"
             );
         }
@@ -670,7 +704,7 @@ impl Limiter {
         let calls: Vec<BucketCall> = live
             .iter()
             .map(|r| BucketCall {
-                key: self.cfg.key_scheme.key(&r.id),
+                key: self.keys.key(&r.id),
                 rate: r.rate,
                 burst: r.burst,
                 cost: f64::from(cost),
@@ -787,6 +821,17 @@ impl Limiter {
             path: DecisionPath::Fallback(reason),
             limits,
         }
+    }
+
+    /// On a cluster, why `live` cannot be one script call (two limits in different key groups),
+    /// counted and logged; such a check is decided by the fallback and Redis is not marked down.
+    fn cross_slot(&self, live: &[&LimitRule]) -> Option<String> {
+        let why = self.keys.split(live.iter().map(|r| r.id.as_str()))?;
+        let n = self.cross_slot.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            tracing::error!(checks = n, "{why}; checked by the local fallback instead");
+        }
+        Some(why)
     }
 
     /// Starts connecting to Redis in the background (see [`RedisBuckets::warm_up`]), so that the

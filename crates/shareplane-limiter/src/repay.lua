@@ -11,7 +11,8 @@
 -- The refill since the bucket's stamp is credited before the debt is taken and the burst clamp
 -- comes after it: the fallback spent tokens while the bucket sat unvisited, and charging them after
 -- a full bucket was clamped would refuse room that a single bucket would have had. A missing bucket
--- starts full, as in bucket.lua. The clock is the server's; the stamp never moves backward.
+-- starts full, as in bucket.lua. The clock is the server's; the stamp never moves backward. The
+-- TTL is set on every repayment, and `exp` with it (see bucket.lua).
 if redis.replicate_commands then redis.replicate_commands() end
 
 local n = #KEYS
@@ -43,7 +44,8 @@ for i = 1, n do
   local elapsed_s = math.max(0, now_us - ts) / 1000000
   local tokens = math.min(burst, t + elapsed_s * rate - owed)
   redis.call('HSET', KEYS[i], 'tokens', string.format('%.17g', tokens),
-    'ts', string.format('%.0f', math.max(ts, now_us)))
+    'ts', string.format('%.0f', math.max(ts, now_us)),
+    'exp', string.format('%.0f', math.ceil(now_us / 1000 + ttl)))
   redis.call('PEXPIRE', KEYS[i], ttl)
   reply[i] = string.format('%.6f', tokens)
 end

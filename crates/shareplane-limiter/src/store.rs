@@ -7,12 +7,20 @@
 //! task at a time within [`CONNECT_TIMEOUT`], so a TLS set-up slower than one call's bound still
 //! completes and serves the calls after it. A connection that failed or timed out is dropped and
 //! made again on the next call.
+//!
+//! [`RedisMode::Cluster`] speaks to a cluster-mode Redis or Valkey (ElastiCache Serverless is one)
+//! through the redis crate's cluster client: the URL names one seed node, the client learns the
+//! slot map from it, sends each call to the master of its keys' slot and follows `MOVED` and `ASK`
+//! redirections. `SCRIPT LOAD` goes to every node. Every key of one call must carry one hash tag
+//! (see [`crate::keys`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 
 /// The script's source (see `bucket.lua` for its arguments and reply).
 pub const SCRIPT: &str = include_str!("bucket.lua");
@@ -27,6 +35,18 @@ pub const MAX_BUCKETS_PER_CALL: usize = 32;
 pub const MAX_TTL_MS: u64 = 86_400_000;
 /// The least TTL the client asks for.
 pub const MIN_TTL_MS: u64 = 60_000;
+
+/// Whether the Redis/Valkey behind the URL runs in cluster mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum RedisMode {
+    /// One server, or a replication group's primary endpoint (cluster mode disabled).
+    #[default]
+    Standalone,
+    /// A cluster-mode-enabled cluster (ElastiCache Serverless, or cluster mode enabled), reached
+    /// through one seed node.
+    Cluster,
+}
 
 /// How bucket keys are named. The key names the limit, never its version, so old and new numbers
 /// spend the same tokens.
@@ -142,15 +162,39 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The script in one Redis/Valkey server (or replication group endpoint).
 pub struct RedisBuckets {
     timeout: Duration,
+    mode: RedisMode,
     shared: Arc<Shared>,
+}
+
+/// A standalone or a cluster client.
+#[allow(clippy::large_enum_variant)] // one per limiter, made once: size does not matter
+enum Client {
+    Single(redis::Client),
+    Cluster(ClusterClient),
+}
+
+/// A connection of either kind; cheap to clone (both multiplex one set of sockets).
+#[derive(Clone)]
+enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    async fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        match self {
+            Self::Single(c) => cmd.query_async(c).await,
+            Self::Cluster(c) => cmd.query_async(c).await,
+        }
+    }
 }
 
 /// What the background connector and the calls share.
 struct Shared {
-    client: redis::Client,
+    client: Client,
     sha: String,
     repay_sha: String,
-    conn: Mutex<Option<MultiplexedConnection>>,
+    conn: Mutex<Option<Conn>>,
     /// Whether a connector task runs now (at most one does).
     connecting: AtomicBool,
     /// Woken when a connector ends, connected or not.
@@ -178,28 +222,23 @@ impl RedisBuckets {
         timeout: Duration,
         ca_pem: Option<&[u8]>,
     ) -> Result<Self, StoreError> {
-        if url.starts_with("rediss://") {
-            install_crypto_provider();
-        }
-        let client = match ca_pem {
-            None => redis::Client::open(url)?,
-            Some(_) if !url.starts_with("rediss://") => {
-                return Err(StoreError::Setting(
-                    "a CA certificate is given but the Redis URL is not rediss://".to_owned(),
-                ))
-            }
-            Some(pem) => redis::Client::build_with_tls(
-                url,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem.to_vec()),
-                },
-            )?,
-        };
+        Self::with_mode(url, RedisMode::Standalone, timeout, ca_pem)
+    }
+
+    /// [`RedisBuckets::with_ca`] for a standalone server or, with [`RedisMode::Cluster`], a
+    /// cluster reached through the seed node `url`.
+    pub fn with_mode(
+        url: &str,
+        mode: RedisMode,
+        timeout: Duration,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Self, StoreError> {
+        let client = client(url, mode, ca_pem)?;
         let sha = redis::Script::new(SCRIPT).get_hash().to_owned();
         let repay_sha = redis::Script::new(REPAY_SCRIPT).get_hash().to_owned();
         Ok(Self {
             timeout,
+            mode,
             shared: Arc::new(Shared {
                 client,
                 sha,
@@ -296,7 +335,9 @@ impl RedisBuckets {
     /// Sends `cmd` (an `EVALSHA` of one of the scripts) within the timeout.
     async fn bounded(&self, cmd: &redis::Cmd) -> Result<redis::Value, StoreError> {
         let result = tokio::time::timeout(self.timeout, self.run_unbounded(cmd)).await;
-        let result = result.unwrap_or(Err(StoreError::Timeout(self.timeout)));
+        let result = result
+            .unwrap_or(Err(StoreError::Timeout(self.timeout)))
+            .map_err(|e| self.explain(e));
         if let Err(StoreError::Timeout(_) | StoreError::Redis(_) | StoreError::Connect(_)) = &result
         {
             // A half-dead connection would fail every call after it: make a new one next time.
@@ -305,15 +346,35 @@ impl RedisBuckets {
         result
     }
 
+    /// A redirection on a standalone connection means the server runs in cluster mode: say what
+    /// to configure rather than pass on a bare `MOVED`.
+    fn explain(&self, e: StoreError) -> StoreError {
+        use redis::{ErrorKind, ServerErrorKind};
+        match e {
+            StoreError::Redis(r)
+                if self.mode == RedisMode::Standalone
+                    && matches!(
+                        r.kind(),
+                        ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+                    ) =>
+            {
+                StoreError::Setting(format!(
+                    "the Redis server runs in cluster mode ({r}): set redis_mode = \"cluster\""
+                ))
+            }
+            other => other,
+        }
+    }
+
     async fn run_unbounded(&self, cmd: &redis::Cmd) -> Result<redis::Value, StoreError> {
         let mut conn = self.connection().await?;
-        match cmd.query_async(&mut conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+        match conn.query(cmd).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 tracing::info!(
                     "bucket scripts missing on the server (NOSCRIPT); loading them again"
                 );
                 self.shared.load(&mut conn).await?;
-                Ok(cmd.query_async(&mut conn).await?)
+                Ok(conn.query(cmd).await?)
             }
             other => Ok(other?),
         }
@@ -322,7 +383,7 @@ impl RedisBuckets {
     /// The connection, or the outcome of the connector this call starts or joins. The call's
     /// bound cuts the wait; the connector goes on within [`CONNECT_TIMEOUT`] and leaves its
     /// connection for the next call.
-    async fn connection(&self) -> Result<MultiplexedConnection, StoreError> {
+    async fn connection(&self) -> Result<Conn, StoreError> {
         if let Some(c) = lock(&self.shared.conn).as_ref() {
             return Ok(c.clone());
         }
@@ -375,18 +436,21 @@ impl Shared {
         });
     }
 
-    async fn connect(&self) -> Result<MultiplexedConnection, StoreError> {
-        let mut c = self.client.get_multiplexed_async_connection().await?;
+    async fn connect(&self) -> Result<Conn, StoreError> {
+        let mut c = match &self.client {
+            Client::Single(c) => Conn::Single(c.get_multiplexed_async_connection().await?),
+            Client::Cluster(c) => Conn::Cluster(c.get_async_connection().await?),
+        };
         self.load(&mut c).await?;
         Ok(c)
     }
 
-    async fn load(&self, conn: &mut MultiplexedConnection) -> Result<(), StoreError> {
+    /// Loads both scripts (on a cluster, on every node: the cluster client sends `SCRIPT LOAD`
+    /// to all of them and fails unless all succeed).
+    async fn load(&self, conn: &mut Conn) -> Result<(), StoreError> {
         for (source, want) in [(SCRIPT, &self.sha), (REPAY_SCRIPT, &self.repay_sha)] {
-            let sha: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(source)
-                .query_async(conn)
+            let sha: String = conn
+                .query(redis::cmd("SCRIPT").arg("LOAD").arg(source))
                 .await?;
             if sha != *want {
                 return Err(StoreError::Reply(format!(
@@ -397,6 +461,36 @@ impl Shared {
         self.loads.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// The client for `url` in `mode`, with the CA of a `rediss://` server if given.
+fn client(url: &str, mode: RedisMode, ca_pem: Option<&[u8]>) -> Result<Client, StoreError> {
+    let tls = url.starts_with("rediss://");
+    if tls {
+        install_crypto_provider();
+    } else if ca_pem.is_some() {
+        return Err(StoreError::Setting(
+            "a CA certificate is given but the Redis URL is not rediss://".to_owned(),
+        ));
+    }
+    let certs = ca_pem.map(|pem| redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem.to_vec()),
+    });
+    Ok(match (mode, certs) {
+        (RedisMode::Standalone, None) => Client::Single(redis::Client::open(url)?),
+        (RedisMode::Standalone, Some(certs)) => {
+            Client::Single(redis::Client::build_with_tls(url, certs)?)
+        }
+        (RedisMode::Cluster, certs) => {
+            // TLS, when the seed's URL is rediss://, applies to every node the client learns of.
+            let mut b = ClusterClient::builder([url]).connection_timeout(CONNECT_TIMEOUT);
+            if let Some(certs) = certs {
+                b = b.certs(certs);
+            }
+            Client::Cluster(b.build()?)
+        }
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -299,6 +299,129 @@ async fn every_write_sets_a_ttl_of_at_least_burst_over_rate() {
 }
 
 #[tokio::test]
+async fn the_ttl_is_set_again_once_less_than_three_quarters_or_a_refill_is_left() {
+    let Some(url) = redis_url("the_ttl_is_set_again_once_less_than_three_quarters") else {
+        return;
+    };
+    let b = buckets(&url);
+    let mut conn = raw(&url).await;
+    let key = KeyScheme::PerLimit.key(&unique("lazy-ttl"));
+    // rate 1, burst 10: a refill takes 10 s; the TTL asked for is 100 s.
+    let c = BucketCall {
+        key: key.clone(),
+        rate: 1.0,
+        burst: 10.0,
+        cost: 1.0,
+        enforce: true,
+    };
+    let pttl = |conn: &mut redis::aio::MultiplexedConnection| {
+        let cmd = redis::cmd("PTTL").arg(&key).to_owned();
+        let mut conn = conn.clone();
+        async move {
+            cmd.query_async::<i64>(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
+    let set = |conn: &mut redis::aio::MultiplexedConnection, exp_ms: u64, pttl_ms: u64| {
+        let mut conn = conn.clone();
+        let key = key.clone();
+        async move {
+            let _: () = redis::pipe()
+                .cmd("HSET")
+                .arg(&key)
+                .arg("exp")
+                .arg(exp_ms)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(&key)
+                .arg(pttl_ms)
+                .ignore()
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    };
+    let now_ms = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            let (s, us): (u64, u64) = redis::cmd("TIME")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            s * 1000 + us / 1000
+        }
+    };
+    let run_ttl = |ttl_ms: u64| {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(redis::Script::new(SCRIPT).get_hash())
+            .arg(1)
+            .arg(&key)
+            .arg(c.rate)
+            .arg(c.burst)
+            .arg(c.cost)
+            .arg(ttl_ms)
+            .arg(1);
+        cmd
+    };
+    assert!(
+        run(&b, std::slice::from_ref(&c)).await.allowed,
+        "loads the script"
+    );
+    let _: redis::Value = run_ttl(100_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t = pttl(&mut conn).await;
+    assert!((99_000..=100_000).contains(&t), "a new TTL: {t}");
+    // 90 s left of 100 (more than 3/4): the TTL is left alone.
+    let now = now_ms(&mut conn).await;
+    set(&mut conn, now + 90_000, 90_000).await;
+    let _: redis::Value = run_ttl(100_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t = pttl(&mut conn).await;
+    assert!((89_000..=90_000).contains(&t), "left alone: {t}");
+    // 70 s left (less than 3/4): set again.
+    set(&mut conn, now + 70_000, 70_000).await;
+    let _: redis::Value = run_ttl(100_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t = pttl(&mut conn).await;
+    assert!((99_000..=100_000).contains(&t), "set again: {t}");
+    // A TTL asked for below a refill: raised to the refill (10 s), and set again whenever less
+    // than a refill is left, even if that is more than 3/4 of what was asked for.
+    set(&mut conn, now + 9_000, 9_000).await;
+    let _: redis::Value = run_ttl(1_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t = pttl(&mut conn).await;
+    assert!((9_500..=10_000).contains(&t), "at least a refill: {t}");
+    // A bucket without `exp` (written by an older script) gets its TTL set.
+    let _: () = redis::cmd("HDEL")
+        .arg(&key)
+        .arg("exp")
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(&key)
+        .arg(95_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _: redis::Value = run_ttl(100_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t = pttl(&mut conn).await;
+    assert!((99_000..=100_000).contains(&t), "no exp: set: {t}");
+}
+
+#[tokio::test]
 async fn a_repaid_debt_is_spent_from_the_bucket_and_one_beyond_it_is_refused_until_refilled() {
     let Some(url) = redis_url("a_repaid_debt_is_spent_from_the_bucket") else {
         return;

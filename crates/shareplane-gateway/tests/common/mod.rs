@@ -14,7 +14,8 @@ use shareplane_gateway::config::{self, FileConfig, Flags};
 #[path = "../../../shareplane-limiter/tests/common/mod.rs"]
 pub mod daemon;
 
-pub use daemon::{limit, redis_url, rules, unique, FakeDaemon, TOKEN};
+#[allow(unused_imports)] // each test file uses a part of it
+pub use daemon::{limit, redis_cluster_url, redis_url, rules, unique, FakeDaemon, TOKEN};
 
 /// The longest any child may live: `timeout` stops it even if the test process is killed.
 pub const CHILD_LIFETIME_S: u32 = 120;

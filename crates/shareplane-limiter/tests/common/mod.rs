@@ -35,6 +35,27 @@ pub fn redis_url(test: &str) -> Option<String> {
     }
 }
 
+/// The seed URL of a cluster-mode Redis of three masters from `SHAREPLANE_TEST_REDIS_CLUSTER_URL`
+/// (tests/lib/redis-cluster.sh starts one). Without it: panics when
+/// `SHAREPLANE_REQUIRE_SERVICES=1` (tests/run-all.sh), otherwise says the test did nothing.
+pub fn redis_cluster_url(test: &str) -> Option<String> {
+    match std::env::var("SHAREPLANE_TEST_REDIS_CLUSTER_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("SHAREPLANE_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "{test}: SHAREPLANE_TEST_REDIS_CLUSTER_URL is not set but \
+                 SHAREPLANE_REQUIRE_SERVICES=1 (tests/run-all.sh starts the cluster and sets it)"
+            );
+            eprintln!(
+                "{test}: did nothing: SHAREPLANE_TEST_REDIS_CLUSTER_URL is not set (run \
+                 tests/run-all.sh, or tests/lib/redis-cluster.sh DIR P1 P2 P3 and export it)"
+            );
+            None
+        }
+    }
+}
+
 /// A limit id no other test (or earlier run against the same server) uses.
 pub fn unique(name: &str) -> String {
     let nanos = SystemTime::now()
