@@ -112,7 +112,7 @@ rm -f "$SHAREPLANE_E2E_REPORT"
 
 step "cargo test (workspace)"
 cargo test --workspace --locked 2>&1 | tee "$WORK/cargo-test.log"
-step "fuzzer: 20,000 seeds on an optimised build with assertions (profile checked; every seed must pass)"
+step "fuzzer: 20,000 classic, 5,000 swarm and 2,000 cascade seeds on an optimised build with assertions (profile checked; the filter runs ci_sized_fuzz_run and ci_sized_fuzz_run_swarm_and_cascade; every seed must pass)"
 SHAREPLANE_FUZZ_SEEDS=20000 cargo test --profile checked --locked -p shareplane-sim --test fuzz ci_sized_fuzz_run -- --nocapture 2>&1 | tee "$WORK/fuzz.log"
 step "model checker on an optimised build with assertions (profile checked; 3 Regions depth 6; 4 Regions, 3 faults, depth 5; limit changes: 2 Regions depth 8, 3 Regions depth 6; the restore race from C lost, depth 8, must reach the race)"
 SHAREPLANE_MODEL_DEPTH_3=6 SHAREPLANE_MODEL_DEPTH_4=5 SHAREPLANE_MODEL_DEPTH_CHANGES=8 SHAREPLANE_MODEL_DEPTH_CHANGES_3=6 SHAREPLANE_MODEL_DEPTH_RESTORE=8 cargo test --profile checked --locked -p shareplane-core --test model_check -- --nocapture 2>&1 | tee "$WORK/model-check.log"

@@ -23,6 +23,10 @@ pub enum SimError {
     Scenario(String),
 }
 
+/// The period of the health check's data a daemon reads (the Minimum of CloudWatch's
+/// `HealthCheckStatus` over one-minute periods).
+pub const HEALTH_PERIOD_MS: u64 = 60_000;
+
 /// One Region's values in force during a tick. Rates in milli-requests per second, amounts of
 /// requests in micro-requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -247,8 +251,12 @@ struct Sim<'a> {
     /// Per reading Region, the Regions whose verdict read unhealthy at some tick since its last
     /// rebalance (a bit each). A daemon reads the Minimum of `HealthCheckStatus` over one-minute
     /// periods, so a verdict that was unhealthy between two of its reads still reads unhealthy at
-    /// the next one; no verdict can flip and flip back unseen between two rebalances.
+    /// the next one; no verdict can flip and flip back unseen between two rebalances. A daemon
+    /// that starts afresh keeps only those of the last [`HEALTH_PERIOD_MS`].
     unhealthy_since_read: Vec<u64>,
+    /// Per Region, the last tick at which its verdict read unhealthy (`i64::MAX` while it does,
+    /// `i64::MIN` if it never did): a daemon that starts afresh reads only the recent periods.
+    unhealthy_until: Vec<i64>,
     last_audit: Audit,
     max_over: i128,
     /// The gateways' lease in ticks (`shareplane_core::lease_bound`), or why there is none.
@@ -333,6 +341,7 @@ impl<'a> Sim<'a> {
             table,
             health,
             unhealthy_since_read: vec![0; n],
+            unhealthy_until: vec![i64::MIN; n],
             last_audit: Audit::default(),
             max_over: 0,
             lease_ticks: lease
@@ -436,6 +445,7 @@ impl<'a> Sim<'a> {
                 ));
                 reg.tokens = 0;
                 self.table.forget_observed(*r);
+                self.fresh_reader(*r, tick);
                 self.dirty = true;
                 format!("{} restored", self.name(*r))
             }
@@ -470,6 +480,7 @@ impl<'a> Sim<'a> {
                 ));
                 reg.daemon_dead = false;
                 self.table.forget_observed(*r);
+                self.fresh_reader(*r, tick);
                 self.dirty = true;
                 format!("{} daemon restarted", self.name(*r))
             }
@@ -536,17 +547,20 @@ impl<'a> Sim<'a> {
                 "heal".into()
             }
             Action::Unknown(r) => {
+                self.verdict_cleared(*r, tick);
                 self.health.0[*r] = Health::Unknown;
                 format!("{} health unknown", self.name(*r))
             }
             Action::Unhealthy(r) => {
                 self.health.0[*r] = Health::Unhealthy;
+                self.unhealthy_until[*r] = i64::MAX;
                 for seen in self.unhealthy_since_read.iter_mut() {
                     *seen |= 1 << *r;
                 }
                 format!("{} unhealthy", self.name(*r))
             }
             Action::Healthy(r) => {
+                self.verdict_cleared(*r, tick);
                 self.health.0[*r] = Health::Healthy;
                 format!("{} healthy", self.name(*r))
             }
@@ -617,6 +631,24 @@ impl<'a> Sim<'a> {
                 });
             }
         }
+    }
+
+    /// Region `r`'s verdict stops reading unhealthy at `tick` (if it did).
+    fn verdict_cleared(&mut self, r: usize, tick: i64) {
+        if self.unhealthy_until[r] == i64::MAX {
+            self.unhealthy_until[r] = tick;
+        }
+    }
+
+    /// Region `r`'s daemon starts afresh at `tick` (restored, or restarted after it died): its
+    /// first read covers the health check's recent period, [`HEALTH_PERIOD_MS`], not the whole
+    /// time it was down, so it keeps only the verdicts that read unhealthy within that period.
+    fn fresh_reader(&mut self, r: usize, tick: i64) {
+        let since = tick - (HEALTH_PERIOD_MS / self.sc.tick_ms) as i64;
+        let recent = (self.unhealthy_until.iter().enumerate())
+            .filter(|&(_, &until)| until >= since)
+            .fold(0u64, |m, (k, _)| m | 1 << k);
+        self.unhealthy_since_read[r] &= recent;
     }
 
     /// Whether some reader has yet to read the unhealthy verdict Region `i` had since its last read.

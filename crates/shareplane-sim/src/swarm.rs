@@ -259,21 +259,23 @@ impl Episodes<'_> {
         self.s.at(at, Action::Restore(r));
     }
 
-    /// A cut that `r`'s records do not cross (one-way when enabled and drawn), from `at`;
-    /// `false` when the seed has no cuts.
-    fn cut_around(&mut self, r: usize, at: i64, not: usize) -> bool {
-        let others = ((1u16 << self.n) - 1) as u8 & !(1 << r) & !(1 << not);
+    /// A cut that `r`'s records do not cross (one-way when enabled and drawn), from `at`, that
+    /// keeps `not` on `r`'s side; the Regions it cuts off from `r`, or `None` when the seed has
+    /// no cuts.
+    fn cut_around(&mut self, r: usize, at: i64, not: usize) -> Option<u8> {
+        let all = ((1u16 << self.n) - 1) as u8;
+        let others = all & !(1 << r) & !(1 << not);
         if self.on(ONE_WAY) && (!self.on(CUT) || self.g.chance(70)) && others != 0 {
             let to = others & (self.g.range(1, u64::from(others)) as u8);
             let to = if to == 0 { others } else { to };
             self.s.at(at, Action::OneWayCut(1 << r, to));
-            true
+            Some(to)
         } else if self.on(CUT) {
-            // The Region that must still see `r` stays on its side.
-            self.s.at(at, Action::Cut(1 << r | 1 << not));
-            true
+            let side = 1 << r | 1 << not;
+            self.s.at(at, Action::Cut(side));
+            Some(all & !side)
         } else {
-            false
+            None
         }
     }
 
@@ -281,7 +283,7 @@ impl Episodes<'_> {
     fn loss(&mut self, at: i64) {
         let r = self.region();
         let from = (at - secs(self.g.range(0, 30))).max(0);
-        let cut = self.g.chance(50) && self.cut_around(r, from, r);
+        let cut = self.g.chance(50) && self.cut_around(r, from, r).is_some();
         let mut verdict = self.lose(r, at);
         let second = (self.n > 2 && self.g.chance(50)).then(|| self.other(r));
         if let Some(q) = second {
@@ -303,21 +305,29 @@ impl Episodes<'_> {
         }
     }
 
-    /// Demand moves from `g` to `h`, `g`'s records stop reaching some Regions, and `h` (often
-    /// `g` too) is lost after it took grants; `g` back under the cut, `h` after the heal.
+    /// The granter first holds much of the limit; then demand moves from it to the heir while
+    /// its records stop reaching some Regions, and the heir (often the granter too) is lost
+    /// after it took grants. The granter comes back under the cut, with new demand there and
+    /// in the Regions cut off from it; the heir comes back after the heal.
     fn heir(&mut self, at: i64) {
         let granter = self.region();
         let heir = self.other(granter);
+        let before = (at - self.period * self.g.range(2, 6) as i64).max(0);
+        let rich = part(self.limit, 40, 90, self.g);
+        self.s.at(before, Action::Demand(vec![(granter, rich)]));
         let from = (at - secs(self.g.range(0, 10))).max(0);
-        let cut = self.n > 2 && self.g.chance(70) && self.cut_around(granter, from, heir);
+        let cut_off = match self.n > 2 && self.g.chance(80) {
+            true => self.cut_around(granter, from, heir),
+            false => None,
+        };
         let (low, high) = (
             part(self.limit, 0, 10, self.g),
-            part(self.limit, 40, 90, self.g),
+            part(self.limit, 50, 100, self.g),
         );
         self.s.at(at, demand([(granter, low), (heir, high)]));
-        let lost = at + self.period * self.g.range(2, 8) as i64;
+        let lost = at + self.period * self.g.range(3, 12) as i64;
         let mut verdict = self.lose(heir, lost);
-        let both = self.g.chance(60);
+        let both = self.g.chance(75);
         if both {
             let at_granter = lost + secs(self.g.range(0, 5));
             verdict = verdict.max(self.lose(granter, at_granter));
@@ -328,9 +338,15 @@ impl Episodes<'_> {
         let back = verdict + self.period + secs(self.g.range(5, 90));
         if both {
             self.restore(granter, back);
+            let wanting = cut_off.unwrap_or(0) | 1 << granter;
+            let rates = (0..self.n)
+                .filter(|r| wanting >> r & 1 == 1)
+                .map(|r| (r, part(self.limit, 40, 100, self.g)))
+                .collect();
+            self.s.at(back, Action::Demand(rates));
         }
         let heal = back + secs(self.g.range(10, 150));
-        if cut && self.on(HEAL) {
+        if cut_off.is_some() && self.on(HEAL) {
             self.s.at(heal, Action::Heal);
         }
         let back_heir = heal + secs(self.g.range(0, 30));

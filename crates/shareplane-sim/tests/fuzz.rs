@@ -52,7 +52,9 @@ fn ci_seeds() -> (u64, u64) {
 #[test]
 fn ci_sized_fuzz_run() {
     let (start, seeds) = ci_seeds();
+    let began = std::time::Instant::now();
     let (totals, failures) = fuzz::run_seeds(start, seeds, fuzz::default_jobs());
+    let wall_s = began.elapsed().as_secs_f64();
     let failed: Vec<String> = failures
         .iter()
         .map(|(seed, f)| {
@@ -60,6 +62,7 @@ fn ci_sized_fuzz_run() {
         })
         .collect();
     println!("{}", totals.report(seeds, failed.len() as u64));
+    println!("{}", swarm::throughput(seeds, wall_s, fuzz::default_jobs()));
     assert!(failed.is_empty(), "{}", failed.join("\n"));
     assert!(
         totals.with_false_verdict > 0,
