@@ -97,6 +97,7 @@ fi
 # synth does not cover: CDK renders those with the functions its stacks use (dist/test/render-configs.js).
 TF_CONFIGS=
 TF_CONFIGS_TABLE=
+TF_DAEMON_URLS=
 CDK_CONFIGS_TABLE=$WORK/cdk-configs-table.json
 step "every Region's daemon config with limitsSource \"table\", as CDK renders it (for the parity test)"
 python3 - "$INFRA/cdk/cdk.json" >"$WORK/settings-table.json" <<'PY'
@@ -133,12 +134,16 @@ print(json.dumps({
     "limits": [{"id": l["id"], "rate": l["rate"], "settings": {k: v for k, v in l.items() if k not in ("id", "rate")}}
                for l in s.get("limits", [])],
     "daemon_settings": s.get("daemon", {}),
+    "endpoint_subdomain": s.get("endpointSubdomain", "shareplane"),
+    "hosted_zone_name": s["hostedZoneName"],
 }))
 PY
     "$TERRAFORM" -chdir="$INFRA/tests/tf-render" apply -input=false -auto-approve -state="$RENDER/$variant.state" \
       -var-file="$RENDER/$variant.vars.json" >/dev/null
     "$TERRAFORM" -chdir="$INFRA/tests/tf-render" output -state="$RENDER/$variant.state" -json configs >"$RENDER/$variant.configs.json"
   done
+  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" output -state="$RENDER/settings.state" -json daemon_urls >"$RENDER/daemon-urls.json"
+  TF_DAEMON_URLS="$RENDER/daemon-urls.json"
   TF_CONFIGS="$RENDER/settings.configs.json"
   TF_CONFIGS_TABLE="$RENDER/settings-table.configs.json"
   echo "    rendered the example's configs and those with limits_source = \"table\""
@@ -175,6 +180,10 @@ cd "$INFRA"
 SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_OUT_VARIANT="$INFRA/cdk/cdk.out.variant" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
   SHAREPLANE_TF_CONFIGS_TABLE="$TF_CONFIGS_TABLE" SHAREPLANE_CDK_CONFIGS_TABLE="$CDK_CONFIGS_TABLE" \
   "$INFRA/.venv-cfnlint/bin/python" -m unittest -v tests/test_parity.py
+
+step "a real gateway on the daemon URL that CDK and Terraform publish loads the rule set (target/debug/shareplane)"
+SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_TF_DAEMON_URLS="$TF_DAEMON_URLS" SHAREPLANE_BIN="$ROOT/target/debug/shareplane" \
+  python3 -m unittest -v tests/test_gateway_wiring.py
 
 step "image context: what the CDK asset stages is what docker build sends"
 ASSET=$(python3 - "$INFRA/cdk/cdk.out" <<'PY'
