@@ -27,6 +27,10 @@ trap 'timing_summary "infra/test.sh"' EXIT
 CFN_LINT_VERSION=1.58.0
 PYTHON_HCL2_VERSION=8.1.4
 CHECKOV_VERSION=3.3.30
+# The Helm v4 SDK (Go, through its C ABI: no helm binary) and the Kubernetes schemas, for the chart.
+HELM_PYTHON_SDK_VERSION=0.2.2
+KUBERNETES_VALIDATE_VERSION=1.37.0
+PYYAML_VERSION=6.0.4
 
 # A venv at $1 with the pip requirements $2...; reinstalled only when the requirements change.
 venv() {
@@ -49,6 +53,7 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
 fi
 venv "$INFRA/.venv-cfnlint" "cfn-lint==$CFN_LINT_VERSION" "python-hcl2==$PYTHON_HCL2_VERSION"
 venv "$INFRA/.venv-checkov" "checkov==$CHECKOV_VERSION"
+venv "$INFRA/.venv-helm" "helm-python-sdk==$HELM_PYTHON_SDK_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" "PyYAML==$PYYAML_VERSION"
 
 # No AWS credentials or config for anything below: nothing can reach an account.
 unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_PROFILE AWS_DEFAULT_PROFILE
@@ -98,8 +103,12 @@ fi
 TF_CONFIGS=
 TF_CONFIGS_TABLE=
 TF_DAEMON_URLS=
+CDK_CONFIGS=$WORK/cdk-configs.json
 CDK_CONFIGS_TABLE=$WORK/cdk-configs-table.json
-step "every Region's daemon config with limitsSource \"table\", as CDK renders it (for the parity test)"
+step "every Region's daemon config, as CDK renders it, also with limitsSource \"table\" (for the parity tests)"
+python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["context"]["shareplane"]))' \
+  "$INFRA/cdk/cdk.json" >"$WORK/settings.json"
+node "$INFRA/cdk/dist/test/render-configs.js" "$WORK/settings.json" >"$CDK_CONFIGS"
 python3 - "$INFRA/cdk/cdk.json" >"$WORK/settings-table.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["context"]["shareplane"]
@@ -180,6 +189,11 @@ cd "$INFRA"
 SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_OUT_VARIANT="$INFRA/cdk/cdk.out.variant" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
   SHAREPLANE_TF_CONFIGS_TABLE="$TF_CONFIGS_TABLE" SHAREPLANE_CDK_CONFIGS_TABLE="$CDK_CONFIGS_TABLE" \
   "$INFRA/.venv-cfnlint/bin/python" -m unittest -v tests/test_parity.py
+
+step "Helm chart: render and lint (Helm SDK), validate (Kubernetes $KUBERNETES_VALIDATE_VERSION schemas), same settings as CDK and Terraform"
+SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_CONFIGS="$CDK_CONFIGS" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
+  SHAREPLANE_CDK_CONFIGS_TABLE="$CDK_CONFIGS_TABLE" SHAREPLANE_TF_CONFIGS_TABLE="$TF_CONFIGS_TABLE" \
+  "$INFRA/.venv-helm/bin/python" -m unittest -v tests/test_helm_chart.py
 
 step "a real gateway on the daemon URL that CDK and Terraform publish loads the rule set (target/debug/shareplane)"
 SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_TF_DAEMON_URLS="$TF_DAEMON_URLS" SHAREPLANE_BIN="$ROOT/target/debug/shareplane" \
