@@ -7,9 +7,13 @@
 # Terraform modules, terraform fmt -check and validate (when terraform and an AWS provider are at
 # hand offline), the test that the Terraform modules declare the same resources, rules and IAM
 # conditions as the CDK app (and render the same daemon config, also with limits from the
-# table), and the image test: the context the CDK asset stages is the one
-# `docker build` sends, the workspace loads there with --locked --offline, and it builds (as root
-# with buildah into an image that runs; else with cargo).
+# table), the Helm chart (infra/.venv-helm: rendered and linted by the Helm v4 SDK, validated
+# against the Kubernetes schemas, with the same settings as CDK and Terraform), a real gateway
+# started on the daemon URL both publish (tests/test_gateway_wiring.py), and the image test: the
+# context the CDK asset stages is the one `docker build` sends, the workspace loads there with
+# --locked --offline, its files are the repository's, and (as root with buildah) the daemon's
+# and the gateway's images are built from the binary tests/run-all.sh built, target/debug/shareplane
+# (never compiled again here: tests/image-build.sh says what that leaves out), and run.
 #
 # Nothing here talks to AWS: synth runs with every AWS credential unset, so the CDK CLI cannot
 # even look up a default account, and checkov runs with --skip-download.
@@ -190,7 +194,7 @@ SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_OUT_VARIANT="$INFRA/cdk/c
   SHAREPLANE_TF_CONFIGS_TABLE="$TF_CONFIGS_TABLE" SHAREPLANE_CDK_CONFIGS_TABLE="$CDK_CONFIGS_TABLE" \
   "$INFRA/.venv-cfnlint/bin/python" -m unittest -v tests/test_parity.py
 
-step "Helm chart: render and lint (Helm SDK), validate (Kubernetes $KUBERNETES_VALIDATE_VERSION schemas), same settings as CDK and Terraform"
+step "Helm chart: render and lint (Helm v4 SDK), validate (Kubernetes 1.33 schemas of kubernetes-validate $KUBERNETES_VALIDATE_VERSION), same settings as CDK and Terraform"
 SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_CONFIGS="$CDK_CONFIGS" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
   SHAREPLANE_CDK_CONFIGS_TABLE="$CDK_CONFIGS_TABLE" SHAREPLANE_TF_CONFIGS_TABLE="$TF_CONFIGS_TABLE" \
   "$INFRA/.venv-helm/bin/python" -m unittest -v tests/test_helm_chart.py
@@ -207,6 +211,7 @@ dirs = set()
 for manifest in out.glob("Shareplane-*.assets.json"):
     for image in json.loads(manifest.read_text()).get("dockerImages", {}).values():
         assert image["source"]["dockerFile"] == "infra/Dockerfile", image
+        assert image["source"].get("dockerBuildTarget") == "daemon", image
         dirs.add(image["source"]["directory"])
 assert len(dirs) == 1, f"expected one image asset for every Region, found {sorted(dirs)}"
 print(out / dirs.pop())
@@ -228,24 +233,39 @@ else
   echo "    buildah not installed (or not root): docker build's own reading of /.dockerignore NOT compared (the CDK test checks the staged files)"
 fi
 
-step "image context: the workspace loads and builds there with --locked --offline"
+step "image context: the workspace loads there with --locked --offline, and is the source of this run's binary"
 CTX=$WORK/image-context
 rm -rf "$CTX"
 cp -a "$ASSET" "$CTX"
 (cd "$CTX" && cargo metadata --locked --offline --format-version 1 --filter-platform "$(rustc -vV | sed -n "s/^host: //p")" >/dev/null)
 echo "    cargo metadata --locked --offline: every workspace member loads from the staged context"
-if [ "$(id -u)" = 0 ] && command -v buildah >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 \
-  && [ "${SHAREPLANE_IMAGE_BUILD:-1}" != 0 ]; then
-  "$INFRA/tests/image-build.sh" "$CTX"
+# The images are built from the one binary this run built (tests/run-all.sh: cargo build -p
+# shareplane), not compiled again: so the staged sources must be the repository's, byte for
+# byte, and the binary newer than every one of them.
+(cd "$CTX" && find . -type f ! -name .dockerignore | sed 's|^\./||') | while read -r f; do
+  cmp -s "$CTX/$f" "$ROOT/$f" || { echo "the staged context's $f differs from the repository's" >&2; exit 1; }
+done
+echo "    the staged sources are the repository's files"
+BIN=$ROOT/target/debug/shareplane
+if [ ! -x "$BIN" ]; then
+  if [ "${SHAREPLANE_REQUIRE_SERVICES:-0}" = 1 ]; then
+    echo "$BIN is missing: tests/run-all.sh builds it (cargo build -p shareplane)" >&2
+    exit 1
+  fi
+  echo "    $BIN is missing (cargo build -p shareplane): the images are NOT built"
 else
-  echo "    no buildah/debootstrap as root (or SHAREPLANE_IMAGE_BUILD=0): building the staged context with cargo instead"
-  # In the workspace's target directory: the dependencies are built already (the staged crates
-  # have other paths, so they are compiled anew; the repository's next build re-links its own
-  # binaries over the one this uplifts).
-  (cd "$CTX" && CARGO_TARGET_DIR="$ROOT/target" cargo build --locked --offline -p shareplane --bin shareplane)
-  version=$("$ROOT/target/debug/shareplane" --version)
-  [[ "$version" =~ ^shareplane\ [0-9] ]] || { echo "unexpected --version: $version" >&2; exit 1; }
-  echo "    built from the staged context: $version"
+  stale=$(find "$ROOT/Cargo.toml" "$ROOT/Cargo.lock" "$ROOT/crates" -type f -newer "$BIN" ! -path '*/target/*' | head -n 5)
+  [ -z "$stale" ] || { echo "$BIN is older than $stale: build it again (cargo build -p shareplane)" >&2; exit 1; }
+  echo "    $BIN ($("$BIN" --version)) is newer than every source"
+  step "images (infra/Dockerfile, targets daemon and gateway) from that binary, with buildah, and run"
+  if [ "$(id -u)" = 0 ] && command -v buildah >/dev/null 2>&1 && [ "${SHAREPLANE_IMAGE_BUILD:-1}" != 0 ]; then
+    "$INFRA/tests/image-build.sh" "$CTX" "$BIN"
+  elif [ "${SHAREPLANE_REQUIRE_SERVICES:-0}" = 1 ] && [ "$(id -u)" = 0 ] && [ "${SHAREPLANE_IMAGE_BUILD:-1}" != 0 ]; then
+    echo "buildah is missing (tests/run-all.sh installs it as root)" >&2
+    exit 1
+  else
+    echo "    no buildah as root (or SHAREPLANE_IMAGE_BUILD=0): the images are NOT built"
+  fi
 fi
 
 step "all infra tests passed"

@@ -2,9 +2,11 @@
  * One Region's stack: the network (new, or an existing VPC), the daemon as an ECS Fargate
  * service behind two load balancers (a public one whose name Route 53 health-checks, open only
  * to Route 53's health checkers, and an internal one that gateways use for `/v1/rules` and
- * `/v1/demand`), the daemon's config (an SSM parameter, or an object in S3), the task role of
- * least privilege, an optional Valkey for the gateways' buckets, and the alarms on the daemon's
- * metrics.
+ * `/v1/demand`), the daemon's config (an SSM parameter, or an object in S3), its two tokens (the
+ * API token, which gateways hold too, and the admin token, the daemon tasks' only), the task role
+ * of least privilege, an optional Valkey for the gateways' buckets, what the gateways need (the
+ * daemon's base URL for `--rules`, in the outputs and an SSM parameter), and the alarms on the
+ * daemon's and the gateways' metrics.
  */
 import { createHash } from 'node:crypto';
 import * as path from 'node:path';
@@ -718,6 +720,8 @@ function daemonImage(s: Settings): ecs.ContainerImage {
   // workspace manifests, the lock file, crates/, tests/e2e and the Dockerfile.
   return ecs.ContainerImage.fromAsset(REPO_ROOT, {
     file: 'infra/Dockerfile',
+    // The daemon's stage (the gateway's is `gateway`, for the Helm chart).
+    target: 'daemon',
     platform: s.cpuArchitecture === 'arm64' ? ecrAssets.Platform.LINUX_ARM64 : ecrAssets.Platform.LINUX_AMD64,
     ignoreMode: IgnoreMode.DOCKER,
   });

@@ -188,7 +188,7 @@ locals {
   api_token_secret = { name = "SHAREPLANE_API_TOKEN", valueFrom = aws_secretsmanager_secret.api_token.arn }
   # The daemon tasks only: the gateways' settings name the API token, never this one.
   admin_token_secret = { name = "SHAREPLANE_ADMIN_TOKEN", valueFrom = aws_secretsmanager_secret.admin_token.arn }
-  tmp_mount        = { containerPath = "/tmp", sourceVolume = "tmp", readOnly = false }
+  tmp_mount          = { containerPath = "/tmp", sourceVolume = "tmp", readOnly = false }
 
   # The config in an SSM parameter: without --config the daemon reads SHAREPLANE_CONFIG_TOML.
   containers_parameter = [merge(local.daemon_container, {
