@@ -197,7 +197,7 @@ SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_OUT_VARIANT="$INFRA/cdk/c
 step "Helm chart: render and lint (Helm v4 SDK), validate (Kubernetes 1.33 schemas of kubernetes-validate $KUBERNETES_VALIDATE_VERSION), same settings as CDK and Terraform"
 SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_CONFIGS="$CDK_CONFIGS" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
   SHAREPLANE_CDK_CONFIGS_TABLE="$CDK_CONFIGS_TABLE" SHAREPLANE_TF_CONFIGS_TABLE="$TF_CONFIGS_TABLE" \
-  "$INFRA/.venv-helm/bin/python" -m unittest -v tests/test_helm_chart.py
+  SHAREPLANE_BIN="$ROOT/target/debug/shareplane" "$INFRA/.venv-helm/bin/python" -m unittest -v tests/test_helm_chart.py
 
 step "a real gateway on the daemon URL that CDK and Terraform publish loads the rule set (target/debug/shareplane)"
 SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_TF_DAEMON_URLS="$TF_DAEMON_URLS" SHAREPLANE_BIN="$ROOT/target/debug/shareplane" \

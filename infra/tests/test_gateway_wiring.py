@@ -120,70 +120,81 @@ class Wiring(unittest.TestCase):
                 self.assertRegex(self.tf[region], r"^https://[a-z0-9.-]+$", "a base URL: no path")
 
     def test_a_gateway_on_the_published_url_loads_the_rule_set(self):
-        if not BIN.is_file():
-            missing(f"{BIN} is missing: tests/run-all.sh builds it (cargo build -p shareplane)")
-        if shutil.which("redis-server") is None:
-            missing("redis-server is not installed")
         for region in self.settings["regions"]:
             with self.subTest(region=region):
-                self.run_region(region, self.tf[region])
+                published = self.tf[region]
 
-    def run_region(self, region: str, published: str):
-        with tempfile.TemporaryDirectory(prefix="shareplane-wiring-") as d:
-            procs = []
-            try:
-                redis_port, daemon_port, http_port = free_port(), free_port(), free_port()
-                procs.append(self.start(d, "redis-server", [
-                    "redis-server", "--bind", "127.0.0.1", "--port", str(redis_port), "--save", "", "--appendonly", "no"]))
-                config = Path(d, "daemon.toml")
-                config.write_text(self.daemon_config(region, daemon_port))
-                procs.append(self.start(d, "shareplane run", [str(BIN), "run", "--config", str(config)]))
-                rules = local(published, daemon_port)
-                procs.append(self.start(d, "shareplane gateway", [
-                    str(BIN), "gateway", "--rules", rules, "--redis", f"redis://127.0.0.1:{redis_port}/",
-                    "--http-listen", f"127.0.0.1:{http_port}", "--gateway-id", f"wiring-{region}"]))
-                metrics = f"http://127.0.0.1:{http_port}/metrics"
+                def flags(rules: str, redis: str, http: str, _dir: str) -> list[str]:
+                    return ["--rules", rules, "--redis", redis, "--http-listen", http, "--gateway-id", f"wiring-{region}"]
 
-                def loaded():
-                    status, body = get(metrics)
-                    m = re.search(r"^shareplane_gateway_rules_version (\S+)$", body, re.M)
-                    return body if status == 200 and m and float(m.group(1)) > 0 else None
+                gateway_loads_rules(self, self.settings, region, published, flags)
 
-                body = until(f"the gateway on --rules {rules} (published {published}) to load a rule set", 60, loaded, procs)
-                m = re.search(r"^shareplane_gateway_rules_loaded (\S+)$", body, re.M)
-                if m:
-                    self.assertEqual(float(m.group(1)), 1.0, "shareplane_gateway_rules_loaded")
-                # And it checks by that rule set: a check of the example's limit is admitted (the
-                # limit known, its bucket in Redis full).
-                limit = self.settings["limits"][0]["id"]
-                status, text = get(f"http://127.0.0.1:{http_port}/v1/check?limit={limit}")
-                self.assertEqual(status, 200, f"check of {limit}: {text}")
-            finally:
-                for _, p, _ in reversed(procs):
-                    p.terminate()
-                for _, p, _ in procs:
-                    try:
-                        p.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
 
-    def start(self, d: str, name: str, argv: list[str]):
-        log = Path(d, re.sub(r"\W+", "-", name) + ".log")
-        env = {**os.environ, "SHAREPLANE_API_TOKEN": TOKEN, "SHAREPLANE_DEMAND_TOKEN": TOKEN, "RUST_LOG": "info"}
-        with log.open("w") as out:
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
-        return name, p, log
+def gateway_loads_rules(test: unittest.TestCase, settings: dict, region: str, published: str, gateway_args) -> None:
+    """Starts redis-server and `shareplane run` (memory store, the settings' Regions and limits) on
+    127.0.0.1, then `shareplane gateway <gateway_args(rules, redis, http_listen, dir)>`, where rules
+    is `published` with the scheme and host swapped for the daemon's; asserts the gateway loads
+    the rule set and admits a check of the first limit. Stops all three."""
+    if not BIN.is_file():
+        missing(f"{BIN} is missing: tests/run-all.sh builds it (cargo build -p shareplane)")
+    if shutil.which("redis-server") is None:
+        missing("redis-server is not installed")
+    with tempfile.TemporaryDirectory(prefix="shareplane-wiring-") as d:
+        procs = []
+        try:
+            redis_port, daemon_port, http_port = free_port(), free_port(), free_port()
+            procs.append(start(d, "redis-server", [
+                "redis-server", "--bind", "127.0.0.1", "--port", str(redis_port), "--save", "", "--appendonly", "no"]))
+            config = Path(d, "daemon.toml")
+            config.write_text(daemon_config(settings, region, daemon_port))
+            procs.append(start(d, "shareplane run", [str(BIN), "run", "--config", str(config)]))
+            rules = local(published, daemon_port)
+            args = gateway_args(rules, f"redis://127.0.0.1:{redis_port}/", f"127.0.0.1:{http_port}", d)
+            procs.append(start(d, "shareplane gateway", [str(BIN), "gateway", *args]))
+            metrics = f"http://127.0.0.1:{http_port}/metrics"
 
-    def daemon_config(self, region: str, port: int) -> str:
-        """The example's Regions and limits, on the memory store (one process: this Region leads)."""
-        lines = [f'region = "{region}"', 'store = "memory"', "period_ms = 1000", f'listen = "127.0.0.1:{port}"']
-        for r in self.settings["regions"]:
-            lines += ["[[regions]]", f'name = "{r}"']
-        for limit in self.settings["limits"]:
-            lines.append("[[limits]]")
-            lines += [f"{k} = {json.dumps(v)}" for k, v in limit.items()]
-        return "\n".join(lines) + "\n"
+            def loaded():
+                status, body = get(metrics)
+                m = re.search(r"^shareplane_gateway_rules_version (\S+)$", body, re.M)
+                return body if status == 200 and m and float(m.group(1)) > 0 else None
+
+            body = until(f"the gateway on rules {rules} (published {published}) to load a rule set", 60, loaded, procs)
+            m = re.search(r"^shareplane_gateway_rules_loaded (\S+)$", body, re.M)
+            if m:
+                test.assertEqual(float(m.group(1)), 1.0, "shareplane_gateway_rules_loaded")
+            # And it checks by that rule set: a check of the first limit is admitted (the limit
+            # known, its bucket in Redis full).
+            limit = settings["limits"][0]["id"]
+            status, text = get(f"http://127.0.0.1:{http_port}/v1/check?limit={limit}")
+            test.assertEqual(status, 200, f"check of {limit}: {text}")
+        finally:
+            for _, p, _ in reversed(procs):
+                p.terminate()
+            for _, p, _ in procs:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def start(d: str, name: str, argv: list[str]):
+    log = Path(d, re.sub(r"\W+", "-", name) + ".log")
+    env = {**os.environ, "SHAREPLANE_API_TOKEN": TOKEN, "SHAREPLANE_DEMAND_TOKEN": TOKEN, "RUST_LOG": "info"}
+    with log.open("w") as out:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
+    return name, p, log
+
+
+def daemon_config(settings: dict, region: str, port: int) -> str:
+    """The settings' Regions and limits, on the memory store (one process: this Region leads)."""
+    lines = [f'region = "{region}"', 'store = "memory"', "period_ms = 1000", f'listen = "127.0.0.1:{port}"']
+    for r in settings["regions"]:
+        lines += ["[[regions]]", f'name = "{r}"']
+    for limit in settings["limits"]:
+        lines.append("[[limits]]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in limit.items()]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

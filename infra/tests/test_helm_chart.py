@@ -30,6 +30,8 @@ import helm_python as helm
 import kubernetes_validate
 import yaml
 
+from tests.test_gateway_wiring import gateway_loads_rules
+
 INFRA = Path(__file__).resolve().parent.parent
 CHART = INFRA / "helm" / "shareplane"
 CDK_JSON = INFRA / "cdk" / "cdk.json"
@@ -173,6 +175,28 @@ class Chart(unittest.TestCase):
         self.assertTrue(c["resources"]["requests"] and c["resources"]["limits"])
         pdb = one(self.objects, "PodDisruptionBudget", f"{RELEASE}-gateway")["spec"]
         self.assertEqual(pdb["selector"]["matchLabels"], one(self.objects, "Service", f"{RELEASE}-gateway")["spec"]["selector"])
+
+    def test_the_real_gateway_runs_on_the_rendered_config(self):
+        """`shareplane gateway --config` on the chart's gateway.toml as rendered, with only the
+        addresses made local (the daemon URL's host, Redis, the listeners on 127.0.0.1), loads the
+        rule set: the file is one the gateway accepts, and --rules is the daemon's base URL."""
+        toml = one(self.objects, "ConfigMap", f"{RELEASE}-gateway")["data"]["gateway.toml"]
+
+        def config(rules: str, redis: str, http: str, d: str) -> list[str]:
+            local = {"rules": rules, "redis": redis, "http_listen": http, "grpc_listen": None}
+            lines = []
+            for line in toml.splitlines():
+                key = line.split(" = ", 1)[0]
+                if key not in local:
+                    lines.append(line)
+                elif local[key] is not None:
+                    lines.append(f"{key} = {json.dumps(local[key])}")
+            self.assertEqual(sum(line.split(" = ", 1)[0] in local for line in toml.splitlines()), 4, toml)
+            path = Path(d, "gateway.toml")
+            path.write_text("\n".join(lines) + "\n")
+            return ["--config", str(path)]
+
+        gateway_loads_rules(self, self.settings, self.region, self.daemon_url, config)
 
     def test_the_admin_token_goes_to_the_daemon_only(self):
         gw = container(self.objects, "Deployment", f"{RELEASE}-gateway")
