@@ -7,9 +7,13 @@
 # Terraform modules, terraform fmt -check and validate (when terraform and an AWS provider are at
 # hand offline), the test that the Terraform modules declare the same resources, rules and IAM
 # conditions as the CDK app (and render the same daemon config, also with limits from the
-# table), and the image test: the context the CDK asset stages is the one
-# `docker build` sends, the workspace loads there with --locked --offline, and it builds (as root
-# with buildah into an image that runs; else with cargo).
+# table), the Helm chart (infra/.venv-helm: rendered and linted by the Helm v4 SDK, validated
+# against the Kubernetes schemas, with the same settings as CDK and Terraform), a real gateway
+# started on the daemon URL both publish (tests/test_gateway_wiring.py), and the image test: the
+# context the CDK asset stages is the one `docker build` sends, the workspace loads there with
+# --locked --offline, its files are the repository's, and (as root with buildah) the daemon's
+# and the gateway's images are built from the binary tests/run-all.sh built, target/debug/shareplane
+# (never compiled again here: tests/image-build.sh says what that leaves out), and run.
 #
 # Nothing here talks to AWS: synth runs with every AWS credential unset, so the CDK CLI cannot
 # even look up a default account, and checkov runs with --skip-download.
@@ -27,6 +31,10 @@ trap 'timing_summary "infra/test.sh"' EXIT
 CFN_LINT_VERSION=1.58.0
 PYTHON_HCL2_VERSION=8.1.4
 CHECKOV_VERSION=3.3.30
+# The Helm v4 SDK (Go, through its C ABI: no helm binary) and the Kubernetes schemas, for the chart.
+HELM_PYTHON_SDK_VERSION=0.2.2
+KUBERNETES_VALIDATE_VERSION=1.37.0
+PYYAML_VERSION=6.0.4
 
 # A venv at $1 with the pip requirements $2...; reinstalled only when the requirements change.
 venv() {
@@ -49,6 +57,7 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
 fi
 venv "$INFRA/.venv-cfnlint" "cfn-lint==$CFN_LINT_VERSION" "python-hcl2==$PYTHON_HCL2_VERSION"
 venv "$INFRA/.venv-checkov" "checkov==$CHECKOV_VERSION"
+venv "$INFRA/.venv-helm" "helm-python-sdk==$HELM_PYTHON_SDK_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" "PyYAML==$PYYAML_VERSION"
 
 # No AWS credentials or config for anything below: nothing can reach an account.
 unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_PROFILE AWS_DEFAULT_PROFILE
@@ -97,8 +106,13 @@ fi
 # synth does not cover: CDK renders those with the functions its stacks use (dist/test/render-configs.js).
 TF_CONFIGS=
 TF_CONFIGS_TABLE=
+TF_DAEMON_URLS=
+CDK_CONFIGS=$WORK/cdk-configs.json
 CDK_CONFIGS_TABLE=$WORK/cdk-configs-table.json
-step "every Region's daemon config with limitsSource \"table\", as CDK renders it (for the parity test)"
+step "every Region's daemon config, as CDK renders it, also with limitsSource \"table\" (for the parity tests)"
+python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["context"]["shareplane"]))' \
+  "$INFRA/cdk/cdk.json" >"$WORK/settings.json"
+node "$INFRA/cdk/dist/test/render-configs.js" "$WORK/settings.json" >"$CDK_CONFIGS"
 python3 - "$INFRA/cdk/cdk.json" >"$WORK/settings-table.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["context"]["shareplane"]
@@ -133,12 +147,16 @@ print(json.dumps({
     "limits": [{"id": l["id"], "rate": l["rate"], "settings": {k: v for k, v in l.items() if k not in ("id", "rate")}}
                for l in s.get("limits", [])],
     "daemon_settings": s.get("daemon", {}),
+    "endpoint_subdomain": s.get("endpointSubdomain", "shareplane"),
+    "hosted_zone_name": s["hostedZoneName"],
 }))
 PY
     "$TERRAFORM" -chdir="$INFRA/tests/tf-render" apply -input=false -auto-approve -state="$RENDER/$variant.state" \
       -var-file="$RENDER/$variant.vars.json" >/dev/null
     "$TERRAFORM" -chdir="$INFRA/tests/tf-render" output -state="$RENDER/$variant.state" -json configs >"$RENDER/$variant.configs.json"
   done
+  "$TERRAFORM" -chdir="$INFRA/tests/tf-render" output -state="$RENDER/settings.state" -json daemon_urls >"$RENDER/daemon-urls.json"
+  TF_DAEMON_URLS="$RENDER/daemon-urls.json"
   TF_CONFIGS="$RENDER/settings.configs.json"
   TF_CONFIGS_TABLE="$RENDER/settings-table.configs.json"
   echo "    rendered the example's configs and those with limits_source = \"table\""
@@ -176,6 +194,15 @@ SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_OUT_VARIANT="$INFRA/cdk/c
   SHAREPLANE_TF_CONFIGS_TABLE="$TF_CONFIGS_TABLE" SHAREPLANE_CDK_CONFIGS_TABLE="$CDK_CONFIGS_TABLE" \
   "$INFRA/.venv-cfnlint/bin/python" -m unittest -v tests/test_parity.py
 
+step "Helm chart: render and lint (Helm v4 SDK), validate (Kubernetes 1.33 schemas of kubernetes-validate $KUBERNETES_VALIDATE_VERSION), same settings as CDK and Terraform"
+SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_CONFIGS="$CDK_CONFIGS" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
+  SHAREPLANE_CDK_CONFIGS_TABLE="$CDK_CONFIGS_TABLE" SHAREPLANE_TF_CONFIGS_TABLE="$TF_CONFIGS_TABLE" \
+  SHAREPLANE_BIN="$ROOT/target/debug/shareplane" "$INFRA/.venv-helm/bin/python" -m unittest -v tests/test_helm_chart.py
+
+step "a real gateway on the daemon URL that CDK and Terraform publish loads the rule set (target/debug/shareplane)"
+SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_TF_DAEMON_URLS="$TF_DAEMON_URLS" SHAREPLANE_BIN="$ROOT/target/debug/shareplane" \
+  python3 -m unittest -v tests/test_gateway_wiring.py
+
 step "image context: what the CDK asset stages is what docker build sends"
 ASSET=$(python3 - "$INFRA/cdk/cdk.out" <<'PY'
 import json, pathlib, sys
@@ -184,6 +211,7 @@ dirs = set()
 for manifest in out.glob("Shareplane-*.assets.json"):
     for image in json.loads(manifest.read_text()).get("dockerImages", {}).values():
         assert image["source"]["dockerFile"] == "infra/Dockerfile", image
+        assert image["source"].get("dockerBuildTarget") == "daemon", image
         dirs.add(image["source"]["directory"])
 assert len(dirs) == 1, f"expected one image asset for every Region, found {sorted(dirs)}"
 print(out / dirs.pop())
@@ -205,24 +233,39 @@ else
   echo "    buildah not installed (or not root): docker build's own reading of /.dockerignore NOT compared (the CDK test checks the staged files)"
 fi
 
-step "image context: the workspace loads and builds there with --locked --offline"
+step "image context: the workspace loads there with --locked --offline, and is the source of this run's binary"
 CTX=$WORK/image-context
 rm -rf "$CTX"
 cp -a "$ASSET" "$CTX"
 (cd "$CTX" && cargo metadata --locked --offline --format-version 1 --filter-platform "$(rustc -vV | sed -n "s/^host: //p")" >/dev/null)
 echo "    cargo metadata --locked --offline: every workspace member loads from the staged context"
-if [ "$(id -u)" = 0 ] && command -v buildah >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 \
-  && [ "${SHAREPLANE_IMAGE_BUILD:-1}" != 0 ]; then
-  "$INFRA/tests/image-build.sh" "$CTX"
+# The images are built from the one binary this run built (tests/run-all.sh: cargo build -p
+# shareplane), not compiled again: so the staged sources must be the repository's, byte for
+# byte, and the binary newer than every one of them.
+(cd "$CTX" && find . -type f ! -name .dockerignore | sed 's|^\./||') | while read -r f; do
+  cmp -s "$CTX/$f" "$ROOT/$f" || { echo "the staged context's $f differs from the repository's" >&2; exit 1; }
+done
+echo "    the staged sources are the repository's files"
+BIN=$ROOT/target/debug/shareplane
+if [ ! -x "$BIN" ]; then
+  if [ "${SHAREPLANE_REQUIRE_SERVICES:-0}" = 1 ]; then
+    echo "$BIN is missing: tests/run-all.sh builds it (cargo build -p shareplane)" >&2
+    exit 1
+  fi
+  echo "    $BIN is missing (cargo build -p shareplane): the images are NOT built"
 else
-  echo "    no buildah/debootstrap as root (or SHAREPLANE_IMAGE_BUILD=0): building the staged context with cargo instead"
-  # In the workspace's target directory: the dependencies are built already (the staged crates
-  # have other paths, so they are compiled anew; the repository's next build re-links its own
-  # binaries over the one this uplifts).
-  (cd "$CTX" && CARGO_TARGET_DIR="$ROOT/target" cargo build --locked --offline -p shareplane --bin shareplane)
-  version=$("$ROOT/target/debug/shareplane" --version)
-  [[ "$version" =~ ^shareplane\ [0-9] ]] || { echo "unexpected --version: $version" >&2; exit 1; }
-  echo "    built from the staged context: $version"
+  stale=$(find "$ROOT/Cargo.toml" "$ROOT/Cargo.lock" "$ROOT/crates" -type f -newer "$BIN" ! -path '*/target/*' | head -n 5)
+  [ -z "$stale" ] || { echo "$BIN is older than $stale: build it again (cargo build -p shareplane)" >&2; exit 1; }
+  echo "    $BIN ($("$BIN" --version)) is newer than every source"
+  step "images (infra/Dockerfile, targets daemon and gateway) from that binary, with buildah, and run"
+  if [ "$(id -u)" = 0 ] && command -v buildah >/dev/null 2>&1 && [ "${SHAREPLANE_IMAGE_BUILD:-1}" != 0 ]; then
+    "$INFRA/tests/image-build.sh" "$CTX" "$BIN"
+  elif [ "${SHAREPLANE_REQUIRE_SERVICES:-0}" = 1 ] && [ "$(id -u)" = 0 ] && [ "${SHAREPLANE_IMAGE_BUILD:-1}" != 0 ]; then
+    echo "buildah is missing (tests/run-all.sh installs it as root)" >&2
+    exit 1
+  else
+    echo "    no buildah as root (or SHAREPLANE_IMAGE_BUILD=0): the images are NOT built"
+  fi
 fi
 
 step "all infra tests passed"

@@ -309,10 +309,12 @@ class Parity(unittest.TestCase):
         limits = {l["id"]: l["rate"] for l in self.settings["limits"]}
         env = {"var.period_seconds": self.settings.get("periodSeconds", 5)}
         daemon_alarms = self.tf_region["locals"]["daemon_alarms"]
+        gateway_alarms = self.tf_region["locals"]["gateway_alarms"]
         tf_names = {
             "RecordStale": "record_stale",
             "SumOfSharesAboveLimit": "sum_of_shares_above_limit",
             **{kind: "daemon" for kind in daemon_alarms},
+            **{kind: "gateway" for kind in gateway_alarms},
         }
         seen = set()
         for alarm in resources(self.region_tpl, "AWS::CloudWatch::Alarm").values():
@@ -322,9 +324,9 @@ class Parity(unittest.TestCase):
             seen.add(kind)
             with self.subTest(alarm=name):
                 a = self.tf("aws_cloudwatch_metric_alarm", tf_names[kind])
-                if tf_names[kind] == "daemon":
-                    # One resource over local.daemon_alarms: read each.value.* from this alarm's entry.
-                    entry = daemon_alarms[kind]
+                if tf_names[kind] in ("daemon", "gateway"):
+                    # One resource over local.daemon_alarms (gateway_alarms): read each.value.* from the entry.
+                    entry = {**daemon_alarms, **gateway_alarms}[kind]
                     a = {k: each_value_of(v, entry) for k, v in a.items()}
                 each_value = {"rate": limits.get(name.split("-", 1)[-1])}
                 self.assertEqual(a["metric_name"], p["MetricName"])
@@ -338,7 +340,7 @@ class Parity(unittest.TestCase):
                 self.assertEqual(evaluate(a["threshold"], env, each_value), p["Threshold"])
                 self.assertEqual(sorted(a["dimensions"]), sorted(d["Name"] for d in p["Dimensions"]))
                 self.assertEqual(a["alarm_actions"], ["${aws_sns_topic.alarms.arn}"])
-                each_key = kind if tf_names[kind] == "daemon" else name.split("-", 1)[1]
+                each_key = kind if tf_names[kind] in ("daemon", "gateway") else name.split("-", 1)[1]
                 self.assertEqual(a["alarm_name"].replace("${var.region}", self.region).replace("${each.key}", each_key),
                                  p["AlarmName"])
         self.assertEqual(seen, set(tf_names))
@@ -403,7 +405,8 @@ class Parity(unittest.TestCase):
         self.assertIn('command=["run"]', param)
         self.assertIn('name="SHAREPLANE_CONFIG_TOML"', param)
         self.assertIn("local.api_token_secret", param)
-        self.assertEqual([x["Name"] for x in c["Secrets"]], ["SHAREPLANE_CONFIG_TOML", "SHAREPLANE_API_TOKEN"])
+        self.assertIn("local.admin_token_secret", param)
+        self.assertEqual([x["Name"] for x in c["Secrets"]], ["SHAREPLANE_CONFIG_TOML", "SHAREPLANE_API_TOKEN", "SHAREPLANE_ADMIN_TOKEN"])
         self.assertEqual(c["Command"], ["run"])
         cv = next(iter(resources(self.variant_tpl, "AWS::ECS::TaskDefinition").values()))["Properties"]["ContainerDefinitions"]
         s3_daemon = re.sub(r"\s+", "", loc["containers_s3"][0])
@@ -522,15 +525,15 @@ class Parity(unittest.TestCase):
         cert = next(iter(resources(self.region_tpl, "AWS::CertificateManager::Certificate").values()))["Properties"]
         self.assertEqual(cert["SubjectAlternativeNames"], [f"api.{self.region}.shareplane.example.com"])
         self.assertEqual(self.tf("aws_acm_certificate", "endpoint")["subject_alternative_names"], ["${local.api_name}"])
-        self.assertEqual(self.tf_region["locals"]["api_name"], "api.${local.endpoint}")
+        self.assertEqual(load_module("region/urls")["locals"]["api_name"], "api.${local.endpoint}")
         self.assertEqual(self.tf("aws_route53_record", "api")["alias"][0]["name"], "${aws_lb.api.dns_name}")
 
     def test_same_outputs(self):
         cdk = self.region_tpl["Outputs"]
         with (MODULES / "region" / "outputs.tf").open() as f:
             tf = {k: v for block in unquote(hcl2.load(f))["output"] for k, v in block.items()}
-        same = {"Endpoint": "endpoint_url", "RulesUrl": "rules_url", "DemandUrl": "demand_url",
-                "ApiTokenSecretArn": "api_token_secret_arn", "GatewaySecurityGroupId": "gateway_security_group_id",
+        same = {"Endpoint": "endpoint_url", "RulesUrl": "rules_url", "DemandUrl": "demand_url", "DaemonUrl": "daemon_url",
+                "ApiTokenSecretArn": "api_token_secret_arn", "AdminTokenSecretArn": "admin_token_secret_arn", "GatewaySecurityGroupId": "gateway_security_group_id",
                 "GatewaySettingsParameter": "gateway_settings_parameter", "ValkeyUrl": "valkey_url",
                 "ConfigParameter": "config_parameter"}
         self.assertEqual(set(cdk), set(same))
@@ -541,7 +544,8 @@ class Parity(unittest.TestCase):
         api = f"https://api.{self.region}.shareplane.example.com"
         self.assertEqual((cdk["RulesUrl"]["Value"], cdk["DemandUrl"]["Value"]), (f"{api}/v1/rules", f"{api}/v1/demand"))
         self.assertEqual((tf["rules_url"]["value"], tf["demand_url"]["value"]), ("${local.api_url}/v1/rules", "${local.api_url}/v1/demand"))
-        self.assertEqual(self.tf_region["locals"]["api_url"], "https://${local.api_name}")
+        self.assertEqual((cdk["DaemonUrl"]["Value"], tf["daemon_url"]["value"]), (api, "${local.api_url}"))
+        self.assertEqual(self.tf_region["locals"]["api_url"], "${module.urls.daemon_url}")
         self.assertEqual(tf["valkey_url"]["value"], "${local.valkey_url}")
         self.assertIn('"rediss://${c.endpoint[0].address}:${c.endpoint[0].port}"', self.tf_region["locals"]["valkey_url"])
         self.assertEqual(cdk["ValkeyUrl"]["Value"]["Fn::Join"][1][0], "rediss://")
@@ -555,7 +559,8 @@ class Parity(unittest.TestCase):
         tf_value = self.tf("aws_ssm_parameter", "gateway")["value"]
         tf_keys = sorted(re.findall(r"(\w+)\s*=", tf_value))
         self.assertEqual(tf_keys, cdk_keys)
-        self.assertEqual(cdk_keys, ["apiTokenSecretArn", "demandUrl", "gatewaySecurityGroupId", "redisUrl", "rulesUrl"])
+        self.assertNotIn("admin_token", tf_value, "the gateways never get the admin token")
+        self.assertEqual(cdk_keys, ["apiTokenSecretArn", "daemonUrl", "demandUrl", "gatewaySecurityGroupId", "redisUrl", "rulesUrl"])
 
     def test_same_valkey(self):
         c = next(iter(resources(self.region_tpl, "AWS::ElastiCache::ServerlessCache").values()))["Properties"]

@@ -2,9 +2,11 @@
  * One Region's stack: the network (new, or an existing VPC), the daemon as an ECS Fargate
  * service behind two load balancers (a public one whose name Route 53 health-checks, open only
  * to Route 53's health checkers, and an internal one that gateways use for `/v1/rules` and
- * `/v1/demand`), the daemon's config (an SSM parameter, or an object in S3), the task role of
- * least privilege, an optional Valkey for the gateways' buckets, and the alarms on the daemon's
- * metrics.
+ * `/v1/demand`), the daemon's config (an SSM parameter, or an object in S3), its two tokens (the
+ * API token, which gateways hold too, and the admin token, the daemon tasks' only), the task role
+ * of least privilege, an optional Valkey for the gateways' buckets, what the gateways need (the
+ * daemon's base URL for `--rules`, in the outputs and an SSM parameter), and the alarms on the
+ * daemon's and the gateways' metrics.
  */
 import { createHash } from 'node:crypto';
 import * as path from 'node:path';
@@ -30,6 +32,7 @@ import * as snsSubscriptions from 'aws-cdk-lib/aws-sns-subscriptions';
 import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { Construct } from 'constructs';
 import { skipCheckov } from './checkov';
+import { GATEWAY_ALARMS } from './gateway-alarms';
 import { configInput, renderConfigToml, STANDARD_PARAMETER_LIMIT_BYTES } from './config-toml';
 import { endpointName, HEALTH_PATH, tableArn as tableArnIn } from './global-stack';
 import { ALARM_PERIOD_SECONDS, METRICS, STALE_AFTER_PERIODS, STRANDED_AFTER_SECONDS } from './metrics';
@@ -43,6 +46,9 @@ export const DAEMON_LISTEN = `0.0.0.0:${DAEMON_PORT}`;
 export const VALKEY_PORTS = { from: 6379, to: 6380 } as const;
 /** The paths the internal load balancer forwards to the daemon; anything else gets 404. */
 export const API_PATHS = ['/v1/*', '/readyz', '/healthz'] as const;
+/** What the DaemonUrl output says: it is what `shareplane gateway --rules` takes. */
+export const DAEMON_URL_DESCRIPTION =
+  'The daemon API base URL inside the VPC: pass it as `shareplane gateway --rules` (the gateway GETs <it>/v1/rules and POSTs <it>/v1/demand)';
 /** The config object's key in the Region's config bucket (configSource "s3"). */
 export const CONFIG_OBJECT_KEY = 'daemon.toml';
 /** Where the daemon reads the file the init container fetched (configSource "s3"). */
@@ -75,6 +81,12 @@ interface Network {
   readonly privateSubnets: ec2.SubnetSelection;
   /** Existing gateways' security groups (existing VPCs only), admitted like the stack's own. */
   readonly gatewayGroups: readonly ec2.ISecurityGroup[];
+}
+
+/** The daemon's two secrets: the API (demand) token and the admin token. */
+interface DaemonTokens {
+  readonly apiToken: secretsmanager.ISecret;
+  readonly adminToken: secretsmanager.ISecret;
 }
 
 /** How the config reaches the task: what the container gets and what the task role must read. */
@@ -113,6 +125,13 @@ export class RegionStack extends Stack {
       encryptionKey: this.key,
       generateSecretString: { passwordLength: 48, excludePunctuation: true },
     });
+    // The operator's token (abandon and other actions beyond demand): the daemon tasks get it,
+    // gateways never do (it is not in the gateway settings below).
+    const adminToken = new secretsmanager.Secret(this, 'AdminToken', {
+      description: 'shareplane daemon admin token (bearer token of the operator endpoints, e.g. abandon)',
+      encryptionKey: this.key,
+      generateSecretString: { passwordLength: 48, excludePunctuation: true },
+    });
 
     // Security groups: who may talk to whom. Every rule names its peer group; only the public
     // endpoint admits addresses, and only Route 53's health checkers.
@@ -143,7 +162,7 @@ export class RegionStack extends Stack {
       vpc: net.vpc,
       containerInsightsV2: ecs.ContainerInsights.ENABLED,
     });
-    const task = this.taskDefinition(s, region, logGroup, apiToken, config);
+    const task = this.taskDefinition(s, region, logGroup, { apiToken, adminToken }, config);
     this.service = new ecs.FargateService(this, 'Daemon', {
       cluster,
       taskDefinition: task,
@@ -172,8 +191,9 @@ export class RegionStack extends Stack {
     const api = `https://${apiName(s, region)}`;
     const gatewaySettings = new ssm.StringParameter(this, 'GatewaySettings', {
       parameterName: `/shareplane/${s.tableName}/gateway`,
-      description: 'shareplane: what a gateway in this Region needs (JSON: rules and demand URLs, token secret, Valkey URL)',
+      description: 'shareplane: what a gateway in this Region needs (JSON: daemon base URL for --rules, token secret, Valkey URL)',
       stringValue: Stack.of(this).toJsonString({
+        daemonUrl: api,
         rulesUrl: `${api}/v1/rules`,
         demandUrl: `${api}/v1/demand`,
         apiTokenSecretArn: apiToken.secretArn,
@@ -185,9 +205,11 @@ export class RegionStack extends Stack {
     this.alarms(s, region, this.key);
     const out = (oid: string, value: string, description: string) => new CfnOutput(this, oid, { value, description });
     out('Endpoint', `https://${endpointName(s, region)}${HEALTH_PATH}`, 'The public health endpoint Route 53 probes');
-    out('RulesUrl', `${api}/v1/rules`, 'GET the rule set (long-poll), from inside the VPC with the gateway security group');
+    out('DaemonUrl', api, DAEMON_URL_DESCRIPTION);
+    out('RulesUrl', `${api}/v1/rules`, 'The rule set\'s endpoint (GET, long-poll; for curl): a gateway takes DaemonUrl as --rules');
     out('DemandUrl', `${api}/v1/demand`, 'POST demand totals with the API token as bearer token');
-    out('ApiTokenSecretArn', apiToken.secretArn, 'Secrets Manager secret holding the API token');
+    out('ApiTokenSecretArn', apiToken.secretArn, 'Secrets Manager secret holding the API token (daemons, and gateways as SHAREPLANE_DEMAND_TOKEN)');
+    out('AdminTokenSecretArn', adminToken.secretArn, 'Secrets Manager secret holding the admin token (daemons only, SHAREPLANE_ADMIN_TOKEN)');
     out('GatewaySecurityGroupId', this.gatewaySecurityGroup.securityGroupId, 'Attach to the gateways');
     out('GatewaySettingsParameter', gatewaySettings.parameterName, 'SSM parameter with all of the above as JSON');
     if (config.parameter) out('ConfigParameter', config.location, 'The SSM parameter holding the daemon config');
@@ -342,7 +364,7 @@ export class RegionStack extends Stack {
   }
 
   private taskDefinition(
-    s: Settings, region: string, logGroup: logs.ILogGroup, apiToken: secretsmanager.ISecret, config: ConfigDelivery,
+    s: Settings, region: string, logGroup: logs.ILogGroup, tokens: DaemonTokens, config: ConfigDelivery,
   ): ecs.FargateTaskDefinition {
     const task = new ecs.FargateTaskDefinition(this, 'DaemonTask', {
       cpu: s.cpu,
@@ -356,7 +378,8 @@ export class RegionStack extends Stack {
     });
     const secrets: Record<string, ecs.Secret> = {};
     if (config.parameter) secrets.SHAREPLANE_CONFIG_TOML = ecs.Secret.fromSsmParameter(config.parameter);
-    secrets.SHAREPLANE_API_TOKEN = ecs.Secret.fromSecretsManager(apiToken);
+    secrets.SHAREPLANE_API_TOKEN = ecs.Secret.fromSecretsManager(tokens.apiToken);
+    secrets.SHAREPLANE_ADMIN_TOKEN = ecs.Secret.fromSecretsManager(tokens.adminToken);
     const container = task.addContainer('shareplane', {
       image: daemonImage(s),
       // Without --config the daemon reads its config from SHAREPLANE_CONFIG_TOML.
@@ -620,6 +643,17 @@ export class RegionStack extends Stack {
       // No datapoint means no daemon publishes: that is not ready either.
       treatMissingData: cloudwatch.TreatMissingData.BREACHING,
     });
+    for (const g of GATEWAY_ALARMS) {
+      add(g.id, g.description(region), {
+        metric: metric(g.metricName, {}, g.statistic),
+        threshold: g.threshold,
+        comparisonOperator: g.comparison,
+        evaluationPeriods: g.evaluationPeriods,
+        datapointsToAlarm: g.datapointsToAlarm,
+        // No datapoint: no gateway ships metrics (see gateway-alarms.ts), not a gateway in trouble.
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      });
+    }
   }
 }
 
@@ -686,6 +720,8 @@ function daemonImage(s: Settings): ecs.ContainerImage {
   // workspace manifests, the lock file, crates/, tests/e2e and the Dockerfile.
   return ecs.ContainerImage.fromAsset(REPO_ROOT, {
     file: 'infra/Dockerfile',
+    // The daemon's stage (the gateway's is `gateway`, for the Helm chart).
+    target: 'daemon',
     platform: s.cpuArchitecture === 'arm64' ? ecrAssets.Platform.LINUX_ARM64 : ecrAssets.Platform.LINUX_AMD64,
     ignoreMode: IgnoreMode.DOCKER,
   });

@@ -45,3 +45,10 @@ export function only(t: Template, type: string): { id: string; props: Record<str
   const [id, res] = found[0];
   return { id, props: res.Properties ?? {}, res };
 }
+
+/** The one resource of `type` whose logical id starts with `prefix` (e.g. the ApiToken secret). */
+export function named(t: Template, type: string, prefix: string): { id: string; props: Record<string, any> } {
+  const found = Object.entries(t.findResources(type)).filter(([id]) => id.startsWith(prefix));
+  if (found.length !== 1) throw new Error(`expected one ${type} ${prefix}*, found ${found.length}`);
+  return { id: found[0][0], props: (found[0][1] as any).Properties ?? {} };
+}

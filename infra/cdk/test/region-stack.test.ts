@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import { Match, Template } from 'aws-cdk-lib/assertions';
-import { build, cdkContext, only } from './fixture';
+import { build, cdkContext, named, only } from './fixture';
 import { groupId, reaches, rules } from './network';
 
 const built = build();
@@ -141,9 +141,10 @@ test('the container: config from the SSM parameter, API token from Secrets Manag
   assert.deepEqual(c.Command, ['run']);
   assert.equal(c.ReadonlyRootFilesystem, true);
   assert.deepEqual(c.PortMappings, [{ ContainerPort: 8080, Protocol: 'tcp' }]);
-  assert.deepEqual(c.Secrets.map((s: any) => s.Name), ['SHAREPLANE_CONFIG_TOML', 'SHAREPLANE_API_TOKEN']);
+  assert.deepEqual(c.Secrets.map((s: any) => s.Name), ['SHAREPLANE_CONFIG_TOML', 'SHAREPLANE_API_TOKEN', 'SHAREPLANE_ADMIN_TOKEN']);
   assert.ok(JSON.stringify(c.Secrets[0].ValueFrom).includes(param(t, 'config').id));
-  assert.deepEqual(c.Secrets[1].ValueFrom, { Ref: only(t, 'AWS::SecretsManager::Secret').id });
+  assert.deepEqual(c.Secrets[1].ValueFrom, { Ref: named(t, 'AWS::SecretsManager::Secret', 'ApiToken').id });
+  assert.deepEqual(c.Secrets[2].ValueFrom, { Ref: named(t, 'AWS::SecretsManager::Secret', 'AdminToken').id });
   assert.equal(c.LogConfiguration.LogDriver, 'awslogs');
   const logs = Object.entries(t.findResources('AWS::Logs::LogGroup')).find(([id]) => id === c.LogConfiguration.Options['awslogs-group'].Ref);
   assert.ok(logs, 'the log driver writes to the stack log group');
@@ -266,11 +267,13 @@ test('the public endpoint admits the Region\'s Route 53 health-checker prefix li
   }
 });
 
-test('outputs: the rules and demand URLs, the token secret, the gateway group, Valkey, the config', () => {
+test('outputs: the daemon URL (what --rules takes), the rules and demand URLs, the token secret, the gateway group, Valkey, the config', () => {
   const out = t.toJSON().Outputs;
+  assert.equal(out.DaemonUrl.Value, 'https://api.eu-west-1.shareplane.example.com');
   assert.equal(out.RulesUrl.Value, 'https://api.eu-west-1.shareplane.example.com/v1/rules');
   assert.equal(out.DemandUrl.Value, 'https://api.eu-west-1.shareplane.example.com/v1/demand');
-  assert.deepEqual(out.ApiTokenSecretArn.Value, { Ref: only(t, 'AWS::SecretsManager::Secret').id });
+  assert.deepEqual(out.ApiTokenSecretArn.Value, { Ref: named(t, 'AWS::SecretsManager::Secret', 'ApiToken').id });
+  assert.deepEqual(out.AdminTokenSecretArn.Value, { Ref: named(t, 'AWS::SecretsManager::Secret', 'AdminToken').id });
   assert.deepEqual(out.GatewaySecurityGroupId.Value, { 'Fn::GetAtt': [groupId(t, 'shareplane gateways'), 'GroupId'] });
   assert.deepEqual(out.ValkeyUrl.Value, {
     'Fn::Join': ['', ['rediss://', { 'Fn::GetAtt': ['Valkey', 'Endpoint.Address'] }, ':', { 'Fn::GetAtt': ['Valkey', 'Endpoint.Port'] }]],
@@ -282,6 +285,7 @@ test('outputs: the rules and demand URLs, the token secret, the gateway group, V
 test('the gateway settings parameter holds the same URLs, the secret ARN and the rediss:// URL', () => {
   const value = param(t, 'gateway').props.Value;
   const text = value['Fn::Join'][1].map((p: any) => (typeof p === 'string' ? p : `<${JSON.stringify(p)}>`)).join('');
+  assert.match(text, /"daemonUrl":"https:\/\/api\.eu-west-1\.shareplane\.example\.com"/);
   assert.match(text, /"rulesUrl":"https:\/\/api\.eu-west-1\.shareplane\.example\.com\/v1\/rules"/);
   assert.match(text, /"demandUrl":"https:\/\/api\.eu-west-1\.shareplane\.example\.com\/v1\/demand"/);
   assert.match(text, /"apiTokenSecretArn":"<\{"Ref":"ApiToken/);
@@ -324,7 +328,8 @@ test('alarms: stale peer records, sum of shares above the limit (per limit and f
   assert.deepEqual([...a.keys()].sort(), [
     'LimitsAboveRate', 'LimitsMismatch', 'NotReady', 'RaiseHeldBack', 'RebalancesWithoutFreshData', 'RecordStale-ap-southeast-2',
     'RecordStale-us-east-1', 'RejectedRecords', 'StrandedRoom', 'SumOfSharesAboveLimit-k-big',
-  ]);
+    'GatewayFallbackInUse', 'GatewayFenced', 'GatewayNoRules', 'GatewayNotReady',
+  ].sort());
   const expect = (name: string, metric: string, dims: Record<string, string>, stat: string, op: string, threshold: number, missing: string) => {
     const p = a.get(name);
     assert.equal(p.Namespace, 'Shareplane', name);
@@ -348,6 +353,10 @@ test('alarms: stale peer records, sum of shares above the limit (per limit and f
   expect('LimitsMismatch', 'LimitsMismatchPeers', {}, 'Maximum', 'GreaterThanThreshold', 0, 'notBreaching');
   expect('LimitsAboveRate', 'LimitsAboveRate', {}, 'Maximum', 'GreaterThanThreshold', 0, 'notBreaching');
   expect('NotReady', 'Ready', {}, 'Minimum', 'LessThanThreshold', 1, 'breaching');
+  expect('GatewayFenced', 'shareplane_gateway_fenced', {}, 'Maximum', 'GreaterThanThreshold', 0, 'notBreaching');
+  expect('GatewayNoRules', 'shareplane_gateway_rules_loaded', {}, 'Minimum', 'LessThanThreshold', 1, 'notBreaching');
+  expect('GatewayNotReady', 'shareplane_gateway_ready', {}, 'Minimum', 'LessThanThreshold', 1, 'notBreaching');
+  expect('GatewayFallbackInUse', 'shareplane_gateway_fallback_in_use', {}, 'Maximum', 'GreaterThanThreshold', 0, 'notBreaching');
 });
 
 test('the stale threshold is three rebalance periods', () => {
@@ -404,14 +413,14 @@ test('inventory: every resource of a Region stack, by type', () => {
     // Flow logs, task, execution, cross-Region reference reader.
     'AWS::IAM::Role': 4, 'AWS::IAM::Policy': 2,
     // The daemon config and the gateways' settings.
-    'AWS::Logs::LogGroup': 2, 'AWS::SSM::Parameter': 2, 'AWS::SecretsManager::Secret': 1,
+    'AWS::Logs::LogGroup': 2, 'AWS::SSM::Parameter': 2, 'AWS::SecretsManager::Secret': 2,
     'AWS::CertificateManager::Certificate': 1, 'AWS::Route53::RecordSet': 2,
     'AWS::S3::Bucket': 1, 'AWS::S3::BucketPolicy': 1,
     'AWS::ElasticLoadBalancingV2::LoadBalancer': 2, 'AWS::ElasticLoadBalancingV2::Listener': 2,
     'AWS::ElasticLoadBalancingV2::ListenerRule': 2, 'AWS::ElasticLoadBalancingV2::TargetGroup': 2,
     'AWS::ECS::Cluster': 1, 'AWS::ECS::TaskDefinition': 1, 'AWS::ECS::Service': 1,
     'AWS::ElastiCache::ServerlessCache': 1,
-    'AWS::SNS::Topic': 1, 'AWS::CloudWatch::Alarm': 10,
+    'AWS::SNS::Topic': 1, 'AWS::CloudWatch::Alarm': 14,
     'Custom::CrossRegionExportReader': 1, 'AWS::Lambda::Function': 1,
   });
   const home: Record<string, number> = {};

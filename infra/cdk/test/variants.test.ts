@@ -78,7 +78,7 @@ test('the config in S3: a KMS-encrypted, versioned, TLS-only bucket, written at 
   const task = only(t, 'AWS::ECS::TaskDefinition').props;
   const [daemon, fetch] = task.ContainerDefinitions;
   assert.deepEqual(daemon.Command, ['run', '--config', '/etc/shareplane/config.toml']);
-  assert.deepEqual(daemon.Secrets.map((x: any) => x.Name), ['SHAREPLANE_API_TOKEN']);
+  assert.deepEqual(daemon.Secrets.map((x: any) => x.Name), ['SHAREPLANE_API_TOKEN', 'SHAREPLANE_ADMIN_TOKEN']);
   assert.deepEqual(daemon.DependsOn, [{ Condition: 'SUCCESS', ContainerName: 'fetch-config' }]);
   assert.deepEqual(daemon.MountPoints.find((m: any) => m.SourceVolume === 'config'), { ContainerPath: '/etc/shareplane', ReadOnly: true, SourceVolume: 'config' });
   assert.equal(fetch.Name, 'fetch-config');

@@ -1,7 +1,8 @@
-# Test fixture: renders every Region's daemon config with the Terraform config module, from the
-# example settings of infra/cdk/cdk.json (infra/test.sh writes them as a var file). No provider
-# is involved, so `terraform init` and `apply` run offline; test_parity.py compares the output
-# with the config text the CDK app synthesized.
+# Test fixture: renders every Region's daemon config with the Terraform config module, and the
+# daemon URL the region module publishes (its urls module), from the example settings of
+# infra/cdk/cdk.json (infra/test.sh writes them as a var file). No provider is involved, so
+# `terraform init` and `apply` run offline; test_parity.py compares the configs with the text the
+# CDK app synthesized, test_gateway_wiring.py starts a gateway on the URL.
 
 terraform {
   required_version = ">= 1.6"
@@ -40,6 +41,15 @@ variable "daemon_settings" {
   type = any
 }
 
+variable "endpoint_subdomain" {
+  type    = string
+  default = "shareplane"
+}
+
+variable "hosted_zone_name" {
+  type = string
+}
+
 module "config" {
   source           = "../../terraform/modules/region/config"
   for_each         = toset(var.regions)
@@ -57,4 +67,16 @@ module "config" {
 
 output "configs" {
   value = { for r, m in module.config : r => m.toml }
+}
+
+module "urls" {
+  source             = "../../terraform/modules/region/urls"
+  for_each           = toset(var.regions)
+  region             = each.key
+  endpoint_subdomain = var.endpoint_subdomain
+  hosted_zone_name   = var.hosted_zone_name
+}
+
+output "daemon_urls" {
+  value = { for r, m in module.urls : r => m.daemon_url }
 }

@@ -15,14 +15,22 @@ data "aws_availability_zones" "available" {
 locals {
   tags        = merge({ application = "shareplane" }, var.tags)
   is_home     = var.region == var.regions[0]
-  endpoint    = "${var.region}.${var.endpoint_subdomain}.${var.hosted_zone_name}"
-  api_name    = "api.${local.endpoint}"
-  api_url     = "https://${local.api_name}"
+  endpoint    = module.urls.endpoint
+  api_name    = module.urls.api_name
+  api_url     = module.urls.daemon_url
   daemon_port = 8080
   azs         = slice(data.aws_availability_zones.available.names, 0, 2)
   peers       = [for r in var.regions : r if r != var.region]
   table_arn   = "arn:${data.aws_partition.current.partition}:dynamodb:${var.region}:${data.aws_caller_identity.current.account_id}:table/${var.table_name}"
   config_toml = module.config.toml
+}
+
+# The names and the daemon's base URL, pure (infra/tests/tf-render renders them offline).
+module "urls" {
+  source             = "./urls"
+  region             = var.region
+  endpoint_subdomain = var.endpoint_subdomain
+  hosted_zone_name   = var.hosted_zone_name
 }
 
 module "config" {
@@ -245,9 +253,10 @@ resource "aws_s3_object" "config" {
 resource "aws_ssm_parameter" "gateway" {
   #checkov:skip=CKV2_AWS_34:URLs, a secret's ARN (not its value) and a group id: nothing secret
   name        = "/shareplane/${var.table_name}/gateway"
-  description = "shareplane: what a gateway in this Region needs (JSON: rules and demand URLs, token secret, Valkey URL)"
+  description = "shareplane: what a gateway in this Region needs (JSON: daemon base URL for --rules, token secret, Valkey URL)"
   type        = "String"
   value = jsonencode({
+    daemonUrl              = local.api_url
     rulesUrl               = "${local.api_url}/v1/rules"
     demandUrl              = "${local.api_url}/v1/demand"
     apiTokenSecretArn      = aws_secretsmanager_secret.api_token.arn
@@ -268,6 +277,29 @@ resource "aws_secretsmanager_secret" "api_token" {
 data "aws_secretsmanager_random_password" "api_token" {
   password_length     = 48
   exclude_punctuation = true
+}
+
+# The operator's token (abandon and other actions beyond demand): given to the daemon tasks only,
+# never in the gateways' settings above.
+resource "aws_secretsmanager_secret" "admin_token" {
+  #checkov:skip=CKV2_AWS_57:the token is generated once; rotating it means restarting the daemons, done by hand (README "API token")
+  name_prefix = "shareplane-admin-token-"
+  description = "shareplane daemon admin token (bearer token of the operator endpoints, e.g. abandon)"
+  kms_key_id  = aws_kms_key.main.arn
+  tags        = local.tags
+}
+
+data "aws_secretsmanager_random_password" "admin_token" {
+  password_length     = 48
+  exclude_punctuation = true
+}
+
+resource "aws_secretsmanager_secret_version" "admin_token" {
+  secret_id     = aws_secretsmanager_secret.admin_token.id
+  secret_string = data.aws_secretsmanager_random_password.admin_token.random_password
+  lifecycle {
+    ignore_changes = [secret_string]
+  }
 }
 
 resource "aws_secretsmanager_secret_version" "api_token" {

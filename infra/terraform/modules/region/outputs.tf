@@ -13,8 +13,13 @@ output "config_object" {
   value       = local.config_in_s3 ? "s3://${local.config_bucket}/${local.config_object_key}" : null
 }
 
+output "daemon_url" {
+  description = "The daemon API base URL inside the VPC: pass it as `shareplane gateway --rules` (the gateway GETs <it>/v1/rules and POSTs <it>/v1/demand)."
+  value       = local.api_url
+}
+
 output "rules_url" {
-  description = "GET the rule set (long-poll), from inside the VPC with the gateway security group."
+  description = "The rule set's endpoint (GET, long-poll; for curl): a gateway takes daemon_url as --rules."
   value       = "${local.api_url}/v1/rules"
 }
 
@@ -29,7 +34,7 @@ output "gateway_security_group_id" {
 }
 
 output "gateway_settings_parameter" {
-  description = "SSM parameter holding the gateways' settings as JSON (rulesUrl, demandUrl, apiTokenSecretArn, redisUrl, gatewaySecurityGroupId)."
+  description = "SSM parameter holding the gateways' settings as JSON (daemonUrl, rulesUrl, demandUrl, apiTokenSecretArn, redisUrl, gatewaySecurityGroupId)."
   value       = aws_ssm_parameter.gateway.name
 }
 
@@ -49,8 +54,13 @@ output "config_toml" {
 }
 
 output "api_token_secret_arn" {
-  description = "ARN of the Secrets Manager secret holding the daemon's API token."
+  description = "ARN of the Secrets Manager secret holding the daemon's API token (daemons, and gateways as SHAREPLANE_DEMAND_TOKEN)."
   value       = aws_secretsmanager_secret.api_token.arn
+}
+
+output "admin_token_secret_arn" {
+  description = "ARN of the Secrets Manager secret holding the daemon's admin token (daemons only, SHAREPLANE_ADMIN_TOKEN)."
+  value       = aws_secretsmanager_secret.admin_token.arn
 }
 
 output "alarm_topic_arn" {

@@ -128,7 +128,7 @@ data "aws_iam_policy_document" "execution" {
   statement {
     sid       = "ReadApiToken"
     actions   = ["secretsmanager:GetSecretValue"]
-    resources = [aws_secretsmanager_secret.api_token.arn]
+    resources = [aws_secretsmanager_secret.api_token.arn, aws_secretsmanager_secret.admin_token.arn]
   }
   statement {
     sid       = "DecryptApiToken"
@@ -186,7 +186,9 @@ locals {
     stopTimeout = 30
   }
   api_token_secret = { name = "SHAREPLANE_API_TOKEN", valueFrom = aws_secretsmanager_secret.api_token.arn }
-  tmp_mount        = { containerPath = "/tmp", sourceVolume = "tmp", readOnly = false }
+  # The daemon tasks only: the gateways' settings name the API token, never this one.
+  admin_token_secret = { name = "SHAREPLANE_ADMIN_TOKEN", valueFrom = aws_secretsmanager_secret.admin_token.arn }
+  tmp_mount          = { containerPath = "/tmp", sourceVolume = "tmp", readOnly = false }
 
   # The config in an SSM parameter: without --config the daemon reads SHAREPLANE_CONFIG_TOML.
   containers_parameter = [merge(local.daemon_container, {
@@ -195,6 +197,7 @@ locals {
     secrets = [
       { name = "SHAREPLANE_CONFIG_TOML", valueFrom = join("", aws_ssm_parameter.config[*].arn) },
       local.api_token_secret,
+      local.admin_token_secret,
     ]
   })]
 
@@ -204,7 +207,7 @@ locals {
     merge(local.daemon_container, {
       command     = ["run", "--config", local.config_file]
       mountPoints = [local.tmp_mount, { containerPath = dirname(local.config_file), sourceVolume = "config", readOnly = true }]
-      secrets     = [local.api_token_secret]
+      secrets     = [local.api_token_secret, local.admin_token_secret]
       dependsOn   = [{ containerName = "fetch-config", condition = "SUCCESS" }]
     }),
     {
