@@ -176,6 +176,16 @@ class Chart(unittest.TestCase):
         pdb = one(self.objects, "PodDisruptionBudget", f"{RELEASE}-gateway")["spec"]
         self.assertEqual(pdb["selector"]["matchLabels"], one(self.objects, "Service", f"{RELEASE}-gateway")["spec"]["selector"])
 
+    def test_the_redis_mode_reaches_the_gateway(self):
+        """Standalone unless the release says cluster, as it must for the ElastiCache Serverless
+        cache that the CDK and Terraform provision (their redisMode)."""
+        toml = one(self.objects, "ConfigMap", f"{RELEASE}-gateway")["data"]["gateway.toml"]
+        self.assertIn('redis_mode = "standalone"\n', toml)
+        values = json.loads(json.dumps(self.values))
+        values["gateway"]["redisMode"] = "cluster"
+        toml = one(render(values), "ConfigMap", f"{RELEASE}-gateway")["data"]["gateway.toml"]
+        self.assertIn('redis_mode = "cluster"\n', toml)
+
     def test_the_real_gateway_runs_on_the_rendered_config(self):
         """`shareplane gateway --config` on the chart's gateway.toml as rendered, with only the
         addresses made local (the daemon URL's host, Redis, the listeners on 127.0.0.1), loads the

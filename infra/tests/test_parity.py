@@ -560,7 +560,7 @@ class Parity(unittest.TestCase):
         tf_keys = sorted(re.findall(r"(\w+)\s*=", tf_value))
         self.assertEqual(tf_keys, cdk_keys)
         self.assertNotIn("admin_token", tf_value, "the gateways never get the admin token")
-        self.assertEqual(cdk_keys, ["apiTokenSecretArn", "daemonUrl", "demandUrl", "gatewaySecurityGroupId", "redisUrl", "rulesUrl"])
+        self.assertEqual(cdk_keys, ["apiTokenSecretArn", "daemonUrl", "demandUrl", "gatewaySecurityGroupId", "redisMode", "redisUrl", "rulesUrl"])
 
     def test_same_valkey(self):
         c = next(iter(resources(self.region_tpl, "AWS::ElastiCache::ServerlessCache").values()))["Properties"]

@@ -198,6 +198,9 @@ export class RegionStack extends Stack {
         demandUrl: `${api}/v1/demand`,
         apiTokenSecretArn: apiToken.secretArn,
         redisUrl: valkeyUrl,
+        // ElastiCache Serverless is cluster mode: a gateway left in standalone mode would send a
+        // request's limits to one node and fail on every key another node holds.
+        redisMode: valkeyUrl === '' ? '' : 'cluster',
         gatewaySecurityGroupId: this.gatewaySecurityGroup.securityGroupId,
       }),
     });
