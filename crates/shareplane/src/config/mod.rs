@@ -5,10 +5,18 @@
 //! or every problem found, each naming its field, so that `shareplane validate` and `shareplane
 //! run` refuse an invalid file the same way.
 
+mod limits_check;
+pub mod read;
+pub mod timeouts;
+
+pub use read::{RawConfig, RawLimit, RawRegion};
+pub use timeouts::Timeouts;
+
+use limits_check::check_limits;
 use shareplane_core::{
-    ConfigError, Deployment, Design, Fence, LimitKind, LimitSpec, RegionId, Room, SilentPolicy,
+    ConfigError, Deployment, Design, Fence, LimitSpec, RegionId, Room, SilentPolicy,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -28,83 +36,6 @@ pub const ENV_REPLICA_ID: &str = "SHAREPLANE_REPLICA_ID";
 pub const MAX_CONFIG_BYTES: usize = 16 << 20;
 /// The shortest API or admin token accepted: anything shorter is guessable.
 pub const MIN_TOKEN_CHARS: usize = 16;
-
-/// The file as written, before checks.
-#[derive(Clone, Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawConfig {
-    pub region: Option<String>,
-    #[serde(default)]
-    pub phase_ms: u64,
-    pub period_ms: Option<u64>,
-    #[serde(default)]
-    pub regions: Vec<RawRegion>,
-    pub table: Option<String>,
-    pub store: Option<String>,
-    pub aws_endpoint: Option<String>,
-    /// Tests only: a local endpoint for the Route 53 health metrics (CloudWatch in us-east-1),
-    /// when it is not `aws_endpoint` (one local server per Region, one us-east-1 for all).
-    pub health_endpoint: Option<String>,
-    /// The AWS Region of this daemon's table replica; default: the `region` name.
-    pub aws_region: Option<String>,
-    pub metrics_namespace: Option<String>,
-    #[serde(default)]
-    pub limits: Vec<RawLimit>,
-    pub policy: Option<String>,
-    pub fence: Option<String>,
-    pub listen: Option<String>,
-    pub api_token: Option<String>,
-    /// The operator's token (see [`crate::tokens`]); `SHAREPLANE_ADMIN_TOKEN` is preferred.
-    pub admin_token: Option<String>,
-    pub replica_id: Option<String>,
-    /// Phase ticks a peer may run other limits (a different digest) before the
-    /// `limits_mismatch:<peer>` alarm; default 10.
-    pub limits_rollout_periods: Option<u32>,
-    /// Tests only: every store call waits this long first (see [`crate::slow_store`]).
-    pub test_store_delay_ms: Option<u64>,
-    /// Where the limits come from: `"file"` (the `[[limits]]` here, the default) or `"table"`
-    /// (the shared document `shareplane limits apply` writes to the global table).
-    pub limits_source: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawRegion {
-    pub name: String,
-    pub health_check_id: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawLimit {
-    pub id: String,
-    /// Requests per second across all Regions.
-    pub rate: f64,
-    #[serde(default = "default_burst_s")]
-    pub burst_s: f64,
-    /// Requests per second; default 5% of the rate.
-    pub floor: Option<f64>,
-    /// Requests per second; default 10% of the rate.
-    pub step_cap: Option<f64>,
-    #[serde(default = "default_kind")]
-    pub kind: String,
-    /// For `kind = "security"`: the one Region that holds the whole limit (else an even split).
-    pub home: Option<String>,
-    #[serde(default)]
-    pub shadow: bool,
-    #[serde(default = "default_version")]
-    pub version: u64,
-}
-
-fn default_burst_s() -> f64 {
-    2.0
-}
-fn default_kind() -> String {
-    "capacity".into()
-}
-fn default_version() -> u64 {
-    1
-}
 
 /// Where records are kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,6 +92,8 @@ pub struct Config {
     pub limits_rollout_periods: u32,
     /// Tests only: the delay before every store call (zero in production).
     pub test_store_delay: std::time::Duration,
+    /// The bounds on store calls and health reads ([`timeouts`]).
+    pub timeouts: Timeouts,
     pub limits_source: LimitsSource,
     /// With [`LimitsSource::Table`]: the version of the shared limits document the limits come
     /// from (`None` until one is adopted; always `None` with [`LimitsSource::File`]).
@@ -173,8 +106,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Regions that disagree raise `limits_mismatch` (50 s at the default period).
 pub const DEFAULT_ROLLOUT_PERIODS: u32 = 10;
 const MAX_ROLLOUT_PERIODS: u32 = 100_000;
-const MIN_PERIOD_MS: u64 = 100;
-const MAX_PERIOD_MS: u64 = 600_000;
+pub const MIN_PERIOD_MS: u64 = 100;
+pub const MAX_PERIOD_MS: u64 = 600_000;
 const MAX_BURST_S: f64 = 3_600.0;
 
 /// Every problem with a configuration, one per line, each naming its field.
@@ -232,33 +165,65 @@ fn read_file(p: &Path) -> Result<String, ConfigErrors> {
     std::fs::read_to_string(p).map_err(|e| fail(format!("cannot read {}: {e}", p.display())))
 }
 
-/// The line (from 1) that byte `offset` of `text` is on: an error at the start of a line is on
-/// that line, not the one before.
-fn line_at(text: &str, offset: usize) -> usize {
-    let end = offset.min(text.len());
-    text.as_bytes()[..end]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
-}
-
-/// Parses TOML text, applies overrides and checks it.
+/// Parses TOML text, applies overrides and checks it, reporting every problem at once (each
+/// with its line when its field was written in the file; a syntax error stops the reading).
+/// A missing API token is no problem here: `run` refuses to start without one
+/// ([`require_api_token`]), and `validate` says that it will.
 pub fn parse(text: &str, env: &BTreeMap<String, String>) -> Result<Config, ConfigErrors> {
     if text.len() > MAX_CONFIG_BYTES {
         return Err(ConfigErrors(vec![problem("config", "larger than 16 MiB")]));
     }
-    let mut raw: RawConfig = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
+    let (mut raw, mut located) = read::read_config(text)?;
+    let misread = located.misread();
     let mut errors = Vec::new();
-    apply_env(&mut raw, env, &mut errors);
+    apply_env(&mut raw, env, &mut located, &mut errors);
     let cfg = check(raw, &mut errors);
+    // A field of the wrong type reads as unset: what `check` says of it only repeats that.
+    errors.retain(|e| !misread.contains(&e.field));
+    let mut all = std::mem::take(&mut located.errors);
+    all.append(&mut errors);
+    located.annotate(&mut all);
     match cfg {
-        Some(c) if errors.is_empty() => Ok(c),
-        _ => Err(ConfigErrors(errors)),
+        Some(c) if all.is_empty() => Ok(c),
+        _ => Err(ConfigErrors(all)),
     }
 }
 
-fn apply_env(raw: &mut RawConfig, env: &BTreeMap<String, String>, errors: &mut Vec<ConfigError>) {
+/// `run`'s own check: it serves gateways' demand reports, so it does not start without an API
+/// token (fail closed), while `validate` and `limits` need none.
+pub fn require_api_token(cfg: &Config) -> Result<(), ConfigErrors> {
+    match cfg.api_token {
+        Some(_) => Ok(()),
+        None => Err(ConfigErrors(vec![problem(
+            "api_token",
+            format!(
+                "required to run (gateways' demand reports need it); set {ENV_API_TOKEN} \
+                 (preferred) or api_token, at least {MIN_TOKEN_CHARS} characters"
+            ),
+        )])),
+    }
+}
+
+fn apply_env(
+    raw: &mut RawConfig,
+    env: &BTreeMap<String, String>,
+    located: &mut read::Located,
+    errors: &mut Vec<ConfigError>,
+) {
+    // What the environment sets is not where the file wrote it.
+    for (var, field) in [
+        (ENV_REGION, "region"),
+        (ENV_LISTEN, "listen"),
+        (ENV_API_TOKEN, "api_token"),
+        (ENV_ADMIN_TOKEN, "admin_token"),
+        (ENV_AWS_ENDPOINT, "aws_endpoint"),
+        (ENV_REPLICA_ID, "replica_id"),
+        (ENV_PHASE_MS, "phase_ms"),
+    ] {
+        if env.contains_key(var) {
+            located.forget(field);
+        }
+    }
     if let Some(v) = env.get(ENV_REGION) {
         raw.region = Some(v.clone());
     }
@@ -287,16 +252,11 @@ fn apply_env(raw: &mut RawConfig, env: &BTreeMap<String, String>, errors: &mut V
 
 fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     let period_ms = raw.period_ms.unwrap_or(DEFAULT_PERIOD_MS);
-    if !(MIN_PERIOD_MS..=MAX_PERIOD_MS).contains(&period_ms) {
-        errors.push(problem(
-            "period_ms",
-            format!("must be {MIN_PERIOD_MS} to {MAX_PERIOD_MS}"),
-        ));
-    }
-    if raw.phase_ms >= period_ms {
+    let period_ok = timeouts::check_period(period_ms, errors);
+    if period_ok.is_some() && raw.phase_ms >= period_ms {
         errors.push(problem(
             "phase_ms",
-            format!("must be below period_ms ({period_ms})"),
+            format!("{} must be below period_ms ({period_ms})", raw.phase_ms),
         ));
     }
     let names: Vec<String> = raw.regions.iter().map(|r| r.name.clone()).collect();
@@ -361,28 +321,10 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         ));
     }
     let limits = check_limits(&raw.limits, &names, errors);
-    let d = Deployment {
-        regions: names,
-        limits,
-        design: Design::NamedGrants,
-        policy,
-        fence,
-        silent_after: 3,
-        period_ms,
-    };
-    let d = Deployment::try_new(d).map_err(|es| errors.extend(es)).ok();
-    let test_store_delay_ms = raw.test_store_delay_ms.unwrap_or(0);
-    // Every store call is bounded by half a period; the delay must leave room for the call.
-    if test_store_delay_ms >= period_ms / 4 {
-        errors.push(problem(
-            "test_store_delay_ms",
-            format!("tests only; must be below a quarter of period_ms ({period_ms})"),
-        ));
-    }
-    // Gateways must be able to hold a lease that runs out before any peer can reclaim.
-    if let Some(Err(e)) = d.as_ref().map(shareplane_core::lease_bound) {
-        errors.push(e);
-    }
+    let d = check_deployment(names, limits, policy, fence, period_ms, errors);
+    let timeouts = timeouts::check_timeouts(&raw, period_ok, errors);
+    let test_store_delay_ms =
+        timeouts::check_test_delay(&raw, timeouts, period_ok.is_some(), errors);
     let limits_rollout_periods = raw
         .limits_rollout_periods
         .unwrap_or(DEFAULT_ROLLOUT_PERIODS);
@@ -417,6 +359,7 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         admin_token,
         replica_id,
         test_store_delay: std::time::Duration::from_millis(test_store_delay_ms),
+        timeouts,
         limits_rollout_periods,
         limits_source,
         limits_version: None,
@@ -424,12 +367,56 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     })
 }
 
-/// A shared limits document as written: `[[limits]]` entries, nothing else.
-#[derive(Clone, Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawLimitsDoc {
-    #[serde(default)]
-    limits: Vec<RawLimit>,
+/// The deployment the checked parts make, and whether gateways can hold a lease in it. What
+/// [`Deployment::try_new`] finds about a field already reported (a limit whose rate was
+/// refused, a period out of range) is left out: it would blame the stand-in value.
+fn check_deployment(
+    regions: Vec<String>,
+    limits: Vec<LimitSpec>,
+    policy: SilentPolicy,
+    fence: Fence,
+    period_ms: u64,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Deployment> {
+    let d = Deployment {
+        regions,
+        limits,
+        design: Design::NamedGrants,
+        policy,
+        fence,
+        silent_after: 3,
+        period_ms,
+    };
+    let reported: HashSet<String> = errors
+        .iter()
+        .map(|e| entry_of(&e.field).to_string())
+        .collect();
+    let d = match Deployment::try_new(d) {
+        Ok(d) => Some(d),
+        Err(found) => {
+            let new: Vec<ConfigError> = found
+                .into_iter()
+                .filter(|e| !reported.contains(entry_of(&e.field)))
+                .collect();
+            errors.extend(new);
+            None
+        }
+    };
+    // Gateways must be able to hold a lease that runs out before any peer can reclaim.
+    if let Some(Err(e)) = d.as_ref().map(shareplane_core::lease_bound) {
+        if !reported.contains(entry_of(&e.field)) {
+            errors.push(e);
+        }
+    }
+    d
+}
+
+/// The entry a field belongs to: `limits[3]` for `limits[3].rate`, else the field itself.
+fn entry_of(field: &str) -> &str {
+    match field.split_once("].") {
+        Some((head, _)) => &field[..head.len() + 1],
+        None => field,
+    }
 }
 
 /// Parses a limits file (the `[[limits]]` entries of a configuration, nothing else, as
@@ -440,16 +427,21 @@ pub fn parse_limits(text: &str, regions: &[String]) -> Result<Vec<LimitSpec>, Co
     if text.len() > MAX_CONFIG_BYTES {
         return Err(ConfigErrors(vec![problem("limits", "larger than 16 MiB")]));
     }
-    let raw: RawLimitsDoc = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
+    let (raw, mut located) = read::read_limits(text)?;
+    let misread = located.misread();
     let mut errors = Vec::new();
-    let limits = check_limits(&raw.limits, regions, &mut errors);
-    if raw.limits.is_empty() {
+    let limits = check_limits(&raw, regions, &mut errors);
+    errors.retain(|e| !misread.contains(&e.field));
+    if raw.is_empty() {
         errors.push(problem("limits", "no [[limits]] entry"));
     }
-    if errors.is_empty() {
+    let mut all = std::mem::take(&mut located.errors);
+    all.append(&mut errors);
+    located.annotate(&mut all);
+    if all.is_empty() {
         Ok(limits)
     } else {
-        Err(ConfigErrors(errors))
+        Err(ConfigErrors(all))
     }
 }
 
@@ -470,14 +462,6 @@ pub fn with_limits(
         limits_version: Some(version),
         ..cfg.clone()
     })
-}
-
-fn syntax_error(text: &str, e: &toml::de::Error) -> ConfigErrors {
-    let at = e
-        .span()
-        .map(|s| format!(" (at line {})", line_at(text, s.start)))
-        .unwrap_or_default();
-    ConfigErrors(vec![problem("config", format!("{}{at}", e.message()))])
 }
 
 /// What a reload changes: the deployment to run next and, for the log, what differs.
@@ -527,7 +511,22 @@ pub fn plan_reload(old: &Config, new: &Config) -> Result<LimitChanges, ConfigErr
 fn fixed_fields(old: &Config, new: &Config, errors: &mut Vec<ConfigError>) {
     let (a, b) = (&old.deployment, &new.deployment);
     let secret = |t: &Option<String>| t.as_ref().map(|_| "(set)".to_string());
-    let fields: [(&str, String, String); 19] = [
+    // The timeouts default to parts of the period: with a new period only the period is blamed.
+    let timeouts = |c: &Config| match old.period_ms == new.period_ms {
+        true => c.timeouts,
+        false => old.timeouts,
+    };
+    let fields: [(&str, String, String); 21] = [
+        (
+            "store_timeout_ms",
+            old.timeouts.store_ms.to_string(),
+            timeouts(new).store_ms.to_string(),
+        ),
+        (
+            "health_timeout_ms",
+            old.timeouts.health_ms.to_string(),
+            timeouts(new).health_ms.to_string(),
+        ),
         (
             "limits_source",
             old.limits_source.name().to_string(),
@@ -782,84 +781,8 @@ pub fn default_replica_id() -> String {
     .clone()
 }
 
-fn check_limits(
-    raw: &[RawLimit],
-    regions: &[String],
-    errors: &mut Vec<ConfigError>,
-) -> Vec<LimitSpec> {
-    let mut out = Vec::new();
-    for (i, l) in raw.iter().enumerate() {
-        let at = format!("limits[{i}]");
-        let mut room = |field: &str, v: f64| match Room::from_rps(v) {
-            Ok(r) => r,
-            Err(e) => {
-                errors.push(problem(format!("{at}.{field}"), e.to_string()));
-                Room::ZERO
-            }
-        };
-        let rate = room("rate", l.rate);
-        let floor = room("floor", l.floor.unwrap_or(l.rate * 0.05));
-        let step_cap = room("step_cap", l.step_cap.unwrap_or(l.rate * 0.10));
-        let burst_ms = if l.burst_s.is_finite() && l.burst_s > 0.0 && l.burst_s <= MAX_BURST_S {
-            (l.burst_s * 1000.0).round() as u64
-        } else {
-            errors.push(problem(
-                format!("{at}.burst_s"),
-                format!("must be above 0 and at most {MAX_BURST_S}"),
-            ));
-            1
-        };
-        let kind = match (l.kind.as_str(), &l.home) {
-            ("capacity", None) => LimitKind::Capacity,
-            ("capacity", Some(_)) => {
-                errors.push(problem(
-                    format!("{at}.home"),
-                    "only security limits have a home",
-                ));
-                LimitKind::Capacity
-            }
-            ("security", None) => LimitKind::Security { home: None },
-            ("security", Some(h)) => {
-                let home = regions.iter().position(|r| r == h).and_then(RegionId::new);
-                if home.is_none() {
-                    errors.push(problem(
-                        format!("{at}.home"),
-                        format!("{h:?} is not in regions"),
-                    ));
-                }
-                LimitKind::Security { home }
-            }
-            (other, _) => {
-                errors.push(problem(
-                    format!("{at}.kind"),
-                    format!("{other:?}: use \"capacity\" or \"security\""),
-                ));
-                LimitKind::Capacity
-            }
-        };
-        if !l
-            .id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
-        {
-            errors.push(problem(
-                format!("{at}.id"),
-                "use letters, digits and - _ . : only",
-            ));
-        }
-        out.push(LimitSpec {
-            id: l.id.clone(),
-            version: l.version,
-            rate,
-            burst_ms,
-            floor,
-            step_cap,
-            kind,
-            shadow: l.shadow,
-        });
-    }
-    out
-}
+#[cfg(test)]
+mod read_tests;
 
 #[cfg(test)]
 mod tests {
@@ -896,20 +819,33 @@ rate = 10000
 
     #[test]
     fn a_syntax_error_names_its_own_line_even_at_the_start_of_one() {
-        // `bogus` starts line 3; `period_ms`'s bad value sits in the middle of line 2.
-        for (text, line) in [
-            ("region = \"B\"\nperiod_ms = 5000\nbogus = 1\n", 3),
-            ("region = \"B\"\nperiod_ms = \"x\"\n", 2),
-            ("bogus = 1\n", 1),
+        // A type error and an unknown field are reported with the others; a syntax error alone.
+        for (text, field, line) in [
+            ("region = \"B\"\nperiod_ms = 5000\nbogus = 1\n", "bogus", 3),
+            ("region = \"B\"\nperiod_ms = \"x\"\n", "period_ms", 2),
+            ("bogus = 1\n", "bogus", 1),
+            ("region = \"B\"\nperiod_ms = \n", "config", 2),
         ] {
-            let e = parse(text, &BTreeMap::new())
-                .map(|_| ())
-                .map_err(|e| e.to_string());
+            let e = parse(text, &BTreeMap::new()).map(|_| ());
             let Err(e) = e else {
                 panic!("{text:?} was accepted")
             };
-            assert!(e.contains(&format!("(at line {line})")), "{text:?}: {e}");
-            assert!(e.starts_with("invalid configuration (1 problem):"), "{e}");
+            let mine: Vec<String> =
+                e.0.iter()
+                    .filter(|p| p.field == field)
+                    .map(|p| p.to_string())
+                    .collect();
+            assert!(
+                mine.len() == 1 && mine[0].ends_with(&format!("(at line {line})")),
+                "{text:?}: {e}"
+            );
+            if field == "config" {
+                assert!(
+                    e.to_string()
+                        .starts_with("invalid configuration (1 problem):"),
+                    "{e}"
+                );
+            }
         }
     }
 
@@ -956,7 +892,6 @@ kind = "weird"
             "table",
             "policy",
             "listen",
-            "api_token",
             "regions[0].health_check_id",
             "limits[0].rate",
             "limits[0].kind",
@@ -1086,14 +1021,8 @@ kind = "weird"
             .err()
             .map(|e| e.0.into_iter().map(|p| p.field).collect())
             .unwrap_or_default();
-        // The floor and step cap default to parts of the (negative) rate.
-        let want = [
-            "limits[0].rate",
-            "limits[0].floor",
-            "limits[0].step_cap",
-            "limits[0].id",
-            "limits[1].home",
-        ];
+        // The floor and step cap default to parts of the (negative) rate: not blamed for it.
+        let want = ["limits[0].rate", "limits[0].id", "limits[1].home"];
         assert_eq!(fields, want);
         let e = parse_limits("[[limits]]\nid = \"k\"\nrate = \n", regions).err();
         assert!(e.is_some_and(|e| e.to_string().contains("line 3")));
