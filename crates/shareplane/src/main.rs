@@ -255,7 +255,7 @@ fn limits(command: LimitsCommand) -> ExitCode {
                     allow_removal,
                 };
                 let (plan, written) =
-                    limits::apply(&store, &cfg, text, applied_by(), now_ms(), opts).await?;
+                    limits::apply(&store, &cfg, text, limits::applied_by(), now_ms(), opts).await?;
                 let what = plan.describe();
                 match written {
                     Some(v) => println!(
@@ -303,18 +303,6 @@ fn limits(command: LimitsCommand) -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
-}
-
-/// Who runs this command, for the document's `applied_by`.
-fn applied_by() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown-host".into());
-    let who: String = format!("{user}@{host}")
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(128)
-        .collect();
-    who
 }
 
 fn now_ms() -> u64 {

@@ -140,6 +140,19 @@ fn run_refuses_an_invalid_configuration_the_same_way() {
     assert!(stderr.contains("invalid configuration"), "{stderr}");
 }
 
+#[test]
+fn the_version_is_the_release_version() {
+    let out = shareplane()
+        .arg("-V")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let version = env!("CARGO_PKG_VERSION");
+    assert_ne!(version, "0.0.0", "the binary has a release version");
+    assert_eq!(stdout.trim(), format!("shareplane {version}"));
+}
+
 /// `validate` needs no secret: without an API token (or an admin token) it checks everything,
 /// says what each one is needed for and exits 0; `run` refuses to start without the API token.
 #[test]
