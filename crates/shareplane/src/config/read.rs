@@ -92,8 +92,12 @@ impl Default for RawLimit {
 /// Where each field of a file was written, and the problems found while reading it.
 #[derive(Debug, Default)]
 pub struct Located {
-    /// Byte offset of each field's value, by its name in problems (`limits[3].rate`).
+    /// Byte offset of each field's value outside `[[limits]]`, by its name in problems
+    /// (`regions[1].name`).
     at: HashMap<String, usize>,
+    /// Byte offsets in each `[[limits]]` entry: where it starts, then each of [`LIMIT_FIELDS`]
+    /// (kept apart from `at`: 100,000 limits would make a million names to hash).
+    limit_at: Vec<[Option<usize>; LIMIT_FIELDS.len() + 1]>,
     /// Byte offset of the start of every line after the first.
     line_starts: Vec<usize>,
     /// Type problems and unknown fields, already with their lines.
@@ -120,6 +124,20 @@ impl Located {
         self.line_starts.partition_point(|&s| s <= offset) + 1
     }
 
+    /// Where `field` (`period_ms`, `regions[1].name`, `limits[3]` or `limits[3].rate`) was
+    /// written, if it was.
+    fn offset(&self, field: &str) -> Option<usize> {
+        let Some(rest) = field.strip_prefix("limits[") else {
+            return self.at.get(field).copied();
+        };
+        let (index, key) = rest.split_once(']')?;
+        let spans = self.limit_at.get(index.parse::<usize>().ok()?)?;
+        match key.strip_prefix('.') {
+            None => spans[0],
+            Some(k) => spans[1 + LIMIT_FIELDS.iter().position(|f| *f == k)?],
+        }
+    }
+
     /// Forgets where `field` was written (an environment variable overrode it).
     pub fn forget(&mut self, field: &str) {
         self.at.remove(field);
@@ -139,18 +157,11 @@ impl Located {
             }
             let entry = e.field.rsplit_once('.').map(|(head, _)| head);
             let at = self
-                .at
-                .get(&e.field)
-                .or_else(|| entry.and_then(|h| self.at.get(h)));
-            if let Some(&at) = at {
+                .offset(&e.field)
+                .or_else(|| entry.and_then(|h| self.offset(h)));
+            if let Some(at) = at {
                 e.problem = format!("{} (at line {})", e.problem, self.line(at));
             }
-        }
-    }
-
-    fn note(&mut self, field: &str, item: &Item) {
-        if let Some(span) = item.span() {
-            self.at.insert(field.to_string(), span.start);
         }
     }
 
@@ -195,7 +206,7 @@ fn parse_document(text: &str) -> Result<ImDocument<&str>, ConfigErrors> {
 /// Reads a daemon configuration: every field of the right type, every problem with its line.
 pub fn read_config(text: &str) -> Result<(RawConfig, Located), ConfigErrors> {
     let doc = parse_document(text)?;
-    let mut r = Reader(Located::new(text));
+    let mut r = Reader(Located::new(text), None);
     let t = doc.as_table();
     r.unknown(t, "", CONFIG_FIELDS);
     let raw = RawConfig {
@@ -232,7 +243,7 @@ pub fn read_config(text: &str) -> Result<(RawConfig, Located), ConfigErrors> {
 /// Reads a limits file: `[[limits]]` entries and nothing else.
 pub fn read_limits(text: &str) -> Result<(Vec<RawLimit>, Located), ConfigErrors> {
     let doc = parse_document(text)?;
-    let mut r = Reader(Located::new(text));
+    let mut r = Reader(Located::new(text), None);
     r.unknown(doc.as_table(), "", &["limits"]);
     let limits = r.limits(doc.as_table());
     Ok((limits, r.0))
@@ -272,7 +283,9 @@ const LIMIT_FIELDS: &[&str] = &[
     "id", "rate", "burst_s", "floor", "step_cap", "kind", "home", "shadow", "version",
 ];
 
-struct Reader(Located);
+/// Reads fields into their types, noting where each was written; `limit` is the index of the
+/// `[[limits]]` entry being read, if one is.
+struct Reader(Located, Option<usize>);
 
 impl Reader {
     fn field(at: &str, key: &str) -> String {
@@ -303,7 +316,17 @@ impl Reader {
     /// The value of `key` if it is written, its place noted.
     fn value<'a>(&mut self, t: &'a dyn TableLike, at: &str, key: &str) -> Option<&'a Item> {
         let item = t.get(key)?;
-        self.0.note(&Self::field(at, key), item);
+        let start = item.span()?.start;
+        let in_limit = self.1.and_then(|i| {
+            let k = LIMIT_FIELDS.iter().position(|f| *f == key)?;
+            self.0.limit_at.get_mut(i).map(|spans| (spans, k))
+        });
+        match in_limit {
+            Some((spans, k)) => spans[1 + k] = Some(start),
+            None => {
+                self.0.at.insert(Self::field(at, key), start);
+            }
+        }
         Some(item)
     }
 
@@ -405,9 +428,12 @@ impl Reader {
     fn limits(&mut self, t: &dyn TableLike) -> Vec<RawLimit> {
         let entries = self.entries(t, "", "limits");
         let mut out = Vec::with_capacity(entries.len());
-        for (at, e) in entries {
+        self.0.limit_at = vec![[None; LIMIT_FIELDS.len() + 1]; entries.len()];
+        for (i, (at, e)) in entries.into_iter().enumerate() {
+            self.1 = Some(i);
             out.push(self.limit(e, &at));
         }
+        self.1 = None;
         out
     }
 
@@ -440,8 +466,13 @@ impl Reader {
             .filter_map(|(_, i)| i.span())
             .map(|s| s.start)
             .min();
-        if let Some(start) = first {
-            self.0.at.insert(at.to_string(), start);
+        let limit = self.1.and_then(|i| self.0.limit_at.get_mut(i));
+        match (first, limit) {
+            (Some(start), Some(spans)) => spans[0] = Some(start),
+            (Some(start), None) => {
+                self.0.at.insert(at.to_string(), start);
+            }
+            (None, _) => {}
         }
     }
 }
