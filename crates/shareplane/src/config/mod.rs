@@ -331,12 +331,16 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     if !(1..=MAX_ROLLOUT_PERIODS).contains(&limits_rollout_periods) {
         errors.push(problem(
             "limits_rollout_periods",
-            format!("must be 1 to {MAX_ROLLOUT_PERIODS}"),
+            format!("{limits_rollout_periods} must be 1 to {MAX_ROLLOUT_PERIODS}"),
         ));
     }
     let replica_id = raw.replica_id.clone().unwrap_or_else(default_replica_id);
     if replica_id.is_empty() || replica_id.len() > 128 {
-        errors.push(problem("replica_id", "1 to 128 characters"));
+        let n = replica_id.chars().count();
+        errors.push(problem(
+            "replica_id",
+            format!("{n} characters: must be 1 to 128"),
+        ));
     }
     Some(Config {
         me: me?,

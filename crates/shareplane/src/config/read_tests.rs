@@ -140,3 +140,23 @@ fn a_limits_file_reports_every_problem_with_its_line() {
         ]
     );
 }
+
+#[test]
+fn a_value_out_of_range_or_of_another_shape_is_named_with_the_value() {
+    let base = format!("{HEAD}[[limits]]\nid = \"k\"\nrate = 100\n");
+    let p = problems(&format!("limits_rollout_periods = 99999999999\n{base}"));
+    assert_eq!(
+        p,
+        vec!["limits_rollout_periods: 4294967295 must be 1 to 100000 (at line 1)".to_string()]
+    );
+    let p = problems(&format!("replica_id = \"\"\n{base}"));
+    assert_eq!(
+        p,
+        vec!["replica_id: 0 characters: must be 1 to 128 (at line 1)".to_string()]
+    );
+    let p = problems(&format!("limits = {{ id = \"k\" }}\n{HEAD}"));
+    assert!(
+        p.len() == 1 && p[0].starts_with("limits: { id = \"k\" }: expected [[limits]] entries (an array of tables) (at line 1)"),
+        "{p:#?}"
+    );
+}
