@@ -62,8 +62,12 @@ pub struct DaemonOptions {
     /// Names this replica in the lease (unique among the Region's replicas).
     pub replica: String,
     pub phase_ms: u64,
-    /// Bound on every store and health call; a call that takes longer counts as failed.
+    /// Bound on every store call; a call that takes longer counts as failed
+    /// (`store_timeout_ms`, see [`crate::config::timeouts`]).
     pub call_timeout_ms: u64,
+    /// Bound on every health read; a read that takes longer reads every Region as unknown
+    /// (`health_timeout_ms`).
+    pub health_timeout_ms: u64,
     /// Phase ticks a peer's records may name other limits than this Region's before the
     /// `limits_mismatch:<peer>` alarm (a rollout reaches Regions at different times).
     pub rollout_periods: u32,
@@ -76,6 +80,7 @@ impl DaemonOptions {
             phase_ms,
             // The gateways' lease allows for a peer's read taking this long (see `lease_bound`).
             call_timeout_ms: shareplane_core::lease::call_bound_ms(period_ms),
+            health_timeout_ms: shareplane_core::lease::call_bound_ms(period_ms),
             rollout_periods: crate::config::DEFAULT_ROLLOUT_PERIODS,
         }
     }
@@ -501,7 +506,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             match tokio::time::timeout(Duration::from_millis(self.opts.call_timeout_ms), f).await {
                 Ok(r) => r,
                 Err(_) => Err(StoreError::Unavailable(format!(
-                    "no answer within {} ms",
+                    "no answer within store_timeout_ms ({} ms)",
                     self.opts.call_timeout_ms
                 ))),
             };
@@ -556,7 +561,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     }
 
     async fn read_health(&mut self) -> PerRegion<Health> {
-        let t = Duration::from_millis(self.opts.call_timeout_ms);
+        let t = Duration::from_millis(self.opts.health_timeout_ms);
         let h = tokio::time::timeout(t, self.health.read()).await;
         self.take_health(h)
     }
@@ -579,8 +584,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 self.shared.metrics.health_reads_timed_out.inc();
                 if !self.health_timing_out {
                     self.health_timing_out = true;
-                    warn!(region = %self.shared.region, bound_ms = self.opts.call_timeout_ms,
-                          "a health read outlasted the call bound: every Region reads as unknown (never unhealthy) until one answers in time");
+                    warn!(region = %self.shared.region, bound_ms = self.opts.health_timeout_ms,
+                          "a health read outlasted health_timeout_ms: every Region reads as unknown (never unhealthy) until one answers in time");
                 }
                 PerRegion::default()
             }
@@ -661,7 +666,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         }
         // The records and the verdicts are read at once: the sooner the write, the more of the
         // gateways' lease is left when the next renewal comes.
-        let t = Duration::from_millis(self.opts.call_timeout_ms);
+        let t = Duration::from_millis(self.opts.health_timeout_ms);
         let (fetched, health) = tokio::join!(
             self.call("read_all", self.store.read_all()),
             tokio::time::timeout(t, self.health.read())

@@ -100,7 +100,8 @@ struct Ring {
 
 impl EventLog {
     /// Records an event and logs it as one structured line (`event`, `region`, `peer`, `limit`,
-    /// `detail`). Returns its sequence number.
+    /// `detail`; `peer` and `limit` only when the event is about one). Returns its sequence
+    /// number.
     pub fn emit(
         &self,
         at_ms: u64,
@@ -119,7 +120,10 @@ impl EventLog {
                 | Kind::EstateAbandoned
                 | Kind::AbandonRefused
         );
-        let (event, p, l) = (kind.name(), peer.unwrap_or(""), limit.unwrap_or(""));
+        // An empty name is no name: the field is left out of the line rather than written empty.
+        let peer = peer.filter(|p| !p.is_empty());
+        let limit = limit.filter(|l| !l.is_empty());
+        let (event, p, l) = (kind.name(), peer, limit);
         if warn {
             tracing::warn!(event, region, peer = p, limit = l, %detail, "operator event");
         } else {
@@ -198,6 +202,68 @@ mod tests {
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(rfc3339(1_796_083_199_999), "2026-11-30T23:59:59.999Z");
         assert_eq!(rfc3339(4_107_542_400_123), "2100-03-01T00:00:00.123Z");
+    }
+
+    #[test]
+    fn log_lines_leave_out_the_peer_and_limit_an_event_is_not_about() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
+                v.extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || writer.clone())
+            .finish();
+        let log = EventLog::default();
+        tracing::subscriber::with_default(subscriber, || {
+            log.emit(1, "A", Kind::ConfigReloaded, None, None, "reloaded".into());
+            log.emit(
+                2,
+                "A",
+                Kind::PeerSilent,
+                Some("B"),
+                Some(""),
+                "silent".into(),
+            );
+            log.emit(
+                3,
+                "A",
+                Kind::LimitAdopted,
+                None,
+                Some("k"),
+                "adopted".into(),
+            );
+        });
+        let text =
+            String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        let fields: Vec<(Option<&str>, Option<&str>)> = lines
+            .iter()
+            .map(|l| (l["fields"]["peer"].as_str(), l["fields"]["limit"].as_str()))
+            .collect();
+        assert_eq!(
+            fields,
+            vec![(None, None), (Some("B"), None), (None, Some("k"))],
+            "{text}"
+        );
+        assert!(
+            !text.contains("\"peer\":\"\"") && !text.contains("\"limit\":\"\""),
+            "{text}"
+        );
     }
 
     #[test]

@@ -63,6 +63,8 @@ pub enum RunError {
     },
     #[error("HTTP server failed: {0}")]
     Serve(std::io::Error),
+    #[error("{0}")]
+    NoApiToken(config::ConfigErrors),
 }
 
 /// `shareplane run`: one replica of one Region's daemon, until SIGINT or SIGTERM. It reloads
@@ -70,6 +72,8 @@ pub enum RunError {
 /// the wiring alone: the signals, the listener, the store and the health source named by `cfg`;
 /// everything else is [`RegionDaemon`], which a test runs in-process on its own.
 pub async fn run(cfg: Config, source: reload::ConfigSource) -> Result<(), RunError> {
+    // Fail closed: a daemon that cannot authenticate gateways' demand reports does not start.
+    config::require_api_token(&cfg).map_err(RunError::NoApiToken)?;
     let (tx, mut rx) = watch::channel(false);
     tokio::spawn(shutdown_on_signals(tx));
     if !cfg.test_store_delay.is_zero() {
@@ -239,6 +243,8 @@ impl RegionDaemon {
         let cfg = &self.cfg;
         let mut opts = DaemonOptions::new(cfg.replica_id.clone(), cfg.phase_ms, cfg.period_ms);
         opts.rollout_periods = cfg.limits_rollout_periods;
+        opts.call_timeout_ms = cfg.timeouts.store_ms;
+        opts.health_timeout_ms = cfg.timeouts.health_ms;
         let store = Arc::new(store);
         if cfg.limits_source == LimitsSource::Table {
             tokio::spawn(reload::follow_table_limits(

@@ -193,9 +193,54 @@ pub async fn apply<S: RecordStore>(
     }
 }
 
+/// What a document's `applied_by` says when `limits apply` cannot tell who ran it.
+pub const UNNAMED_OPERATOR: &str = "an unnamed operator";
+
+/// Who runs `limits apply`, for the document's `applied_by`: `user@host` from the environment
+/// (`USER` or `LOGNAME`; `HOSTNAME` or the kernel's host name), whichever of the two is known,
+/// or [`UNNAMED_OPERATOR`], never a made-up name. Control characters are dropped, 128 at most.
+pub fn applied_by() -> String {
+    let env = |k: &str| std::env::var(k).ok();
+    let user = env("USER").or_else(|| env("LOGNAME"));
+    let host = env("HOSTNAME").or_else(|| {
+        let h = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+        Some(h.trim().to_string())
+    });
+    operator_name(user.as_deref(), host.as_deref())
+}
+
+/// `user@host`, `user` or `@host` from what is known (blank counts as unknown), else
+/// [`UNNAMED_OPERATOR`].
+pub fn operator_name(user: Option<&str>, host: Option<&str>) -> String {
+    let clean = |s: Option<&str>| -> Option<String> {
+        let s: String = s?.chars().filter(|c| !c.is_control()).take(64).collect();
+        let s = s.trim().to_string();
+        (!s.is_empty()).then_some(s)
+    };
+    match (clean(user), clean(host)) {
+        (Some(u), Some(h)) => format!("{u}@{h}"),
+        (Some(u), None) => u,
+        (None, Some(h)) => format!("an unnamed operator on {h}"),
+        (None, None) => UNNAMED_OPERATOR.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_operator_is_named_from_what_is_known_and_never_made_up() {
+        assert_eq!(operator_name(Some("alice"), Some("ops-1")), "alice@ops-1");
+        assert_eq!(operator_name(Some("alice"), None), "alice");
+        assert_eq!(
+            operator_name(Some(" "), Some("ops-1")),
+            "an unnamed operator on ops-1"
+        );
+        assert_eq!(operator_name(None, Some("")), UNNAMED_OPERATOR);
+        assert_eq!(operator_name(Some("al\u{7}ice"), Some("h\n")), "alice@h");
+        assert!(operator_name(Some(&"u".repeat(500)), Some(&"h".repeat(500))).len() <= 129);
+    }
     use shareplane_store::memory::MemoryStore;
     use std::collections::BTreeMap;
 

@@ -142,17 +142,25 @@ fn validate(path: Option<PathBuf>) -> ExitCode {
                 })
                 .unwrap_or_else(|e| e.to_string());
             println!(
-                "configuration is valid: region {}, {} Regions, {} limits, period {} ms, phase {} ms, listen {}, gateway lease {lease}",
+                "configuration is valid: region {}, {} Regions, {} limits, period {} ms, phase {} ms, listen {}, store timeout {} ms, health timeout {} ms, gateway lease {lease}",
                 c.region,
                 c.deployment.n(),
                 c.deployment.limits.len(),
                 c.period_ms,
                 c.phase_ms,
-                c.listen
+                c.listen,
+                c.timeouts.store_ms,
+                c.timeouts.health_ms,
             );
+            if c.api_token.is_none() {
+                println!(
+                    "note: no API token ({} or api_token): `shareplane run` will refuse to start without one (gateways' demand reports need it)",
+                    config::ENV_API_TOKEN
+                );
+            }
             if c.admin_token.is_none() {
                 println!(
-                    "notice: no admin token ({} or admin_token): POST /v1/peers/{{region}}/abandon answers 403",
+                    "notice: no admin token ({} or admin_token): the operator endpoints are disabled (POST /v1/peers/{{region}}/abandon answers 403)",
                     config::ENV_ADMIN_TOKEN
                 );
             }
@@ -181,6 +189,10 @@ fn run(path: Option<PathBuf>, log_format: &str) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    if let Err(e) = config::require_api_token(&cfg) {
+        eprintln!("{e}");
+        return ExitCode::from(2);
+    }
     shareplane::init_logging_as(if log_format == "json" {
         shareplane::LogFormat::Json
     } else {
@@ -204,12 +216,9 @@ fn limits(command: LimitsCommand) -> ExitCode {
     let path = match &command {
         LimitsCommand::Apply { config, .. } | LimitsCommand::Show { config, .. } => config.clone(),
     };
-    // These commands serve nothing, so they need no API token: a configuration rendered for a
-    // daemon that takes its token from the environment is still accepted here.
-    let mut env = config::process_env();
-    env.entry(config::ENV_API_TOKEN.to_string())
-        .or_insert_with(|| "unused-by-shareplane-limits".to_string());
-    let cfg = match config::load(path.as_deref(), &env) {
+    // These commands serve nothing, so they need no API token (a configuration without one,
+    // for a daemon that takes it from the environment, is accepted as `validate` accepts it).
+    let cfg = match config::load(path.as_deref(), &config::process_env()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
@@ -246,7 +255,7 @@ fn limits(command: LimitsCommand) -> ExitCode {
                     allow_removal,
                 };
                 let (plan, written) =
-                    limits::apply(&store, &cfg, text, applied_by(), now_ms(), opts).await?;
+                    limits::apply(&store, &cfg, text, limits::applied_by(), now_ms(), opts).await?;
                 let what = plan.describe();
                 match written {
                     Some(v) => println!(
@@ -294,18 +303,6 @@ fn limits(command: LimitsCommand) -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
-}
-
-/// Who runs this command, for the document's `applied_by`.
-fn applied_by() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown-host".into());
-    let who: String = format!("{user}@{host}")
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(128)
-        .collect();
-    who
 }
 
 fn now_ms() -> u64 {

@@ -1,7 +1,8 @@
 //! The daemon's two bearer tokens, checked at load and at each request.
 //!
-//! - The **API token** (`SHAREPLANE_API_TOKEN` or `api_token`, required): every gateway of the
-//!   Region holds it, so it authorizes only what a gateway does, `POST /v1/demand`.
+//! - The **API token** (`SHAREPLANE_API_TOKEN` or `api_token`): every gateway of the Region holds
+//!   it, so it authorizes only what a gateway does, `POST /v1/demand`. `run` refuses to start
+//!   without one; `validate` only says that it will be needed.
 //! - The **admin token** (`SHAREPLANE_ADMIN_TOKEN` or `admin_token`, optional): the operator's.
 //!   It alone authorizes what changes state beyond demand, `POST /v1/peers/{region}/abandon`.
 //!   Without one, those endpoints answer 403 (closed), and the daemon says so once at start.
@@ -9,7 +10,7 @@
 //! Both are at least [`MIN_TOKEN_CHARS`] characters without spaces or control characters, and
 //! they must differ: an admin token equal to the one every gateway holds protects nothing.
 
-use crate::config::{problem, ENV_ADMIN_TOKEN, ENV_API_TOKEN, MIN_TOKEN_CHARS};
+use crate::config::{problem, ENV_ADMIN_TOKEN, MIN_TOKEN_CHARS};
 use axum::http::{header, HeaderMap};
 use shareplane_core::ConfigError;
 
@@ -24,17 +25,10 @@ fn flaw(t: &str) -> Option<String> {
     }
 }
 
-/// The API token, required.
+/// The API token: optional in a file (`validate` and `limits` need none), required by `run`
+/// ([`crate::config::require_api_token`]); when given, it must be a good one.
 pub fn check_api_token(given: Option<&str>, errors: &mut Vec<ConfigError>) -> Option<String> {
-    let Some(token) = given.filter(|t| !t.is_empty()) else {
-        errors.push(problem(
-            "api_token",
-            format!(
-                "required for the write endpoints; set {ENV_API_TOKEN} (preferred) or api_token"
-            ),
-        ));
-        return None;
-    };
+    let token = given.filter(|t| !t.is_empty())?;
     match flaw(token) {
         Some(why) => {
             errors.push(problem("api_token", why));

@@ -38,6 +38,15 @@ fn validate_accepts_the_example_configuration() {
         "{stdout}"
     );
     assert!(stdout.contains("notice: no admin token"), "{stdout}");
+    // The shipped example passes without any secret (CI needs no fake token).
+    let out = shareplane()
+        .args(["validate", example])
+        .env_remove("SHAREPLANE_ADMIN_TOKEN")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bare = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{bare}");
+    assert!(bare.contains("note: no API token"), "{bare}");
     let with_admin = |admin: &str| {
         shareplane()
             .args(["validate", example])
@@ -120,7 +129,6 @@ fn validate_reports_every_problem_with_its_field() {
         "region:",
         "period_ms:",
         "table:",
-        "api_token:",
         "admin_token:",
         "limits[0].rate:",
         "regions[0].health_check_id:",
@@ -139,6 +147,80 @@ fn run_refuses_an_invalid_configuration_the_same_way() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("invalid configuration"), "{stderr}");
+}
+
+#[test]
+fn the_version_is_the_release_version() {
+    let out = shareplane()
+        .arg("-V")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let version = env!("CARGO_PKG_VERSION");
+    assert_ne!(version, "0.0.0", "the binary has a release version");
+    assert_eq!(stdout.trim(), format!("shareplane {version}"));
+}
+
+/// `validate` needs no secret: without an API token (or an admin token) it checks everything,
+/// says what each one is needed for and exits 0; `run` refuses to start without the API token.
+#[test]
+fn validate_needs_no_token_but_run_refuses_to_start_without_one() {
+    let text = "region = \"A\"\nstore = \"memory\"\nlisten = \"127.0.0.1:0\"\n\
+                [[regions]]\nname = \"A\"\n[[limits]]\nid = \"k\"\nrate = 100\n";
+    let out = shareplane()
+        .args(["validate"])
+        .env("SHAREPLANE_CONFIG_TOML", text)
+        .env_remove("SHAREPLANE_ADMIN_TOKEN")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("configuration is valid"), "{stdout}");
+    assert!(
+        stdout.contains("note: no API token (SHAREPLANE_API_TOKEN or api_token): `shareplane run` will refuse to start without one"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("notice: no admin token")
+            && stdout.contains("operator endpoints are disabled"),
+        "{stdout}"
+    );
+    let out = shareplane()
+        .args(["run"])
+        .env("SHAREPLANE_CONFIG_TOML", text)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("api_token: required to run"), "{stderr}");
+}
+
+/// Every problem at once, type errors included, each naming the field, the value written and
+/// its line; nothing blamed on a value the file did not write.
+#[test]
+fn validate_reports_type_errors_and_bad_values_together_each_with_its_line() {
+    let text = "region = \"A\"\nstore = \"memory\"\nperiod_ms = 0\nlisten = 8080\n\
+                [[regions]]\nname = \"A\"\n\
+                [[limits]]\nid = \"k\"\nrate = -5\n\
+                [[limits]]\nid = \"j\"\nrate = \"fast\"\nshadow = \"yes\"\n";
+    let out = shareplane()
+        .args(["validate"])
+        .env("SHAREPLANE_CONFIG_TOML", text)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().map(str::trim).collect();
+    let want = [
+        "invalid configuration (5 problems):",
+        "listen: 8080: expected a string (at line 4)",
+        "limits[1].rate: \"fast\": expected a number (at line 12)",
+        "limits[1].shadow: \"yes\": expected true or false (at line 13)",
+        "period_ms: 0 must be 100 to 600000 (at line 3)",
+        "limits[0].rate: -5 must be positive (at line 9)",
+    ];
+    assert_eq!(lines, want, "{stderr}");
 }
 
 /// `shareplane sim` refuses what it cannot run with exit 2 and a message naming the field: a

@@ -1,0 +1,234 @@
+//! What a reload (or `shareplane limits apply`) changes between two valid configurations, and
+//! what it must refuse because it cannot change while the daemon runs.
+
+use super::{problem, Config, ConfigErrors};
+use shareplane_core::{ConfigError, LimitSpec, Room};
+use std::collections::BTreeMap;
+
+/// What a reload changes: the deployment to run next and, for the log, what differs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LimitChanges {
+    /// The running limits first, in their order, with their new settings, then the added ones
+    /// in the order of the file.
+    pub limits: Vec<LimitSpec>,
+    /// Ids of limits that are new.
+    pub added: Vec<String>,
+    /// `(id, old version, new version, old rate, new rate)` of limits at a higher version.
+    pub versioned: Vec<(String, u64, u64, Room, Room)>,
+    /// Ids of limits whose floor, step cap, burst or shadow changed (live, at any version).
+    pub tuned: Vec<String>,
+}
+
+impl LimitChanges {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.versioned.is_empty() && self.tuned.is_empty()
+    }
+}
+
+/// Checks what a reload from `old` to `new` (both already valid) would change, and refuses
+/// anything that cannot change while the daemon runs, naming each field:
+///
+/// - every setting but the limits (Region, Regions, store, table, period, phase, listen address,
+///   token, policy, fence, health checks, …): restart the daemon to change them;
+/// - a limit's rate without a higher `version`, a lower `version`, its `kind` or `home`;
+/// - a removed limit: records hold limits by position in the deployment, so removing one live
+///   would make the limits after it read the wrong entries. Restart the daemon to remove one.
+///
+/// A rate at a higher version goes through the core's limit-change protocol (room in static
+/// parts, never above the larger of the old and new rate); an added limit is adopted in this
+/// Region's static part, like a limit present from the start. Limits keep their position, so
+/// added ones go last whatever their place in the file.
+pub fn plan_reload(old: &Config, new: &Config) -> Result<LimitChanges, ConfigErrors> {
+    let mut errors = Vec::new();
+    fixed_fields(old, new, &mut errors);
+    let changes = limit_changes(&old.deployment.limits, &new.deployment.limits, &mut errors);
+    if errors.is_empty() {
+        Ok(changes)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+fn fixed_fields(old: &Config, new: &Config, errors: &mut Vec<ConfigError>) {
+    let (a, b) = (&old.deployment, &new.deployment);
+    let secret = |t: &Option<String>| t.as_ref().map(|_| "(set)".to_string());
+    // The timeouts default to parts of the period: with a new period only the period is blamed.
+    let timeouts = |c: &Config| match old.period_ms == new.period_ms {
+        true => c.timeouts,
+        false => old.timeouts,
+    };
+    let fields: [(&str, String, String); 21] = [
+        (
+            "store_timeout_ms",
+            old.timeouts.store_ms.to_string(),
+            timeouts(new).store_ms.to_string(),
+        ),
+        (
+            "health_timeout_ms",
+            old.timeouts.health_ms.to_string(),
+            timeouts(new).health_ms.to_string(),
+        ),
+        (
+            "limits_source",
+            old.limits_source.name().to_string(),
+            new.limits_source.name().to_string(),
+        ),
+        (
+            "limits_rollout_periods",
+            old.limits_rollout_periods.to_string(),
+            new.limits_rollout_periods.to_string(),
+        ),
+        ("region", old.region.clone(), new.region.clone()),
+        (
+            "regions",
+            format!("{:?}", a.regions),
+            format!("{:?}", b.regions),
+        ),
+        (
+            "phase_ms",
+            old.phase_ms.to_string(),
+            new.phase_ms.to_string(),
+        ),
+        (
+            "period_ms",
+            old.period_ms.to_string(),
+            new.period_ms.to_string(),
+        ),
+        (
+            "policy",
+            format!("{:?}", a.policy),
+            format!("{:?}", b.policy),
+        ),
+        ("fence", format!("{:?}", a.fence), format!("{:?}", b.fence)),
+        (
+            "regions[].health_check_id",
+            format!("{:?}", old.health_check_ids),
+            format!("{:?}", new.health_check_ids),
+        ),
+        ("table", old.table.clone(), new.table.clone()),
+        (
+            "store",
+            format!("{:?}", old.store),
+            format!("{:?}", new.store),
+        ),
+        (
+            "aws_endpoint",
+            format!("{:?}", old.aws_endpoint),
+            format!("{:?}", new.aws_endpoint),
+        ),
+        ("aws_region", old.aws_region.clone(), new.aws_region.clone()),
+        (
+            "metrics_namespace",
+            old.metrics_namespace.clone(),
+            new.metrics_namespace.clone(),
+        ),
+        ("listen", old.listen.to_string(), new.listen.to_string()),
+        ("replica_id", old.replica_id.clone(), new.replica_id.clone()),
+        (
+            "test_store_delay_ms",
+            old.test_store_delay.as_millis().to_string(),
+            new.test_store_delay.as_millis().to_string(),
+        ),
+        (
+            "api_token",
+            format!("{:?}", secret(&old.api_token)),
+            String::new(),
+        ),
+        (
+            "admin_token",
+            format!("{:?}", secret(&old.admin_token)),
+            String::new(),
+        ),
+    ];
+    for (field, was, now) in fields {
+        let token = field.ends_with("_token");
+        let changed = match field {
+            "api_token" => old.api_token != new.api_token,
+            "admin_token" => old.admin_token != new.admin_token,
+            _ => was != now,
+        };
+        if !changed {
+            continue;
+        }
+        let what = if token {
+            "cannot change while the daemon runs; restart it to change the token".to_string()
+        } else {
+            format!("cannot change while the daemon runs (running {was}, file {now}); restart it to change this")
+        };
+        errors.push(problem(field, what));
+    }
+}
+
+/// What running `new` instead of `old` changes, refusing what cannot change live (see
+/// [`plan_reload`]). `shareplane limits apply` checks a document with it before writing, so
+/// that what the table holds is what running daemons can adopt.
+pub fn limit_changes(
+    old: &[LimitSpec],
+    new: &[LimitSpec],
+    errors: &mut Vec<ConfigError>,
+) -> LimitChanges {
+    let mut out = LimitChanges::default();
+    let by_id: BTreeMap<&str, (usize, &LimitSpec)> = new
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.id.as_str(), (i, l)))
+        .collect();
+    for o in old {
+        let Some(&(i, n)) = by_id.get(o.id.as_str()) else {
+            errors.push(problem(
+                "limits",
+                format!(
+                    "limit {:?} was removed: a limit cannot be removed while the daemon runs \
+                     (records hold limits by position); restart the daemon to remove it",
+                    o.id
+                ),
+            ));
+            continue;
+        };
+        let at = format!("limits[{i}]");
+        if n.kind != o.kind {
+            errors.push(problem(
+                format!("{at}.kind"),
+                format!(
+                    "{:?}: a limit's kind or home cannot change while the daemon runs",
+                    o.id
+                ),
+            ));
+        }
+        if n.version < o.version {
+            errors.push(problem(
+                format!("{at}.version"),
+                format!(
+                    "{:?}: version {} is below the running version {}; versions only go up",
+                    o.id, n.version, o.version
+                ),
+            ));
+        } else if n.version == o.version && n.rate != o.rate {
+            errors.push(problem(
+                format!("{at}.version"),
+                format!(
+                    "{:?}: the rate changed from {} to {} without a higher version; set version = {} or more",
+                    o.id,
+                    o.rate,
+                    n.rate,
+                    o.version + 1
+                ),
+            ));
+        } else if n.version > o.version {
+            out.versioned
+                .push((o.id.clone(), o.version, n.version, o.rate, n.rate));
+        }
+        let tuned = (n.floor, n.step_cap, n.burst_ms, n.shadow)
+            != (o.floor, o.step_cap, o.burst_ms, o.shadow);
+        if tuned {
+            out.tuned.push(o.id.clone());
+        }
+        out.limits.push(n.clone());
+    }
+    let running: std::collections::BTreeSet<&str> = old.iter().map(|l| l.id.as_str()).collect();
+    for n in new.iter().filter(|l| !running.contains(l.id.as_str())) {
+        out.added.push(n.id.clone());
+        out.limits.push(n.clone());
+    }
+    out
+}
