@@ -8,7 +8,10 @@
 //! judges what passed against share × t + burst: at most that (plus one token of tolerance, see
 //! [`judge`]), at least 90 % of it, and every refusal a 429 with a `Retry-After`. Then the fake
 //! daemon dies: the lease is no longer renewed, and within the lease plus a margin every request
-//! is refused, although the bucket has refilled by then (the refusals are the fence's).
+//! is refused, although the bucket has refilled by then (the refusals are the fence's). The fake
+//! daemon says it held each long poll 0 ms (it holds it up to `RENEW_MS`), so the gateway counts
+//! each renewal from the poll's send: it fences between lease − 2 × `RENEW_MS` and the lease after
+//! the death, never later.
 
 mod common;
 
@@ -216,9 +219,11 @@ async fn judge_fence(proxy: &str, s: &Setup, client: &reqwest::Client, url: &str
     s.daemon.die();
     let died = Instant::now();
     let fenced_by = Duration::from_millis(LEASE_MS) + FENCE_MARGIN;
-    let mut before = Tally::default();
+    let (mut before, mut last_passed) = (Tally::default(), None);
     while died.elapsed() < fenced_by {
-        request(client, url, &mut before).await;
+        if request(client, url, &mut before).await == Some(200) {
+            last_passed = Some(died.elapsed());
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The bucket has refilled by now (RATE × 2.5 s > BURST): only the fence refuses.
@@ -243,8 +248,8 @@ async fn judge_fence(proxy: &str, s: &Setup, client: &reqwest::Client, url: &str
     let (status, body) = s.gw.health_until(|status, _| status == 503).await;
     assert!(body.starts_with("fenced: "), "{status} {body}");
     eprintln!(
-        "{proxy}: after the daemon died, {} admitted and {} refused in the first {fenced_by:?}, \
-         then 20 of 20 refused",
+        "{proxy}: after the daemon died (lease {LEASE_MS} ms), {} admitted and {} refused in \
+         the first {fenced_by:?}, the last admitted {last_passed:?} after; then 20 of 20 refused",
         before.admitted, before.refused
     );
     after
