@@ -23,7 +23,7 @@ use std::process::ExitCode;
                         `shareplane sim fuzz --seeds N [--start S] [--family classic|swarm|cascade]`."
 )]
 struct RunArgs {
-    /// The scenario file (TOML, format in SIMULATOR.md).
+    /// The scenario file (TOML; its format is in simulations/README.md and docs/SPEC.md, "The simulator").
     scenario: PathBuf,
     /// Print exactly one JSON document (the summary) on stdout.
     #[arg(long)]
