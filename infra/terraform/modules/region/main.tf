@@ -261,7 +261,7 @@ resource "aws_ssm_parameter" "gateway" {
     demandUrl              = "${local.api_url}/v1/demand"
     apiTokenSecretArn      = aws_secretsmanager_secret.api_token.arn
     redisUrl               = local.valkey_url
-    redisMode              = local.valkey_url == "" ? "" : "cluster"
+    redisMode              = local.redis_mode
     gatewaySecurityGroupId = aws_security_group.gateway.id
   })
   tags = local.tags

@@ -7,6 +7,8 @@ locals {
   # ElastiCache names: 1-40 of a-z 0-9 -, starting with a letter, no "--", no trailing "-".
   valkey_name = replace(substr(replace(replace(lower("shareplane-${var.table_name}"), "/[^a-z0-9-]+/", "-"), "/-+/", "-"), 0, 40), "/-+$/", "")
   valkey_url  = join("", [for c in aws_elasticache_serverless_cache.valkey : "rediss://${c.endpoint[0].address}:${c.endpoint[0].port}"])
+  # ElastiCache Serverless is cluster mode: what a gateway's redis_mode must say for it.
+  redis_mode = local.valkey_enabled ? "cluster" : ""
   # The endpoint (6379) and the reader endpoint (6380).
   valkey_ports = { from = 6379, to = 6380 }
 }
