@@ -421,7 +421,7 @@ test('inventory: every resource of a Region stack, by type', () => {
     'AWS::ElasticLoadBalancingV2::ListenerRule': 2, 'AWS::ElasticLoadBalancingV2::TargetGroup': 2,
     'AWS::ECS::Cluster': 1, 'AWS::ECS::TaskDefinition': 1, 'AWS::ECS::Service': 1,
     'AWS::ElastiCache::ServerlessCache': 1,
-    'AWS::SNS::Topic': 1, 'AWS::CloudWatch::Alarm': 14,
+    'AWS::SNS::Topic': 1, 'AWS::CloudWatch::Alarm': 15,
     'Custom::CrossRegionExportReader': 1, 'AWS::Lambda::Function': 1,
   });
   const home: Record<string, number> = {};
