@@ -12,6 +12,7 @@
 //! | `Ready`                       | Region          | None (1 or 0) |
 //! | `LongestWaitForRecordSeconds` | Region          | Seconds (leader only) |
 //! | `LongestRaiseWaitSeconds`     | Region          | Seconds (leader only) |
+//! | `LongestHealthUnknownSeconds` | Region          | Seconds |
 //! | `LimitsMismatchPeers`         | Region          | Count   |
 //! | `LimitsAboveRate`             | Region          | Count   |
 //!
@@ -109,6 +110,19 @@ impl Point {
     pub fn longest_raise_wait(region: &str, seconds: f64) -> Point {
         Point::new(
             "LongestRaiseWaitSeconds",
+            vec![("Region", region.into())],
+            seconds,
+            Unit::Seconds,
+        )
+    }
+
+    /// How long the health verdict of some Region (the own one included) has read unknown, or
+    /// could not be read, without a break, the longest of them: 0 when every verdict is known.
+    /// Lasting, a lost Region would never be reclaimed (two-signals never reads unknown as
+    /// unhealthy) and nothing else would say so.
+    pub fn longest_health_unknown(region: &str, seconds: f64) -> Point {
+        Point::new(
+            "LongestHealthUnknownSeconds",
             vec![("Region", region.into())],
             seconds,
             Unit::Seconds,

@@ -131,6 +131,10 @@ pub fn points(
             longest(|p| p.raise_waiting),
         ));
     }
+    if view.role != "starting" {
+        let longest = (view.health_unknown_seconds.values()).fold(0.0, |a: f64, &b| a.max(b));
+        out.push(Point::longest_health_unknown(&view.region, longest));
+    }
     let mismatched = view
         .alarms
         .iter()

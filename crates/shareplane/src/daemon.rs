@@ -42,6 +42,7 @@
 use crate::clock::next_tick;
 use crate::events::Kind;
 use crate::health::HealthSource;
+use crate::health_watch::UnknownWatch;
 use crate::rules::{lowered, RuleSet};
 use crate::state::Shared;
 use crate::view::{build_view, ViewInput};
@@ -71,6 +72,9 @@ pub struct DaemonOptions {
     /// Phase ticks a peer's records may name other limits than this Region's before the
     /// `limits_mismatch:<peer>` alarm (a rollout reaches Regions at different times).
     pub rollout_periods: u32,
+    /// How long a Region's health verdict may read unknown without a break (or the reads fail)
+    /// before the `health_unknown:<region>` alarm ([`crate::health_watch`]).
+    pub health_unknown_after_ms: u64,
 }
 
 impl DaemonOptions {
@@ -82,6 +86,7 @@ impl DaemonOptions {
             call_timeout_ms: shareplane_core::lease::call_bound_ms(period_ms),
             health_timeout_ms: shareplane_core::lease::call_bound_ms(period_ms),
             rollout_periods: crate::config::DEFAULT_ROLLOUT_PERIODS,
+            health_unknown_after_ms: crate::health_watch::default_unknown_after_ms(period_ms),
         }
     }
 }
@@ -113,6 +118,8 @@ pub struct Daemon<S, H> {
     fenced: bool,
     /// The last health read outlasted the call bound (logged once each way).
     health_timing_out: bool,
+    /// How long each Region's verdict has read unknown, and its alarm.
+    unknown: UnknownWatch,
     store_ok: bool,
     last_error: Option<String>,
     peer_records: Vec<Option<Arc<RegionRecord>>>,
@@ -189,6 +196,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     pub fn new(shared: Arc<Shared>, store: S, health: H, opts: DaemonOptions) -> Daemon<S, H> {
         let d = shared.d();
         let n = d.n();
+        let unknown = UnknownWatch::new(n, opts.health_unknown_after_ms);
         Daemon {
             digest: shareplane_core::limits_digest(&d.limits),
             mismatch: vec![0; n],
@@ -202,6 +210,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             stalled: false,
             last_health: PerRegion::default(),
             health_timing_out: false,
+            unknown,
             fenced: false,
             store_ok: true,
             last_error: None,
@@ -591,7 +600,17 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             }
         };
         self.last_health = h;
+        self.watch_unknown(&h);
         h
+    }
+
+    /// Counts how long each verdict has read unknown; the alarm raised or cleared is an event
+    /// of this replica (the verdicts handed to the core are unchanged: unknown never reclaims).
+    fn watch_unknown(&mut self, h: &PerRegion<Health>) {
+        for change in self.unknown.observe(self.shared.clock.now_ms(), h) {
+            let (kind, peer, detail) = change.event(&self.d);
+            self.shared.event(kind, Some(&peer), None, detail);
+        }
     }
 
     /// The demand to rebalance with, measured as late as possible: the book's rates at this
@@ -905,6 +924,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
 
     fn update_view(&mut self) {
         let d = self.d.clone();
+        let unknown_alarms = self.unknown.alarms(&d);
         let me = self.shared.me;
         let (role, own, peer_records, peer_views, waits) = match &self.role {
             Role::Leader(l) if l.lease_until_ms > 0 => {
@@ -938,7 +958,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             store_ok: self.store_ok,
             last_error: self.last_error.clone(),
             rules_version: self.shared.rules().version,
-            alarms: [self.alarms.clone(), self.mismatch_alarms()].concat(),
+            alarms: [self.alarms.clone(), self.mismatch_alarms(), unknown_alarms].concat(),
+            health_unknown_ms: self.unknown.unknown_ms(self.shared.clock.now_ms()),
             waiting_for_record: waits.0,
             raise_waiting: waits.1,
             would_refuse: Arc::new(self.shared.demand().would_refuse()),

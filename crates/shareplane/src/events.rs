@@ -29,6 +29,12 @@ pub enum Kind {
     /// it has of the peer may not be the peer's newest (docs/PROTOCOL.md, "Reclaim against the
     /// newest record").
     ReclaimWaiting,
+    /// A Region's health verdict (the own one included: the event's `peer` names the Region)
+    /// has read unknown, or could not be read, for longer than the threshold (alarm
+    /// `health_unknown:<region>`): it is never reclaimed on that verdict.
+    HealthUnknown,
+    /// That Region's verdict reads healthy or unhealthy again.
+    HealthKnown,
     /// The own health verdict reads unhealthy: capacity shares are lowered to zero.
     FenceOn,
     FenceOff,
@@ -55,6 +61,8 @@ impl Kind {
             Kind::Reclaim => "reclaim",
             Kind::Settlement => "settlement",
             Kind::ReclaimWaiting => "reclaim_waiting",
+            Kind::HealthUnknown => "health_unknown",
+            Kind::HealthKnown => "health_known",
             Kind::FenceOn => "fence_on",
             Kind::FenceOff => "fence_off",
             Kind::NewEpoch => "new_epoch",
@@ -114,6 +122,7 @@ impl EventLog {
         let warn = matches!(
             kind,
             Kind::FenceOn
+                | Kind::HealthUnknown
                 | Kind::NewEpoch
                 | Kind::ConfigRefused
                 | Kind::DemandRefused

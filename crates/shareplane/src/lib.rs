@@ -25,6 +25,7 @@ pub mod demand;
 pub mod demo;
 pub mod events;
 pub mod health;
+pub mod health_watch;
 pub mod limits;
 pub mod metrics;
 pub mod reload;

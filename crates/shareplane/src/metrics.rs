@@ -476,6 +476,11 @@ impl Metrics {
                 }
             }
         }
+        let name = "shareplane_health_unknown_seconds";
+        let _ = writeln!(o, "# HELP {name} Seconds the health verdict of the Region `of` (this Region's own included) has read unknown, or could not be read, without a break; 0 when it reads known. Past the threshold: alarm health_unknown:<of>.\n# TYPE {name} gauge");
+        for (of, secs) in &view.health_unknown_seconds {
+            let _ = writeln!(o, "{name}{{region=\"{region}\",of=\"{}\"}} {secs}", esc(of));
+        }
         let name = "shareplane_limit_shadow_would_refuse_total";
         let _ = writeln!(o, "# HELP {name} Calls a shadow limit would have refused, as this Region's gateways reported them (limits with a count only).\n# TYPE {name} counter");
         for (id, n) in view.would_refuse.iter() {

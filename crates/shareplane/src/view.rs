@@ -27,6 +27,10 @@ pub struct StateView {
     /// The digest of the limits this Region runs (hex, [`shareplane_core::limits_digest`]).
     pub limits_digest: String,
     pub health: BTreeMap<String, &'static str>,
+    /// By Region: seconds its verdict has read unknown without a break (0 when known); past
+    /// the threshold, the alarm `health_unknown:<region>` (CloudWatch
+    /// `LongestHealthUnknownSeconds`).
+    pub health_unknown_seconds: BTreeMap<String, f64>,
     pub peers: Vec<PeerJson>,
     /// Serialized by [`StateJson`], whole or a page.
     #[serde(skip)]
@@ -245,6 +249,8 @@ pub struct ViewInput<'a> {
     /// The coordinator's peer views (leader only).
     pub peer_views: Option<Vec<PeerView>>,
     pub health: PerRegion<Health>,
+    /// How long each Region's verdict has read unknown, by Region index (empty: not counted).
+    pub health_unknown_ms: Vec<u64>,
     pub store_ok: bool,
     pub last_error: Option<String>,
     pub rules_version: u64,
@@ -289,6 +295,7 @@ impl StateView {
             peer_records: Vec::new(),
             peer_views: None,
             health: PerRegion::default(),
+            health_unknown_ms: Vec::new(),
             store_ok: true,
             last_error: None,
             rules_version: 0,
@@ -311,6 +318,7 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
         peer_records,
         peer_views,
         health,
+        health_unknown_ms,
         store_ok,
         last_error,
         rules_version,
@@ -348,6 +356,12 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
         limits_digest: format!("{:016x}", shareplane_core::limits_digest(&d.limits)),
         health: regions(d.n())
             .map(|r| (d.region_name(r).to_string(), health_name(health[r])))
+            .collect(),
+        health_unknown_seconds: regions(d.n())
+            .map(|r| {
+                let ms = health_unknown_ms.get(r.index()).copied().unwrap_or(0);
+                (d.region_name(r).to_string(), ms as f64 / 1000.0)
+            })
             .collect(),
         peers,
         would_refuse: input.would_refuse.clone(),
@@ -608,6 +622,7 @@ mod tests {
             own: Some(own),
             peer_views: Some(Vec::new()),
             health: PerRegion::default(),
+            health_unknown_ms: Vec::new(),
             store_ok: true,
             last_error: None,
             rules_version: 2,

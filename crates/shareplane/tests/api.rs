@@ -481,6 +481,7 @@ fn waiting_view(
         peer_records: vec![None; 3],
         peer_views: Some(vec![peer(1), peer(2)]),
         health: PerRegion([Health::Healthy; MAX_REGIONS]),
+        health_unknown_ms: vec![0, 75_000, 0],
         store_ok: true,
         last_error: None,
         rules_version: 1,
@@ -531,6 +532,15 @@ async fn a_wait_on_a_peer_shows_in_state_metrics_and_cloudwatch() {
         "7 rebalances of 5 s"
     );
     assert_eq!(seconds(&s.view(), raise), Some(20.0), "4 rebalances of 5 s");
+    // B's health verdict has read unknown for 75 s: in the state, the gauge and CloudWatch.
+    assert_eq!(v["health_unknown_seconds"]["B"], 75.0);
+    assert_eq!(v["health_unknown_seconds"]["A"], 0.0);
+    assert!(
+        text.contains("shareplane_health_unknown_seconds{region=\"A\",of=\"B\"} 75\n"),
+        "{text}"
+    );
+    let unknown = "LongestHealthUnknownSeconds";
+    assert_eq!(seconds(&s.view(), unknown), Some(75.0));
     // A follower does not know: it publishes nothing rather than a 0 that would clear the alarm.
     let follower = view("follower", Vec::new(), Vec::new());
     assert_eq!(seconds(&follower, record), None);

@@ -28,6 +28,13 @@ export const METRICS = {
    */
   longestRaiseWaitSeconds: { name: 'LongestRaiseWaitSeconds', dimensions: ['Region'] },
   /**
+   * How long the health verdict of some Region (the own one included) has read unknown, or could
+   * not be read, without a break, the longest of them (seconds; 0 when every verdict is known).
+   * Unknown never counts as unhealthy, so meanwhile a lost Region would never be reclaimed.
+   * Every replica publishes it. Dimensions: Region.
+   */
+  longestHealthUnknownSeconds: { name: 'LongestHealthUnknownSeconds', dimensions: ['Region'] },
+  /**
    * Peers whose records have named other limits than this Region runs (another digest of ids,
    * kinds, versions and rates) for longer than the daemon's rollout window
    * (`limits_rollout_periods`, default 10 periods); 0 when none. Dimensions: Region.

@@ -630,6 +630,13 @@ export class RegionStack extends Stack {
       evaluationPeriods: 1,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     });
+    add('HealthUnknown', `The health verdict of some Region, as ${region} reads it, has been unknown for more than ${STRANDED_AFTER_SECONDS} s: were that Region lost, it would never be reclaimed. Check its health check and its CloudWatch data.`, {
+      metric: metric(METRICS.longestHealthUnknownSeconds.name, {}, 'Maximum'),
+      threshold: STRANDED_AFTER_SECONDS,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
     add('LimitsMismatch', `${region} runs other limits than some peer, for longer than the daemon's rollout window: the Regions do not hold one limit.`, {
       metric: metric(METRICS.limitsMismatchPeers.name, {}, 'Maximum'),
       threshold: 0,

@@ -55,7 +55,7 @@ test('with limitsSource "table": no per-limit alarm or dashboard row; the alarm 
   assert.ok(!names.some((n) => n.includes('SumOfSharesAboveLimit')), names.join());
   assert.ok(names.includes(`shareplane-${REGION}-LimitsAboveRate`));
   assert.ok(names.includes(`shareplane-${REGION}-LimitsMismatch`));
-  assert.equal(names.length, 13, "9 on the daemons, 4 on the gateways");
+  assert.equal(names.length, 14, "10 on the daemons, 4 on the gateways");
   const body = JSON.stringify(only(table.global, 'AWS::CloudWatch::Dashboard').props.DashboardBody);
   assert.ok(!body.includes('Share of '), 'no per-limit row');
   assert.ok(body.includes('Daemon ready (1) per Region'));

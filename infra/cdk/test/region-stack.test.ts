@@ -323,10 +323,10 @@ function alarms(tpl: Template, region: string): Map<string, any> {
   return out;
 }
 
-test('alarms: stale peer records, sum of shares above the limit (per limit and for all), rejected records, no fresh data, stranded room, a raise held back, limits mismatch, not ready', () => {
+test('alarms: stale peer records, sum of shares above the limit (per limit and for all), rejected records, no fresh data, stranded room, a raise held back, health unknown, limits mismatch, not ready', () => {
   const a = alarms(t, REGION);
   assert.deepEqual([...a.keys()].sort(), [
-    'LimitsAboveRate', 'LimitsMismatch', 'NotReady', 'RaiseHeldBack', 'RebalancesWithoutFreshData', 'RecordStale-ap-southeast-2',
+    'HealthUnknown', 'LimitsAboveRate', 'LimitsMismatch', 'NotReady', 'RaiseHeldBack', 'RebalancesWithoutFreshData', 'RecordStale-ap-southeast-2',
     'RecordStale-us-east-1', 'RejectedRecords', 'StrandedRoom', 'SumOfSharesAboveLimit-k-big',
     'GatewayFallbackInUse', 'GatewayFenced', 'GatewayNoRules', 'GatewayNotReady',
   ].sort());
@@ -350,6 +350,7 @@ test('alarms: stale peer records, sum of shares above the limit (per limit and f
   expect('RebalancesWithoutFreshData', 'RebalancesWithoutFreshData', {}, 'Sum', 'GreaterThanThreshold', 0, 'notBreaching');
   expect('StrandedRoom', 'LongestWaitForRecordSeconds', {}, 'Maximum', 'GreaterThanThreshold', 300, 'notBreaching');
   expect('RaiseHeldBack', 'LongestRaiseWaitSeconds', {}, 'Maximum', 'GreaterThanThreshold', 300, 'notBreaching');
+  expect('HealthUnknown', 'LongestHealthUnknownSeconds', {}, 'Maximum', 'GreaterThanThreshold', 300, 'notBreaching');
   expect('LimitsMismatch', 'LimitsMismatchPeers', {}, 'Maximum', 'GreaterThanThreshold', 0, 'notBreaching');
   expect('LimitsAboveRate', 'LimitsAboveRate', {}, 'Maximum', 'GreaterThanThreshold', 0, 'notBreaching');
   expect('NotReady', 'Ready', {}, 'Minimum', 'LessThanThreshold', 1, 'breaching');
@@ -420,7 +421,7 @@ test('inventory: every resource of a Region stack, by type', () => {
     'AWS::ElasticLoadBalancingV2::ListenerRule': 2, 'AWS::ElasticLoadBalancingV2::TargetGroup': 2,
     'AWS::ECS::Cluster': 1, 'AWS::ECS::TaskDefinition': 1, 'AWS::ECS::Service': 1,
     'AWS::ElastiCache::ServerlessCache': 1,
-    'AWS::SNS::Topic': 1, 'AWS::CloudWatch::Alarm': 14,
+    'AWS::SNS::Topic': 1, 'AWS::CloudWatch::Alarm': 15,
     'Custom::CrossRegionExportReader': 1, 'AWS::Lambda::Function': 1,
   });
   const home: Record<string, number> = {};

@@ -95,6 +95,16 @@ locals {
       datapoints_to_alarm = null
       treat_missing_data  = "notBreaching"
     }
+    HealthUnknown = {
+      description         = "The health verdict of some Region, as ${var.region} reads it, has been unknown for more than 300 s: were that Region lost, it would never be reclaimed. Check its health check and its CloudWatch data."
+      metric_name         = "LongestHealthUnknownSeconds"
+      statistic           = "Maximum"
+      comparison_operator = "GreaterThanThreshold"
+      threshold           = 300
+      evaluation_periods  = 1
+      datapoints_to_alarm = null
+      treat_missing_data  = "notBreaching"
+    }
     LimitsAboveRate = {
       description         = "Some limit's shares, as ${var.region} sees them, add up to more than its rate (every limit counted)."
       metric_name         = "LimitsAboveRate"
