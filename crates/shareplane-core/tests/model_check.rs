@@ -21,7 +21,7 @@ fn check(s: &model::Settings) -> model::Report {
         );
     }
     // Residual D12 is measured here, not bounded in the records: what is enforced in every state
-    // is that the live shares stay under the largest rate (the fuzzer allows 25% of L there),
+    // is that the live shares stay under the largest rate (as the fuzzer enforces, with no allowance),
     // and that the room the running Regions hold passes it by no more than the stale room.
     assert!(
         r.violations.is_empty(),

@@ -1571,7 +1571,7 @@ async fn would_refuse_counts_reach_the_state_and_the_metrics() {
 /// A Region is lost while another is cut off from both (alive, healthy): each survivor counts
 /// the cut-off Region silent with a healthy check, so neither reclaims the lost one (the estate
 /// may have moved room to the Region it cannot see); each says so once (alarm and event) and
-/// reclaims when the cut heals (docs/PROTOCOL.md, "Reclaim against the newest record").
+/// reclaims when the cut heals (docs/PROTOCOL.md, "Reclaim against a causally closed basis").
 #[tokio::test(start_paused = true)]
 async fn a_survivor_cut_off_from_a_healthy_region_waits_to_reclaim_and_says_so() {
     let (mut c, _feed, a, cc) = settled_three().await;
