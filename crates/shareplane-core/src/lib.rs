@@ -17,12 +17,13 @@ pub mod lease;
 mod record;
 mod region;
 mod room;
+mod targets;
 mod why;
 
 pub use config::{ConfigError, Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
 pub use coordinator::{
-    peer_view, targets, AbandonRefused, Alarms, Coordinator, Decision, Health, Inputs,
-    LimitOutcome, PeerState, PeerView, Rule, Silence,
+    peer_view, AbandonRefused, Alarms, Coordinator, Decision, Health, Inputs, LimitOutcome,
+    PeerState, PeerView, Rule, Silence,
 };
 pub use demand::{
     band as demand_band, published_demand, DEMAND_BAND_MIN_PERMILLE_OF_RATE, DEMAND_BAND_PERMILLE,
@@ -33,4 +34,5 @@ pub use lease::{lease_bound, LeaseBound};
 pub use record::{LimitRecord, ReclaimMark, RecordError, RegionRecord, MAX_COUNTER, MAX_EPOCH};
 pub use region::{regions, PerRegion, RegionId, MAX_REGIONS};
 pub use room::{even_part, split, Room, RoomError, MAX_RATE_RPS, MILLI_PER_RPS};
+pub use targets::targets;
 pub use why::{why, PeerSeen, Why};

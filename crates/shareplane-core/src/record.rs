@@ -171,7 +171,7 @@ impl RegionRecord {
         for (spec, l) in d.limits.iter().zip(rec.limits.iter_mut()) {
             l.demand = demands.get(region.index()).copied().unwrap_or_default();
             if let crate::LimitKind::Capacity = spec.kind {
-                crate::coordinator::targets(spec.rate, spec.floor, &weights, &mut parts);
+                crate::targets::targets(spec.rate, spec.floor, &weights, &mut parts);
                 l.share = parts[region.index()];
                 l.target = l.share;
             }

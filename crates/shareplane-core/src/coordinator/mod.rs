@@ -1,0 +1,461 @@
+//! One Region's side of the protocol: the rebalance of SPEC §4 and the silent-Region rules of §6.
+//!
+//! The calling protocol is here ([`Coordinator`]); each concern has a file of its own:
+//! [`rules`] (what reaches the gateways), [`alarms`] (what an operator is told, and the steps
+//! that keep room), `peers` (what this Region knows of each peer), `plans` (what a rebalance does
+//! about each peer's estate, and the reclaim rule) and `limit` (one limit's steps). Estates of
+//! ended epochs are split by the fixed, view-independent rule of [`crate::estate`]; targets are
+//! [`crate::targets`].
+
+mod alarms;
+mod limit;
+mod peers;
+mod plans;
+mod rules;
+
+pub use alarms::{step, Alarms, LimitOutcome};
+pub use peers::{peer_view, PeerView, Silence};
+pub use rules::Rule;
+
+use crate::config::{Deployment, Fence, SilentPolicy};
+use crate::record::{LimitRecord, RecordError, RegionRecord};
+use crate::region::{PerRegion, RegionId};
+use crate::room::Room;
+use limit::LimitCtx;
+use peers::{remember, Peer};
+use plans::apply_marks;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// An outside health verdict about a Region (SPEC §6). Missing, stale or unreadable health data is
+/// `Unknown`, and `Unknown` never counts as unhealthy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Health {
+    Healthy,
+    Unhealthy,
+    #[default]
+    Unknown,
+}
+
+/// The inputs of one rebalance.
+pub struct Inputs<'a> {
+    /// Stamped into the record for operators; never compared with another Region's clock.
+    pub now_ms: u64,
+    /// This Region's received requests per second for each limit (by limit index), averaged
+    /// over the demand window. A missing entry counts as zero.
+    pub demand: &'a [Room],
+    /// The latest verdict for every Region, this one included (used for fencing).
+    pub health: &'a PerRegion<Health>,
+    /// Fill [`Decision::outcomes`] (costs one entry per limit).
+    pub explain: bool,
+}
+
+/// The result of [`Coordinator::rebalance`]: a record to write and rules to push.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    pub record: RegionRecord,
+    /// One rule per limit, by limit index.
+    pub rules: Vec<Rule>,
+    /// One outcome per limit when [`Inputs::explain`] was set, else empty.
+    pub outcomes: Vec<LimitOutcome>,
+    pub alarms: Alarms,
+}
+
+/// How this Region treats a peer right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerState {
+    /// In targets and a possible grantee.
+    Live,
+    /// Silent but not reclaimed: kept in targets with its last demand, never a grantee.
+    Silent,
+    /// Its estate has been reclaimed; out of targets until it returns in a new epoch.
+    Reclaimed,
+}
+
+/// Why [`Coordinator::abandon`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbandonRefused {
+    /// The Region named is this one, or not configured.
+    NotAPeer,
+    /// This Region is not waiting for a record of that peer (it accounts with this epoch).
+    NotWaiting { accounts_with: u64 },
+    /// It waits for the last record of another epoch of that peer.
+    OtherEpoch { waiting_for: u64 },
+    /// It reclaimed that epoch from an older record and must settle against the last one.
+    Reclaimed { epoch: u64 },
+}
+
+impl std::fmt::Display for AbandonRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AbandonRefused::NotAPeer => write!(f, "not a peer Region of this one"),
+            AbandonRefused::NotWaiting { accounts_with } => write!(
+                f,
+                "not waiting for a record of that Region (it accounts with its epoch {accounts_with})"
+            ),
+            AbandonRefused::OtherEpoch { waiting_for } => write!(
+                f,
+                "waiting for the last record of that Region's epoch {waiting_for}, not this one"
+            ),
+            AbandonRefused::Reclaimed { epoch } => write!(
+                f,
+                "this Region reclaimed that Region's epoch {epoch} from an older record and must \
+                 settle against its last one; giving up would keep what it took"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AbandonRefused {}
+
+/// One Region's protocol state machine.
+///
+/// # Calling protocol
+///
+/// 1. Build it with [`Coordinator::genesis`] (nothing was ever written), [`Coordinator::new`]
+///    (resume from the Region's own durable record) or [`Coordinator::restart`] (a daemon that was
+///    down for a while: resume only when that is safe, else start a new epoch).
+/// 2. Hand it every peer record that became visible with [`Coordinator::observe`], in any order,
+///    including the last records of the peers' ended epochs that the store keeps; older versions
+///    are ignored, invalid ones are rejected with a reason and never adopted.
+/// 3. At each own rebalance call [`Coordinator::rebalance`] with the measured demand and the
+///    health verdicts. It returns a [`Decision`]: the record to write and the rules to push.
+/// 4. Once the record is durably written, call [`Coordinator::commit`]. If the write failed, do
+///    not commit: the next rebalance starts again from the last committed record, so no room is
+///    lost or duplicated (closes are keyed to the peer's epoch and version and retried).
+///
+/// Everything a later rebalance needs to settle a close again is in the own record (marks,
+/// counters, portions), so a daemon that restarts from its record loses nothing.
+/// The coordinator reads no clock and draws no random number: equal inputs give equal decisions.
+#[derive(Clone)]
+pub struct Coordinator {
+    d: Arc<Deployment>,
+    me: RegionId,
+    own: RegionRecord,
+    peers: Vec<Peer>,
+}
+
+impl Coordinator {
+    /// A Region that resumes from `own`, its last durably written record. Peers start from their
+    /// genesis records until their own records are observed.
+    pub fn new(d: Arc<Deployment>, me: RegionId, own: RegionRecord) -> Coordinator {
+        let peers = crate::region::regions(d.n())
+            .map(|r| Peer {
+                seen: false,
+                latest: Arc::new(RegionRecord::genesis(&d, r)),
+                silence: Silence::default(),
+                ended: BTreeMap::new(),
+                abandon: None,
+            })
+            .collect();
+        Coordinator { d, me, own, peers }
+    }
+
+    /// A Region of a deployment where nothing was written yet.
+    pub fn genesis(d: Arc<Deployment>, me: RegionId) -> Coordinator {
+        let own = RegionRecord::genesis(&d, me);
+        Coordinator::new(d, me, own)
+    }
+
+    /// A daemon that starts again. `durable` is the Region's own record read back from the store
+    /// (`None` if it never wrote one) and `down_ms` how long ago that record was written, on this
+    /// Region's own clock.
+    ///
+    /// Peers need `silent_after` own rebalances without a change before they may reclaim, so a
+    /// daemon whose next write lands within `(silent_after − 1) × period` of its last one cannot
+    /// have been reclaimed and resumes its epoch. Otherwise it starts a new epoch with nothing and
+    /// raises only by grants named to it: it may have been reclaimed already.
+    pub fn restart(
+        d: Arc<Deployment>,
+        me: RegionId,
+        durable: Option<RegionRecord>,
+        down_ms: u64,
+    ) -> Coordinator {
+        let Some(own) = durable else {
+            return Coordinator::genesis(d, me);
+        };
+        let safe_ms = Self::resume_window_ms(&d);
+        let mut c = Coordinator::new(d, me, own);
+        if down_ms >= safe_ms {
+            let last = c.own.version;
+            start_new_epoch(&mut c.own, last);
+        }
+        c
+    }
+
+    /// How long after its last durable write a Region can be sure nobody has reclaimed it yet:
+    /// `(silent_after − 1) × period` on its own clock (a peer that last saw the version before
+    /// the last one can count it silent that much sooner).
+    pub fn resume_window_ms(d: &Deployment) -> u64 {
+        u64::from(d.silent_after.saturating_sub(1)).saturating_mul(d.period_ms)
+    }
+
+    pub fn me(&self) -> RegionId {
+        self.me
+    }
+
+    pub fn deployment(&self) -> &Arc<Deployment> {
+        &self.d
+    }
+
+    /// The last committed own record.
+    pub fn own(&self) -> &RegionRecord {
+        &self.own
+    }
+
+    /// The latest record seen of a peer (its genesis record until one is observed).
+    pub fn latest(&self, r: RegionId) -> Option<&Arc<RegionRecord>> {
+        self.peers
+            .get(r.index())
+            .filter(|_| r != self.me)
+            .map(|p| &p.latest)
+    }
+
+    /// Replaces the limits (a limit change). Regions may adopt a new version at different times;
+    /// the rebalance moves room in static parts so the sum of shares never exceeds the larger of
+    /// the old and the new rate. Returns the problems if the new deployment is invalid.
+    pub fn set_limits(
+        &mut self,
+        limits: Vec<crate::LimitSpec>,
+    ) -> Result<(), Vec<crate::ConfigError>> {
+        let mut next = (*self.d).clone();
+        next.limits = limits;
+        self.d = Arc::new(Deployment::try_new(next)?);
+        Ok(())
+    }
+
+    /// Hands over a peer record that became visible. Returns `Ok(true)` if it told this Region
+    /// something new (a newer latest record, or a newer record of an ended epoch it still has to
+    /// close or settle), `Ok(false)` if it was older or the same.
+    pub fn observe(&mut self, record: Arc<RegionRecord>) -> Result<bool, RecordError> {
+        record.validate(&self.d, self.me)?;
+        record.validate_towards(&self.own, self.me)?;
+        let j = record.region;
+        let keep_from = self.keep_from(j);
+        let Some(peer) = self.peers.get_mut(j.index()) else {
+            return Err(RecordError::UnknownRegion(j.index()));
+        };
+        let at = (record.epoch, record.version);
+        if peer.seen && at <= (peer.latest.epoch, peer.latest.version) {
+            if record.epoch < peer.latest.epoch && record.epoch >= keep_from {
+                return Ok(remember(&mut peer.ended, record));
+            }
+            return Ok(false);
+        }
+        if peer.seen {
+            record.validate_successor(&peer.latest)?;
+        }
+        if record.epoch > peer.latest.epoch && peer.latest.epoch >= keep_from {
+            // The genesis record stands for an epoch 1 that was never written only when the next
+            // epoch says so (its previous epoch ended at version 0).
+            if peer.seen || record.prev_final == 0 {
+                remember(&mut peer.ended, peer.latest.clone());
+            }
+        }
+        peer.seen = true;
+        peer.latest = record;
+        Ok(true)
+    }
+
+    /// The oldest epoch of peer `j` that this Region may still close or settle.
+    fn keep_from(&self, j: RegionId) -> u64 {
+        let acct = self.own.peer_epochs[j];
+        match self.own.reclaims[j] {
+            Some(m) => m.epoch.min(acct),
+            None => acct,
+        }
+    }
+
+    /// Every peer as this Region last saw it.
+    pub fn peers(&self) -> Vec<PeerView> {
+        let mut out = Vec::new();
+        for (i, p) in self.peers.iter().enumerate() {
+            let Some(r) = RegionId::new(i) else { continue };
+            if r == self.me {
+                continue;
+            }
+            out.push(peer_view(
+                &self.d,
+                Some(&self.own),
+                &p.latest,
+                p.seen,
+                p.silence.unchanged(),
+            ));
+        }
+        out
+    }
+
+    /// Adopts a decision whose record was durably written.
+    pub fn commit(&mut self, decision: &Decision) {
+        self.own = decision.record.clone();
+        for i in 0..self.peers.len() {
+            let Some(r) = RegionId::new(i) else { continue };
+            let keep_from = self.keep_from(r);
+            let acct = self.own.peer_epochs[r];
+            let p = &mut self.peers[i];
+            p.ended.retain(|&e, _| e >= keep_from);
+            p.abandon = p.abandon.filter(|&e| e >= acct);
+        }
+    }
+
+    /// An operator's recovery from `waiting_for_record:<peer>` (docs/PROTOCOL.md, "Giving up on
+    /// a lost record"): this Region stops waiting for the last record of `peer`'s ended epoch
+    /// `epoch` and, at its next rebalance, accounts with the next epoch. It takes nothing of that
+    /// epoch (no portion, none of its grants) and takes back none of its own grants to it: the
+    /// room it would have settled stays with nobody, under the limit, and is never created twice.
+    /// Refused unless this Region is waiting for exactly that record, and when it reclaimed that
+    /// epoch from an older record (what it took from that record stands until it settles against
+    /// the last one; giving up would keep it).
+    pub fn abandon(&mut self, peer: RegionId, epoch: u64) -> Result<(), AbandonRefused> {
+        if peer == self.me || peer.index() >= self.d.n() {
+            return Err(AbandonRefused::NotAPeer);
+        }
+        let acct = self.own.peer_epochs[peer];
+        if !self.waits_for_record(peer, &self.own) {
+            return Err(AbandonRefused::NotWaiting {
+                accounts_with: acct,
+            });
+        }
+        if epoch != acct {
+            return Err(AbandonRefused::OtherEpoch { waiting_for: acct });
+        }
+        if self.own.mark_on_accounted(peer).is_some() {
+            return Err(AbandonRefused::Reclaimed { epoch: acct });
+        }
+        self.peers[peer.index()].abandon = Some(epoch);
+        Ok(())
+    }
+
+    /// One rebalance (SPEC §4 and §6). Mutates only the silence counters; the own state changes
+    /// when the returned decision is [committed](Coordinator::commit).
+    pub fn rebalance(&mut self, inputs: &Inputs<'_>) -> Decision {
+        let d = self.d.clone();
+        let me = self.me;
+        let mut rec = self.own.clone();
+        rec.version += 1;
+        rec.written_at_ms = inputs.now_ms;
+        let mut alarms = Alarms::default();
+
+        let fenced = d.fence == Fence::OwnUnhealthy
+            && d.policy != SilentPolicy::Freeze
+            && inputs.health[me] == Health::Unhealthy;
+        // A Region whose fence lifts may have been reclaimed meanwhile: a peer cut off from it
+        // counted it silent and read the same unhealthy verdict, and the cut may hide the mark.
+        // Raising its old share again from its pool would hold that room twice, so it comes
+        // back as a reclaimed Region does (its peers close the ended epoch when they see the
+        // new one, or settle the close they made).
+        if self.was_reclaimed() || (self.own.fenced && !fenced) {
+            start_new_epoch(&mut rec, self.own.version);
+            alarms.new_epoch = true;
+        }
+        rec.fenced = fenced;
+        self.count_silence();
+        for (i, p) in self.peers.iter().enumerate() {
+            if i != me.index() && p.seen {
+                rec.seen.0[i] = (p.latest.epoch, p.latest.version);
+            }
+        }
+        alarms.fenced = fenced;
+        let plans = self.plan(&rec, inputs.health, fenced, &mut alarms);
+        alarms.stale_view = d.n() > 1
+            && crate::region::regions(d.n())
+                .filter(|&r| r != me)
+                .all(|r| self.peers[r.index()].silence.unchanged() > 0);
+        let not_closed: Vec<RegionId> = crate::region::regions(d.n())
+            .filter(|&r| r != me)
+            .filter(|&r| self.peers[r.index()].latest.peer_epochs[me] < rec.epoch)
+            .collect();
+        let earlier_epochs_closed = not_closed.is_empty();
+        let ctx = LimitCtx {
+            d: &d,
+            me,
+            peers: &self.peers,
+            plans: &plans,
+            fenced,
+            earlier_epochs_closed,
+        };
+        let mut rules = Vec::with_capacity(d.limits.len());
+        let mut outcomes = Vec::new();
+        rec.limits
+            .resize(d.limits.len().max(rec.limits.len()), LimitRecord::default());
+        for (li, spec) in d.limits.iter().enumerate() {
+            let demand = inputs.demand.get(li).copied().unwrap_or_default();
+            let (e, out) = ctx.rebalance_limit(li, spec, demand, &rec, &mut alarms);
+            rec.limits[li] = e;
+            rules.push(Rule::at(spec, e.share));
+            if inputs.explain {
+                outcomes.push(out);
+            }
+        }
+        if !alarms.raises_waiting.is_empty() {
+            alarms.raise_waits_for = not_closed;
+        }
+        apply_marks(&mut rec, &plans);
+        Decision {
+            record: rec,
+            rules,
+            outcomes,
+            alarms,
+        }
+    }
+
+    /// Whether a peer's latest record says it reclaimed this Region's current epoch.
+    fn was_reclaimed(&self) -> bool {
+        let me = self.me;
+        self.peers.iter().enumerate().any(|(i, p)| {
+            i != me.index()
+                && p.seen
+                && p.latest.reclaims[me].is_some_and(|m| m.epoch >= self.own.epoch)
+        })
+    }
+
+    fn count_silence(&mut self) {
+        for (i, p) in self.peers.iter_mut().enumerate() {
+            if i == self.me.index() || !p.seen {
+                continue;
+            }
+            p.silence.read(Some((p.latest.epoch, p.latest.version)));
+        }
+    }
+}
+
+/// A Region that may have been reclaimed comes back with nothing (SPEC §6, "Return"). The version
+/// keeps rising; limit versions are kept because the room of those versions is accounted for
+/// (held by the survivors that reclaimed it). Every account with a peer is kept with the epoch it
+/// belongs to (`account_epochs`): one this Region's earlier epoch closed is settled later by this
+/// Region, whatever epoch it is in by then; an open one is carried, frozen, until the peer
+/// settles it or its epoch ends too and this Region takes back what the peer never took.
+fn start_new_epoch(rec: &mut RegionRecord, last_version: u64) {
+    rec.epoch += 1;
+    rec.prev_final = last_version;
+    // A new epoch holds nothing, so there is no fence to lift: a restart in a new epoch of a
+    // Region that was fenced must not start yet another one at its first rebalance (that epoch
+    // would have no record, and its successor's `prev_final` would name the wrong one).
+    rec.fenced = false;
+    for l in rec.limits.iter_mut() {
+        *l = LimitRecord {
+            limit_version: l.limit_version,
+            rate: l.rate,
+            granted: l.granted,
+            taken: l.taken,
+            reclaimed: l.reclaimed,
+            debt_taken: l.debt_taken,
+            ..LimitRecord::default()
+        };
+    }
+}
+
+// A coordinator may move between threads and be shared (the daemon's task, the fuzzer's jobs).
+const _: () = {
+    const fn is<T: Send + Sync>() {}
+    is::<Coordinator>()
+};
+
+impl std::hash::Hash for Coordinator {
+    /// Hashes the protocol state (not the deployment): the model checker's state identity.
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.me.hash(h);
+        self.own.hash(h);
+        self.peers.hash(h);
+    }
+}

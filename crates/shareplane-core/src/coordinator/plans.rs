@@ -1,0 +1,286 @@
+//! What a rebalance does about each peer's estate: reclaim, switch to its next epoch, settle
+//! again or give up; and the reclaim rule (docs/PROTOCOL.md, "Reclaim against a causally closed
+//! basis").
+
+use crate::config::SilentPolicy;
+use crate::record::{ReclaimMark, RegionRecord};
+use crate::region::{PerRegion, RegionId};
+
+use super::{Alarms, Coordinator, Health, PeerState};
+use std::sync::Arc;
+
+/// What this rebalance does about one peer's estate (at most one thing, so that a mark names
+/// one epoch at a time).
+#[derive(Clone)]
+pub(super) enum Closure {
+    None,
+    /// Reclaim: take the peer's grants, take own grants back and its fixed portion, from this
+    /// record of the peer's current epoch.
+    Reclaim(Arc<RegionRecord>),
+    /// The peer's accounted epoch ended: close it from `last`, its last record (unless it was
+    /// closed already: `close` false), settle an account carried from an earlier epoch of this
+    /// Region against it, and account with the next epoch.
+    Switch {
+        last: Arc<RegionRecord>,
+        close: bool,
+    },
+    /// Settle the last close again against this newer record of the same epoch.
+    Settle(Arc<RegionRecord>),
+    /// An operator gave up on the last record of the peer's ended epoch, which never reached
+    /// this Region ([`Coordinator::abandon`]): account with the next epoch, taking nothing.
+    Abandon,
+}
+
+/// This rebalance's plan for one peer.
+#[derive(Clone)]
+pub(super) struct Plan {
+    pub(super) state: PeerState,
+    pub(super) closure: Closure,
+    /// The account carried from an earlier epoch of this Region was settled by the peer (its
+    /// record closed that epoch): clear it and account from this epoch on.
+    pub(super) drop_carried: bool,
+    /// Silent and unhealthy, but not reclaimed: the basis may be stale.
+    pub(super) reclaim_waits: bool,
+}
+
+impl Coordinator {
+    /// This rebalance's plan for every peer (indexed by Region; `None` for this Region).
+    pub(super) fn plan(
+        &self,
+        rec: &RegionRecord,
+        health: &PerRegion<Health>,
+        fenced: bool,
+        alarms: &mut Alarms,
+    ) -> Vec<Option<Plan>> {
+        let d = &self.d;
+        let mut plans = vec![None; d.n()];
+        for j in crate::region::regions(d.n()).filter(|&r| r != self.me) {
+            let plan = self.plan_peer(j, rec, health, fenced);
+            match &plan.closure {
+                Closure::Reclaim(_) | Closure::Switch { close: true, .. } => {
+                    alarms.reclaimed.push(j)
+                }
+                Closure::Settle(_) => alarms.settled.push(j),
+                Closure::Abandon => alarms.abandoned.push(j),
+                _ => {}
+            }
+            if plan.reclaim_waits {
+                alarms.reclaim_waiting.push(j);
+            }
+            if !matches!(plan.closure, Closure::Abandon) && self.waits_for_record(j, rec) {
+                alarms.waiting_for_record.push(j);
+            }
+            plans[j.index()] = Some(plan);
+        }
+        plans
+    }
+
+    fn plan_peer(
+        &self,
+        j: RegionId,
+        rec: &RegionRecord,
+        health: &PerRegion<Health>,
+        fenced: bool,
+    ) -> Plan {
+        let p = &self.peers[j.index()];
+        // The peer's epoch moved on past the epoch whose account this Region carries: it settled
+        // that account against the ended epoch's last record (took what it granted and took back
+        // its own grants), in the epoch the account is with. A mark alone is not enough: the
+        // peer's epoch may end before it settles, and its later epochs never take grants.
+        let drop_carried = p.seen
+            && rec.carries_open(j)
+            && p.latest.epoch == rec.peer_epochs[j]
+            && p.latest.peer_epochs[self.me] > rec.account_epochs[j];
+        let plan = |state, closure| Plan {
+            state,
+            closure,
+            drop_carried,
+            reclaim_waits: false,
+        };
+        if !p.seen {
+            // Never heard of: kept in targets at its genesis demand, never a grantee, never
+            // reclaimed.
+            return plan(PeerState::Silent, Closure::None);
+        }
+        let acct = rec.peer_epochs[j];
+        let mark = rec.mark_on_accounted(j);
+        if p.latest.epoch > acct {
+            // The accounted epoch ended. Its last record is known exactly (the next epoch names
+            // its version); close against that record and nothing older.
+            let Some(last) = p
+                .final_version(acct)
+                .and_then(|v| p.newest_of(acct).filter(|r| r.version == v))
+            else {
+                if p.abandon == Some(acct) && mark.is_none() {
+                    return plan(PeerState::Live, Closure::Abandon);
+                }
+                return plan(PeerState::Silent, Closure::None);
+            };
+            return match mark {
+                Some(m) if m.version < last.version => {
+                    plan(PeerState::Silent, Closure::Settle(last.clone()))
+                }
+                Some(_) => plan(
+                    PeerState::Live,
+                    Closure::Switch {
+                        last: last.clone(),
+                        close: false,
+                    },
+                ),
+                None => plan(
+                    PeerState::Live,
+                    Closure::Switch {
+                        last: last.clone(),
+                        close: true,
+                    },
+                ),
+            };
+        }
+        if let Some(m) = mark {
+            return match p.newest_of(acct) {
+                Some(newer) if newer.version > m.version => {
+                    plan(PeerState::Reclaimed, Closure::Settle(newer.clone()))
+                }
+                _ => plan(PeerState::Reclaimed, Closure::None),
+            };
+        }
+        let silent = p.silence.unchanged() >= self.d.silent_after;
+        // A fenced Region is itself suspect (its own check says unhealthy): it reclaims nobody,
+        // or two Regions cut off from each other and both wrongly called unhealthy would reclaim
+        // each other.
+        let reclaim = silent && !fenced && reclaimable(self.d.policy, health[j]);
+        if reclaim && !self.basis_in_doubt(j, &p.latest, health) {
+            plan(PeerState::Reclaimed, Closure::Reclaim(p.latest.clone()))
+        } else if silent {
+            Plan {
+                reclaim_waits: reclaim,
+                ..plan(PeerState::Silent, Closure::None)
+            }
+        } else {
+            plan(PeerState::Live, Closure::None)
+        }
+    }
+
+    /// Whether `basis`, the newest record of `j` this Region has, may not be the newest `j` wrote
+    /// (two-signals only; docs/PROTOCOL.md, "Reclaim against a causally closed basis"). An estate
+    /// closed against an older record than its newest one hands its heir a portion of room the
+    /// estate may have granted on since, to Regions that hold it too. The heir closes only a
+    /// basis that is causally closed in what it can know:
+    ///
+    /// - no record it holds refers to a newer record of `j`'s epoch: whatever the state of the
+    ///   Region that wrote it (fresh, silent or lost: a record lost with its writer is evidence
+    ///   all the same), no record marks a newer version of the epoch, accounts with a newer epoch
+    ///   of `j`, or, on an account open on both sides, took more from `j` than `basis` granted it;
+    /// - no Region whose records it may not hold may be alive: another peer silent here whose
+    ///   verdict is not unhealthy (healthy or unknown) may be on the far side of a cut, where the
+    ///   estate's later records went. (A peer never heard of holds nothing and is not counted.)
+    ///
+    /// Waiting leaves the estate's room unheld (under the limit, never over) until the records
+    /// arrive or the other silent peer reads unhealthy too.
+    fn basis_in_doubt(
+        &self,
+        j: RegionId,
+        basis: &RegionRecord,
+        health: &PerRegion<Health>,
+    ) -> bool {
+        if self.d.policy != SilentPolicy::TwoSignals {
+            return false;
+        }
+        let d = &self.d;
+        crate::region::regions(d.n())
+            .filter(|&k| k != self.me && k != j)
+            .any(|k| {
+                let q = &self.peers[k.index()];
+                q.seen
+                    && ((q.silence.unchanged() >= d.silent_after && health[k] != Health::Unhealthy)
+                        || std::iter::once(&q.latest)
+                            .chain(q.ended.values())
+                            .any(|other| knows_newer(other, j, basis)))
+            })
+    }
+
+    /// A peer began a newer epoch but the last record of the epoch this Region accounts with has
+    /// not reached it (so that epoch's room can be neither closed nor settled).
+    pub(super) fn waits_for_record(&self, j: RegionId, rec: &RegionRecord) -> bool {
+        let p = &self.peers[j.index()];
+        let acct = rec.peer_epochs[j];
+        p.seen
+            && p.latest.epoch > acct
+            && p.final_version(acct)
+                .is_none_or(|v| p.newest_of(acct).is_none_or(|r| r.version != v))
+    }
+}
+
+/// Whether `other`, a record of a third Region `k`, refers to a record of `j` newer than `basis`:
+/// its writer had seen one, it accounts with a later epoch of `j`, it marks a newer version of
+/// the epoch, or, on the same open account on both sides (neither has closed the other's epoch),
+/// it took more from `j` than `basis` granted it (what `k` took never exceeds what `j` granted in
+/// the record it took from). Only the first is needed of a writer that states what it saw; the
+/// others are kept for records of writers that did not (`seen` of `(0, 0)`).
+fn knows_newer(other: &RegionRecord, j: RegionId, basis: &RegionRecord) -> bool {
+    let k = other.region;
+    if other.seen[j] > (basis.epoch, basis.version) {
+        return true;
+    }
+    if other.peer_epochs[j] != basis.epoch {
+        return other.peer_epochs[j] > basis.epoch;
+    }
+    if other.reclaims[j].is_some_and(|m| m.epoch == basis.epoch && m.version > basis.version) {
+        return true;
+    }
+    let same_account = basis.account_epochs[k] == other.peer_epochs[j]
+        && basis.peer_epochs[k] == other.account_epochs[j]
+        && basis.mark_on_accounted(k).is_none()
+        && other.mark_on_accounted(j).is_none();
+    same_account
+        && other
+            .limits
+            .iter()
+            .zip(&basis.limits)
+            .any(|(o, b)| o.taken[j] > b.granted[k])
+}
+
+fn reclaimable(policy: SilentPolicy, health: Health) -> bool {
+    match policy {
+        SilentPolicy::Freeze => false,
+        SilentPolicy::TwoSignals => health == Health::Unhealthy,
+        SilentPolicy::SilenceAlone => true,
+    }
+}
+
+/// Writes what the plans closed into the record: a mark for every close and settlement, and the
+/// next accounted epoch for every switch.
+pub(super) fn apply_marks(rec: &mut RegionRecord, plans: &[Option<Plan>]) {
+    for (i, p) in plans.iter().enumerate() {
+        let (Some(p), Some(j)) = (p, RegionId::new(i)) else {
+            continue;
+        };
+        if p.drop_carried {
+            rec.account_epochs[j] = rec.epoch;
+        }
+        match &p.closure {
+            Closure::None => {}
+            Closure::Reclaim(basis)
+            | Closure::Switch {
+                last: basis,
+                close: true,
+            } => {
+                rec.reclaims[j] = Some(ReclaimMark {
+                    epoch: basis.epoch,
+                    version: basis.version,
+                    by: rec.epoch,
+                });
+            }
+            Closure::Settle(newer) => {
+                if let Some(m) = rec.reclaims[j].as_mut() {
+                    m.version = newer.version;
+                }
+            }
+            Closure::Switch { close: false, .. } | Closure::Abandon => {}
+        }
+        if let Closure::Switch { .. } | Closure::Abandon = p.closure {
+            rec.peer_epochs[j] += 1;
+            rec.account_epochs[j] = rec.epoch;
+        }
+    }
+}
