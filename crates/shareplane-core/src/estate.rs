@@ -172,115 +172,160 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
         expected: expected(d, li, world, n),
         ..Audit::default()
     };
-    let limit = |r: &RegionRecord| r.limits.get(li).copied().unwrap_or_default();
     for e in epochs.iter().filter(|e| e.live) {
-        a.live += limit(e.last()).held();
+        a.live += limit_of(e.last(), li).held();
     }
-    // Grants in flight between every pair of epochs. A pair between an ended epoch and a live
-    // one is what the live Region will settle with that estate: it is netted with its portion.
-    let mut owed: Vec<Vec<i128>> = vec![vec![0; n]; epochs.len()];
-    // Grants in flight between two running epochs, per epoch and other Region: what a running
-    // epoch's newest record would leave an heir that closed it is its portion plus these.
-    let mut in_flight: Vec<Vec<i128>> = vec![vec![0; n]; epochs.len()];
+    let flows = pair_flows(&epochs, &index, li, n, &mut a);
+    let scope = Scope {
+        index: &index,
+        li,
+        n,
+    };
+    for (xi, x) in epochs.iter().enumerate() {
+        for h in regions(n).filter(|&h| h != x.region) {
+            estate_piece(&scope, x, xi, h, &flows, &mut a);
+        }
+    }
+    a.actual = a.live + a.estates + a.pairs;
+    a
+}
+
+fn limit_of(r: &RegionRecord, li: usize) -> LimitRecord {
+    r.limits.get(li).copied().unwrap_or_default()
+}
+
+/// What one audit looks at: the marks, the limit and the number of Regions.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    index: &'a Index<'a, 'a>,
+    li: usize,
+    n: usize,
+}
+
+/// Grants in flight between every pair of epochs, per epoch (by index) and other Region.
+struct Flows {
+    /// Between an ended epoch and a live one: what the live Region will settle with that
+    /// estate, netted with its portion.
+    owed: Vec<Vec<i128>>,
+    /// Between two running epochs: what a running epoch's newest record would leave an heir
+    /// that closed it is its portion plus these.
+    in_flight: Vec<Vec<i128>>,
+}
+
+/// Counts the grants in flight between every pair of epochs into `a` (pairs of two running or
+/// two ended epochs) or into the returned flows (an ended epoch and a live one).
+fn pair_flows(
+    epochs: &[Epoch<'_>],
+    index: &Index<'_, '_>,
+    li: usize,
+    n: usize,
+    a: &mut Audit,
+) -> Flows {
+    let mut f = Flows {
+        owed: vec![vec![0; n]; epochs.len()],
+        in_flight: vec![vec![0; n]; epochs.len()],
+    };
     for (i, g) in epochs.iter().enumerate() {
         for (k, r) in epochs.iter().enumerate().skip(i + 1) {
             if r.region == g.region {
                 continue;
             }
-            let flow = side(&index, g, r, li, &mut a) + side(&index, r, g, li, &mut a);
+            let flow = side(index, g, r, li, a) + side(index, r, g, li, a);
             // A pair netted with an heir's portion below is judged there; in any other, a side
             // that closed the other's epoch against an older record than its last took back
             // grants that the last record shows taken (residual risk 4).
             if g.live == r.live
                 && flow < 0
-                && (closed_stale(&index, g, r) || closed_stale(&index, r, g))
+                && (closed_stale(index, g, r) || closed_stale(index, r, g))
             {
                 a.over_stale += -flow;
             }
             match (g.live, r.live) {
                 (true, true) => {
-                    in_flight[i][r.region.index()] += flow.max(0);
-                    in_flight[k][g.region.index()] += flow.max(0);
+                    f.in_flight[i][r.region.index()] += flow.max(0);
+                    f.in_flight[k][g.region.index()] += flow.max(0);
                     add_piece(&mut a.pairs, &mut a.over, flow)
                 }
                 (false, false) => {
                     add_piece(&mut a.pairs, &mut a.over, flow);
                     a.between_ended += flow.max(0);
                 }
-                (false, true) => owed[i][r.region.index()] += flow,
-                (true, false) => owed[k][g.region.index()] += flow,
+                (false, true) => f.owed[i][r.region.index()] += flow,
+                (true, false) => f.owed[k][g.region.index()] += flow,
             }
         }
     }
-    for (xi, x) in epochs.iter().enumerate() {
-        // A live epoch still holds all its room (counted above): any portion taken from it is
-        // room that exists twice.
-        let last = limit(x.last());
-        let (room, debt) = if x.live {
-            (Room::ZERO, Room::ZERO)
+    f
+}
+
+/// Counts into `a` what heir `h` is still owed by epoch `x` (the `xi`-th): its fixed portion of
+/// the estate's last record less what its mark took, netted with the grants in flight between
+/// them. A live epoch still holds all its room (counted as live): any portion taken from it is
+/// room that exists twice.
+fn estate_piece(
+    at: &Scope<'_>,
+    x: &Epoch<'_>,
+    xi: usize,
+    h: RegionId,
+    flows: &Flows,
+    a: &mut Audit,
+) {
+    let Scope { index, li, n } = *at;
+    let last = limit_of(x.last(), li);
+    // An heir's portion is signed: its part of the room, less its part of the debt (an estate
+    // that owed more than it held after a lowered limit).
+    let signed = |l: &LimitRecord| {
+        heir_portion(estate_room(l), n, x.region, h).0 as i128
+            - heir_portion(estate_debt(l), n, x.region, h).0 as i128
+    };
+    let mark = index.latest_mark(h, x.region, x.epoch).map(|m| m.version);
+    let (took, debt_took) = match mark.map(|v| x.at(v)) {
+        None => (0, 0),
+        Some(Some(basis)) => {
+            let b = limit_of(basis, li);
+            (
+                signed(&b),
+                heir_portion(estate_debt(&b), n, x.region, h).0 as i128,
+            )
+        }
+        Some(None) => {
+            a.missing_basis += 1;
+            (0, 0)
+        }
+    };
+    let stale_basis = mark.is_some_and(|v| v < x.last().version);
+    if x.live {
+        a.over += took;
+        if mark.is_some() {
+            a.running_reclaimed |= 1 << x.region.index();
+        }
+        // Against an older record than the newest, the heir may hold more than the newest
+        // leaves it (the Region moved room on meanwhile): that part is stale room, as it will
+        // be once the epoch ends; the rest the running Region holds too.
+        let leaves = signed(&last) + flows.in_flight[xi][h.index()];
+        let stale = if stale_basis {
+            (took - leaves).clamp(0, took.max(0))
         } else {
-            (estate_room(&last), estate_debt(&last))
+            0
         };
-        for h in regions(n).filter(|&h| h != x.region) {
-            // An heir's portion is signed: its part of the room, less its part of the debt (an
-            // estate that owed more than it held after a lowered limit).
-            let signed = |l: &LimitRecord| {
-                heir_portion(estate_room(l), n, x.region, h).0 as i128
-                    - heir_portion(estate_debt(l), n, x.region, h).0 as i128
-            };
-            let debt_owed = heir_portion(debt, n, x.region, h).0 as i128;
-            let portion = heir_portion(room, n, x.region, h).0 as i128 - debt_owed;
-            let mark = index.latest_mark(h, x.region, x.epoch).map(|m| m.version);
-            let (took, debt_took) = match mark {
-                None => (0, 0),
-                Some(v) => match x.at(v) {
-                    Some(basis) => {
-                        let b = limit(basis);
-                        (
-                            signed(&b),
-                            heir_portion(estate_debt(&b), n, x.region, h).0 as i128,
-                        )
-                    }
-                    None => {
-                        a.missing_basis += 1;
-                        (0, 0)
-                    }
-                },
-            };
-            if x.live {
-                a.over += took;
-                if mark.is_some() {
-                    a.running_reclaimed |= 1 << x.region.index();
-                }
-                // Against an older record than the newest, the heir may hold more than the
-                // newest leaves it (the Region moved room on meanwhile): that part is stale room,
-                // as it will be once the epoch ends; the rest the running Region holds too.
-                let leaves = signed(&last) + in_flight[xi][h.index()];
-                let stale = if mark.is_some_and(|v| v < x.last().version) {
-                    (took - leaves).clamp(0, took.max(0))
-                } else {
-                    0
-                };
-                a.over_stale += stale;
-                a.over_running += took - stale;
-                continue;
-            }
-            let piece = portion - took + owed[xi][h.index()];
-            // A debt the heir has not taken on yet is room others hold above the limit until it
-            // does (as a running Region's debt is): negative, but not room taken twice.
-            let pending = (debt_owed - debt_took).max(0);
-            if piece < 0 && -piece <= pending {
-                a.estates += piece;
-                continue;
-            }
-            if piece < 0 && mark.is_some_and(|v| v < x.last().version) {
-                a.over_stale += -piece;
-            }
-            add_piece(&mut a.estates, &mut a.over, piece);
-        }
+        a.over_stale += stale;
+        a.over_running += took - stale;
+        return;
     }
-    a.actual = a.live + a.estates + a.pairs;
-    a
+    let debt_owed = heir_portion(estate_debt(&last), n, x.region, h).0 as i128;
+    let portion = heir_portion(estate_room(&last), n, x.region, h).0 as i128 - debt_owed;
+    let piece = portion - took + flows.owed[xi][h.index()];
+    // A debt the heir has not taken on yet is room others hold above the limit until it does
+    // (as a running Region's debt is): negative, but not room taken twice.
+    let pending = (debt_owed - debt_took).max(0);
+    if piece < 0 && -piece <= pending {
+        a.estates += piece;
+        return;
+    }
+    if piece < 0 && stale_basis {
+        a.over_stale += -piece;
+    }
+    add_piece(&mut a.estates, &mut a.over, piece);
 }
 
 fn add_piece(sum: &mut i128, over: &mut i128, piece: i128) {

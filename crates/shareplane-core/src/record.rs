@@ -4,7 +4,7 @@
 //! limit (`limits[i]` belongs to `Deployment::limits[i]`), so the `version` that rises on every
 //! write makes silence detectable for all limits at once.
 
-use crate::config::Deployment;
+use crate::config::{Deployment, LimitSpec};
 use crate::region::{PerRegion, RegionId, MAX_REGIONS};
 use crate::room::Room;
 use std::fmt;
@@ -255,116 +255,115 @@ impl RegionRecord {
         if self.epoch == 0 {
             return Err(RecordError::ZeroEpoch);
         }
-        let contradiction = |limit, what| Err(RecordError::Contradiction { limit, what });
+        let contradiction = |what| Err(RecordError::Contradiction { limit: None, what });
         if self.epoch > MAX_EPOCH || self.version > MAX_COUNTER {
-            return contradiction(None, "epoch or version out of range");
+            return contradiction("epoch or version out of range");
         }
         if (self.epoch == 1 && self.prev_final != 0)
             || (self.epoch > 1 && self.version > 0 && self.prev_final >= self.version)
         {
-            return contradiction(
-                None,
-                "the previous epoch's last version is not before this one",
-            );
+            return contradiction("the previous epoch's last version is not before this one");
         }
+        self.peer_fields_problem(n).map_or(Ok(()), contradiction)?;
+        for (i, l) in self.limits.iter().enumerate() {
+            if let Some(what) = self.limit_problem(l, d.limits.get(i), n) {
+                return Err(RecordError::Contradiction {
+                    limit: Some(i),
+                    what,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// What is wrong with the per-Region header fields (epochs, accounts, marks, `seen`) of a
+    /// record of a deployment of `n` Regions, if anything.
+    fn peer_fields_problem(&self, n: usize) -> Option<&'static str> {
         for r in 0..n {
             if self.peer_epochs.0[r] > MAX_EPOCH {
-                return contradiction(None, "a peer epoch is out of range");
+                return Some("a peer epoch is out of range");
             }
             if r != self.region.index()
                 && (self.account_epochs.0[r] == 0 || self.account_epochs.0[r] > self.epoch)
             {
-                return contradiction(None, "an account belongs to an epoch its writer never had");
+                return Some("an account belongs to an epoch its writer never had");
             }
             let (seen_epoch, seen_version) = self.seen.0[r];
             if seen_epoch > MAX_EPOCH || seen_version > MAX_COUNTER {
-                return contradiction(None, "a seen record is out of range");
+                return Some("a seen record is out of range");
             }
             if r == self.region.index() && self.seen.0[r] != (0, 0) {
-                return contradiction(None, "says it has seen its own record");
+                return Some("says it has seen its own record");
             }
             if let Some(m) = self.reclaims.0[r] {
                 if m.epoch == 0 || m.epoch > MAX_EPOCH || m.version > MAX_COUNTER {
-                    return contradiction(None, "a reclaim mark is out of range");
+                    return Some("a reclaim mark is out of range");
                 }
                 if m.by == 0 || m.by > self.epoch {
-                    return contradiction(None, "a reclaim mark names a later epoch of its writer");
+                    return Some("a reclaim mark names a later epoch of its writer");
                 }
                 if m.epoch > self.peer_epochs.0[r] {
-                    return contradiction(
-                        None,
-                        "a reclaim mark is ahead of the epoch it accounts with",
-                    );
+                    return Some("a reclaim mark is ahead of the epoch it accounts with");
                 }
             }
         }
-        for i in n..MAX_REGIONS {
-            if self.peer_epochs.0[i] != 0
+        let unconfigured = (n..MAX_REGIONS).any(|i| {
+            self.peer_epochs.0[i] != 0
                 || self.account_epochs.0[i] != 0
                 || self.reclaims.0[i].is_some()
                 || self.seen.0[i] != (0, 0)
-            {
-                return contradiction(None, "names a Region that is not configured");
-            }
+        });
+        unconfigured.then_some("names a Region that is not configured")
+    }
+
+    /// What is wrong with one limit's entry `l` of this record (configured as `spec`, if this
+    /// Region knows the limit), if anything.
+    fn limit_problem(
+        &self,
+        l: &LimitRecord,
+        spec: Option<&LimitSpec>,
+        n: usize,
+    ) -> Option<&'static str> {
+        if l.limit_version == 0 {
+            return (*l != LimitRecord::default()).then_some("an unadopted limit carries amounts");
         }
-        for (i, l) in self.limits.iter().enumerate() {
-            let at = Some(i);
-            let spec = d.limits.get(i);
-            if l.limit_version == 0 {
-                if *l != LimitRecord::default() {
-                    return contradiction(at, "an unadopted limit carries amounts");
-                }
-                continue;
-            }
-            if let Some(spec) = spec {
-                if spec.version == l.limit_version && spec.rate != l.rate {
-                    return contradiction(
-                        at,
-                        "the rate differs from the configured one at the same version",
-                    );
-                }
-            }
-            // Share, target and unmet never exceed the Region's own rate. Pool and debt may while
-            // a limit change is under way (room granted by Regions at a higher rate), but never
-            // beyond the largest rate a limit may have.
-            if l.share > l.rate || l.target > l.rate || l.unmet > l.rate + l.debt {
-                return contradiction(at, "share, target or unmet exceeds the limit's rate");
-            }
-            let max = crate::room::Room::rps(crate::room::MAX_RATE_RPS as u64);
-            if l.rate > max || l.pool > max || l.debt > max || l.demand > max {
-                return contradiction(at, "an amount is out of range");
-            }
-            let counters = l.granted.0.iter().chain(l.taken.0.iter());
-            if counters.copied().any(|c| c.0 > MAX_COUNTER) {
-                return contradiction(at, "a cumulative counter is out of range");
-            }
-            if l.reclaimed
-                .0
-                .iter()
-                .chain(l.debt_taken.0.iter())
-                .any(|c| *c > max)
-            {
-                return contradiction(at, "a reclaimed amount is out of range");
-            }
-            let own = self.region;
-            if !l.granted[own].is_zero()
-                || !l.taken[own].is_zero()
-                || !l.reclaimed[own].is_zero()
-                || !l.debt_taken[own].is_zero()
-            {
-                return contradiction(at, "grants to or takes from itself");
-            }
-            for r in n..MAX_REGIONS {
-                if !l.granted.0[r].is_zero()
-                    || !l.taken.0[r].is_zero()
-                    || !l.reclaimed.0[r].is_zero()
-                    || !l.debt_taken.0[r].is_zero()
-                {
-                    return contradiction(at, "names a Region that is not configured");
-                }
-            }
+        if spec.is_some_and(|spec| spec.version == l.limit_version && spec.rate != l.rate) {
+            return Some("the rate differs from the configured one at the same version");
         }
-        Ok(())
+        // Share, target and unmet never exceed the Region's own rate. Pool and debt may while
+        // a limit change is under way (room granted by Regions at a higher rate), but never
+        // beyond the largest rate a limit may have.
+        if l.share > l.rate || l.target > l.rate || l.unmet > l.rate + l.debt {
+            return Some("share, target or unmet exceeds the limit's rate");
+        }
+        let max = crate::room::Room::rps(crate::room::MAX_RATE_RPS as u64);
+        if l.rate > max || l.pool > max || l.debt > max || l.demand > max {
+            return Some("an amount is out of range");
+        }
+        let counters = l.granted.0.iter().chain(l.taken.0.iter());
+        if counters.copied().any(|c| c.0 > MAX_COUNTER) {
+            return Some("a cumulative counter is out of range");
+        }
+        if l.reclaimed
+            .0
+            .iter()
+            .chain(l.debt_taken.0.iter())
+            .any(|c| *c > max)
+        {
+            return Some("a reclaimed amount is out of range");
+        }
+        let names = |r: usize| {
+            !l.granted.0[r].is_zero()
+                || !l.taken.0[r].is_zero()
+                || !l.reclaimed.0[r].is_zero()
+                || !l.debt_taken.0[r].is_zero()
+        };
+        if names(self.region.index()) {
+            return Some("grants to or takes from itself");
+        }
+        (n..MAX_REGIONS)
+            .any(names)
+            .then_some("names a Region that is not configured")
     }
 
     /// Checks what this record says about the reading Region `me` against the reader's own record:

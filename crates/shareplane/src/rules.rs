@@ -3,8 +3,9 @@
 //! # Versions
 //!
 //! The rule-set version only goes up. A rule set from a durably written record of version `v`
-//! has version `2v`; a lowered rule set pushed early, before the write of record `v` (a lowered
-//! share is safe at once: docs/SPEC.md, departure D8), has version `2v − 1`. Record versions rise on every
+//! has version `2v` ([`shareplane_core::Rule::set_version`]); a lowered rule set pushed early,
+//! before the write of record `v` (a lowered share is safe at once: docs/SPEC.md, departure D8),
+//! has version `2v − 1` ([`shareplane_core::Rule::early_set_version`]). Record versions rise on every
 //! write, across epochs, daemon restarts and leader changes, so rule-set versions do too. A
 //! publisher refuses any rule set whose version is not above the current one, and one whose
 //! rules equal the current ones (so a long-poll is answered only when something changed).

@@ -6,6 +6,7 @@ use crate::config::SilentPolicy;
 use crate::record::{ReclaimMark, RegionRecord};
 use crate::region::{PerRegion, RegionId};
 
+use super::peers::Peer;
 use super::{Alarms, Coordinator, Health, PeerState};
 use std::sync::Arc;
 
@@ -105,36 +106,8 @@ impl Coordinator {
         let acct = rec.peer_epochs[j];
         let mark = rec.mark_on_accounted(j);
         if p.latest.epoch > acct {
-            // The accounted epoch ended. Its last record is known exactly (the next epoch names
-            // its version); close against that record and nothing older.
-            let Some(last) = p
-                .final_version(acct)
-                .and_then(|v| p.newest_of(acct).filter(|r| r.version == v))
-            else {
-                if p.abandon == Some(acct) && mark.is_none() {
-                    return plan(PeerState::Live, Closure::Abandon);
-                }
-                return plan(PeerState::Silent, Closure::None);
-            };
-            return match mark {
-                Some(m) if m.version < last.version => {
-                    plan(PeerState::Silent, Closure::Settle(last.clone()))
-                }
-                Some(_) => plan(
-                    PeerState::Live,
-                    Closure::Switch {
-                        last: last.clone(),
-                        close: false,
-                    },
-                ),
-                None => plan(
-                    PeerState::Live,
-                    Closure::Switch {
-                        last: last.clone(),
-                        close: true,
-                    },
-                ),
-            };
+            let (state, closure) = ended_epoch_closure(p, acct, mark);
+            return plan(state, closure);
         }
         if let Some(m) = mark {
             return match p.newest_of(acct) {
@@ -208,6 +181,39 @@ impl Coordinator {
             && p.latest.epoch > acct
             && p.final_version(acct)
                 .is_none_or(|v| p.newest_of(acct).is_none_or(|r| r.version != v))
+    }
+}
+
+/// What to do about `p`'s accounted epoch `acct`, which ended (`mark`: this Region's mark on
+/// it). Its last record is known exactly (the next epoch names its version): close against that
+/// record and nothing older, settle a close made against an older one, or switch to the next
+/// epoch; until the last record arrives, wait (or give up on it, as an operator asked).
+fn ended_epoch_closure(p: &Peer, acct: u64, mark: Option<ReclaimMark>) -> (PeerState, Closure) {
+    let Some(last) = p
+        .final_version(acct)
+        .and_then(|v| p.newest_of(acct).filter(|r| r.version == v))
+    else {
+        if p.abandon == Some(acct) && mark.is_none() {
+            return (PeerState::Live, Closure::Abandon);
+        }
+        return (PeerState::Silent, Closure::None);
+    };
+    match mark {
+        Some(m) if m.version < last.version => (PeerState::Silent, Closure::Settle(last.clone())),
+        Some(_) => (
+            PeerState::Live,
+            Closure::Switch {
+                last: last.clone(),
+                close: false,
+            },
+        ),
+        None => (
+            PeerState::Live,
+            Closure::Switch {
+                last: last.clone(),
+                close: true,
+            },
+        ),
     }
 }
 

@@ -35,6 +35,20 @@ impl Rule {
             .collect()
     }
 
+    /// The version of the rule set that the rules of record version `v` form: `2v`. Record
+    /// versions rise on every write, across epochs, restarts and leader changes, so rule-set
+    /// versions do too.
+    pub fn set_version(record_version: u64) -> u64 {
+        record_version.saturating_mul(2)
+    }
+
+    /// The version of the rule set pushed early, before record version `v` is written
+    /// ([`Rule::before_write`], or [`Rule::zeroed`] of a new epoch): `2v − 1`, between the rules
+    /// of the record before and those of `v` itself.
+    pub fn early_set_version(record_version: u64) -> u64 {
+        Rule::set_version(record_version).saturating_sub(1)
+    }
+
     /// What may reach the gateways before a decision is written (SPEC §7, docs/SPEC.md D8): a
     /// lowered share is safe at once, a raised one only once the record that raises it is
     /// durable (a peer may take the room it came from only after reading that record). So: every
