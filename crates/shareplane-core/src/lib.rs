@@ -22,8 +22,8 @@ mod why;
 
 pub use config::{ConfigError, Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
 pub use coordinator::{
-    peer_view, AbandonRefused, Alarms, Coordinator, Decision, Health, Inputs, LimitOutcome,
-    PeerState, PeerView, Rule, Silence,
+    peer_view, seen_sum, AbandonRefused, Alarms, Coordinator, Decision, Health, Inputs,
+    LimitOutcome, PeerState, PeerView, Rule, Silence,
 };
 pub use demand::{
     band as demand_band, published_demand, DEMAND_BAND_MIN_PERMILLE_OF_RATE, DEMAND_BAND_PERMILLE,

@@ -547,24 +547,19 @@ fn peer_view(
     }
 }
 
-/// The own share plus the latest published shares of peers not known to be reclaimed.
+/// The own share plus the latest published shares of peers not known to be reclaimed, by the
+/// core's rule ([`shareplane_core::seen_sum`]); a peer this replica has no view of counts.
 fn seen_sum(v: &LimitsInput, li: usize, own: shareplane_core::Room) -> f64 {
-    let mut sum = own.as_rps();
-    for r in regions(v.d.n()).filter(|&r| r != v.me) {
-        let reclaimed = v
+    let peers = regions(v.d.n()).filter(|&r| r != v.me).filter_map(|r| {
+        let rec = v.peer_records.get(r.index())?.as_deref()?;
+        let state = v
             .peer_views
             .as_ref()
             .and_then(|ps| ps.iter().find(|p| p.region == r))
-            .is_some_and(|p| p.state == PeerState::Reclaimed);
-        if reclaimed {
-            continue;
-        }
-        let rec = v.peer_records.get(r.index()).cloned().flatten();
-        sum += rec
-            .and_then(|p| p.limits.get(li).map(|l| l.share.as_rps()))
-            .unwrap_or(0.0);
-    }
-    sum
+            .map_or(PeerState::Live, |p| p.state);
+        Some((state, rec))
+    });
+    shareplane_core::seen_sum(li, own, peers) as f64 / shareplane_core::MILLI_PER_RPS as f64
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! What a rebalance tells an operator, and the check that each step only moves room.
 
-use crate::record::LimitRecord;
+use super::PeerState;
+use crate::record::{LimitRecord, RegionRecord};
 use crate::region::{PerRegion, RegionId};
 use crate::room::Room;
 
@@ -66,6 +67,22 @@ pub struct Alarms {
     /// `room_not_conserved:<limit>:<step>`. The decision is returned all the same: which room
     /// is right cannot be known here, and the physical audit judges the whole.
     pub not_conserved: Vec<(usize, &'static str)>,
+}
+
+/// This Region's share of limit `li` plus the last published shares of the `peers` it keeps in
+/// targets (every peer not reclaimed), in milli-requests per second: what
+/// [`Alarms::sum_above_limit`] compares with the rate. The daemon's view reports it by this rule.
+pub fn seen_sum<'a>(
+    li: usize,
+    own_share: Room,
+    peers: impl IntoIterator<Item = (PeerState, &'a RegionRecord)>,
+) -> u128 {
+    let kept = peers
+        .into_iter()
+        .filter(|(state, _)| *state != PeerState::Reclaimed);
+    kept.fold(u128::from(own_share.0), |sum, (_, rec)| {
+        sum + rec.limits.get(li).map_or(0, |l| u128::from(l.share.0))
+    })
 }
 
 /// The steps [`Alarms::not_conserved`] names.

@@ -421,14 +421,11 @@ impl LimitCtx<'_> {
 
     /// This Region's share plus the last published shares of the peers it keeps in targets.
     fn seen_sum(&self, li: usize, own_share: Room) -> u128 {
-        let mut sum = own_share.0 as u128;
-        for r in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
-            if matches!(self.state(r), Some(PeerState::Live | PeerState::Silent)) {
-                let latest = &self.peers[r.index()].latest;
-                sum += latest.limits.get(li).map_or(0, |l| l.share.0 as u128);
-            }
-        }
-        sum
+        let peers = crate::region::regions(self.d.n()).filter_map(|r| {
+            let state = self.state(r)?;
+            Some((state, &*self.peers[r.index()].latest))
+        });
+        super::alarms::seen_sum(li, own_share, peers)
     }
 }
 

@@ -13,7 +13,7 @@ mod peers;
 mod plans;
 mod rules;
 
-pub use alarms::{step, Alarms, LimitOutcome};
+pub use alarms::{seen_sum, step, Alarms, LimitOutcome};
 pub use peers::{peer_view, PeerView, Silence};
 pub use rules::Rule;
 

@@ -38,6 +38,17 @@
 //! cleanly hands the lease back). A replica that takes the lease with a token
 //! other than the one its coordinator wrote with resumes from the own durable record through
 //! [`Coordinator::restart`] and rebalances at once.
+//!
+//! # Files
+//!
+//! The loop and the leader's rebalance are here; `writer` holds the writer lease (taking,
+//! renewing and releasing it, resuming from the own durable record, stepping down), `follower`
+//! what a follower reads and serves and the view both roles publish, `report` the alarm names
+//! and events read from the core's decisions.
+
+mod follower;
+mod report;
+mod writer;
 
 use crate::clock::next_tick;
 use crate::events::Kind;
@@ -45,12 +56,12 @@ use crate::health::HealthSource;
 use crate::health_watch::UnknownWatch;
 use crate::rules::{lowered, RuleSet};
 use crate::state::Shared;
-use crate::view::{build_view, ViewInput};
+use report::{alarm_names, count_in_a_row, decision_events, peer_events};
 use shareplane_core::{
-    peer_view, regions, Alarms, Coordinator, Decision, Deployment, Health, Inputs, PeerState,
-    PeerView, PerRegion, RegionId, RegionRecord, Room, Rule, Silence,
+    Coordinator, Decision, Deployment, Health, Inputs, PeerView, PerRegion, RegionRecord, Room,
+    Rule, Silence,
 };
-use shareplane_store::{Fetched, Lease, RecordStore, StoreError, WriterToken};
+use shareplane_store::{Fetched, RecordStore, StoreError, WriterToken};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -345,21 +356,6 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         }
     }
 
-    /// Hands the lease back on a clean stop (renewed to expire now), so that a follower takes
-    /// over within a quarter period instead of waiting for it to run out. Nothing is written.
-    async fn release(&mut self, now: u64) -> bool {
-        let me = self.shared.me;
-        let released = self
-            .call(
-                "lease",
-                self.store.acquire_lease(me, &self.opts.replica, now, 0),
-            )
-            .await;
-        self.role = Role::Follower;
-        self.shared.metrics.leader.set(0);
-        released.is_ok()
-    }
-
     async fn tick(&mut self, now: u64, phase_tick: bool) {
         let was_leader = self.is_leader(now);
         if self.ensure_leader(now).await {
@@ -373,113 +369,6 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         } else {
             self.refresh_own(now).await;
         }
-    }
-
-    /// Holds, renews or takes the lease. Returns whether this replica may write now.
-    async fn ensure_leader(&mut self, now: u64) -> bool {
-        if self.is_leader(now) {
-            return true;
-        }
-        match self.acquire(now).await {
-            Ok(l) => {
-                match &mut self.role {
-                    Role::Leader(leader) if leader.token == l.token => {
-                        leader.lease_until_ms = l.expires_at_ms;
-                    }
-                    _ => {
-                        let Some(resumed) = self.resume_from_durable(now).await else {
-                            return false;
-                        };
-                        self.role =
-                            Role::Leader(Box::new(Leader::new(resumed, l.token, l.expires_at_ms)));
-                        self.shared.metrics.lease_taken.inc();
-                        info!(region = %self.shared.region, replica = %self.opts.replica, token = l.token.0,
-                              "took the writer lease");
-                    }
-                }
-                self.shared.metrics.leader.set(1);
-                true
-            }
-            Err(StoreError::Conflict(why)) => {
-                debug!(region = %self.shared.region, %why, "lease held by another replica");
-                self.step_down("lease held by another replica");
-                false
-            }
-            Err(e) => {
-                self.fail("lease", &e);
-                false
-            }
-        }
-    }
-
-    /// Rebuilds the coordinator from the own record in the store (SPEC §6: a restart resumes
-    /// from the own durable record, or starts a new epoch when it may have been reclaimed).
-    async fn resume_from_durable(&mut self, now: u64) -> Option<Resumed> {
-        let me = self.shared.me;
-        let d = self.d.clone();
-        match self.call("read_one", self.store.read_one(me)).await {
-            Ok(fetched) => {
-                let durable = match fetched {
-                    Some(Fetched::Record(r)) => Some((*r).clone()),
-                    Some(Fetched::Rejected { reason, .. }) => {
-                        // Our own record is unreadable: resuming from nothing would duplicate
-                        // room, so refuse to lead until an operator looks.
-                        warn!(region = %self.shared.region, %reason, "own record in the store is unreadable; not writing");
-                        self.shared.metrics.records_rejected.inc(reason.cause());
-                        return None;
-                    }
-                    None => None,
-                };
-                let down_ms = durable
-                    .as_ref()
-                    .map_or(0, |r| now.saturating_sub(r.written_at_ms));
-                let durable_demand = durable
-                    .as_ref()
-                    .map(|r| r.limits.iter().map(|l| l.demand).collect());
-                let durable_epoch = durable.as_ref().map(|r| r.epoch);
-                let c = Coordinator::restart(d.clone(), me, durable, down_ms);
-                info!(region = %self.shared.region, epoch = c.own().epoch, version = c.own().version,
-                      down_ms, "resumed from the own durable record");
-                let unwritten_epoch = durable_epoch.is_some_and(|e| e != c.own().epoch);
-                if unwritten_epoch {
-                    // It may have been reclaimed: zero before anything else, at the version of
-                    // the early push of its next write (see `crate::rules`).
-                    let version = 2 * (c.own().version + 1) - 1;
-                    let zero =
-                        RuleSet::build(&d, &self.shared.region, version, &Rule::zeroed(&d, me));
-                    if self.shared.publish(zero) {
-                        info!(region = %self.shared.region, version, "new epoch: pushed zero to the gateways");
-                    }
-                    self.shared.event(
-                        Kind::NewEpoch,
-                        None,
-                        None,
-                        format!(
-                            "resumed {down_ms} ms after the last own write, too late to be sure nobody reclaimed it: epoch {} at share 0 (zero pushed to the gateways); raises only by grants named to it",
-                            c.own().epoch
-                        ),
-                    );
-                }
-                Some(Resumed {
-                    coord: c,
-                    unwritten_epoch,
-                    durable_demand,
-                })
-            }
-            Err(e) => {
-                self.fail("read_own", &e);
-                None
-            }
-        }
-    }
-
-    fn step_down(&mut self, why: &str) {
-        if let Role::Leader(_) = self.role {
-            warn!(region = %self.shared.region, replica = %self.opts.replica, why, "stepped down: no longer the writer");
-            self.shared.metrics.stepped_down.inc();
-        }
-        self.role = Role::Follower;
-        self.shared.metrics.leader.set(0);
     }
 
     /// Records a failed store call. It is logged as a warning when failures start (and at debug
@@ -647,23 +536,6 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             .collect()
     }
 
-    /// Whether this Region cannot prove that it still holds its room: its last committed write is
-    /// as old as [`Coordinator::restart`]'s resume window, so peers may have counted it silent,
-    /// and its process stalled meanwhile, so its health check may have failed too. (A daemon that
-    /// ran all along answered its health check, so its peers had no unhealthy verdict to reclaim
-    /// on, however long its writes failed: it only let its gateways' lease run out.)
-    fn last_write_too_old(&self, now: u64) -> Option<u64> {
-        let leader = self.leader()?;
-        let own = leader.coord.own();
-        if leader.unwritten_epoch || !self.stalled {
-            return None;
-        }
-        let d = &self.d;
-        let window = u64::from(d.silent_after.saturating_sub(1)).saturating_mul(d.period_ms);
-        let age = now.saturating_sub(own.written_at_ms);
-        (own.version > 0 && age >= window).then_some(age)
-    }
-
     async fn rebalance(&mut self, now: u64) {
         let started = tokio::time::Instant::now();
         self.rebalance_untimed(now).await;
@@ -671,17 +543,9 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     }
 
     async fn rebalance_untimed(&mut self, now: u64) {
-        if let Some(age_ms) = self.last_write_too_old(now) {
-            let Some(resumed) = self.resume_from_durable(now).await else {
-                self.update_view();
-                return;
-            };
-            let epoch = resumed.coord.own().epoch;
-            if let Role::Leader(l) = &mut self.role {
-                l.resume(resumed);
-            }
-            warn!(region = %self.shared.region, age_ms, epoch,
-                  "the last own write was too old to prove this Region still holds its room; restarted from the durable record");
+        if !self.resume_if_stalled(now).await {
+            self.update_view();
+            return;
         }
         // The records and the verdicts are read at once: the sooner the write, the more of the
         // gateways' lease is left when the next renewal comes.
@@ -701,77 +565,28 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         }
         self.count_mismatch();
         let demand = self.demand();
-        let Role::Leader(leader) = &mut self.role else {
+        let Some((decision, peers_before)) = self.decide(now, &demand, &health) else {
             return;
         };
-        let peers_before = leader.coord.peers();
-        let mut decision = leader.coord.rebalance(&Inputs {
-            now_ms: now,
-            demand: &demand,
-            health: &health,
-            explain: false,
-        });
-        // What limits this Region runs, for the peers' mismatch check (no decision reads it).
-        decision.record.limits_digest = Some(self.digest);
-        self.shared.metrics.rebalances.inc();
-        self.alarms = alarm_names(&decision.alarms, &self.d);
-        for (li, step) in &decision.alarms.not_conserved {
-            let limit = self.d.limits.get(*li).map_or("?", |l| l.id.as_str());
-            error!(region = %self.shared.region, limit, step,
-                   "a step of the protocol core changed the room it only moves (a bug in shareplane: please report it with /v1/state and /v1/events); the decision is written as computed");
-        }
-        count_in_a_row(
-            &mut leader.waiting_for_record,
-            &decision.alarms.waiting_for_record,
-        );
-        count_in_a_row(&mut leader.raise_waiting, &decision.alarms.raise_waits_for);
-        count_in_a_row(
-            &mut leader.reclaim_waiting,
-            &decision.alarms.reclaim_waiting,
-        );
-        if decision.alarms.stale_view {
-            self.shared.metrics.stale_rebalances.inc();
-        }
         let v = decision.record.version;
         let (d, region) = (self.d.clone(), self.shared.region.clone());
         if let Some(low) = lowered(&self.shared.rules(), &decision.rules) {
-            self.shared
-                .publish(RuleSet::build(&d, &region, (2 * v).saturating_sub(1), &low));
+            self.shared.publish(RuleSet::build(
+                &d,
+                &region,
+                Rule::early_set_version(v),
+                &low,
+            ));
         }
+        let Role::Leader(leader) = &self.role else {
+            return;
+        };
         let token = leader.token;
         match self
             .call("put", self.store.put(&decision.record, token))
             .await
         {
-            Ok(()) => {
-                if let Role::Leader(l) = &mut self.role {
-                    let decided = decision_events(&d, l.coord.own(), &decision, self.fenced);
-                    l.coord.commit(&decision);
-                    l.unwritten_epoch = false;
-                    // A peer's change of state first: it is why a reclaim happened.
-                    let mut events = peer_events(&d, &peers_before, &l.coord.peers());
-                    events.extend(decided);
-                    for &r in &decision.alarms.reclaim_waiting {
-                        if l.reclaim_waiting[r.index()] == 1 {
-                            events.push((Kind::ReclaimWaiting, Some(d.region_name(r).to_string()), None,
-                                "silent and unhealthy, not reclaimed yet: this Region is cut off from another Region whose health check does not read unhealthy, or a peer it sees knows a newer record of it; its room is held by nobody until that clears".to_string()));
-                        }
-                    }
-                    for (kind, peer, limit, detail) in events {
-                        self.shared
-                            .event(kind, peer.as_deref(), limit.as_deref(), detail);
-                    }
-                }
-                self.fenced = decision.alarms.fenced;
-                self.stalled = false;
-                self.shared.metrics.writes.inc();
-                self.shared
-                    .publish(RuleSet::build(&d, &region, 2 * v, &decision.rules));
-                self.shared
-                    .renew_lease(v, decision.record.written_at_ms, now);
-                self.store_works();
-                debug!(region = %region, version = v, "record written");
-            }
+            Ok(()) => self.on_written(&decision, &peers_before, now),
             Err(StoreError::Conflict(why)) => {
                 self.shared.metrics.writes_failed.inc("conflict");
                 warn!(region = %region, version = v, %why, "record write refused; re-reading the own record");
@@ -793,323 +608,97 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         self.update_view();
     }
 
-    async fn on_conflict(&mut self, now: u64) {
-        let Some(resumed) = self.resume_from_durable(now).await else {
-            self.step_down("the own record could not be read again after a refused write");
-            return;
+    /// A leader whose last write is too old to prove it still holds its room restarts from its
+    /// durable record first ([`Daemon::last_write_too_old`]). False when that record could not
+    /// be read: this rebalance does nothing.
+    async fn resume_if_stalled(&mut self, now: u64) -> bool {
+        let Some(age_ms) = self.last_write_too_old(now) else {
+            return true;
         };
+        let Some(resumed) = self.resume_from_durable(now).await else {
+            return false;
+        };
+        let epoch = resumed.coord.own().epoch;
         if let Role::Leader(l) = &mut self.role {
             l.resume(resumed);
-            l.lease_until_ms = 0;
         }
-        // The coordinator now stands on the durable record, so a token that changed hands to
-        // this replica may be adopted.
-        self.renew(now, true).await;
+        warn!(region = %self.shared.region, age_ms, epoch,
+              "the last own write was too old to prove this Region still holds its room; restarted from the durable record");
+        true
     }
 
-    async fn acquire(&self, now: u64) -> Result<Lease, StoreError> {
-        let me = self.shared.me;
-        self.call(
-            "lease",
-            self.store
-                .acquire_lease(me, &self.opts.replica, now, self.ttl_ms()),
-        )
-        .await
-    }
-
-    async fn renew(&mut self, now: u64, adopt_new_token: bool) {
-        match self.acquire(now).await {
-            Ok(l) => match &mut self.role {
-                Role::Leader(leader) if adopt_new_token || leader.token == l.token => {
-                    leader.token = l.token;
-                    leader.lease_until_ms = l.expires_at_ms;
-                }
-                Role::Leader(_) => self.step_down("the lease changed hands"),
-                // Renewed only as a leader.
-                Role::Follower => {}
-            },
-            Err(StoreError::Conflict(_)) => self.step_down("a newer writer holds the lease"),
-            // Keep the lease we believe in until it runs out on our clock; the store's token
-            // check refuses our writes if someone else took it meanwhile.
-            Err(e) => self.fail("lease", &e),
-        }
-    }
-
-    async fn follow(&mut self, now: u64) {
-        self.read_health().await;
-        if self.read_all().await {
-            self.store_works();
-            self.count_silence();
-            self.count_mismatch();
-            if let Some(own) = self.own_seen.clone() {
-                self.serve_own(&own, now);
-            }
-        }
-        self.update_view();
-    }
-
-    /// A follower publishes the rules of the own Region's latest record and renews the
-    /// gateways' lease on it: only a record newer than the last one renews, so a follower whose
-    /// view is stale (the leader stopped writing, or reads fail) lets the lease run out.
-    fn serve_own(&self, own: &RegionRecord, now: u64) {
-        let d = self.d.clone();
-        let version = 2 * own.version;
-        let rules = Rule::of_record(&d, own);
-        self.shared
-            .publish(RuleSet::build(&d, &self.shared.region, version, &rules));
-        // What is published may be newer (this replica led until just now): the lease then stays
-        // on the record those rules came from.
-        if self.shared.rules().version <= version {
-            self.shared.renew_lease(own.version, own.written_at_ms, now);
-        }
-    }
-
-    /// A follower's quarter-period look at the own record, to renew the lease soon after the
-    /// leader's write (one item read).
-    async fn refresh_own(&mut self, now: u64) {
-        let me = self.shared.me;
-        let Ok(Some(Fetched::Record(r))) = self.call("read_one", self.store.read_one(me)).await
-        else {
-            return;
+    /// The leader's rebalance by the core, with what the daemon keeps of its alarms; `None` for
+    /// a follower. Also returns the peers as the coordinator saw them before it.
+    fn decide(
+        &mut self,
+        now: u64,
+        demand: &[Room],
+        health: &PerRegion<Health>,
+    ) -> Option<(Decision, Vec<PeerView>)> {
+        let Role::Leader(leader) = &mut self.role else {
+            return None;
         };
-        let newer = self.own_seen.as_ref().is_none_or(|o| r.version > o.version);
-        if newer {
-            self.own_seen = Some(r.clone());
-            self.serve_own(&r, now);
-        }
-    }
-
-    /// Counts, at each phase tick, how long each peer's latest record has named other limits
-    /// than this Region runs. A record without a digest (an older daemon) tells nothing and
-    /// counts as agreeing.
-    fn count_mismatch(&mut self) {
-        for (rec, n) in self.peer_records.iter().zip(self.mismatch.iter_mut()) {
-            let differs = rec
-                .as_ref()
-                .and_then(|r| r.limits_digest)
-                .is_some_and(|d| d != self.digest);
-            *n = if differs { n.saturating_add(1) } else { 0 };
-        }
-    }
-
-    /// `limits_mismatch:<peer>` for every peer past the rollout window.
-    fn mismatch_alarms(&self) -> Vec<String> {
-        let window = self.opts.rollout_periods;
-        regions(self.d.n())
-            .filter(|r| self.mismatch.get(r.index()).is_some_and(|&n| n > window))
-            .map(|r| format!("limits_mismatch:{}", self.d.region_name(r)))
-            .collect()
-    }
-
-    /// Counts, at a follower's phase tick, how long each peer's record has not changed.
-    fn count_silence(&mut self) {
-        for (rec, slot) in self.peer_records.iter().zip(self.silence.iter_mut()) {
-            slot.read(rec.as_ref().map(|r| (r.epoch, r.version)));
-        }
-    }
-
-    /// The peers as a follower sees them, by the coordinator's rule ([`peer_view`]): silence
-    /// from its own count, reclaimed when the leader's record marks the peer's current epoch.
-    fn follower_peers(&self, own: Option<&RegionRecord>) -> Vec<PeerView> {
-        let me = self.shared.me;
-        regions(self.d.n())
-            .filter(|&r| r != me)
-            .filter_map(|r| {
-                let rec = self.peer_records.get(r.index())?.as_ref()?;
-                let silence = self.silence.get(r.index()).copied().unwrap_or_default();
-                Some(peer_view(&self.d, own, rec, true, silence.unchanged()))
-            })
-            .collect()
-    }
-
-    fn update_view(&mut self) {
-        let d = self.d.clone();
-        let unknown_alarms = self.unknown.alarms(&d);
-        let me = self.shared.me;
-        let (role, own, peer_records, peer_views, waits) = match &self.role {
-            Role::Leader(l) if l.lease_until_ms > 0 => {
-                let c = &l.coord;
-                let recs = regions(d.n()).map(|r| c.latest(r).cloned()).collect();
-                let waits = (l.waiting_for_record.clone(), l.raise_waiting.clone());
-                (
-                    "leader",
-                    Some(Arc::new(c.own().clone())),
-                    recs,
-                    Some(c.peers()),
-                    waits,
-                )
-            }
-            _ => {
-                let own = self.own_seen.clone();
-                let peers = self.follower_peers(own.as_deref());
-                let recs = self.peer_records.clone();
-                ("follower", own, recs, Some(peers), Default::default())
-            }
-        };
-        let view = build_view(ViewInput {
-            d,
-            me,
-            role,
-            replica: &self.opts.replica,
-            own,
-            peer_records,
-            peer_views,
-            health: self.last_health,
-            store_ok: self.store_ok,
-            last_error: self.last_error.clone(),
-            rules_version: self.shared.rules().version,
-            alarms: [self.alarms.clone(), self.mismatch_alarms(), unknown_alarms].concat(),
-            health_unknown_ms: self.unknown.unknown_ms(self.shared.clock.now_ms()),
-            waiting_for_record: waits.0,
-            raise_waiting: waits.1,
-            would_refuse: Arc::new(self.shared.demand().would_refuse()),
-            limits_mismatch: self.mismatch.clone(),
+        let peers_before = leader.coord.peers();
+        let mut decision = leader.coord.rebalance(&Inputs {
+            now_ms: now,
+            demand,
+            health,
+            explain: false,
         });
-        self.shared.set_view(view);
-    }
-}
-
-/// Counts, by Region index, the rebalances in a row that named each Region in `named`.
-fn count_in_a_row(counts: &mut [u32], named: &[RegionId]) {
-    for (i, c) in counts.iter_mut().enumerate() {
-        let now = named.iter().any(|r| r.index() == i);
-        *c = if now { c.saturating_add(1) } else { 0 };
-    }
-}
-
-fn alarm_names(a: &Alarms, d: &Deployment) -> Vec<String> {
-    let mut out = Vec::new();
-    for &li in &a.sum_above_limit {
-        let id = d.limits.get(li).map_or("?", |l| l.id.as_str());
-        out.push(format!("sum_above_limit:{id}"));
-    }
-    if a.stale_view {
-        out.push("stale_view".into());
-    }
-    if a.new_epoch {
-        out.push("new_epoch".into());
-    }
-    if a.fenced {
-        out.push("fenced".into());
-    }
-    for r in &a.reclaimed {
-        out.push(format!("reclaimed:{}", d.region_name(*r)));
-    }
-    for r in &a.waiting_for_record {
-        out.push(format!("waiting_for_record:{}", d.region_name(*r)));
-    }
-    for r in &a.reclaim_waiting {
-        out.push(format!("reclaim_waiting:{}", d.region_name(*r)));
-    }
-    for r in &a.raise_waits_for {
-        out.push(format!("raise_waiting:{}", d.region_name(*r)));
-    }
-    for (li, step) in &a.not_conserved {
-        let id = d.limits.get(*li).map_or("?", |l| l.id.as_str());
-        out.push(format!("room_not_conserved:{id}:{step}"));
-    }
-    out
-}
-
-/// One operator event: kind, peer, limit, detail.
-type Ev = (Kind, Option<String>, Option<String>, String);
-
-/// The events of a decision that was durably written, read from what the core returned: its
-/// alarms (closes, settlements, a new epoch, fencing) and the limit versions of its record
-/// against `old`, the record it follows.
-fn decision_events(
-    d: &Deployment,
-    old: &RegionRecord,
-    decision: &Decision,
-    was_fenced: bool,
-) -> Vec<Ev> {
-    let (a, rec) = (&decision.alarms, &decision.record);
-    let mut out: Vec<Ev> = Vec::new();
-    if a.new_epoch {
-        out.push((Kind::NewEpoch, None, None, format!(
-            "started epoch {} at share 0 (epoch {} may have been reclaimed); raises only by grants named to it",
-            rec.epoch, old.epoch)));
-    }
-    if a.fenced != was_fenced {
-        let (kind, what) = if a.fenced {
-            (Kind::FenceOn, "the own health check reads unhealthy: every capacity share lowered to zero, nothing raised, granted or reclaimed")
-        } else {
-            (
-                Kind::FenceOff,
-                "the own health check no longer reads unhealthy: shares may rise again",
-            )
-        };
-        out.push((kind, None, None, what.to_string()));
-    }
-    for (list, kind, what) in [
-        (&a.reclaimed, Kind::Reclaim, "closed the estate of"),
-        (&a.settled, Kind::Settlement, "settled again the estate of"),
-    ] {
-        for &r in list {
-            let mark = rec.reclaims[r];
-            let detail = match mark {
-                Some(m) => format!(
-                    "{what} {}'s epoch {} against its record version {}",
-                    d.region_name(r),
-                    m.epoch,
-                    m.version
-                ),
-                None => format!("{what} {}", d.region_name(r)),
-            };
-            out.push((kind, Some(d.region_name(r).to_string()), None, detail));
+        // What limits this Region runs, for the peers' mismatch check (no decision reads it).
+        decision.record.limits_digest = Some(self.digest);
+        self.shared.metrics.rebalances.inc();
+        self.alarms = alarm_names(&decision.alarms, &self.d);
+        for (li, step) in &decision.alarms.not_conserved {
+            let limit = self.d.limits.get(*li).map_or("?", |l| l.id.as_str());
+            error!(region = %self.shared.region, limit, step,
+                   "a step of the protocol core changed the room it only moves (a bug in shareplane: please report it with /v1/state and /v1/events); the decision is written as computed");
         }
-    }
-    for &r in &a.abandoned {
-        let name = d.region_name(r);
-        out.push((Kind::EstateAbandoned, Some(name.to_string()), None, format!(
-            "stopped waiting for the last record of {name}'s epoch {}, as an operator asked: what \
-             this Region would have settled of that epoch (its portion, grants in flight either way) \
-             stays with nobody, under the limit; it now accounts with epoch {}",
-            old.peer_epochs[r], rec.peer_epochs[r])));
-    }
-    for (li, (spec, new)) in d.limits.iter().zip(&rec.limits).enumerate() {
-        let was = old.limits.get(li).copied().unwrap_or_default();
-        if new.limit_version != was.limit_version {
-            out.push((Kind::LimitAdopted, None, Some(spec.id.clone()), format!(
-                "adopted version {} (rate {}) after version {} (rate {}), in this Region's static part",
-                new.limit_version, new.rate, was.limit_version, was.rate)));
+        let a = &decision.alarms;
+        count_in_a_row(&mut leader.waiting_for_record, &a.waiting_for_record);
+        count_in_a_row(&mut leader.raise_waiting, &a.raise_waits_for);
+        count_in_a_row(&mut leader.reclaim_waiting, &a.reclaim_waiting);
+        if a.stale_view {
+            self.shared.metrics.stale_rebalances.inc();
         }
+        Some((decision, peers_before))
     }
-    out
-}
 
-/// Peers whose state the core reports differently after a committed rebalance: silent, or
-/// live again. (That a peer's estate was closed is a [`Kind::Reclaim`] of the decision.)
-fn peer_events(d: &Deployment, before: &[PeerView], after: &[PeerView]) -> Vec<Ev> {
-    let mut out = Vec::new();
-    for p in after {
-        let was = before
-            .iter()
-            .find(|b| b.region == p.region)
-            .map(|b| b.state);
-        let name = d.region_name(p.region).to_string();
-        match (was, p.state) {
-            // A peer reclaimed straight from live was counted silent by the same rebalance.
-            (Some(PeerState::Live), PeerState::Silent | PeerState::Reclaimed) => out.push((
-                Kind::PeerSilent,
-                Some(name.clone()),
-                None,
-                format!(
-                    "{name}'s record (epoch {}, version {}) has not changed for {} own rebalances",
-                    p.epoch, p.version, p.unchanged
-                ),
-            )),
-            (Some(PeerState::Silent | PeerState::Reclaimed), PeerState::Live) => out.push((
-                Kind::PeerLive,
-                Some(name.clone()),
-                None,
-                format!(
-                    "{name} writes again (epoch {}, version {})",
-                    p.epoch, p.version
-                ),
-            )),
-            _ => {}
+    /// A decision was durably written: commit it, tell the operator what changed, publish its
+    /// rule set and renew the gateways' lease on it.
+    fn on_written(&mut self, decision: &Decision, peers_before: &[PeerView], now: u64) {
+        let (d, region) = (self.d.clone(), self.shared.region.clone());
+        let v = decision.record.version;
+        if let Role::Leader(l) = &mut self.role {
+            let decided = decision_events(&d, l.coord.own(), decision, self.fenced);
+            l.coord.commit(decision);
+            l.unwritten_epoch = false;
+            // A peer's change of state first: it is why a reclaim happened.
+            let mut events = peer_events(&d, peers_before, &l.coord.peers());
+            events.extend(decided);
+            for &r in &decision.alarms.reclaim_waiting {
+                if l.reclaim_waiting[r.index()] == 1 {
+                    events.push((Kind::ReclaimWaiting, Some(d.region_name(r).to_string()), None,
+                        "silent and unhealthy, not reclaimed yet: this Region is cut off from another Region whose health check does not read unhealthy, or a peer it sees knows a newer record of it; its room is held by nobody until that clears".to_string()));
+                }
+            }
+            for (kind, peer, limit, detail) in events {
+                self.shared
+                    .event(kind, peer.as_deref(), limit.as_deref(), detail);
+            }
         }
+        self.fenced = decision.alarms.fenced;
+        self.stalled = false;
+        self.shared.metrics.writes.inc();
+        self.shared.publish(RuleSet::build(
+            &d,
+            &region,
+            Rule::set_version(v),
+            &decision.rules,
+        ));
+        self.shared
+            .renew_lease(v, decision.record.written_at_ms, now);
+        self.store_works();
+        debug!(region = %region, version = v, "record written");
     }
-    out
 }
