@@ -42,7 +42,8 @@
 //! [`MAX_COLLECT_PER_WRITE`] deletes per write (shards first, the header last, so a partly
 //! collected set reads as inconsistent and is left out), once **every other configured Region's
 //! latest record** (as this store last read it) accounts with a later epoch of the owner and marks
-//! that epoch or a later one. Accounting with a later epoch is the stricter test and the one that
+//! that epoch or a later one (the core's rule, [`shareplane_core::closed_for_good`], which the
+//! simulated tables apply too). Accounting with a later epoch is the stricter test and the one that
 //! matters: a heir moves its accounting past epoch `E` only by closing `E` against exactly its
 //! last record, whereas a heir that reclaimed `E`'s last record before it saw the next epoch
 //! marks `E` but, after a restart, still needs the kept record to switch its accounting. A Region
@@ -392,7 +393,13 @@ impl DynamoStore {
         let mut out = Vec::new();
         for (epoch, mut keys) in kept {
             if Some(epoch) == carried
-                || !closed_by_every_heir(&self.d(), record.region, record.epoch, epoch, &latest)
+                || !shareplane_core::closed_for_good(
+                    self.d().n(),
+                    record.region,
+                    record.epoch,
+                    epoch,
+                    |r| latest.get(&r).map(|rec| &**rec),
+                )
             {
                 continue;
             }
@@ -659,31 +666,6 @@ fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
     ])
 }
 
-/// Whether every other configured Region's latest record (`latest`, by Region) shows `owner`'s
-/// ended epoch `epoch` closed for good: it accounts with a later epoch of `owner` and marks
-/// `epoch` or a later one (see the module doc). A record that claims an epoch of `owner` beyond
-/// `owner_epoch`, the owner's current one, counts as not closed.
-fn closed_by_every_heir(
-    d: &Deployment,
-    owner: RegionId,
-    owner_epoch: u64,
-    epoch: u64,
-    latest: &BTreeMap<RegionId, Arc<RegionRecord>>,
-) -> bool {
-    let plausible = |e: u64| e >= epoch && e <= owner_epoch;
-    epoch < owner_epoch
-        && shareplane_core::regions(d.n())
-            .filter(|&r| r != owner)
-            .all(|r| {
-                latest.get(&r).is_some_and(|rec| {
-                    let acct = rec.peer_epochs[owner];
-                    acct > epoch
-                        && plausible(acct)
-                        && rec.reclaims[owner].is_some_and(|m| plausible(m.epoch))
-                })
-            })
-}
-
 async fn query_items(
     client: &Client,
     table: &str,
@@ -929,85 +911,5 @@ fn parse_lease(item: &Item) -> Result<Lease, StoreError> {
         _ => Err(StoreError::Fatal(
             "the lease item is malformed; delete it to recover".into(),
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use shareplane_core::{Design, Fence, ReclaimMark, SilentPolicy};
-
-    fn deployment() -> Deployment {
-        let d = Deployment {
-            regions: vec!["A".into(), "B".into(), "C".into()],
-            limits: vec![],
-            design: Design::NamedGrants,
-            policy: SilentPolicy::TwoSignals,
-            fence: Fence::OwnUnhealthy,
-            silent_after: 3,
-            period_ms: 5_000,
-        };
-        Deployment::try_new(d).unwrap_or_else(|e| panic!("{e:?}"))
-    }
-
-    fn id(i: usize) -> RegionId {
-        RegionId::new(i).unwrap_or_else(|| panic!("Region {i}"))
-    }
-
-    /// A heir's latest record: `(Region, accounts with A's epoch, marks A's epoch)`.
-    type View = (usize, u64, Option<u64>);
-
-    fn heirs(d: &Deployment, views: &[View]) -> BTreeMap<RegionId, Arc<RegionRecord>> {
-        views
-            .iter()
-            .map(|&(r, acct, mark)| {
-                let mut rec = RegionRecord::genesis(d, id(r));
-                rec.peer_epochs.0[0] = acct;
-                rec.reclaims.0[0] = mark.map(|epoch| ReclaimMark {
-                    epoch,
-                    version: 9,
-                    by: 1,
-                });
-                (id(r), Arc::new(rec))
-            })
-            .collect()
-    }
-
-    #[test]
-    fn an_epoch_is_closed_for_good_only_when_every_heir_accounts_past_it_and_marks_it() {
-        let d = deployment();
-        // (heir views, A's current epoch, kept epoch, collectable?)
-        let cases: &[(&[View], u64, u64, bool)] = &[
-            (&[(1, 3, Some(2)), (2, 3, Some(2))], 3, 2, true),
-            (&[(1, 3, Some(2)), (2, 4, Some(3))], 4, 2, true),
-            // C marks epoch 2 at its last version but still accounts with it.
-            (&[(1, 3, Some(2)), (2, 2, Some(2))], 3, 2, false),
-            // C never wrote.
-            (&[(1, 3, Some(2))], 3, 2, false),
-            // C accounts past epoch 2 without a mark of it (cannot happen; kept all the same).
-            (&[(1, 3, Some(2)), (2, 3, Some(1))], 3, 2, false),
-            (&[(1, 3, Some(2)), (2, 3, None)], 3, 2, false),
-            // C claims an epoch of A that A never reached.
-            (&[(1, 3, Some(2)), (2, 9, Some(8))], 3, 2, false),
-            // Not an ended epoch of A.
-            (&[(1, 3, Some(3)), (2, 3, Some(3))], 3, 3, false),
-        ];
-        for (i, (views, now, epoch, want)) in cases.iter().enumerate() {
-            let latest = heirs(&d, views);
-            assert_eq!(
-                closed_by_every_heir(&d, id(0), *now, *epoch, &latest),
-                *want,
-                "case {i}"
-            );
-        }
-        let single = Deployment::try_new(Deployment {
-            regions: vec!["A".into()],
-            ..deployment()
-        })
-        .unwrap_or_else(|e| panic!("{e:?}"));
-        assert!(
-            closed_by_every_heir(&single, id(0), 2, 1, &BTreeMap::new()),
-            "a lone Region has no heirs to wait for"
-        );
     }
 }

@@ -84,6 +84,31 @@ pub fn estate_debt(l: &LimitRecord) -> Room {
     l.debt.excess_over(l.share + l.pool)
 }
 
+/// Whether `owner`'s ended epoch `epoch` is closed for good, so that the store may collect its
+/// kept last record: every other Region's (of `n`) latest record (`latest`) accounts with a
+/// later epoch of `owner` and marks `epoch` or a later one. A heir moves its accounting past an
+/// epoch only by closing it against exactly its last record, so none will need it again. A record
+/// that claims an epoch of `owner` beyond `owner_epoch`, the owner's current one, counts as not
+/// closed. Every store that keeps ended epochs' records collects them by this rule.
+pub fn closed_for_good<'a>(
+    n: usize,
+    owner: RegionId,
+    owner_epoch: u64,
+    epoch: u64,
+    latest: impl Fn(RegionId) -> Option<&'a RegionRecord>,
+) -> bool {
+    let plausible = |e: u64| e >= epoch && e <= owner_epoch;
+    epoch < owner_epoch
+        && regions(n).filter(|&r| r != owner).all(|r| {
+            latest(r).is_some_and(|rec| {
+                let acct = rec.peer_epochs[owner];
+                acct > epoch
+                    && plausible(acct)
+                    && rec.reclaims[owner].is_some_and(|m| plausible(m.epoch))
+            })
+        })
+}
+
 /// What an omniscient observer knows of one Region.
 #[derive(Clone, Copy, Debug)]
 pub struct Truth<'a> {
@@ -584,4 +609,85 @@ fn expected(d: &Deployment, li: usize, world: &[Truth<'_>], n: usize) -> i128 {
         sum += part.0 as i128;
     }
     sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Design, Fence, SilentPolicy};
+    use std::sync::Arc;
+
+    fn deployment() -> Deployment {
+        let d = Deployment {
+            regions: vec!["A".into(), "B".into(), "C".into()],
+            limits: vec![],
+            design: Design::NamedGrants,
+            policy: SilentPolicy::TwoSignals,
+            fence: Fence::OwnUnhealthy,
+            silent_after: 3,
+            period_ms: 5_000,
+        };
+        Deployment::try_new(d).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    fn id(i: usize) -> RegionId {
+        RegionId::new(i).unwrap_or_else(|| panic!("Region {i}"))
+    }
+
+    /// A heir's latest record: `(Region, accounts with A's epoch, marks A's epoch)`.
+    type View = (usize, u64, Option<u64>);
+
+    fn heirs(d: &Deployment, views: &[View]) -> BTreeMap<RegionId, Arc<RegionRecord>> {
+        views
+            .iter()
+            .map(|&(r, acct, mark)| {
+                let mut rec = RegionRecord::genesis(d, id(r));
+                rec.peer_epochs.0[0] = acct;
+                rec.reclaims.0[0] = mark.map(|epoch| ReclaimMark {
+                    epoch,
+                    version: 9,
+                    by: 1,
+                });
+                (id(r), Arc::new(rec))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_epoch_is_closed_for_good_only_when_every_heir_accounts_past_it_and_marks_it() {
+        let d = deployment();
+        // (heir views, A's current epoch, kept epoch, collectable?)
+        let cases: &[(&[View], u64, u64, bool)] = &[
+            (&[(1, 3, Some(2)), (2, 3, Some(2))], 3, 2, true),
+            (&[(1, 3, Some(2)), (2, 4, Some(3))], 4, 2, true),
+            // C marks epoch 2 at its last version but still accounts with it.
+            (&[(1, 3, Some(2)), (2, 2, Some(2))], 3, 2, false),
+            // C never wrote.
+            (&[(1, 3, Some(2))], 3, 2, false),
+            // C accounts past epoch 2 without a mark of it (cannot happen; kept all the same).
+            (&[(1, 3, Some(2)), (2, 3, Some(1))], 3, 2, false),
+            (&[(1, 3, Some(2)), (2, 3, None)], 3, 2, false),
+            // C claims an epoch of A that A never reached.
+            (&[(1, 3, Some(2)), (2, 9, Some(8))], 3, 2, false),
+            // Not an ended epoch of A.
+            (&[(1, 3, Some(3)), (2, 3, Some(3))], 3, 3, false),
+        ];
+        for (i, (views, now, epoch, want)) in cases.iter().enumerate() {
+            let latest = heirs(&d, views);
+            assert_eq!(
+                closed_for_good(d.n(), id(0), *now, *epoch, |r| latest.get(&r).map(|x| &**x)),
+                *want,
+                "case {i}"
+            );
+        }
+        let single = Deployment::try_new(Deployment {
+            regions: vec!["A".into()],
+            ..deployment()
+        })
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(
+            closed_for_good(single.n(), id(0), 2, 1, |_| None),
+            "a lone Region has no heirs to wait for"
+        );
+    }
 }

@@ -29,7 +29,7 @@ pub use demand::{
     band as demand_band, published_demand, DEMAND_BAND_MIN_PERMILLE_OF_RATE, DEMAND_BAND_PERMILLE,
 };
 pub use digest::{fnv1a_64, limits_digest};
-pub use estate::{audit, estate_debt, estate_room, heir_portion, Audit, Truth};
+pub use estate::{audit, closed_for_good, estate_debt, estate_room, heir_portion, Audit, Truth};
 pub use lease::{lease_bound, LeaseBound};
 pub use record::{LimitRecord, ReclaimMark, RecordError, RegionRecord, MAX_COUNTER, MAX_EPOCH};
 pub use region::{regions, PerRegion, RegionId, MAX_REGIONS};

@@ -12,9 +12,11 @@
 //!
 //! Like the real table, the writer's last record of each earlier epoch is kept next to the current
 //! one and travels with it: a survivor that never saw that epoch end needs it to reclaim the old
-//! estate (see `Coordinator::observe`).
+//! estate (see `Coordinator::observe`). As the real table's owner does, a writer collects such a
+//! record in a write once every other Region's latest record in its replica has closed that epoch
+//! for good (`shareplane_core::closed_for_good`), so every simulation exercises that rule.
 
-use shareplane_core::{RegionRecord, MAX_REGIONS};
+use shareplane_core::{closed_for_good, RegionId, RegionRecord, MAX_REGIONS};
 use std::sync::Arc;
 
 struct Entry {
@@ -85,16 +87,20 @@ impl Table {
     /// Writes a record of Region `w` that becomes visible at `visible_tick`.
     pub fn write(&mut self, w: usize, record: Arc<RegionRecord>, visible_tick: i64) {
         let blocked = self.separated_from(w);
+        let Some(list) = self.entries.get(w) else {
+            return;
+        };
+        let previous = match list.last() {
+            Some(last) if last.record.epoch < record.epoch => {
+                let mut p = last.previous.clone();
+                p.push(last.record.clone());
+                p
+            }
+            Some(last) => last.previous.clone(),
+            None => Vec::new(),
+        };
+        let previous = self.uncollected(w, &record, previous);
         if let Some(list) = self.entries.get_mut(w) {
-            let previous = match list.last() {
-                Some(last) if last.record.epoch < record.epoch => {
-                    let mut p = last.previous.clone();
-                    p.push(last.record.clone());
-                    p
-                }
-                Some(last) => last.previous.clone(),
-                None => Vec::new(),
-            };
             list.push(Entry {
                 record,
                 visible_tick,
@@ -102,6 +108,29 @@ impl Table {
                 previous,
             });
         }
+    }
+
+    /// Of the writer's last records of its ended epochs, those it keeps with a write of `record`:
+    /// every one that some other Region's latest record, as the writer's replica holds it, has not
+    /// closed for good (the core's rule, [`shareplane_core::closed_for_good`], by which the
+    /// DynamoDB store collects them in the owner's writes).
+    fn uncollected(
+        &self,
+        w: usize,
+        record: &RegionRecord,
+        previous: Vec<Arc<RegionRecord>>,
+    ) -> Vec<Arc<RegionRecord>> {
+        let Some(owner) = RegionId::new(w) else {
+            return previous;
+        };
+        let latest = |r: RegionId| {
+            let i = self.cursors.get(r.index())?.get(w)?.latest?;
+            self.entries.get(r.index())?.get(i).map(|e| &*e.record)
+        };
+        previous
+            .into_iter()
+            .filter(|p| !closed_for_good(self.n, owner, record.epoch, p.epoch, latest))
+            .collect()
     }
 
     /// A cut starts at `now`: records not yet visible never cross it.
@@ -219,6 +248,45 @@ mod tests {
 
     fn version(t: &mut Table, w: usize, r: usize, now: i64) -> Option<u64> {
         t.newly_visible(w, r, now).map(|v| v.latest.version)
+    }
+
+    /// A heir's record that accounts with `acct` of Region 0 and marks its epoch `mark`.
+    fn heir(w: usize, acct: u64, mark: u64) -> Arc<RegionRecord> {
+        let mut r = (*rec(w, 1, 1)).clone();
+        r.peer_epochs.0[0] = acct;
+        r.reclaims.0[0] = Some(shareplane_core::ReclaimMark {
+            epoch: mark,
+            version: 3,
+            by: 1,
+        });
+        Arc::new(r)
+    }
+
+    fn kept_epochs(t: &mut Table, reader: usize, now: i64) -> Vec<u64> {
+        t.forget_observed(reader);
+        let v = t.newly_visible(0, reader, now).expect("a record of Region 0");
+        v.previous.iter().map(|p| p.epoch).collect()
+    }
+
+    #[test]
+    fn an_ended_epoch_is_collected_once_every_heir_in_the_writers_replica_closed_it() {
+        let mut t = Table::new(vec![1, 1, 1]);
+        t.write(0, rec(0, 1, 3), 1);
+        t.write(0, rec(0, 2, 4), 2);
+        assert_eq!(kept_epochs(&mut t, 1, 2), vec![1]);
+        // Only B has closed epoch 1 (and accounts with epoch 2); C still accounts with epoch 1.
+        t.write(1, heir(1, 2, 1), 3);
+        t.write(2, heir(2, 1, 1), 3);
+        let _ = (version(&mut t, 1, 0, 3), version(&mut t, 2, 0, 3));
+        t.write(0, rec(0, 2, 5), 4);
+        assert_eq!(kept_epochs(&mut t, 1, 4), vec![1], "C may still need it");
+        // C closes it too, but the writer's replica has not seen that yet: kept.
+        t.write(2, heir(2, 2, 1), 10);
+        t.write(0, rec(0, 2, 6), 5);
+        assert_eq!(kept_epochs(&mut t, 1, 5), vec![1]);
+        let _ = version(&mut t, 2, 0, 10);
+        t.write(0, rec(0, 2, 7), 11);
+        assert_eq!(kept_epochs(&mut t, 1, 11), Vec::<u64>::new(), "every heir closed it");
     }
 
     #[test]
