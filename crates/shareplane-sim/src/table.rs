@@ -264,7 +264,9 @@ mod tests {
 
     fn kept_epochs(t: &mut Table, reader: usize, now: i64) -> Vec<u64> {
         t.forget_observed(reader);
-        let v = t.newly_visible(0, reader, now).expect("a record of Region 0");
+        let v = t
+            .newly_visible(0, reader, now)
+            .expect("a record of Region 0");
         v.previous.iter().map(|p| p.epoch).collect()
     }
 
@@ -286,7 +288,11 @@ mod tests {
         assert_eq!(kept_epochs(&mut t, 1, 5), vec![1]);
         let _ = version(&mut t, 2, 0, 10);
         t.write(0, rec(0, 2, 7), 11);
-        assert_eq!(kept_epochs(&mut t, 1, 11), Vec::<u64>::new(), "every heir closed it");
+        assert_eq!(
+            kept_epochs(&mut t, 1, 11),
+            Vec::<u64>::new(),
+            "every heir closed it"
+        );
     }
 
     #[test]

@@ -38,14 +38,14 @@
 //! Only the canonical spelling of a kept key (10-digit epoch, 4-digit shard) is read; any other
 //! `prev…` key is ignored like every unknown sort key.
 
+mod wire;
+
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
-use shareplane_core::{
-    Deployment, LimitRecord, PerRegion, ReclaimMark, RecordError, RegionId, RegionRecord, Room,
-    MAX_REGIONS,
-};
+use shareplane_core::{Deployment, LimitRecord, PerRegion, ReclaimMark, RegionId, RegionRecord};
 use shareplane_store::Rejection;
 use std::collections::{BTreeMap, HashMap};
+use wire::{decode_shard, parse_header, place, put_limit, put_varint, Reader};
 
 /// The schema this code writes and the newest it reads.
 pub const SCHEMA_VERSION: u32 = 3;
@@ -409,7 +409,41 @@ fn decode_inner(
     region: RegionId,
     items: &[Item],
 ) -> Result<Option<RegionRecord>, Failure> {
-    let name = d.region_name(region);
+    let (header, shards) = sort_items(d.region_name(region), items)?;
+    let Some(header) = header else {
+        return Ok(None);
+    };
+    let h = parse_header(d, header)?;
+    let limits = decode_limits(d, &h, &shards)?;
+    Ok(Some(RegionRecord {
+        region,
+        epoch: h.epoch,
+        version: h.version,
+        written_at_ms: h.written_at_ms,
+        prev_final: h.prev_final,
+        peer_epochs: h.peer_epochs,
+        account_epochs: h.account_epochs,
+        reclaims: h.reclaims,
+        seen: parse_seen(header, &h.columns)?,
+        limits,
+        limits_digest: match header.get(DIGEST_ATTR) {
+            None => None,
+            Some(_) => Some(number(header, DIGEST_ATTR)?),
+        },
+        fenced: match header.get(FENCED_ATTR) {
+            None => false,
+            Some(AttributeValue::Bool(b)) => *b,
+            Some(_) => return Err(malformed(format!("{FENCED_ATTR} is not a BOOL")).into()),
+        },
+    }))
+}
+
+/// A Region's header item and its shard items by index.
+type Sorted<'a> = (Option<&'a Item>, HashMap<usize, &'a Item>);
+
+/// The header item and the shard items (by index) of Region `name` among `items`, each checked
+/// for size, partition key and schema; other sort keys (the lease, later features) are skipped.
+fn sort_items<'a>(name: &str, items: &'a [Item]) -> Result<Sorted<'a>, Failure> {
     let mut header = None;
     let mut shards: HashMap<usize, &Item> = HashMap::new();
     for item in items {
@@ -444,10 +478,15 @@ fn decode_inner(
             }
         }
     }
-    let Some(header) = header else {
-        return Ok(None);
-    };
-    let h = parse_header(d, header)?;
+    Ok((header, shards))
+}
+
+/// The limits of every shard the header names, each at the version the header names.
+fn decode_limits(
+    d: &Deployment,
+    h: &wire::Header,
+    shards: &HashMap<usize, &Item>,
+) -> Result<Vec<LimitRecord>, Failure> {
     let mut limits = vec![LimitRecord::default(); d.limits.len()];
     let mut seen = vec![false; d.limits.len()];
     // `Deployment::limit_index` searches linearly; 10,000 limits need a map.
@@ -473,27 +512,7 @@ fn decode_inner(
         let schema = number(item, "sv")?;
         decode_shard(&index, &h.columns, blob, schema, &mut limits, &mut seen)?;
     }
-    Ok(Some(RegionRecord {
-        region,
-        epoch: h.epoch,
-        version: h.version,
-        written_at_ms: h.written_at_ms,
-        prev_final: h.prev_final,
-        peer_epochs: h.peer_epochs,
-        account_epochs: h.account_epochs,
-        reclaims: h.reclaims,
-        seen: parse_seen(header, &h.columns)?,
-        limits,
-        limits_digest: match header.get(DIGEST_ATTR) {
-            None => None,
-            Some(_) => Some(number(header, DIGEST_ATTR)?),
-        },
-        fenced: match header.get(FENCED_ATTR) {
-            None => false,
-            Some(AttributeValue::Bool(b)) => *b,
-            Some(_) => return Err(malformed(format!("{FENCED_ATTR} is not a BOOL")).into()),
-        },
-    }))
+    Ok(limits)
 }
 
 /// The `sn` attribute of a header whose Regions are `columns` (see [`SEEN_ATTR`]).
@@ -553,270 +572,5 @@ fn blob<'a>(item: &'a Item, name: &str) -> Result<&'a [u8], Rejection> {
         _ => Err(malformed(format!(
             "attribute {name} is missing or not binary"
         ))),
-    }
-}
-
-struct Header {
-    version: u64,
-    epoch: u64,
-    written_at_ms: u64,
-    prev_final: u64,
-    peer_epochs: PerRegion<u64>,
-    account_epochs: PerRegion<u64>,
-    reclaims: PerRegion<Option<ReclaimMark>>,
-    /// For each of the writer's Regions, this reader's index of it (None: not configured here).
-    columns: Vec<Option<RegionId>>,
-    shard_versions: Vec<u64>,
-}
-
-fn parse_header(d: &Deployment, item: &Item) -> Result<Header, Rejection> {
-    let version = number(item, "ver")?;
-    let schema = number(item, "sv")?;
-    let mut r = Reader::new(blob(item, "h")?);
-    let n = r.count(MAX_REGIONS, "Regions")?;
-    let mut columns = Vec::with_capacity(n);
-    for _ in 0..n {
-        let name = r.string(64)?;
-        let col = d.region_id(name);
-        if col.is_some() && columns.contains(&col) {
-            return Err(malformed(format!(
-                "Region {name} appears twice in the header"
-            )));
-        }
-        columns.push(col);
-    }
-    let epoch = r.varint()?;
-    let written_at_ms = r.varint()?;
-    let prev_final = if schema >= 2 {
-        r.varint()?
-    } else if epoch <= 1 {
-        0
-    } else {
-        return Err(malformed(
-            "a schema-1 record of a later epoch does not name its previous epoch's last version",
-        ));
-    };
-    let mut peer_epochs = PerRegion::default();
-    for col in &columns {
-        let e = r.varint()?;
-        place(&mut peer_epochs, *col, e, 0)?;
-    }
-    let mut reclaims = PerRegion([None; MAX_REGIONS]);
-    for col in &columns {
-        let mark = match r.varint()? {
-            0 => None,
-            1 => Some(ReclaimMark {
-                epoch: r.varint()?,
-                version: r.varint()?,
-                by: epoch,
-            }),
-            2 => Some(ReclaimMark {
-                epoch: r.varint()?,
-                version: r.varint()?,
-                by: r.varint()?,
-            }),
-            t => return Err(malformed(format!("reclaim tag {t}"))),
-        };
-        place(&mut reclaims, *col, mark, None)?;
-    }
-    let mut account_epochs = PerRegion::default();
-    if schema >= 3 {
-        for col in &columns {
-            let e = r.varint()?;
-            place(&mut account_epochs, *col, e, 0)?;
-        }
-    } else {
-        // Before schema 3 a new epoch zeroed every open account and kept a closed one with the
-        // epoch that closed it.
-        for i in 0..MAX_REGIONS {
-            if peer_epochs.0[i] != 0 {
-                account_epochs.0[i] = match reclaims.0[i] {
-                    Some(m) if m.epoch == peer_epochs.0[i] => m.by,
-                    _ => epoch,
-                };
-            }
-        }
-    }
-    let shards = r.count(MAX_SHARDS, "shards")?;
-    let mut shard_versions = Vec::with_capacity(shards);
-    for _ in 0..shards {
-        let v = r.varint()?;
-        if v > version {
-            return Err(malformed("a shard is newer than its header"));
-        }
-        shard_versions.push(v);
-    }
-    r.end()?;
-    Ok(Header {
-        version,
-        epoch,
-        written_at_ms,
-        prev_final,
-        peer_epochs,
-        account_epochs,
-        reclaims,
-        columns,
-        shard_versions,
-    })
-}
-
-/// Stores a per-Region value in this reader's column; a Region unknown here must hold `zero`.
-fn place<T: PartialEq>(
-    row: &mut PerRegion<T>,
-    col: Option<RegionId>,
-    value: T,
-    zero: T,
-) -> Result<(), Rejection> {
-    match col {
-        Some(c) => row[c] = value,
-        None if value == zero => {}
-        None => {
-            return Err(Rejection::Invalid(RecordError::Contradiction {
-                limit: None,
-                what: "names a Region that is not configured",
-            }))
-        }
-    }
-    Ok(())
-}
-
-fn decode_shard(
-    index: &HashMap<&str, usize>,
-    columns: &[Option<RegionId>],
-    blob: &[u8],
-    schema: u64,
-    limits: &mut [LimitRecord],
-    seen: &mut [bool],
-) -> Result<(), Rejection> {
-    let mut r = Reader::new(blob);
-    // Each entry takes at least 9 bytes, which bounds the count by the blob itself.
-    let count = r.count(blob.len() / 9 + 1, "limits")?;
-    for _ in 0..count {
-        let id = r.string(128)?;
-        let l = read_limit(&mut r, columns, schema)?;
-        if let Some(&i) = index.get(id) {
-            // `seen` and `limits` both have one slot per configured limit.
-            if seen.get(i).copied().unwrap_or(true) {
-                return Err(malformed(format!("limit {id:?} appears twice")));
-            }
-            seen[i] = true;
-            limits[i] = l;
-        }
-    }
-    r.end()
-}
-
-fn read_limit(
-    r: &mut Reader<'_>,
-    columns: &[Option<RegionId>],
-    schema: u64,
-) -> Result<LimitRecord, Rejection> {
-    let mut l = LimitRecord {
-        limit_version: r.varint()?,
-        rate: Room(r.varint()?),
-        demand: Room(r.varint()?),
-        share: Room(r.varint()?),
-        pool: Room(r.varint()?),
-        target: Room(r.varint()?),
-        unmet: Room(r.varint()?),
-        debt: Room(r.varint()?),
-        ..LimitRecord::default()
-    };
-    for row in [&mut l.granted, &mut l.taken, &mut l.reclaimed] {
-        for col in columns {
-            let v = Room(r.varint()?);
-            place(row, *col, v, Room::ZERO)?;
-        }
-    }
-    // Schema 3 added the debt each heir took on from an estate (none was ever taken before).
-    if schema >= 3 {
-        for col in columns {
-            let v = Room(r.varint()?);
-            place(&mut l.debt_taken, *col, v, Room::ZERO)?;
-        }
-    }
-    Ok(l)
-}
-
-fn put_limit(out: &mut Vec<u8>, id: &str, l: &LimitRecord, n: usize) {
-    put_varint(out, id.len() as u64);
-    out.extend_from_slice(id.as_bytes());
-    for v in [
-        l.limit_version,
-        l.rate.0,
-        l.demand.0,
-        l.share.0,
-        l.pool.0,
-        l.target.0,
-        l.unmet.0,
-        l.debt.0,
-    ] {
-        put_varint(out, v);
-    }
-    for row in [&l.granted, &l.taken, &l.reclaimed, &l.debt_taken] {
-        for v in &row.0[..n] {
-            put_varint(out, v.0);
-        }
-    }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// A bounds-checked reader over a blob: every read names what went wrong instead of panicking.
-struct Reader<'a> {
-    buf: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Reader { buf }
-    }
-
-    fn varint(&mut self) -> Result<u64, Rejection> {
-        let mut v: u64 = 0;
-        for (i, b) in self.buf.iter().enumerate().take(10) {
-            let low = u64::from(b & 0x7f);
-            if i == 9 && *b > 1 {
-                return Err(malformed("a varint overflows 64 bits"));
-            }
-            v |= low << (7 * i);
-            if b & 0x80 == 0 {
-                self.buf = &self.buf[i + 1..];
-                return Ok(v);
-            }
-        }
-        Err(malformed("a varint is cut short"))
-    }
-
-    fn count(&mut self, max: usize, what: &str) -> Result<usize, Rejection> {
-        let v = self.varint()?;
-        usize::try_from(v)
-            .ok()
-            .filter(|c| *c <= max)
-            .ok_or_else(|| malformed(format!("{v} {what}, more than {max}")))
-    }
-
-    fn string(&mut self, max: usize) -> Result<&'a str, Rejection> {
-        let len = self.count(max, "bytes of text")?;
-        if len > self.buf.len() {
-            return Err(malformed("a string is cut short"));
-        }
-        let (s, rest) = self.buf.split_at(len);
-        self.buf = rest;
-        std::str::from_utf8(s).map_err(|_| malformed("a string is not UTF-8"))
-    }
-
-    fn end(&self) -> Result<(), Rejection> {
-        if self.buf.is_empty() {
-            Ok(())
-        } else {
-            Err(malformed(format!("{} bytes left over", self.buf.len())))
-        }
     }
 }

@@ -71,16 +71,14 @@
 //! Region's items can share: [`crate::limits`] owns their layout and protocol, and this store
 //! refuses a Region name that starts with `#` wherever it turns a Region into a partition key.
 
+mod store;
+mod table;
+
 use crate::client::{describe, store_error};
-use crate::codec::{
-    self, Decoded, Encoded, Item, HEADER_SK, KEPT_PREFIX, LEASE_SK, MAX_ITEM_BYTES,
-};
+use crate::codec::{self, Decoded, Encoded, Item, HEADER_SK, LEASE_SK, MAX_ITEM_BYTES};
 use crate::limits;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, Delete, KeySchemaElement,
-    KeyType, Put, ScalarAttributeType, TransactWriteItem,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Delete, Put, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 use shareplane_core::{Deployment, RegionId, RegionRecord};
 use shareplane_store::{
@@ -88,6 +86,8 @@ use shareplane_store::{
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
+pub use table::create_table;
+use table::query_items;
 
 /// Actions per `TransactWriteItems` call (DynamoDB's limit).
 const MAX_TRANSACTION_ACTIONS: usize = 100;
@@ -664,252 +664,4 @@ fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
         ("pk".to_string(), AttributeValue::S(pk.to_string())),
         ("sk".to_string(), AttributeValue::S(sk.to_string())),
     ])
-}
-
-async fn query_items(
-    client: &Client,
-    table: &str,
-    name: &str,
-    consistent: bool,
-    keys: Keys,
-) -> Result<Vec<Item>, StoreError> {
-    let mut items = Vec::new();
-    let mut start = None;
-    for _ in 0..MAX_QUERY_PAGES {
-        let query = client
-            .query()
-            .table_name(table)
-            .expression_attribute_values(":p", AttributeValue::S(name.to_string()));
-        let query = match keys {
-            Keys::Current => query
-                .key_condition_expression("pk = :p AND begins_with(sk, :r)")
-                .expression_attribute_values(":r", AttributeValue::S(HEADER_SK.to_string())),
-            Keys::WithKept => query
-                .key_condition_expression("pk = :p AND sk BETWEEN :lo AND :hi")
-                .expression_attribute_values(":lo", AttributeValue::S(KEPT_PREFIX.to_string()))
-                .expression_attribute_values(":hi", AttributeValue::S(format!("{HEADER_SK}$"))),
-        };
-        let page = query
-            .consistent_read(consistent)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| store_error("Query", e))?;
-        items.extend(page.items.unwrap_or_default());
-        start = page.last_evaluated_key;
-        if start.is_none() {
-            return Ok(items);
-        }
-    }
-    Err(StoreError::Fatal(format!(
-        "Region {name}'s items span more than {MAX_QUERY_PAGES} pages"
-    )))
-}
-
-/// Creates the table (on-demand, `pk`/`sk` strings) if it does not exist. For tests and local
-/// runs; production tables come from the infrastructure code, with the same key schema.
-pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError> {
-    let attr = |name: &str| {
-        AttributeDefinition::builder()
-            .attribute_name(name)
-            .attribute_type(ScalarAttributeType::S)
-            .build()
-            .map_err(|e| StoreError::Fatal(e.to_string()))
-    };
-    let key_el = |name: &str, t: KeyType| {
-        KeySchemaElement::builder()
-            .attribute_name(name)
-            .key_type(t)
-            .build()
-            .map_err(|e| StoreError::Fatal(e.to_string()))
-    };
-    let result = client
-        .create_table()
-        .table_name(table)
-        .attribute_definitions(attr("pk")?)
-        .attribute_definitions(attr("sk")?)
-        .key_schema(key_el("pk", KeyType::Hash)?)
-        .key_schema(key_el("sk", KeyType::Range)?)
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await;
-    match result {
-        Ok(_) => Ok(()),
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_in_use_exception()) =>
-        {
-            Ok(())
-        }
-        Err(e) => Err(store_error("CreateTable", e)),
-    }
-}
-
-impl RecordStore for DynamoStore {
-    fn set_deployment(&self, d: Arc<Deployment>) {
-        *self.deployment.write().unwrap_or_else(|e| e.into_inner()) = d;
-        // The shard layout may have grown: the next write writes every shard.
-        *lock(&self.written) = None;
-    }
-
-    async fn put(&self, record: &RegionRecord, token: WriterToken) -> Result<(), StoreError> {
-        self.region_name(record.region)?;
-        let enc = codec::encode(&self.d(), record);
-        if enc.shards.len() > codec::MAX_SHARDS {
-            // Readers would reject the header; refuse here, where the cause is clear.
-            return Err(StoreError::Fatal(format!(
-                "{} limits need {} shards, more than the {} a record may have",
-                self.d().limits.len(),
-                enc.shards.len(),
-                codec::MAX_SHARDS
-            )));
-        }
-        let carry = self.carry(record, token).await?;
-        let collected = self.collectable(record, carry.as_ref().map(|c| c.epoch));
-        let (batches, shard_versions) =
-            self.plan(record, &enc, token, carry.as_ref(), &collected)?;
-        *lock(&self.written) = None;
-        for (batch, units) in batches {
-            self.transact(batch, record, token).await?;
-            self.write_units
-                .fetch_add(units, std::sync::atomic::Ordering::Relaxed);
-        }
-        *lock(&self.written) = Some(Written {
-            region: record.region,
-            token,
-            version: record.version,
-            epoch: record.epoch,
-            shard_versions,
-            shards: enc.shards,
-        });
-        self.wrote_kept(record, carry, &collected);
-        Ok(())
-    }
-
-    async fn read_all(&self) -> Result<Vec<Fetched>, StoreError> {
-        let mut tasks = tokio::task::JoinSet::new();
-        for r in shareplane_core::regions(self.d().n()) {
-            let (client, table, name) = (
-                self.client.clone(),
-                self.table.clone(),
-                self.region_name(r)?,
-            );
-            tasks.spawn(async move {
-                let items = query_items(&client, &table, &name, false, Keys::WithKept).await;
-                (r, items)
-            });
-        }
-        let mut by_region = BTreeMap::new();
-        while let Some(done) = tasks.join_next().await {
-            let (r, items) =
-                done.map_err(|e| StoreError::Fatal(format!("a read task failed: {e}")))?;
-            by_region.insert(r, items?);
-        }
-        let mut out = Vec::new();
-        for (r, items) in by_region {
-            out.extend(self.fetched_with_kept(r, items));
-        }
-        Ok(out)
-    }
-
-    async fn read_one(&self, region: RegionId) -> Result<Option<Fetched>, StoreError> {
-        let name = self.region_name(region)?;
-        let items = self.query(&name, true).await?;
-        Ok(self.fetched(region, &items))
-    }
-
-    async fn acquire_lease(
-        &self,
-        region: RegionId,
-        holder: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<Lease, StoreError> {
-        let name = self.region_name(region)?;
-        let got = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key(&name, LEASE_SK)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem", e))?;
-        let current = got.item.as_ref().map(parse_lease).transpose()?;
-        let mut put = self.client.put_item().table_name(&self.table);
-        let token = match &current {
-            None => {
-                put = put.condition_expression("attribute_not_exists(pk)");
-                WriterToken(1)
-            }
-            Some(l) if l.holder == holder || l.expires_at_ms <= now_ms => {
-                put = put
-                    .condition_expression("tok = :old AND exp_ms = :exp AND holder = :h")
-                    .expression_attribute_values(":old", num(l.token.0))
-                    .expression_attribute_values(":exp", num(l.expires_at_ms))
-                    .expression_attribute_values(":h", AttributeValue::S(l.holder.clone()));
-                if l.holder == holder {
-                    l.token
-                } else {
-                    WriterToken(l.token.0.saturating_add(1))
-                }
-            }
-            Some(l) => {
-                return Err(StoreError::Conflict(format!(
-                    "lease held by {} until {}",
-                    l.holder, l.expires_at_ms
-                )))
-            }
-        };
-        let lease = Lease {
-            holder: holder.to_string(),
-            token,
-            expires_at_ms: now_ms.saturating_add(ttl_ms),
-        };
-        let mut item = key(&name, LEASE_SK);
-        item.insert("sv".into(), num(u64::from(codec::SCHEMA_VERSION)));
-        item.insert("holder".into(), AttributeValue::S(lease.holder.clone()));
-        item.insert("tok".into(), num(lease.token.0));
-        item.insert("exp_ms".into(), num(lease.expires_at_ms));
-        match put.set_item(Some(item)).send().await {
-            Ok(_) => Ok(lease),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Err(StoreError::Conflict(
-                    "the lease changed while it was being taken".into(),
-                ))
-            }
-            Err(e) => Err(store_error("PutItem", e)),
-        }
-    }
-
-    async fn read_limits(&self) -> Result<LimitsRead, StoreError> {
-        limits::read(&self.client, &self.table, &self.limits_seen).await
-    }
-
-    async fn write_limits(&self, doc: &LimitsDoc) -> Result<(), StoreError> {
-        let units = limits::write(&self.client, &self.table, doc).await?;
-        self.write_units
-            .fetch_add(units, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
-    }
-}
-
-fn parse_lease(item: &Item) -> Result<Lease, StoreError> {
-    let n = |k: &str| match item.get(k) {
-        Some(AttributeValue::N(v)) => v.parse::<u64>().ok(),
-        _ => None,
-    };
-    match (item.get("holder"), n("tok"), n("exp_ms")) {
-        (Some(AttributeValue::S(h)), Some(tok), Some(exp)) => Ok(Lease {
-            holder: h.clone(),
-            token: WriterToken(tok),
-            expires_at_ms: exp,
-        }),
-        _ => Err(StoreError::Fatal(
-            "the lease item is malformed; delete it to recover".into(),
-        )),
-    }
 }
