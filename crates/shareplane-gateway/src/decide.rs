@@ -2,9 +2,8 @@
 //! call in Redis) for all of them, and what each descriptor gets back.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use shareplane_limiter::{CheckError, DecisionPath, Limiter};
+use shareplane_limiter::{clock, CheckError, DecisionPath, Limiter};
 
 use crate::mapping::UnmappedPolicy;
 use crate::metrics::{Api, Metrics};
@@ -77,14 +76,14 @@ impl Decider {
             self.metrics.cost_above_max();
             return Ok(self.refuse_all(&known, &set, None));
         }
-        let started = Instant::now();
+        let started = clock::std_now();
         let decision = match self.limiter.check(&ids, cost.max(1)).await {
             Ok(d) => d,
             Err(CheckError::NoRules) => return Err(DecideError::NoRules),
             Err(e) => return Err(DecideError::Limiter(e.to_string())),
         };
         if decision.path == DecisionPath::Redis {
-            self.metrics.redis_latency(started.elapsed());
+            self.metrics.redis_latency(clock::std_since(started));
         }
         let mut descriptors = Vec::with_capacity(known.len());
         for l in &known {

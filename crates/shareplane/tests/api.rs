@@ -1,5 +1,7 @@
 //! The HTTP API through `tower::ServiceExt::oneshot` (and one real socket for shutdown).
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use axum::body::{to_bytes, Body};
 use axum::http::{header, Request, StatusCode};
 use axum::Router;

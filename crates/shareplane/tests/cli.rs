@@ -2,6 +2,8 @@
 //! a bad one at once, with its field, without touching the network; `run` reloads on SIGHUP;
 //! `limits apply` reaches every Region's daemon through the table (on moto).
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 mod support;
 
 use std::process::Command;

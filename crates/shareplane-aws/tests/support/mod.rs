@@ -1,4 +1,6 @@
 //! Shared test fixtures: deployments, valid records, and the local AWS endpoint (moto).
+
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 #![allow(dead_code)]
 
 use shareplane_aws::client::{self, CallLimits, Endpoint};
