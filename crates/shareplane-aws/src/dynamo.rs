@@ -947,7 +947,7 @@ mod tests {
             silent_after: 3,
             period_ms: 5_000,
         };
-        Deployment::try_new(d).unwrap_or_else(|e| panic!("{e:?}"))
+        Deployment::try_new(d).unwrap()
     }
 
     fn id(i: usize) -> RegionId {
@@ -1004,7 +1004,7 @@ mod tests {
             regions: vec!["A".into()],
             ..deployment()
         })
-        .unwrap_or_else(|e| panic!("{e:?}"));
+        .unwrap();
         assert!(
             closed_by_every_heir(&single, id(0), 2, 1, &BTreeMap::new()),
             "a lone Region has no heirs to wait for"

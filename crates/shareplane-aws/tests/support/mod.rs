@@ -36,10 +36,7 @@ pub fn deployment(limits: usize) -> Arc<Deployment> {
         silent_after: 3,
         period_ms: 5_000,
     };
-    match Deployment::try_new(d) {
-        Ok(d) => Arc::new(d),
-        Err(e) => panic!("test deployment is invalid: {e:?}"),
-    }
+    Arc::new(Deployment::try_new(d).expect("test deployment is invalid"))
 }
 
 pub fn rid(i: usize) -> RegionId {
