@@ -13,8 +13,12 @@
 //! - a file, by its lines outside `#[cfg(test)]` items (a file's inline test module does not
 //!   count against it);
 //! - an import circle, by the `crate::`/`super::`/`self::` paths between modules of one crate.
+//!
+//! [`layering`] checks, without exceptions, what the core and the other crates may depend on and
+//! name (see there).
 
 pub mod cycles;
+pub mod layering;
 pub mod measure;
 pub mod tree;
 
@@ -59,6 +63,11 @@ pub fn over_limits(root: &Path) -> Result<Over, String> {
         over.cycle_edges.insert(key, c.edges);
     }
     Ok(over)
+}
+
+/// What the crates depend on and name against ARCHITECTURE.md's absences ([`layering`]).
+pub fn layering_breaches(root: &Path) -> Result<Vec<String>, String> {
+    layering::breaches(root, &tree::sources(root)?)
 }
 
 /// Two functions of one name in one file (say, in two `impl` blocks) get `#2`, `#3`….

@@ -26,6 +26,9 @@ pub struct FileMeasure {
     /// Paths that start with `crate`, `super` or `self`, outside `#[cfg(test)]` items, made absolute
     /// by the inline module they are in (segments after `crate`; `super` resolved later).
     pub paths: Vec<NamedPath>,
+    /// Every path named outside `#[cfg(test)]` items, as written (`std::net::TcpStream`, `f64`),
+    /// `use` trees flattened, and `float literal` for each float literal.
+    pub names: Vec<String>,
 }
 
 /// A `mod name;` (without a body) in a file.
@@ -58,6 +61,7 @@ pub fn measure(text: &str) -> Result<FileMeasure, syn::Error> {
         fns: v.fns,
         mods: v.mods,
         paths: v.paths,
+        names: v.names,
     })
 }
 
@@ -71,6 +75,7 @@ struct Visitor {
     fns: Vec<(String, usize)>,
     mods: Vec<ModDecl>,
     paths: Vec<NamedPath>,
+    names: Vec<String>,
 }
 
 impl Visitor {
@@ -92,6 +97,7 @@ impl Visitor {
     }
 
     fn push_path(&mut self, segments: Vec<String>) {
+        self.names.push(segments.join("::"));
         if matches!(
             segments.first().map(String::as_str),
             Some("crate" | "super" | "self")
@@ -184,6 +190,10 @@ impl<'ast> Visit<'ast> for Visitor {
         for segments in flat {
             self.push_path(segments);
         }
+    }
+
+    fn visit_lit_float(&mut self, _: &'ast syn::LitFloat) {
+        self.names.push("float literal".into());
     }
 
     fn visit_path(&mut self, p: &'ast syn::Path) {

@@ -40,3 +40,10 @@ fn functions_files_and_import_circles_stay_within_the_ratchet() {
         report.join("\n")
     );
 }
+
+#[test]
+fn the_core_stays_pure_and_only_the_aws_crate_knows_the_sdk() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let breaches = shareplane_tidy::layering_breaches(&root).expect("the sources parse");
+    assert!(breaches.is_empty(), "{}", breaches.join("\n"));
+}
