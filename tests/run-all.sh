@@ -121,6 +121,9 @@ SHAREPLANE_TEST_REDIS_CLUSTER_URL=$(tests/lib/redis-cluster.sh "$CLUSTER_DIR")
 export SHAREPLANE_TEST_REDIS_CLUSTER_URL
 for f in "$CLUSTER_DIR"/redis-*.pid; do PIDS+=("$(cat "$f")"); done
 
+step "cargo clippy (workspace, all targets, warnings are errors; clippy.toml bans direct clock reads)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
 step "binaries the end-to-end tests start (tests/e2e)"
 cargo build -p shareplane -p shareplane-limiter --bins --locked
 export SHAREPLANE_E2E_REPORT="$WORK/e2e-three-regions.txt"

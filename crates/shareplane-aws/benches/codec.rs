@@ -3,6 +3,8 @@
 //!
 //! Run: `cargo bench -p shareplane-aws --bench codec`
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

@@ -1,6 +1,8 @@
 //! The health reader and the metric publisher on moto. Moto never publishes Route 53 metrics, so
 //! the tests put the `HealthCheckStatus` datapoints themselves.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 mod support;
 
 use aws_sdk_cloudwatch::primitives::DateTime;

@@ -1002,7 +1002,7 @@ async fn racing_applies_of_one_version_leave_exactly_the_winners_parts() {
 async fn a_region_name_that_starts_with_a_hash_is_refused_before_any_call() {
     let mut d = (*deployment(1)).clone();
     d.regions[0] = limits::LIMITS_PK.into();
-    let d = Deployment::try_new(d).unwrap_or_else(|e| panic!("{e:?}"));
+    let d = Deployment::try_new(d).unwrap();
     let endpoint = shareplane_aws::Endpoint::Local {
         url: "http://127.0.0.1:9".into(),
         region: "eu-west-1".into(),

@@ -4,6 +4,8 @@
 //! record visible) for 3 and 8 Regions at 100,000 limits, and the bytes of core state per limit.
 //! Asserts nothing: the figures are for people to read.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use shareplane_core::*;
 use std::sync::Arc;
 use std::time::Instant;

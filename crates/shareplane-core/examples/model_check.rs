@@ -3,6 +3,8 @@
 //! faults reach it) or `race-c-lost` (the same from C lost, as CI's run); the race runs fail
 //! unless they reach the race (`model::restore_race_witness`).
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 #[path = "../tests/model/mod.rs"]
 mod model;
 

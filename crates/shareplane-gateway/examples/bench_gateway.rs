@@ -12,6 +12,8 @@
 //! (default 64; gRPC calls spread over 4 HTTP/2 connections). One limit with a rate high enough that every call is admitted, so every call
 //! reaches Redis.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,107 +2,15 @@
 //! call in Redis) for all of them, and what each descriptor gets back.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use shareplane_limiter::store::MAX_BUCKETS_PER_CALL;
-use shareplane_limiter::{CheckError, DecisionPath, Limiter};
+use shareplane_limiter::{clock, CheckError, DecisionPath, Limiter};
 
 use crate::mapping::UnmappedPolicy;
 use crate::metrics::{Api, Metrics};
-
-/// The most descriptors one request may carry (all are checked in one script call).
-pub const MAX_DESCRIPTORS: usize = MAX_BUCKETS_PER_CALL;
-
-/// A request that is answered with an error rather than a decision.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DecideError {
-    #[error("descriptor {0} maps to no limit this gateway runs (unmapped = \"error\")")]
-    Unmapped(usize),
-    #[error("a request carries at most {MAX_DESCRIPTORS} descriptors, this one {0}")]
-    TooMany(usize),
-    #[error("no rule set loaded yet: the gateway has not heard from its daemon")]
-    NoRules,
-    #[error("bad request: {0}")]
-    BadRequest(String),
-    #[error("the limiter could not check the request: {0}")]
-    Limiter(String),
-}
-
-impl DecideError {
-    /// Whether the caller asked for something wrong (rather than the gateway being unready).
-    pub fn is_callers(&self) -> bool {
-        matches!(
-            self,
-            Self::Unmapped(_) | Self::TooMany(_) | Self::BadRequest(_)
-        )
-    }
-}
-
-/// A descriptor's code, as Envoy's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
-    Ok,
-    OverLimit,
-}
-
-impl Code {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::OverLimit => "over_limit",
-        }
-    }
-}
-
-/// The limit behind one descriptor, as the running rule set has it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LimitView {
-    pub id: String,
-    /// Requests per second (the Region's share).
-    pub rate: f64,
-    pub burst: f64,
-    /// Tokens left in the bucket after the call, where known.
-    pub tokens: Option<f64>,
-}
-
-impl LimitView {
-    /// Whole tokens left (0 when unknown).
-    pub fn remaining(&self) -> u32 {
-        let t = self.tokens.unwrap_or(0.0).floor();
-        if t.is_finite() && t > 0.0 {
-            t.min(f64::from(u32::MAX)) as u32
-        } else {
-            0
-        }
-    }
-
-    /// Seconds until the bucket is full again (0 when it is, or when nothing refills it).
-    pub fn seconds_to_full(&self) -> f64 {
-        let missing = self.burst - self.tokens.unwrap_or(0.0).max(0.0);
-        if self.rate > 0.0 && missing > 0.0 {
-            missing / self.rate
-        } else {
-            0.0
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct DescriptorOutcome {
-    pub code: Code,
-    /// `None` for a descriptor that maps to no limit.
-    pub limit: Option<LimitView>,
-}
-
-/// The answer to one request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
-    pub allowed: bool,
-    /// Whole seconds for a Retry-After when refused and a wait helps.
-    pub retry_after_s: Option<u64>,
-    /// In request order.
-    pub descriptors: Vec<DescriptorOutcome>,
-}
+// The answer's types live in `outcome` (which the metrics read too, without a circle back here).
+pub use crate::outcome::{
+    Code, DecideError, DescriptorOutcome, LimitView, Outcome, MAX_DESCRIPTORS,
+};
 
 /// The gateway's shared state: the limiter, the unmapped policy, the metrics.
 pub struct Decider {
@@ -168,14 +76,14 @@ impl Decider {
             self.metrics.cost_above_max();
             return Ok(self.refuse_all(&known, &set, None));
         }
-        let started = Instant::now();
+        let started = clock::std_now();
         let decision = match self.limiter.check(&ids, cost.max(1)).await {
             Ok(d) => d,
             Err(CheckError::NoRules) => return Err(DecideError::NoRules),
             Err(e) => return Err(DecideError::Limiter(e.to_string())),
         };
         if decision.path == DecisionPath::Redis {
-            self.metrics.redis_latency(started.elapsed());
+            self.metrics.redis_latency(clock::std_since(started));
         }
         let mut descriptors = Vec::with_capacity(known.len());
         for l in &known {

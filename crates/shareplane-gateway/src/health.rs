@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use shareplane_limiter::{Limiter, RuleWatcher};
+use shareplane_limiter::{clock, Limiter, RuleWatcher};
 use tokio::time::Instant;
 
 /// The default of `rules_timeout_ms`.
@@ -37,7 +37,7 @@ impl Health {
     /// Counts the rules deadline from now.
     pub fn new(watcher: RuleWatcher, rules_timeout: Duration) -> Self {
         Self {
-            started: Instant::now(),
+            started: clock::now(),
             rules_timeout,
             watcher,
             watcher_stopped: AtomicBool::new(false),
@@ -82,7 +82,7 @@ impl Health {
 
     /// Whether the rules deadline passed with no rule set loaded.
     pub fn rules_overdue(&self, l: &Limiter) -> bool {
-        l.rules().is_none() && self.started.elapsed() >= self.rules_timeout
+        l.rules().is_none() && clock::since(self.started) >= self.rules_timeout
     }
 
     /// Failed rule fetches since the start.
@@ -91,7 +91,7 @@ impl Health {
     }
 
     fn no_rule_set(&self) -> String {
-        let waited = self.started.elapsed();
+        let waited = clock::since(self.started);
         if waited >= self.rules_timeout {
             format!(
                 "no rule set loaded within {} s from the daemon at {}{}",

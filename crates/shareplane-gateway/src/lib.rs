@@ -4,7 +4,8 @@
 //!   Envoy, Istio, Contour, Emissary, Envoy Gateway and Gloo call;
 //! - [`http`]: an HTTP check for NGINX `auth_request` (403) and Traefik ForwardAuth (429), with
 //!   `/metrics`, `/healthz` (liveness) and `/readyz` (readiness, see [`health`]);
-//! - [`mapping`]: which limit a descriptor names; [`decide`]: one decision for either front end;
+//! - [`mapping`]: which limit a descriptor names; [`decide`]: one decision for either front end,
+//!   answered in the types of [`outcome`];
 //! - [`config`]: flags and the TOML file; [`metrics`]: the Prometheus text.
 //!
 //! Underneath is `shareplane-limiter`: one Redis round trip per check (every limit of a request
@@ -18,6 +19,7 @@ pub mod health;
 pub mod http;
 pub mod mapping;
 pub mod metrics;
+pub mod outcome;
 
 use std::future::Future;
 use std::net::SocketAddr;

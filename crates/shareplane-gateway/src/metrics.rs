@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use shareplane_limiter::Limiter;
 
-use crate::decide::{Code, DecideError, Outcome};
 use crate::health::Health;
 use crate::mapping::UnmappedPolicy;
+use crate::outcome::{Code, DecideError, Outcome};
 
 /// Which front end a request came through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

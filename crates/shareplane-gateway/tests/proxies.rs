@@ -13,6 +13,8 @@
 //! each renewal from the poll's send: it fences between lease − 2 × `RENEW_MS` and the lease after
 //! the death, never later.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 mod common;
 
 use std::path::Path;

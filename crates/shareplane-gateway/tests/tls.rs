@@ -2,6 +2,8 @@
 //! gateway with the right CA is decided by Redis; with another CA it refuses the server and its
 //! limits follow their failure policy.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 mod common;
 
 use std::path::{Path, PathBuf};

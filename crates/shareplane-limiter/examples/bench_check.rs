@@ -3,6 +3,8 @@
 //!
 //! `cargo run --release -p shareplane-limiter --example bench_check -- redis://127.0.0.1:6379/ [N] [CONCURRENCY]`
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

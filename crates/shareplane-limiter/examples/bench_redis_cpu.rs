@@ -10,6 +10,8 @@
 //! Without SCRIPT.lua it runs this build's `bucket.lua`; give an older one (e.g. from
 //! `git show REV:crates/shareplane-limiter/src/bucket.lua`) to compare.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 

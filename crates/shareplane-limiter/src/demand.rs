@@ -43,7 +43,7 @@ pub struct Incarnation(u128);
 impl Incarnation {
     /// The incarnation of a gateway starting now.
     pub fn now() -> Incarnation {
-        Incarnation(uuid::Uuid::now_v7().as_u128())
+        Incarnation(crate::clock::time_ordered_id())
     }
 
     /// Parses the wire's text form: a UUID of version 7.

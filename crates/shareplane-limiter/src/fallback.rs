@@ -112,7 +112,7 @@ impl Fallback {
     pub fn new(gateways_per_region: u32) -> Self {
         Self {
             gateways: f64::from(gateways_per_region.max(1)),
-            origin: Instant::now(),
+            origin: crate::clock::std_now(),
             buckets: BTreeMap::new(),
         }
     }
@@ -128,7 +128,7 @@ impl Fallback {
         limits: &[FallbackLimit<'_>],
         cost: f64,
     ) -> (bool, Vec<FallbackVerdict>) {
-        let now_s = self.origin.elapsed().as_secs_f64();
+        let now_s = crate::clock::std_since(self.origin).as_secs_f64();
         self.check_at(now_s, limits, cost)
     }
 

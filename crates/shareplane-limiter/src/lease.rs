@@ -98,7 +98,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_lease_counts_from_the_send_plus_the_hold_never_from_later_than_receipt() {
-        let sent = Instant::now();
+        let sent = crate::clock::now();
         let received = sent + Duration::from_millis(5_000);
         let t = |lease_ms, held_ms| LeaseTerms {
             lease_ms,

@@ -14,6 +14,7 @@
 //!   every request with a Retry-After, security limits keep their static split.
 //! - [`DemandReporter`]: posts running demand totals to `POST /v1/demand`.
 //! - [`loadgen`]: drives a limiter with a demand pattern (the `shareplane-loadgen` binary).
+//! - [`clock`]: every clock the limiter, the gateway and the load generator read.
 //!
 //! Typical wiring in a gateway:
 //!
@@ -33,6 +34,7 @@
 //! # let _ = decision; Ok(()) }
 //! ```
 
+pub mod clock;
 pub mod demand;
 pub mod fallback;
 pub mod http;

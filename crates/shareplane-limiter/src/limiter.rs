@@ -421,7 +421,7 @@ impl Limiter {
 
     /// Whether capacity limits are fenced now. Notes (and logs, once) a change of state.
     pub fn is_fenced(&self) -> bool {
-        let ran_out = self.lease().ran_out(tokio::time::Instant::now());
+        let ran_out = self.lease().ran_out(crate::clock::now());
         self.note_fence(ran_out, self.version());
         ran_out
     }
@@ -468,7 +468,7 @@ impl Limiter {
                 "the daemon sent no lease with its rule set: it is enforced until replaced"
             );
         }
-        self.note_fence(lease.ran_out(tokio::time::Instant::now()), version);
+        self.note_fence(lease.ran_out(crate::clock::now()), version);
     }
 
     /// Records whether the fence is up; a change is counted and logged exactly once.
@@ -480,7 +480,7 @@ impl Limiter {
         if st.fenced_since.is_some() == fenced {
             return; // another caller noted it first
         }
-        let now = tokio::time::Instant::now();
+        let now = crate::clock::now();
         if fenced {
             st.fenced_since = Some(now);
             self.fences.fetch_add(1, Ordering::Relaxed);
@@ -553,7 +553,7 @@ impl Limiter {
             fenced_refusals: self.fenced_refusals.load(Ordering::Relaxed),
             lease_remaining: self
                 .rules()
-                .and_then(|_| self.lease().remaining(tokio::time::Instant::now())),
+                .and_then(|_| self.lease().remaining(crate::clock::now())),
         }
     }
 
@@ -860,7 +860,7 @@ impl Limiter {
             .down_until
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        down.is_none_or(|until| Instant::now() >= until)
+        down.is_none_or(|until| crate::clock::std_now() >= until)
     }
 
     fn redis_down(&self, e: &StoreError) {
@@ -876,7 +876,7 @@ impl Limiter {
                 .unwrap_or_else(PoisonError::into_inner)
                 .enter();
         }
-        *down = Some(Instant::now() + self.cfg.probe_after);
+        *down = Some(crate::clock::std_now() + self.cfg.probe_after);
     }
 
     fn redis_up(&self) {
@@ -963,7 +963,7 @@ mod tests {
     use super::*;
     use crate::rules::{LimitWire, RulesWire};
     use std::io::Write;
-    use tokio::time::{advance, Instant as TokioInstant};
+    use tokio::time::advance;
 
     /// Redis on a port where nothing listens: connections are refused at once.
     fn limiter() -> Limiter {
@@ -998,7 +998,7 @@ mod tests {
     }
 
     fn for_ms(ms: u64) -> Lease {
-        Lease::Until(TokioInstant::now() + Duration::from_millis(ms))
+        Lease::Until(crate::clock::now() + Duration::from_millis(ms))
     }
 
     async fn check(l: &Limiter, limits: &[&str]) -> Decision {
@@ -1162,10 +1162,10 @@ mod tests {
         let _guard = tracing::subscriber::set_default(subscriber);
         let l = limiter();
         l.install_leased(set(1), for_ms(2_000), None);
-        let started = TokioInstant::now();
+        let started = crate::clock::now();
         // The watcher awaits this: it completes at the expiry, with the fence already noted.
         l.lease_runs_out().await;
-        assert_eq!(started.elapsed(), Duration::from_millis(2_000));
+        assert_eq!(crate::clock::since(started), Duration::from_millis(2_000));
         assert!(l.stats().fenced);
         for _ in 0..5 {
             let _ = check(&l, &["cap"]).await;

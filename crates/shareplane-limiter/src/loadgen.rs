@@ -152,9 +152,7 @@ pub struct StartTooFar(pub u64);
 
 /// Milliseconds since the Unix epoch, now.
 pub fn unix_ms_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    crate::clock::unix_ms()
 }
 
 /// The largest excess of admissions over `burst + rate × t` over every window of whole seconds of
@@ -210,7 +208,7 @@ pub async fn drive_until(
     ));
     let in_flight = Arc::new(AtomicUsize::new(0));
     let limit: Arc<str> = Arc::from(run.limit.as_str());
-    let start = tokio::time::Instant::now();
+    let start = crate::clock::now();
     let mut tick = tokio::time::interval(run.tick.max(Duration::from_millis(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut offered = 0u64;
@@ -222,11 +220,11 @@ pub async fn drive_until(
         tokio::select! {
             _ = tick.tick() => {}
             () = &mut stop => {
-                begun = (start.elapsed().as_secs() as usize + 1).min(seconds);
+                begun = (crate::clock::since(start).as_secs() as usize + 1).min(seconds);
                 break;
             }
         }
-        let t = start.elapsed().as_secs_f64();
+        let t = crate::clock::since(start).as_secs_f64();
         let second = t as usize;
         if second >= seconds {
             break;
@@ -361,7 +359,7 @@ mod tests {
             base: None,
         };
         let set = |v, r| RuleSet::from_wire(wire(v, r), None, 1).unwrap_or_else(|e| panic!("{e}"));
-        let until = |ms| Lease::Until(tokio::time::Instant::now() + Duration::from_millis(ms));
+        let until = |ms| Lease::Until(crate::clock::now() + Duration::from_millis(ms));
         let mut stats = vec![SecondStats::default(); 2];
         let mut last = None;
         l.install_leased(set(1, 5.0), until(1_000), None);

@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
@@ -412,7 +412,7 @@ impl Shared {
             return;
         }
         tokio::spawn(async move {
-            let started = Instant::now();
+            let started = crate::clock::std_now();
             let outcome = tokio::time::timeout(CONNECT_TIMEOUT, self.connect()).await;
             let outcome = outcome.unwrap_or_else(|_| {
                 Err(StoreError::Connect(format!(
@@ -422,7 +422,7 @@ impl Shared {
             match outcome {
                 Ok(c) => {
                     tracing::info!(
-                        setup_ms = started.elapsed().as_millis() as u64,
+                        setup_ms = crate::clock::std_since(started).as_millis() as u64,
                         "connected to Redis and loaded the scripts"
                     );
                     *lock(&self.conn) = Some(c);

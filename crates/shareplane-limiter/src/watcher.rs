@@ -169,9 +169,9 @@ impl RuleWatcher {
         if let Some(v) = after.filter(|v| *v > 0) {
             req = req.header(reqwest::header::IF_NONE_MATCH, format!("\"{v}\""));
         }
-        let sent = tokio::time::Instant::now();
+        let sent = crate::clock::now();
         let resp = req.send().await.map_err(HttpError::from)?;
-        let received = tokio::time::Instant::now();
+        let received = crate::clock::now();
         let terms = LeaseTerms::from_headers(resp.headers());
         match resp.status().as_u16() {
             304 => Ok(Fetched::NotModified(
@@ -292,7 +292,7 @@ fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
-        std::time::SystemTime::now()
+        crate::clock::system_now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos()),
     );

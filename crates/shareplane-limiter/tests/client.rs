@@ -1,6 +1,8 @@
 //! The gateway client: rule watcher, check, demand reporter and fallback, against the fake daemon in
 //! `common` and (where a bucket is involved) a real redis-server.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 mod common;
 
 use std::sync::Arc;

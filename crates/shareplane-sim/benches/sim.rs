@@ -3,6 +3,8 @@
 //!
 //! `cargo bench -p shareplane-sim --bench sim`
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use shareplane_sim::scenario::Scenario;
 use std::path::PathBuf;
 use std::time::Instant;

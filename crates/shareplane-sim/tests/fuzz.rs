@@ -1,5 +1,7 @@
 //! The fault fuzzer: regression seeds, a CI-sized run, and checks that the checker can fail.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use shareplane_core::Design;
 use shareplane_sim::fuzz;
 use shareplane_sim::scenario::{Action, Scenario};

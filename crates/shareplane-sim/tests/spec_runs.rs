@@ -455,7 +455,7 @@ fn a_check_that_wants_another_number_fails() {
     let path = scenarios_dir().join("g1-jump-staggered.toml");
     let r = run(&path);
     let check = |toml_text: &str| -> Result<(), String> {
-        let c: Check = toml::from_str(toml_text).unwrap_or_else(|e| panic!("{e}"));
+        let c: Check = toml::from_str(toml_text).unwrap();
         c.measure(&r).and_then(|g| c.judge(g))
     };
     assert!(check("what = 'x'\nmeasure = 'max_sum_shares'\nvalue = 11898.0").is_ok());

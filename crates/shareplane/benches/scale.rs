@@ -29,6 +29,8 @@
 //! Environment: `SHAREPLANE_BENCH_LIMITS` (default 100000), `SHAREPLANE_BENCH_REGIONS` (5),
 //! `SHAREPLANE_BENCH_PERIODS` (12), `SHAREPLANE_BENCH_DYNAMODB` (unset: memory only).
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
 use shareplane::clock::Clock;

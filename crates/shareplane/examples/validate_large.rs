@@ -4,6 +4,8 @@
 //!
 //! `cargo run -p shareplane --example validate_large -- [LIMITS] [FILE.toml]`
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Instant;

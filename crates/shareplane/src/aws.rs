@@ -9,7 +9,7 @@ use shareplane_aws::client::{cloudwatch, cloudwatch_health, dynamodb, sdk_config
 use shareplane_aws::{CallLimits, DynamoStore, Endpoint, HealthReader, MetricsPublisher, Point};
 use shareplane_core::{Health, PerRegion};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tracing::warn;
 
 /// A health datapoint older than this is no evidence (Route 53 publishes every minute).
@@ -21,7 +21,7 @@ pub struct AwsHealth(pub HealthReader);
 
 impl HealthSource for AwsHealth {
     async fn read(&self) -> PerRegion<Health> {
-        self.0.read(SystemTime::now()).await
+        self.0.read(crate::clock::wall_now()).await
     }
 }
 
@@ -175,7 +175,7 @@ pub async fn publish_metrics(publisher: MetricsPublisher, shared: Arc<Shared>) {
             stale.saturating_sub(stale_before),
         );
         (rejected_before, stale_before) = (rejected, stale);
-        if let Err(e) = publisher.publish(&pts, SystemTime::now()).await {
+        if let Err(e) = publisher.publish(&pts, crate::clock::wall_now()).await {
             shared.metrics.metric_publish_failed.inc();
             warn!(error = %e, "publishing metrics to CloudWatch failed");
         }

@@ -1,6 +1,10 @@
 //! The daemon's clock: monotonic (tokio's, so tests can pause it) and anchored to the wall clock
 //! once at start, so that replicas of one Region in different processes agree on lease times and
 //! phases to within their clocks' skew. No decision compares this clock with another Region's.
+//!
+//! The daemon reads clocks here and nowhere else (`clippy.toml` bans direct reads elsewhere):
+//! [`Clock`], and [`wall_now`], [`monotonic_now`] and [`since`] for stamps and durations.
+#![allow(clippy::disallowed_methods)]
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
@@ -45,6 +49,28 @@ impl Clock {
     pub fn instant_at(&self, ms: u64) -> Instant {
         self.base + Duration::from_millis(ms.saturating_sub(self.base_ms))
     }
+}
+
+/// Now on the wall clock (what AWS calls are stamped with, and stamps shown to operators).
+pub fn wall_now() -> SystemTime {
+    SystemTime::now()
+}
+
+/// Milliseconds since the Unix epoch on the wall clock, now (0 for a clock set before 1970).
+pub fn unix_ms_now() -> u64 {
+    wall_now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Now on tokio's monotonic clock (paused in tests), for durations.
+pub fn monotonic_now() -> Instant {
+    Instant::now()
+}
+
+/// How long ago `t` was on tokio's monotonic clock.
+pub fn since(t: Instant) -> Duration {
+    t.elapsed()
 }
 
 /// The first time after `now_ms` that is `phase_ms` past a multiple of `every_ms`.

@@ -362,7 +362,7 @@ async fn control(
 
 /// A token for the demo's demand endpoints, different on every start.
 fn demo_token() -> String {
-    let nanos = std::time::SystemTime::now()
+    let nanos = crate::clock::wall_now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);

@@ -306,9 +306,7 @@ fn limits(command: LimitsCommand) -> ExitCode {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    shareplane::clock::unix_ms_now()
 }
 
 fn demo(listen: SocketAddr, period_ms: u64) -> ExitCode {

@@ -258,9 +258,7 @@ impl Reloader {
     fn report(&self, why: &str, outcome: &ReloadOutcome) {
         let region = &self.shared.region;
         self.shared.metrics.config_reloads.inc(outcome.name());
-        let at_ms = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let at_ms = crate::clock::unix_ms_now();
         let limits_version = self.running.limits_version;
         self.shared.update_config_status(|s| {
             s.last_reload = Some(outcome.name());

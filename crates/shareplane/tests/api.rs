@@ -1,5 +1,7 @@
 //! The HTTP API through `tower::ServiceExt::oneshot` (and one real socket for shutdown).
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use axum::body::{to_bytes, Body};
 use axum::http::{header, Request, StatusCode};
 use axum::Router;
@@ -22,9 +24,9 @@ fn shared() -> (Arc<Shared>, watch::Sender<bool>) {
 }
 
 fn shared_with_admin(admin: Option<&str>) -> (Arc<Shared>, watch::Sender<bool>) {
-    let d = Arc::new(shareplane::demo::deployment(5_000).unwrap_or_else(|e| panic!("{e}")));
+    let d = Arc::new(shareplane::demo::deployment(5_000).expect("the demo's deployment"));
     let (tx, rx) = watch::channel(false);
-    let me = RegionId::new(0).unwrap_or_else(|| panic!("region 0"));
+    let me = RegionId::new(0).expect("region 0");
     let clock = Clock::starting_at(1_000_000);
     let admin = admin.map(str::to_owned);
     (
@@ -59,7 +61,7 @@ async fn call(app: &Router, req: Request<Body>) -> (StatusCode, axum::http::Head
 fn get(uri: &str) -> Request<Body> {
     Request::get(uri)
         .body(Body::empty())
-        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("a GET request")
 }
 
 fn demand_req(token: Option<&str>, body: impl Into<Body>) -> Request<Body> {
@@ -67,7 +69,7 @@ fn demand_req(token: Option<&str>, body: impl Into<Body>) -> Request<Body> {
     if let Some(t) = token {
         b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    b.body(body.into()).unwrap_or_else(|e| panic!("{e}"))
+    b.body(body.into()).expect("a demand request")
 }
 
 fn json(bytes: &[u8]) -> serde_json::Value {
@@ -101,12 +103,12 @@ async fn rules_have_an_etag_and_answer_304_when_unchanged() {
     let req = Request::get("/v1/rules")
         .header(header::IF_NONE_MATCH, "\"4\"")
         .body(Body::empty());
-    let (status, _, body) = call(&app, req.unwrap_or_else(|e| panic!("{e}"))).await;
+    let (status, _, body) = call(&app, req.unwrap()).await;
     assert_eq!((status, body.len()), (StatusCode::NOT_MODIFIED, 0));
     let req = Request::get("/v1/rules")
         .header(header::IF_NONE_MATCH, "\"3\"")
         .body(Body::empty());
-    let (status, _, _) = call(&app, req.unwrap_or_else(|e| panic!("{e}"))).await;
+    let (status, _, _) = call(&app, req.unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     // Versions only go up: an older or equal one is not published.
     assert!(!s.publish(RuleSet::build(&s.d(), "A", 4, &[])));
@@ -320,9 +322,7 @@ async fn state_explain_health_readiness_metrics_and_unknown_routes() {
     names.dedup();
     assert_eq!(names.len(), all, "a metric is defined twice");
 
-    let req = Request::post("/v1/rules")
-        .body(Body::empty())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let req = Request::post("/v1/rules").body(Body::empty()).unwrap();
     let (status, _, body) = call(&app, req).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     assert!(json(&body)["error"].is_string());
@@ -336,24 +336,20 @@ async fn state_explain_health_readiness_metrics_and_unknown_routes() {
 async fn shutdown_answers_long_polls_and_stops_the_server() {
     let (s, tx) = shared();
     publish(&s, 2, 1_000);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(api::serve(
         listener,
         api::router(s.clone()),
         tx.subscribe(),
         Duration::from_secs(5),
     ));
-    let mut conn = tokio::net::TcpStream::connect(addr)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
     conn.write_all(
         b"GET /v1/rules?after=2&wait_ms=30000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     // Wait (bounded) until the request is held as a long-poll.
     for _ in 0..5_000 {
         if s.watchers() > 0 {
@@ -417,7 +413,7 @@ async fn rules_carry_the_lease_and_a_long_poll_answers_each_renewal() {
     tokio::time::sleep(Duration::from_millis(3_000)).await;
     let t1 = s.clock.now_ms();
     assert!(s.renew_lease(3, t1, t1));
-    let (status, headers, body) = waiting.await.unwrap_or_else(|e| panic!("{e}"));
+    let (status, headers, body) = waiting.await.unwrap();
     assert_eq!((status, body.len()), (StatusCode::NOT_MODIFIED, 0));
     assert_eq!(header_u64(&headers, api::LEASE_MS_HEADER), Some(full));
     assert_eq!(header_u64(&headers, api::HELD_MS_HEADER), Some(3_000));
@@ -606,8 +602,7 @@ async fn giving_up_on_a_lost_record_is_checked_against_the_leaders_view_then_que
         if let Some(t) = token {
             b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
         }
-        b.body(Body::from(body.to_string()))
-            .unwrap_or_else(|e| panic!("{e}"))
+        b.body(Body::from(body.to_string())).unwrap()
     };
     let answer = |region: &'static str, token, body: &'static str| {
         let app = app.clone();
@@ -681,7 +676,7 @@ async fn without_an_admin_token_operator_endpoints_are_closed_and_the_admin_toke
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::AUTHORIZATION, format!("Bearer {token}"))
             .body(Body::from(r#"{"epoch": 1}"#))
-            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap()
     };
     let (s, _tx) = shared();
     let app = api::router(s.clone());
@@ -706,15 +701,15 @@ async fn without_an_admin_token_operator_endpoints_are_closed_and_the_admin_toke
 #[tokio::test]
 async fn state_pages_its_limits_on_request() {
     // The demo's limit and three more.
-    let mut d = shareplane::demo::deployment(5_000).unwrap_or_else(|e| panic!("{e}"));
+    let mut d = shareplane::demo::deployment(5_000).unwrap();
     for k in 1..4 {
         let mut l = d.limits[0].clone();
         l.id = format!("p-{k}");
         d.limits.push(l);
     }
-    let d = shareplane_core::Deployment::try_new(d).unwrap_or_else(|e| panic!("{e:?}"));
+    let d = shareplane_core::Deployment::try_new(d).unwrap();
     let (_tx, rx) = watch::channel(false);
-    let me = RegionId::new(0).unwrap_or_else(|| panic!("region 0"));
+    let me = RegionId::new(0).expect("region 0");
     let clock = Clock::starting_at(1_000_000);
     let s = Shared::new(Arc::new(d), me, clock, Some(TOKEN.into()), rx);
     let app = api::router(s.clone());
@@ -857,7 +852,7 @@ async fn answers_are_gzipped_only_when_the_client_asks() {
         let req = Request::get(uri)
             .header(header::ACCEPT_ENCODING, "gzip")
             .body(Body::empty())
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         let (status, headers, body) = call(&app, req).await;
         assert_eq!(status, StatusCode::OK, "{uri}");
         assert_eq!(
@@ -885,7 +880,7 @@ async fn answers_are_gzipped_only_when_the_client_asks() {
         .header(header::ACCEPT_ENCODING, "gzip")
         .header(header::IF_NONE_MATCH, "\"4\"")
         .body(Body::empty())
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let (status, _, body) = call(&app, req).await;
     assert_eq!((status, body.len()), (StatusCode::NOT_MODIFIED, 0));
 }

@@ -2,6 +2,8 @@
 //! a bad one at once, with its field, without touching the network; `run` reloads on SIGHUP;
 //! `limits apply` reaches every Region's daemon through the table (on moto).
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 mod support;
 
 use std::process::Command;
@@ -22,7 +24,7 @@ fn validate_accepts_the_example_configuration() {
         .args(["validate", example])
         .env("SHAREPLANE_API_TOKEN", "an-api-token-of-enough-length")
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -43,7 +45,7 @@ fn validate_accepts_the_example_configuration() {
         .args(["validate", example])
         .env_remove("SHAREPLANE_ADMIN_TOKEN")
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let bare = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{bare}");
     assert!(bare.contains("note: no API token"), "{bare}");
@@ -53,7 +55,7 @@ fn validate_accepts_the_example_configuration() {
             .env("SHAREPLANE_API_TOKEN", "an-api-token-of-enough-length")
             .env("SHAREPLANE_ADMIN_TOKEN", admin)
             .output()
-            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap()
     };
     let out = with_admin("an-admin-token-of-its-own");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -83,7 +85,7 @@ fn the_gateway_refuses_a_rules_url_that_cannot_be_a_daemon_naming_the_flag() {
             "json",
         ])
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -103,7 +105,7 @@ fn validate_and_run_refuse_a_period_too_short_for_a_gateway_lease() {
             .args([cmd])
             .env("SHAREPLANE_CONFIG_TOML", text)
             .output()
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{cmd}: {stderr}");
         assert!(
@@ -122,7 +124,7 @@ fn validate_reports_every_problem_with_its_field() {
         .env("SHAREPLANE_CONFIG_TOML", bad)
         .env("SHAREPLANE_ADMIN_TOKEN", "short")
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     for field in [
@@ -143,7 +145,7 @@ fn run_refuses_an_invalid_configuration_the_same_way() {
         .args(["run"])
         .env("SHAREPLANE_CONFIG_TOML", "region = 3\n")
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("invalid configuration"), "{stderr}");
@@ -151,10 +153,7 @@ fn run_refuses_an_invalid_configuration_the_same_way() {
 
 #[test]
 fn the_version_is_the_release_version() {
-    let out = shareplane()
-        .arg("-V")
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let out = shareplane().arg("-V").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     let version = env!("CARGO_PKG_VERSION");
@@ -173,7 +172,7 @@ fn validate_needs_no_token_but_run_refuses_to_start_without_one() {
         .env("SHAREPLANE_CONFIG_TOML", text)
         .env_remove("SHAREPLANE_ADMIN_TOKEN")
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("configuration is valid"), "{stdout}");
@@ -190,7 +189,7 @@ fn validate_needs_no_token_but_run_refuses_to_start_without_one() {
         .args(["run"])
         .env("SHAREPLANE_CONFIG_TOML", text)
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("api_token: required to run"), "{stderr}");
@@ -208,7 +207,7 @@ fn validate_reports_type_errors_and_bad_values_together_each_with_its_line() {
         .args(["validate"])
         .env("SHAREPLANE_CONFIG_TOML", text)
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     let lines: Vec<&str> = stderr.lines().map(str::trim).collect();
@@ -232,9 +231,9 @@ fn sim_refuses_input_it_cannot_run_with_exit_2_naming_the_field() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../simulations/scenarios/g1-grants-staggered.toml"
     ))
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let dir = std::env::temp_dir().join(format!("shareplane-cli-sim-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(&dir).unwrap();
     let kill = g1.replace("silent_after = 3", "silent_after = 1")
         + "\n[[event]]\nat_s = 10.0\nkill_daemon = \"B\"\n";
     let window = g1.replace("demand_window_s = 5.0", "demand_window_s = 10000000.0");
@@ -247,12 +246,8 @@ fn sim_refuses_input_it_cannot_run_with_exit_2_naming_the_field() {
         ("window.toml", window, "`sync.demand_window_s` is so long"),
     ] {
         let path = dir.join(name);
-        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
-        let out = shareplane()
-            .arg("sim")
-            .arg(&path)
-            .output()
-            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&path, text).unwrap();
+        let out = shareplane().arg("sim").arg(&path).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
         assert!(stderr.contains(said), "{name}: {stderr}");
@@ -268,7 +263,7 @@ fn sim_refuses_input_it_cannot_run_with_exit_2_naming_the_field() {
             &u64::MAX.to_string(),
         ])
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("passes the largest seed"), "{stderr}");
@@ -324,11 +319,11 @@ fn spawn_run_logs(path: &std::path::Path) -> (Child, LogLines) {
             .arg(path)
             .stderr(std::process::Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("{e}")),
+            .expect("shareplane run starts"),
     );
     // Every log line is one JSON object.
     let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
-    let stderr = child.0.stderr.take().unwrap_or_else(|| panic!("no stderr"));
+    let stderr = child.0.stderr.take().expect("no stderr");
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr)
             .lines()
@@ -399,7 +394,7 @@ fn sighup_reloads_a_new_rate_within_two_periods_and_the_daemon_runs_on() {
              api_token = \"0123456789abcdef\"\n[[regions]]\nname = \"A\"\n[[limits]]\nid = \"k\"\n{limit}"
         )
     };
-    let write = |t: String| std::fs::write(&path, t).unwrap_or_else(|e| panic!("{e}"));
+    let write = |t: String| std::fs::write(&path, t).unwrap();
     write(text("rate = 10000\n"));
     let (mut child, addr, rx) = spawn_run(&path);
     let next_line = |what: &str, ok: &dyn Fn(&serde_json::Value) -> bool| next_log(&rx, what, ok);
@@ -451,7 +446,7 @@ fn limits_cli(url: &str, args: &[&std::ffi::OsStr]) -> (Option<i32>, String, Str
         .env("AWS_SECRET_ACCESS_KEY", "testing")
         .env("SHAREPLANE_AWS_ENDPOINT", url)
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("shareplane limits runs");
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -478,13 +473,13 @@ fn one_limits_apply_reaches_every_region_and_a_refused_file_changes_nothing() {
              listen = \"127.0.0.1:0\"\napi_token = \"0123456789abcdef\"\nlimits_source = \"table\"\n\
              [[regions]]\nname = \"A\"\nhealth_check_id = \"hc-a\"\n[[regions]]\nname = \"B\"\nhealth_check_id = \"hc-b\"\n"
         );
-        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&path, text).unwrap();
         path
     };
     let (a_cfg, b_cfg) = (region_file("A", 0), region_file("B", 500));
     let limits_file = |name: &str, text: &str| {
         let path = dir.join(name);
-        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&path, text).unwrap();
         path
     };
     let v1 = limits_file(
@@ -513,10 +508,10 @@ fn one_limits_apply_reaches_every_region_and_a_refused_file_changes_nothing() {
     // The limits commands serve nothing and need no API token: an operator's copy of a
     // rendered configuration (whose daemon reads the token from the environment) has none.
     let ops_cfg = dir.join("ops.toml");
-    let b_text = std::fs::read_to_string(&b_cfg).unwrap_or_else(|e| panic!("{e}"));
+    let b_text = std::fs::read_to_string(&b_cfg).unwrap();
     let without_token = b_text.replace("api_token = \"0123456789abcdef\"\n", "");
     assert_ne!(without_token, b_text);
-    std::fs::write(&ops_cfg, without_token).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&ops_cfg, without_token).unwrap();
     let show = || {
         limits_cli(
             &url,

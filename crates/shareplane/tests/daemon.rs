@@ -51,7 +51,7 @@ struct Cluster {
 
 impl Cluster {
     fn new() -> Cluster {
-        let d = Arc::new(shareplane::demo::deployment(PERIOD_MS).unwrap_or_else(|e| panic!("{e}")));
+        let d = Arc::new(shareplane::demo::deployment(PERIOD_MS).expect("the demo's deployment"));
         let clock = Clock::starting_at(1_000_000);
         Cluster {
             d,
@@ -971,7 +971,7 @@ impl Cluster {
             path: Some(path.clone()),
             env: Default::default(),
         };
-        let cfg = source.load().unwrap_or_else(|e| panic!("{e}"));
+        let cfg = source.load().expect("the Region's configuration loads");
         assert_eq!(*cfg.deployment, *self.d, "the file describes the cluster");
         let shared = self.replicas[region][0].shared.clone();
         let (r, handle) = Reloader::new(source, cfg, shared);
@@ -1493,7 +1493,7 @@ async fn a_raise_held_back_for_a_peer_that_is_down_is_an_alarm_until_the_peer_re
     // B comes back with the limit raised to 12,000 (version 2).
     let mut raised = (*c.d).clone();
     let k = raised.limits.iter_mut().find(|l| l.id == "k-big");
-    let k = k.unwrap_or_else(|| panic!("no k-big in the demo"));
+    let k = k.expect("no k-big in the demo");
     (k.rate, k.version) = (Room::rps(12_000), 2);
     c.d = Arc::new(raised);
     c.health.set(rid(1), Health::Healthy);
@@ -1551,7 +1551,7 @@ async fn would_refuse_counts_reach_the_state_and_the_metrics() {
         a.demand()
             .report_with(now, gw, inc, &totals, &w)
             .map(|_| ())
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
     };
     report("gw-1", 1, 40);
     report("gw-2", 1, 2);

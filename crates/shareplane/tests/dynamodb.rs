@@ -2,6 +2,8 @@
 //! (`SHAREPLANE_TEST_MOTO_URL`, started by tests/run-all.sh). Their shares converge to the
 //! targets of their demands, and each follows the other's records through the table.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 mod support;
 
 use shareplane::clock::Clock;

@@ -5,6 +5,8 @@
 //! readiness signals (the port, the first admitted check); the assertion is on the measured time,
 //! with no sleep standing in for it.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use shareplane_e2e::procs::{free_port, wait_for_port, Procs};
 use shareplane_e2e::{built, cluster, redis_server, rules, unique};
 use std::path::PathBuf;

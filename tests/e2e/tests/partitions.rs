@@ -15,6 +15,8 @@
 //! and a failure prints the command that replays it. The default seed's schedule holds a limit
 //! change (a test below checks it), so that every CI run rolls one out.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use shareplane_e2e::checker::{
     self, Allowance, AllowanceKind, Bounds, History, Judgement, LimitChange,
 };

@@ -12,6 +12,8 @@
 //! any window of t whole seconds; the sum of the published shares never above L; after
 //! convergence, admissions every second at least 95% of min(total demand, L).
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use shareplane_e2e::figures::{self, add_up, parse_seconds, Second};
 use shareplane_e2e::procs::{binary, free_port, wait_for_port, ProcError, Procs};
 use shareplane_e2e::{built, cluster, local_aws, moto_url, redis_server, rules, unique};

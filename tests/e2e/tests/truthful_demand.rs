@@ -14,6 +14,8 @@
 //! rate; those records are counted apart and held to 25% (case 1 was 17× to 40×). The load
 //! generators really sent their pattern; the sum of published shares never exceeds L.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use shareplane_core::{
     Deployment, Design, Fence, LimitKind, LimitSpec, RegionId, Room, SilentPolicy,
 };

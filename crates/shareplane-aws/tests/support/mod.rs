@@ -1,4 +1,6 @@
 //! Shared test fixtures: deployments, valid records, and the local AWS endpoint (moto).
+
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 #![allow(dead_code)]
 
 use shareplane_aws::client::{self, CallLimits, Endpoint};
@@ -34,10 +36,7 @@ pub fn deployment(limits: usize) -> Arc<Deployment> {
         silent_after: 3,
         period_ms: 5_000,
     };
-    match Deployment::try_new(d) {
-        Ok(d) => Arc::new(d),
-        Err(e) => panic!("test deployment is invalid: {e:?}"),
-    }
+    Arc::new(Deployment::try_new(d).expect("test deployment is invalid"))
 }
 
 pub fn rid(i: usize) -> RegionId {

@@ -1,5 +1,7 @@
 //! Shared by the integration tests: the Redis URL convention and a tiny daemon that implements the
 //! HTTP contract the gateway client talks to (`GET /v1/rules`, `POST /v1/demand`).
+
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 #![allow(dead_code)] // each test file uses a part of it
 
 use std::collections::BTreeMap;

@@ -399,7 +399,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         op: &'static str,
         f: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let started = tokio::time::Instant::now();
+        let started = crate::clock::monotonic_now();
         let r =
             match tokio::time::timeout(Duration::from_millis(self.opts.call_timeout_ms), f).await {
                 Ok(r) => r,
@@ -408,7 +408,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                     self.opts.call_timeout_ms
                 ))),
             };
-        (self.shared.metrics.store_call_duration).observe(op, started.elapsed());
+        (self.shared.metrics.store_call_duration).observe(op, crate::clock::since(started));
         r
     }
 
@@ -537,9 +537,9 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     }
 
     async fn rebalance(&mut self, now: u64) {
-        let started = tokio::time::Instant::now();
+        let started = crate::clock::monotonic_now();
         self.rebalance_untimed(now).await;
-        (self.shared.metrics.rebalance_duration).observe(started.elapsed());
+        (self.shared.metrics.rebalance_duration).observe(crate::clock::since(started));
     }
 
     async fn rebalance_untimed(&mut self, now: u64) {
