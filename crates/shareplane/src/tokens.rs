@@ -10,9 +10,20 @@
 //! Both are at least [`MIN_TOKEN_CHARS`] characters without spaces or control characters, and
 //! they must differ: an admin token equal to the one every gateway holds protects nothing.
 
-use crate::config::{problem, ENV_ADMIN_TOKEN, MIN_TOKEN_CHARS};
 use axum::http::{header, HeaderMap};
 use shareplane_core::ConfigError;
+
+/// The environment variable that holds the admin token (preferred to `admin_token`).
+pub const ENV_ADMIN_TOKEN: &str = "SHAREPLANE_ADMIN_TOKEN";
+/// The shortest API or admin token accepted: anything shorter is guessable.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+fn problem(field: &str, what: String) -> ConfigError {
+    ConfigError {
+        field: field.to_owned(),
+        problem: what,
+    }
+}
 
 /// Why a token is not acceptable (`None`: it is).
 fn flaw(t: &str) -> Option<String> {

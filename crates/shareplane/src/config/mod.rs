@@ -26,7 +26,7 @@ pub const ENV_CONFIG_TOML: &str = "SHAREPLANE_CONFIG_TOML";
 pub const ENV_REGION: &str = "SHAREPLANE_REGION";
 pub const ENV_LISTEN: &str = "SHAREPLANE_LISTEN";
 pub const ENV_API_TOKEN: &str = "SHAREPLANE_API_TOKEN";
-pub const ENV_ADMIN_TOKEN: &str = "SHAREPLANE_ADMIN_TOKEN";
+pub use crate::tokens::{ENV_ADMIN_TOKEN, MIN_TOKEN_CHARS};
 pub const ENV_PHASE_MS: &str = "SHAREPLANE_PHASE_MS";
 pub const ENV_AWS_ENDPOINT: &str = "SHAREPLANE_AWS_ENDPOINT";
 pub const ENV_REPLICA_ID: &str = "SHAREPLANE_REPLICA_ID";
@@ -34,8 +34,6 @@ pub const ENV_REPLICA_ID: &str = "SHAREPLANE_REPLICA_ID";
 /// The longest configuration text accepted (a file or the environment variable): 100,000 limits
 /// take about 6 MB.
 pub const MAX_CONFIG_BYTES: usize = 16 << 20;
-/// The shortest API or admin token accepted: anything shorter is guessable.
-pub const MIN_TOKEN_CHARS: usize = 16;
 
 /// Where records are kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
