@@ -9,8 +9,8 @@
 use crate::scenario::{Action, Scenario};
 use crate::table::Table;
 use shareplane_core::{
-    audit, Audit, Coordinator, Deployment, Health, Inputs, LimitKind, LimitOutcome, LimitSpec,
-    PeerState, PerRegion, RegionId, RegionRecord, Room, Truth,
+    audit, Audit, Coordinator, Deployment, Health, Inputs, LimitOutcome, PeerState, PerRegion,
+    RegionId, RegionRecord, Room, Truth,
 };
 use std::sync::Arc;
 
@@ -171,34 +171,9 @@ pub fn lease_ticks(sc: &Scenario) -> Option<i64> {
     Some((b.lease_ms / sc.tick_ms) as i64)
 }
 
-/// The Deployment the core sees for a scenario: one capacity limit.
+/// The Deployment the core sees for a scenario ([`Scenario::deployment`]).
 pub fn deployment(sc: &Scenario) -> Result<Deployment, SimError> {
-    Deployment::try_new(Deployment {
-        regions: sc.regions.iter().map(|r| r.name.clone()).collect(),
-        limits: vec![LimitSpec {
-            id: "limit".into(),
-            version: 1,
-            rate: sc.limit,
-            burst_ms: sc.burst_ms,
-            floor: sc.floor,
-            step_cap: sc.step_cap,
-            kind: LimitKind::Capacity,
-            shadow: false,
-        }],
-        design: sc.design,
-        policy: sc.policy,
-        fence: sc.fence,
-        silent_after: sc.silent_after,
-        period_ms: sc.period_ticks * sc.tick_ms,
-    })
-    .map_err(|errs| {
-        SimError::Deployment(
-            errs.iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join("; "),
-        )
-    })
+    sc.deployment().map_err(SimError::Deployment)
 }
 
 /// Runs a scenario, handing every tick's row to `sink`.
@@ -753,5 +728,24 @@ impl<'a> Sim<'a> {
             max_over: self.max_over,
             end,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::runnable::RECORD_BYTES;
+    use shareplane_core::{LimitRecord, RegionRecord};
+
+    /// The scenario check's estimate per record (`runnable::RECORD_BYTES`) covers what the simulator keeps for it: the record and its
+    /// one limit (behind an `Arc`), a table entry and a rebalance log line, and change points.
+    #[test]
+    fn the_record_estimate_covers_what_a_record_costs() {
+        let record = std::mem::size_of::<RegionRecord>() + std::mem::size_of::<LimitRecord>();
+        let entry = 4 * std::mem::size_of::<usize>() + 16 + std::mem::size_of::<Vec<u8>>();
+        let log = std::mem::size_of::<RebalanceLog>();
+        let changes = 4 * 16 * (shareplane_core::MAX_REGIONS + 1);
+        let cost = (2 * record + entry + log + changes) as u64;
+        assert!(cost <= RECORD_BYTES, "{cost} bytes a record");
     }
 }

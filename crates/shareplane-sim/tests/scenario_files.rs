@@ -37,6 +37,31 @@ fn a_bad_value_names_its_field_and_line() {
     );
 }
 
+/// The core alone decides what a deployment may be: a floor every Region cannot have is refused
+/// by its rule, with the line of `limit.rate`, and so is a limit event whose rate cannot hold it.
+#[test]
+fn a_floor_the_core_refuses_is_named_with_its_line_at_the_start_and_in_a_limit_event() {
+    let text = g1().replace("floor = 500.0", "floor = 4000.0");
+    let msg = refused(&text);
+    let line = line_of(&text, "rate = 10000.0");
+    assert!(
+        msg.contains(&format!("line {line}: `limit`")) && msg.contains("more than the rate"),
+        "{msg}"
+    );
+    let text = g1().replace(
+        "demand = { C = 7200.0 }",
+        "demand = { C = 7200.0 }\n\n[[event]]\nat_s = 10.0\nlimit = { rate = 1000.0, regions = [\"A\", \"B\", \"C\"] }",
+    );
+    let msg = refused(&text);
+    // An event's line is that of its `[[event]]` header.
+    let line = line_of(&text, "at_s = 10.0") - 1;
+    assert!(
+        msg.contains(&format!("line {line}: `event.limit.rate`"))
+            && msg.contains("more than the rate"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn a_time_off_the_tick_grid_is_refused() {
     let text = g1().replace("offset_s = 1.7", "offset_s = 1.755");

@@ -4,7 +4,7 @@
 //! breaks one is refused like any invalid file (exit 2), naming the field, before anything is
 //! allocated for the run.
 
-use crate::scenario::{Action, Problem, Scenario};
+use super::{Action, Problem, Scenario};
 
 /// The most memory one run may hold for what grows with its settings: the demand windows and
 /// the records the Regions write.
@@ -59,13 +59,13 @@ pub fn problems(sc: &Scenario) -> Vec<Problem> {
         // The deployment checks below cost nothing, but a run this size is refused already.
         return p;
     }
-    let d = match crate::engine::deployment(sc) {
+    let d = match sc.deployment() {
         Ok(d) => d,
         Err(e) => {
             p.push(Problem {
                 line: None,
                 field: "limit".into(),
-                problem: format!("{e}"),
+                problem: e,
             });
             return p;
         }
@@ -88,22 +88,4 @@ pub fn problems(sc: &Scenario) -> Vec<Problem> {
         }
     }
     p
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use shareplane_core::{LimitRecord, RegionRecord};
-
-    /// The estimate per record covers what the simulator keeps for it: the record and its
-    /// one limit (behind an `Arc`), a table entry and a rebalance log line, and change points.
-    #[test]
-    fn the_record_estimate_covers_what_a_record_costs() {
-        let record = std::mem::size_of::<RegionRecord>() + std::mem::size_of::<LimitRecord>();
-        let entry = 4 * std::mem::size_of::<usize>() + 16 + std::mem::size_of::<Vec<u8>>();
-        let log = std::mem::size_of::<crate::engine::RebalanceLog>();
-        let changes = 4 * 16 * (shareplane_core::MAX_REGIONS + 1);
-        let cost = (2 * record + entry + log + changes) as u64;
-        assert!(cost <= RECORD_BYTES, "{cost} bytes a record");
-    }
 }

@@ -1,233 +1,19 @@
-//! Scenario files (SIMULATOR.md, "Scenario file"): parsing, validation and the validated form.
-//!
-//! A [`Scenario`] can only be built from a file that passes every rule, or directly by code that
-//! knows what it does (the fuzzer, the sweep). All times are whole ticks and all rates exact
-//! [`Room`], so the simulation never accumulates floating-point time.
+//! Reading a scenario file: the TOML as written (`Raw…`, every value with its span) and the
+//! checks that turn it into a [`Scenario`], each problem with its field and line.
 
+use super::*;
 use serde::Deserialize;
-use shareplane_core::{Design, Fence, Room, SilentPolicy, MAX_REGIONS};
-use std::fmt;
 use toml::Spanned;
 
-/// The largest scenario file read (bytes).
-pub const MAX_FILE_BYTES: usize = 1 << 20;
-/// The most ticks one run may simulate (about 14 hours at 10 ms ticks).
-pub const MAX_TICKS: i64 = 5_000_000;
-/// The most events one scenario may hold.
-pub const MAX_EVENTS: usize = 10_000;
-/// The largest time accepted anywhere in a scenario, in seconds.
-const MAX_TIME_S: f64 = 1e7;
-
-/// One problem with a scenario file, naming the field and (when known) the line.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Problem {
-    pub line: Option<usize>,
-    pub field: String,
-    pub problem: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(l) => write!(f, "line {l}: `{}` {}", self.field, self.problem),
-            None => write!(f, "`{}` {}", self.field, self.problem),
-        }
+/// The scenario a file's text describes, every field checked (not yet what the run as a whole
+/// needs: [`super::runnable`]).
+pub(super) fn read(text: &str) -> Result<Scenario, ScenarioError> {
+    let raw: Raw = toml::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
+    Checker {
+        text,
+        problems: Vec::new(),
     }
-}
-
-/// Why a scenario file was refused. Every problem found is listed, not only the first.
-#[derive(Debug, thiserror::Error)]
-pub enum ScenarioError {
-    #[error("{0}")]
-    Syntax(String),
-    #[error("{}", list(.0))]
-    Invalid(Vec<Problem>),
-}
-
-fn list(problems: &[Problem]) -> String {
-    problems
-        .iter()
-        .map(|p| p.to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// What happens at an event (SIMULATOR.md, "Events").
-#[derive(Clone, Debug, PartialEq)]
-pub enum Action {
-    /// New received rates, by Region index.
-    Demand(Vec<(usize, Room)>),
-    Lose(usize),
-    Restore(usize),
-    /// The Regions in the mask are cut off from the others.
-    Cut(u8),
-    /// Records written by the Regions of the first mask no longer reach those of the second (the
-    /// other way still works).
-    OneWayCut(u8, u8),
-    Heal,
-    Unhealthy(usize),
-    Healthy(usize),
-    /// The health check's data for the Region is missing or unreadable (never read as unhealthy).
-    Unknown(usize),
-    /// The Region's daemon restarts at once and resumes from its own record.
-    Restart(usize),
-    /// The Region's daemon dies; its gateways keep enforcing their last rules for the lease,
-    /// then fence (capacity limits refuse everything).
-    KillDaemon(usize),
-    /// A killed daemon starts again from its last written record.
-    RestartDaemon(usize),
-    /// The Regions in the mask adopt the limit at this rate (a new limit version for every change
-    /// of rate, in time order; Regions adopt it at different times, as a rollout does).
-    Limit(Room, u8),
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Event {
-    pub at_tick: i64,
-    pub action: Action,
-    /// The line of the event in its file (0 for generated scenarios).
-    pub line: usize,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct RegionSpec {
-    pub name: String,
-    pub offset_tick: i64,
-    pub demand: Room,
-    pub visibility_ticks: u64,
-}
-
-/// A validated scenario, in ticks and exact room.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Scenario {
-    pub name: String,
-    pub tick_ms: u64,
-    /// First simulated tick (tick 0 is t = 0).
-    pub start_tick: i64,
-    /// First tick not simulated.
-    pub end_tick: i64,
-    pub design: Design,
-    pub policy: SilentPolicy,
-    pub fence: Fence,
-    pub seed: Option<u64>,
-    pub limit: Room,
-    pub burst_ms: u64,
-    pub floor: Room,
-    pub step_cap: Room,
-    pub period_ticks: u64,
-    pub window_ticks: u64,
-    pub silent_after: u32,
-    pub regions: Vec<RegionSpec>,
-    /// In time order; events at the same tick keep their file order.
-    pub events: Vec<Event>,
-    /// The time window the plot shows, in ticks (defaults to the whole run).
-    pub plot_from_tick: i64,
-    pub plot_to_tick: i64,
-}
-
-impl Scenario {
-    pub fn seconds(&self, tick: i64) -> f64 {
-        (tick as i128 * self.tick_ms as i128) as f64 / 1000.0
-    }
-
-    pub fn ticks_per_second(&self) -> u64 {
-        1000 / self.tick_ms
-    }
-
-    /// The limit's rate once every change has been adopted: the last change's, or `limit`.
-    pub fn final_limit(&self) -> Room {
-        self.events
-            .iter()
-            .rev()
-            .find_map(|e| match e.action {
-                Action::Limit(rate, _) => Some(rate),
-                _ => None,
-            })
-            .unwrap_or(self.limit)
-    }
-
-    /// The largest rate the limit has at any time.
-    pub fn max_limit(&self) -> Room {
-        self.events
-            .iter()
-            .filter_map(|e| match e.action {
-                Action::Limit(rate, _) => Some(rate),
-                _ => None,
-            })
-            .fold(self.limit, Room::max)
-    }
-
-    /// Parses and validates a scenario file's text.
-    pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
-        if text.len() > MAX_FILE_BYTES {
-            return Err(ScenarioError::Syntax(format!(
-                "the file is larger than {MAX_FILE_BYTES} bytes, the most a scenario may have"
-            )));
-        }
-        let raw: Raw = toml::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
-        let sc = Checker {
-            text,
-            problems: Vec::new(),
-        }
-        .check(raw)?;
-        // What the run as a whole needs (memory, a deployment the core accepts, a lease for
-        // `kill_daemon`): checked once every field is valid.
-        let problems = crate::runnable::problems(&sc);
-        if problems.is_empty() {
-            Ok(sc)
-        } else {
-            Err(ScenarioError::Invalid(problems))
-        }
-    }
-
-    /// Checks the rules that code building a scenario directly must also keep.
-    pub fn validate(&self) -> Result<(), ScenarioError> {
-        let mut p = Vec::new();
-        let mut bad = |field: &str, problem: &str| {
-            p.push(Problem {
-                line: None,
-                field: field.into(),
-                problem: problem.into(),
-            })
-        };
-        if self.tick_ms == 0 || 1000 % self.tick_ms != 0 {
-            bad("tick_ms", "must divide 1000");
-        }
-        if self.end_tick <= self.start_tick || self.end_tick - self.start_tick > MAX_TICKS {
-            bad("end_s", "must be after start_s, by at most MAX_TICKS ticks");
-        }
-        if !(1..=MAX_REGIONS).contains(&self.regions.len()) {
-            bad("region", "needs 1 to 8 Regions");
-        }
-        if self.regions.iter().any(|r| r.visibility_ticks == 0)
-            || self.period_ticks == 0
-            || self.window_ticks == 0
-        {
-            bad("sync", "visibility, period and window must be positive");
-        }
-        let held = |rate: Room| {
-            self.floor.0.saturating_mul(self.regions.len() as u64) <= rate.0 && !rate.is_zero()
-        };
-        if !held(self.limit)
-            || self
-                .events
-                .iter()
-                .any(|e| matches!(e.action, Action::Limit(rate, _) if !held(rate)))
-        {
-            bad(
-                "limit",
-                "rate must be positive and hold a floor for every Region",
-            );
-        }
-        if p.is_empty() {
-            p = crate::runnable::problems(self);
-        }
-        if p.is_empty() {
-            Ok(())
-        } else {
-            Err(ScenarioError::Invalid(p))
-        }
-    }
+    .check(raw)
 }
 
 #[derive(Deserialize)]
@@ -423,6 +209,65 @@ impl Checker<'_> {
     }
 
     fn check(mut self, raw: Raw) -> Result<Scenario, ScenarioError> {
+        let (tick_ms, start_tick, end_tick) = self.times(&raw);
+        let (design, policy, fence) = self.settings(&raw);
+        let l = &raw.limit;
+        let limit = self.rate(&l.rate, "limit.rate");
+        if limit.is_zero() {
+            self.bad(&l.rate, "limit.rate", "must be positive");
+        }
+        let burst_ticks = self.positive_ticks(&l.burst_s, "limit.burst_s", tick_ms);
+        let floor = self.rate(&l.floor, "limit.floor");
+        let step_cap = self.rate(&l.step_cap, "limit.step_cap");
+        if step_cap.is_zero() {
+            self.bad(&l.step_cap, "limit.step_cap", "must be positive");
+        }
+        let s = &raw.sync;
+        let period_ticks = self.positive_ticks(&s.period_s, "sync.period_s", tick_ms);
+        let visibility = self.positive_ticks(&s.visibility_s, "sync.visibility_s", tick_ms);
+        let window_ticks = self.positive_ticks(&s.demand_window_s, "sync.demand_window_s", tick_ms);
+        let silent_after = *s.silent_after.get_ref();
+        if !(1..=1000).contains(&silent_after) {
+            self.bad(&s.silent_after, "sync.silent_after", "must be 1 to 1000");
+        }
+        let regions = self.regions(&raw.region, tick_ms, visibility);
+        let names: Vec<String> = regions.iter().map(|r| r.name.clone()).collect();
+        let events = self.events(&raw.event, &names, tick_ms, start_tick, end_tick);
+        let (plot_from_tick, plot_to_tick) =
+            self.plot(raw.plot.as_ref(), tick_ms, start_tick, end_tick);
+        if !self.problems.is_empty() {
+            return Err(ScenarioError::Invalid(self.problems));
+        }
+        let sc = Scenario {
+            name: raw.name.into_inner(),
+            tick_ms,
+            start_tick,
+            end_tick,
+            design,
+            policy,
+            fence,
+            seed: raw.seed,
+            limit,
+            burst_ms: burst_ticks * tick_ms,
+            floor,
+            step_cap,
+            period_ticks,
+            window_ticks,
+            silent_after: silent_after.clamp(1, 1000) as u32,
+            regions,
+            events,
+            plot_from_tick,
+            plot_to_tick,
+        };
+        self.core_accepts(&sc, self.line(l.rate.span().start));
+        if !self.problems.is_empty() {
+            return Err(ScenarioError::Invalid(self.problems));
+        }
+        Ok(sc)
+    }
+
+    /// The run's ticks: `tick_ms`, and the first and the end tick.
+    fn times(&mut self, raw: &Raw) -> (u64, i64, i64) {
         let tick_ms = *raw.tick_ms.get_ref();
         let tick_ok = (1..=1000).contains(&tick_ms) && 1000 % tick_ms == 0;
         if !tick_ok {
@@ -448,6 +293,11 @@ impl Checker<'_> {
         if raw.name.get_ref().len() > 200 {
             self.bad(&raw.name, "name", "is longer than 200 characters");
         }
+        (tick_ms, start_tick, end_tick)
+    }
+
+    /// The design, silent rule and fence, by their names.
+    fn settings(&mut self, raw: &Raw) -> (Design, SilentPolicy, Fence) {
         let design = Design::from_name(raw.design.get_ref()).unwrap_or_else(|| {
             let msg = format!("must be {}", Design::choices());
             self.bad(&raw.design, "design", msg);
@@ -465,72 +315,35 @@ impl Checker<'_> {
                 Fence::OwnUnhealthy
             }),
         };
-        let l = &raw.limit;
-        let limit = self.rate(&l.rate, "limit.rate");
-        if limit.is_zero() {
-            self.bad(&l.rate, "limit.rate", "must be positive");
-        }
-        let burst_ticks = self.positive_ticks(&l.burst_s, "limit.burst_s", tick_ms);
-        let floor = self.rate(&l.floor, "limit.floor");
-        let step_cap = self.rate(&l.step_cap, "limit.step_cap");
-        if step_cap.is_zero() {
-            self.bad(&l.step_cap, "limit.step_cap", "must be positive");
-        }
-        let s = &raw.sync;
-        let period_ticks = self.positive_ticks(&s.period_s, "sync.period_s", tick_ms);
-        let visibility = self.positive_ticks(&s.visibility_s, "sync.visibility_s", tick_ms);
-        let window_ticks = self.positive_ticks(&s.demand_window_s, "sync.demand_window_s", tick_ms);
-        let silent_after = *s.silent_after.get_ref();
-        if !(1..=1000).contains(&silent_after) {
-            self.bad(&s.silent_after, "sync.silent_after", "must be 1 to 1000");
-        }
-        let regions = self.regions(&raw.region, tick_ms, visibility);
-        let names: Vec<String> = regions.iter().map(|r| r.name.clone()).collect();
-        if floor.0.saturating_mul(names.len() as u64) > limit.0 {
-            self.bad(
-                &l.floor,
-                "limit.floor",
-                "times the number of Regions exceeds limit.rate",
-            );
-        }
-        let events = self.events(&raw.event, &names, tick_ms, start_tick, end_tick);
-        for e in &events {
-            if let Action::Limit(rate, _) = e.action {
-                if floor.0.saturating_mul(names.len() as u64) > rate.0 {
-                    self.problems.push(Problem {
-                        line: Some(e.line),
-                        field: "event.limit.rate".into(),
-                        problem: "must hold limit.floor for every Region".into(),
-                    });
-                }
+        (design, policy, fence)
+    }
+
+    /// The core decides what a deployment may be (a floor every Region can have, at the first
+    /// rate and at every rate a `limit` event rolls out): its problems, with the line of
+    /// `limit.rate` (`limit_line`) or of the event.
+    fn core_accepts(&mut self, sc: &Scenario, limit_line: usize) {
+        let rates = std::iter::once((sc.limit, limit_line, "limit")).chain(
+            sc.events.iter().filter_map(|e| match e.action {
+                Action::Limit(rate, _) => Some((rate, e.line, "event.limit.rate")),
+                _ => None,
+            }),
+        );
+        for (rate, line, field) in rates {
+            let at = Scenario {
+                limit: rate,
+                events: Vec::new(),
+                regions: sc.regions.clone(),
+                name: String::new(),
+                ..*sc
+            };
+            if let Err(problem) = at.deployment() {
+                self.problems.push(Problem {
+                    line: Some(line),
+                    field: field.into(),
+                    problem,
+                });
             }
         }
-        let (plot_from_tick, plot_to_tick) =
-            self.plot(raw.plot.as_ref(), tick_ms, start_tick, end_tick);
-        if !self.problems.is_empty() {
-            return Err(ScenarioError::Invalid(self.problems));
-        }
-        Ok(Scenario {
-            name: raw.name.into_inner(),
-            tick_ms,
-            start_tick,
-            end_tick,
-            design,
-            policy,
-            fence,
-            seed: raw.seed,
-            limit,
-            burst_ms: burst_ticks * tick_ms,
-            floor,
-            step_cap,
-            period_ticks,
-            window_ticks,
-            silent_after: silent_after.clamp(1, 1000) as u32,
-            regions,
-            events,
-            plot_from_tick,
-            plot_to_tick,
-        })
     }
 
     fn regions(
@@ -616,76 +429,7 @@ impl Checker<'_> {
                     "must be within [start_s, end_s)",
                 );
             }
-            let mut actions = Vec::new();
-            if let Some(d) = &e.demand {
-                actions.push(self.demand_action(d, names, &at));
-            }
-            let one =
-                |c: &mut Self, v: &Option<Spanned<String>>, key: &str, f: fn(usize) -> Action| {
-                    v.as_ref()
-                        .map(|v| f(c.region(names, v, &format!("{at}.{key}"))))
-                };
-            actions.extend(one(self, &e.lose, "lose", Action::Lose));
-            actions.extend(one(self, &e.restore, "restore", Action::Restore));
-            actions.extend(one(self, &e.unhealthy, "unhealthy", Action::Unhealthy));
-            actions.extend(one(self, &e.healthy, "healthy", Action::Healthy));
-            actions.extend(one(self, &e.restart, "restart", Action::Restart));
-            actions.extend(one(self, &e.unknown, "unknown", Action::Unknown));
-            actions.extend(one(self, &e.kill_daemon, "kill_daemon", Action::KillDaemon));
-            actions.extend(one(
-                self,
-                &e.restart_daemon,
-                "restart_daemon",
-                Action::RestartDaemon,
-            ));
-            if let Some(c) = &e.one_way_cut {
-                let field = format!("{at}.one_way_cut");
-                let from = self.mask(c, names, &c.get_ref().from, &format!("{field}.from"));
-                let to = self.mask(c, names, &c.get_ref().to, &format!("{field}.to"));
-                if from & to != 0 {
-                    self.bad(c, &field, "from and to must not share a Region");
-                }
-                actions.push(Action::OneWayCut(from, to));
-            }
-            if let Some(l) = &e.limit {
-                let field = format!("{at}.limit");
-                let rate = match Room::from_rps(l.get_ref().rate) {
-                    Ok(r) if !r.is_zero() => r,
-                    Ok(_) => {
-                        self.bad(l, &format!("{field}.rate"), "must be positive");
-                        Room::ZERO
-                    }
-                    Err(e) => {
-                        self.bad(l, &format!("{field}.rate"), e.to_string());
-                        Room::ZERO
-                    }
-                };
-                let mask = self.mask(l, names, &l.get_ref().regions, &format!("{field}.regions"));
-                actions.push(Action::Limit(rate, mask));
-            }
-            if let Some(c) = &e.cut {
-                let mut mask = 0u8;
-                for n in c.get_ref() {
-                    match names.iter().position(|x| x == n) {
-                        Some(r) => mask |= 1 << r,
-                        None => self.bad(
-                            c,
-                            &format!("{at}.cut"),
-                            format!("names {n:?}, which is not a [[region]]"),
-                        ),
-                    }
-                }
-                if c.get_ref().is_empty() {
-                    self.bad(c, &format!("{at}.cut"), "must name at least one Region");
-                }
-                actions.push(Action::Cut(mask));
-            }
-            if let Some(h) = &e.heal {
-                if !*h.get_ref() {
-                    self.bad(h, &format!("{at}.heal"), "must be true (or left out)");
-                }
-                actions.push(Action::Heal);
-            }
+            let mut actions = self.actions(e, names, &at);
             if actions.len() != 1 {
                 let n = actions.len();
                 self.problems.push(Problem {
@@ -710,6 +454,85 @@ impl Checker<'_> {
             self.check_lifecycle(&out, names);
         }
         out
+    }
+
+    /// The actions one event names (an event must name exactly one), each checked.
+    fn actions(&mut self, e: &RawEvent, names: &[String], at: &str) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if let Some(d) = &e.demand {
+            actions.push(self.demand_action(d, names, at));
+        }
+        let one = |c: &mut Self, v: &Option<Spanned<String>>, key: &str, f: fn(usize) -> Action| {
+            v.as_ref()
+                .map(|v| f(c.region(names, v, &format!("{at}.{key}"))))
+        };
+        actions.extend(one(self, &e.lose, "lose", Action::Lose));
+        actions.extend(one(self, &e.restore, "restore", Action::Restore));
+        actions.extend(one(self, &e.unhealthy, "unhealthy", Action::Unhealthy));
+        actions.extend(one(self, &e.healthy, "healthy", Action::Healthy));
+        actions.extend(one(self, &e.restart, "restart", Action::Restart));
+        actions.extend(one(self, &e.unknown, "unknown", Action::Unknown));
+        actions.extend(one(self, &e.kill_daemon, "kill_daemon", Action::KillDaemon));
+        actions.extend(one(
+            self,
+            &e.restart_daemon,
+            "restart_daemon",
+            Action::RestartDaemon,
+        ));
+        if let Some(c) = &e.one_way_cut {
+            let field = format!("{at}.one_way_cut");
+            let from = self.mask(c, names, &c.get_ref().from, &format!("{field}.from"));
+            let to = self.mask(c, names, &c.get_ref().to, &format!("{field}.to"));
+            if from & to != 0 {
+                self.bad(c, &field, "from and to must not share a Region");
+            }
+            actions.push(Action::OneWayCut(from, to));
+        }
+        if let Some(l) = &e.limit {
+            actions.push(self.limit_action(l, names, at));
+        }
+        if let Some(c) = &e.cut {
+            let mut mask = 0u8;
+            for n in c.get_ref() {
+                match names.iter().position(|x| x == n) {
+                    Some(r) => mask |= 1 << r,
+                    None => self.bad(
+                        c,
+                        &format!("{at}.cut"),
+                        format!("names {n:?}, which is not a [[region]]"),
+                    ),
+                }
+            }
+            if c.get_ref().is_empty() {
+                self.bad(c, &format!("{at}.cut"), "must name at least one Region");
+            }
+            actions.push(Action::Cut(mask));
+        }
+        if let Some(h) = &e.heal {
+            if !*h.get_ref() {
+                self.bad(h, &format!("{at}.heal"), "must be true (or left out)");
+            }
+            actions.push(Action::Heal);
+        }
+        actions
+    }
+
+    /// A `limit` event's action: a positive rate and the Regions that adopt it.
+    fn limit_action(&mut self, l: &Spanned<RawLimitChange>, names: &[String], at: &str) -> Action {
+        let field = format!("{at}.limit");
+        let rate = match Room::from_rps(l.get_ref().rate) {
+            Ok(r) if !r.is_zero() => r,
+            Ok(_) => {
+                self.bad(l, &format!("{field}.rate"), "must be positive");
+                Room::ZERO
+            }
+            Err(e) => {
+                self.bad(l, &format!("{field}.rate"), e.to_string());
+                Room::ZERO
+            }
+        };
+        let mask = self.mask(l, names, &l.get_ref().regions, &format!("{field}.regions"));
+        Action::Limit(rate, mask)
     }
 
     /// The mask of the named Regions (at least one, all of them configured).
