@@ -411,7 +411,15 @@ async fn abandon(
             ),
         ));
     }
-    s.request_abandon(peer, req.epoch);
+    if !s.request_abandon(peer, req.epoch) {
+        return Err(err(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the daemon's loop has {} requests waiting and reads none; try again later",
+                crate::state::MAX_QUEUED_COMMANDS
+            ),
+        ));
+    }
     let body = serde_json::json!({
         "queued": true,
         "detail": format!(

@@ -243,9 +243,16 @@ impl Reloader {
                     Ok(d) => {
                         let d = Arc::new(d);
                         new.deployment = d.clone();
-                        self.running = new;
-                        self.shared.propose(d);
-                        ReloadOutcome::Applied(c)
+                        if self.shared.propose(d) {
+                            self.running = new;
+                            ReloadOutcome::Applied(c)
+                        } else {
+                            ReloadOutcome::Refused(vec![format!(
+                                "the daemon's loop has {} commands waiting and reads none: \
+                                 the running configuration stays",
+                                crate::state::MAX_QUEUED_COMMANDS
+                            )])
+                        }
                     }
                     Err(es) => ReloadOutcome::Refused(es.iter().map(|p| p.to_string()).collect()),
                 }

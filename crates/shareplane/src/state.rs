@@ -10,7 +10,20 @@ pub use crate::view::{build_view, health_name, LimitJson, PeerJson, StateView, V
 use shareplane_core::{Deployment, RegionId};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+
+/// What the API and the reloader ask of a Region's loop.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Adopt a reloaded deployment (its coordinator decides whether it may).
+    Adopt(Arc<Deployment>),
+    /// Stop waiting for the last record of this peer's epoch, if the coordinator agrees.
+    Abandon(RegionId, u64),
+}
+
+/// Commands that may wait for the loop; beyond this the API answers 503 and a reload is
+/// refused, never queued without bound.
+pub const MAX_QUEUED_COMMANDS: usize = 64;
 
 /// State shared by a Region's loop and API handlers.
 pub struct Shared {
@@ -19,11 +32,11 @@ pub struct Shared {
     /// The deployment the daemon runs; replaced only by the daemon's loop, between rebalances,
     /// when it adopts a reloaded configuration ([`Shared::set_deployment`]).
     d: RwLock<Arc<Deployment>>,
-    /// A reloaded deployment waiting for the loop to adopt it ([`Shared::propose`]).
-    proposed: Mutex<Option<Arc<Deployment>>>,
-    /// Operators' requests to stop waiting for a peer epoch's last record, for the loop
-    /// ([`Shared::request_abandon`]).
-    abandons: Mutex<Vec<(RegionId, u64)>>,
+    /// What the API and the reloader ask of the loop, which reads them in its one `select!`
+    /// ([`Shared::propose`], [`Shared::request_abandon`]).
+    commands: mpsc::Sender<Command>,
+    /// The receiving end, until the Region's daemon takes it ([`Shared::take_commands`]).
+    commands_rx: Mutex<Option<mpsc::Receiver<Command>>>,
     /// What the last reloads of the configuration did (`GET /v1/state`, `config`).
     config: RwLock<ConfigStatus>,
     pub clock: Clock,
@@ -70,6 +83,7 @@ impl Shared {
         let region = d.region_name(me).to_string();
         let view = StateView::starting(&d, me);
         let lease_full_ms = shareplane_core::lease_bound(&d).map_or(0, |b| b.lease_ms);
+        let (commands, commands_rx) = mpsc::channel(MAX_QUEUED_COMMANDS);
         Arc::new(Shared {
             region,
             me,
@@ -86,8 +100,8 @@ impl Shared {
             ready: AtomicBool::new(false),
             shutdown,
             d: RwLock::new(d),
-            proposed: Mutex::new(None),
-            abandons: Mutex::new(Vec::new()),
+            commands,
+            commands_rx: Mutex::new(Some(commands_rx)),
             config: RwLock::new(ConfigStatus::default()),
         })
     }
@@ -118,32 +132,38 @@ impl Shared {
         *self.d.write().unwrap_or_else(|e| e.into_inner()) = d;
     }
 
-    /// Hands a reloaded deployment to the loop, which adopts it at its next tick (replacing any
-    /// proposal it has not adopted yet).
-    pub fn propose(&self, d: Arc<Deployment>) {
-        *self.proposed.lock().unwrap_or_else(|e| e.into_inner()) = Some(d);
+    /// Hands a reloaded deployment to the loop, which adopts it between rebalances, in the
+    /// order proposed. False (nothing queued) when [`MAX_QUEUED_COMMANDS`] wait already: the
+    /// loop is not reading them.
+    pub fn propose(&self, d: Arc<Deployment>) -> bool {
+        self.commands.try_send(Command::Adopt(d)).is_ok()
     }
 
     /// Asks the loop to stop waiting for the last record of `peer`'s epoch `epoch`
     /// (`POST /v1/peers/{region}/abandon`); the coordinator decides at the next rebalance.
-    pub fn request_abandon(&self, peer: RegionId, epoch: u64) {
-        let mut q = self.abandons.lock().unwrap_or_else(|e| e.into_inner());
-        if !q.contains(&(peer, epoch)) {
-            q.push((peer, epoch));
-        }
+    /// False (nothing queued) when the queue is full.
+    pub fn request_abandon(&self, peer: RegionId, epoch: u64) -> bool {
+        self.commands
+            .try_send(Command::Abandon(peer, epoch))
+            .is_ok()
     }
 
-    /// The requests made since the last call.
-    pub fn take_abandons(&self) -> Vec<(RegionId, u64)> {
-        std::mem::take(&mut *self.abandons.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// The deployment proposed since the last call, if any.
-    pub fn take_proposed(&self) -> Option<Arc<Deployment>> {
-        self.proposed
+    /// The loop's end of the commands: the first caller (the Region's daemon) gets it.
+    pub fn take_commands(&self) -> Option<mpsc::Receiver<Command>> {
+        self.commands_rx
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
+    }
+
+    /// The commands queued and not taken by a loop (a Region with no daemon: tests).
+    pub fn queued_commands(&self) -> Vec<Command> {
+        let mut rx = self.commands_rx.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        while let Some(c) = rx.as_mut().and_then(|rx| rx.try_recv().ok()) {
+            out.push(c);
+        }
+        out
     }
 
     pub fn config_status(&self) -> ConfigStatus {

@@ -8,7 +8,7 @@ use axum::Router;
 use shareplane::api;
 use shareplane::clock::Clock;
 use shareplane::rules::RuleSet;
-use shareplane::state::Shared;
+use shareplane::state::{Command, Shared, MAX_QUEUED_COMMANDS};
 use shareplane_core::{RegionId, Room, Rule};
 use std::sync::Arc;
 use std::time::Duration;
@@ -652,7 +652,7 @@ async fn giving_up_on_a_lost_record_is_checked_against_the_leaders_view_then_que
         assert_eq!(status, want, "{region} {body}: {answer}");
         assert!(answer["error"].is_string(), "{answer}");
     }
-    assert!(s.take_abandons().is_empty(), "nothing refused was queued");
+    assert!(s.queued_commands().is_empty(), "nothing refused was queued");
     let (_, body) = answer("B", Some(TOKEN), r#"{"epoch": 1}"#).await;
     assert!(
         body["error"]
@@ -663,7 +663,15 @@ async fn giving_up_on_a_lost_record_is_checked_against_the_leaders_view_then_que
     let (status, body) = answer("B", Some(ADMIN), r#"{"epoch": 1}"#).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(body["queued"], true);
-    assert_eq!(s.take_abandons(), vec![(rid(1), 1)]);
+    assert_eq!(s.queued_commands(), vec![Command::Abandon(rid(1), 1)]);
+    // A loop that reads no commands: the queue is bounded, and the API says so.
+    let queued = (0..2 * MAX_QUEUED_COMMANDS)
+        .filter(|_| s.request_abandon(rid(1), 1))
+        .count();
+    assert_eq!(queued, MAX_QUEUED_COMMANDS);
+    let (status, body) = answer("B", Some(ADMIN), r#"{"epoch": 1}"#).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(s.queued_commands().len(), MAX_QUEUED_COMMANDS);
     let (_, _, bytes) = call(&app, get("/v1/state")).await;
     assert_eq!(json(&bytes)["peers"][0]["accounts_with_epoch"], 1);
 }
@@ -689,7 +697,7 @@ async fn without_an_admin_token_operator_endpoints_are_closed_and_the_admin_toke
             "{e}"
         );
     }
-    assert!(s.take_abandons().is_empty());
+    assert!(s.queued_commands().is_empty());
     // The admin token is not a demand token.
     let (s, _tx) = shared_with_admin(Some(ADMIN));
     let app = api::router(s);

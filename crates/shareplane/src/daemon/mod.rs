@@ -55,17 +55,17 @@ use crate::events::Kind;
 use crate::health::HealthSource;
 use crate::health_watch::UnknownWatch;
 use crate::rules::{lowered, RuleSet};
-use crate::state::Shared;
+use crate::state::{Command, Shared};
 use report::{alarm_names, count_in_a_row, decision_events, peer_events};
 use shareplane_core::{
-    Coordinator, Decision, Deployment, Health, Inputs, PeerView, PerRegion, RegionRecord, Room,
-    Rule, Silence,
+    Coordinator, Decision, Deployment, Health, Inputs, PeerView, PerRegion, RegionId, RegionRecord,
+    Room, Rule, Silence,
 };
 use shareplane_store::{Fetched, RecordStore, StoreError, WriterToken};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 
 /// How one replica runs.
@@ -106,7 +106,7 @@ impl DaemonOptions {
 pub struct Daemon<S, H> {
     shared: Arc<Shared>,
     /// The deployment this replica runs (its coordinator's); replaced only between rebalances,
-    /// by [`Daemon::adopt_proposed`].
+    /// by [`Daemon::adopt`].
     d: Arc<Deployment>,
     /// [`shareplane_core::limits_digest`] of `d`'s limits, stamped into every own record.
     digest: u64,
@@ -137,6 +137,10 @@ pub struct Daemon<S, H> {
     own_seen: Option<Arc<RegionRecord>>,
     alarms: Vec<String>,
     paused: watch::Receiver<bool>,
+    /// What the API and the reloader ask ([`crate::state::Command`]), read in the loop's
+    /// `select!`; held in `pending` until the loop is not paused.
+    commands: mpsc::Receiver<Command>,
+    pending: Vec<Command>,
 }
 
 /// Whether this replica writes the Region's record.
@@ -208,6 +212,10 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         let d = shared.d();
         let n = d.n();
         let unknown = UnknownWatch::new(n, opts.health_unknown_after_ms);
+        let commands = shared.take_commands().unwrap_or_else(|| {
+            error!(region = %shared.region, "another loop reads this Region's commands; this one gets none");
+            mpsc::channel(1).1
+        });
         Daemon {
             digest: shareplane_core::limits_digest(&d.limits),
             mismatch: vec![0; n],
@@ -229,6 +237,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             own_seen: None,
             alarms: Vec::new(),
             paused: watch::channel(false).1,
+            commands,
+            pending: Vec::new(),
         }
     }
 
@@ -277,6 +287,13 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             };
             tokio::select! {
                 _ = tokio::time::sleep_until(clock.instant_at(wake)) => {}
+                Some(command) = self.commands.recv() => {
+                    self.pending.push(command);
+                    if !*self.paused.borrow() {
+                        self.run_commands();
+                    }
+                    continue;
+                }
                 _ = shutdown.wait_for(|s| *s) => break,
             }
             let woke = clock.now_ms();
@@ -297,8 +314,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 self.stalled = true;
                 continue;
             }
-            self.adopt_proposed();
-            self.adopt_abandons();
+            self.run_commands();
             if phase_tick || !self.is_leader(now) {
                 self.tick(now, phase_tick).await;
             }
@@ -309,16 +325,18 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
               "rebalance loop stopped");
     }
 
-    /// Adopts a reloaded deployment ([`Shared::propose`]) between two rebalances: the
-    /// coordinator, the store's codec, the demand book, the rule set and the API switch
-    /// together. The coordinator's next rebalance adopts each limit at its new version in this
-    /// Region's static part (the core's limit-change protocol) and an added limit in its static
-    /// part. The reloader checked the deployment; should the coordinator still refuse it, the
-    /// running one stays.
-    fn adopt_proposed(&mut self) {
-        let Some(d) = self.shared.take_proposed() else {
-            return;
-        };
+    /// Carries out what the API and the reloader asked, in order.
+    fn run_commands(&mut self) {
+        for command in std::mem::take(&mut self.pending) {
+            match command {
+                Command::Adopt(d) => self.adopt(d),
+                Command::Abandon(peer, epoch) => self.abandon(peer, epoch),
+            }
+        }
+    }
+
+    /// Adopts a reloaded deployment, if the coordinator accepts its limits.
+    fn adopt(&mut self, d: Arc<Deployment>) {
         if let Role::Leader(l) = &mut self.role {
             if let Err(es) = l.coord.set_limits(d.limits.clone()) {
                 let es: Vec<String> = es.iter().map(|e| e.to_string()).collect();
@@ -336,23 +354,23 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         self.d = d;
     }
 
-    /// Hands operators' requests to stop waiting for a peer epoch's last record
-    /// ([`Shared::request_abandon`]) to the coordinator, which decides; a refusal is an event.
-    fn adopt_abandons(&mut self) {
-        for (peer, epoch) in self.shared.take_abandons() {
-            let name = self.d.region_name(peer).to_string();
-            let refused = match &mut self.role {
-                Role::Leader(l) => l.coord.abandon(peer, epoch).err().map(|e| e.to_string()),
-                Role::Follower => Some("this replica does not lead its Region".to_string()),
-            };
-            if let Some(why) = refused {
-                self.shared.event(
-                    Kind::AbandonRefused,
-                    Some(&name),
-                    None,
-                    format!("refused to stop waiting for the last record of {name}'s epoch {epoch}: {why}"),
-                );
-            }
+    /// Hands an operator's request to stop waiting for a peer epoch's last record to the
+    /// coordinator, which decides; a refusal is an event.
+    fn abandon(&mut self, peer: RegionId, epoch: u64) {
+        let name = self.d.region_name(peer).to_string();
+        let refused = match &mut self.role {
+            Role::Leader(l) => l.coord.abandon(peer, epoch).err().map(|e| e.to_string()),
+            Role::Follower => Some("this replica does not lead its Region".to_string()),
+        };
+        if let Some(why) = refused {
+            self.shared.event(
+                Kind::AbandonRefused,
+                Some(&name),
+                None,
+                format!(
+                    "refused to stop waiting for the last record of {name}'s epoch {epoch}: {why}"
+                ),
+            );
         }
     }
 
