@@ -354,6 +354,39 @@ struct AbandonRequest {
     epoch: u64,
 }
 
+/// The epoch of `region` that this replica, leading, waits for the last record of, when it is
+/// `epoch`; else why not (409).
+fn waits_for(s: &Shared, region: &str, epoch: u64) -> Result<u64, ApiError> {
+    let view = s.view();
+    if view.role != "leader" {
+        return Err(err(
+            StatusCode::CONFLICT,
+            format!(
+                "this replica is {}: ask the replica that leads the Region (GET /v1/state, role)",
+                view.role
+            ),
+        ));
+    }
+    let p = view.peers.iter().find(|p| p.region == region);
+    let acct = p.and_then(|p| p.accounts_with_epoch).unwrap_or(0);
+    if p.and_then(|p| p.waiting_for_record).unwrap_or(0) == 0 {
+        return Err(err(
+            StatusCode::CONFLICT,
+            format!("not waiting for a record of {region} (it accounts with its epoch {acct})"),
+        ));
+    }
+    if epoch != acct {
+        return Err(err(
+            StatusCode::CONFLICT,
+            format!(
+                "waiting for the last record of {region}'s epoch {acct}, not epoch {}",
+                epoch
+            ),
+        ));
+    }
+    Ok(acct)
+}
+
 /// An operator's recovery from `waiting_for_record:<region>` (docs/PROTOCOL.md, "Giving up on a
 /// lost record"). Checked here against the leader's last view so that a mistake is answered at
 /// once; the coordinator decides at the next rebalance.
@@ -384,33 +417,7 @@ async fn abandon(
             "this is the Region's own name: it never waits for its own records",
         ));
     }
-    let view = s.view();
-    if view.role != "leader" {
-        return Err(err(
-            StatusCode::CONFLICT,
-            format!(
-                "this replica is {}: ask the replica that leads the Region (GET /v1/state, role)",
-                view.role
-            ),
-        ));
-    }
-    let p = view.peers.iter().find(|p| p.region == region);
-    let acct = p.and_then(|p| p.accounts_with_epoch).unwrap_or(0);
-    if p.and_then(|p| p.waiting_for_record).unwrap_or(0) == 0 {
-        return Err(err(
-            StatusCode::CONFLICT,
-            format!("not waiting for a record of {region} (it accounts with its epoch {acct})"),
-        ));
-    }
-    if req.epoch != acct {
-        return Err(err(
-            StatusCode::CONFLICT,
-            format!(
-                "waiting for the last record of {region}'s epoch {acct}, not epoch {}",
-                req.epoch
-            ),
-        ));
-    }
+    let acct = waits_for(&s, &region, req.epoch)?;
     if !s.request_abandon(peer, req.epoch) {
         return Err(err(
             StatusCode::SERVICE_UNAVAILABLE,
