@@ -27,6 +27,7 @@ pub mod events;
 pub mod health;
 pub mod health_watch;
 pub mod limits;
+pub mod local;
 pub mod metrics;
 pub mod reload;
 pub mod rules;

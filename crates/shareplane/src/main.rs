@@ -65,6 +65,21 @@ enum Command {
         #[arg(long, default_value_t = shareplane::demo::DEFAULT_PERIOD_MS)]
         period_ms: u64,
     },
+    /// The real Region daemons on this machine before any deployment: A, B and C, each a whole
+    /// `shareplane run` daemon with its own configuration file and API, on a simulated global
+    /// table and a health source you set (faults through the control listener; see the
+    /// banner). No AWS account needed.
+    Local {
+        /// Where the three configuration files are written (edit one to reload its Region).
+        #[arg(long, default_value = "shareplane-local")]
+        dir: PathBuf,
+        /// The control listener's port; the Regions' APIs listen on the next three ports.
+        #[arg(long, default_value_t = 7600)]
+        port: u16,
+        /// Rebalance period (production: 5000).
+        #[arg(long, default_value_t = 1000)]
+        period_ms: u64,
+    },
     /// Enforce this Region's shares for any gateway: Envoy's rate limit service (gRPC), an
     /// HTTP check for NGINX auth_request and Traefik ForwardAuth, /metrics, /healthz and /readyz
     /// (see docs/gateways.md). Runs until SIGINT or SIGTERM.
@@ -117,6 +132,15 @@ fn main() -> ExitCode {
         Command::Run { config, log_format } => run(config, &log_format),
         Command::Limits { command } => limits(command),
         Command::Demo { listen, period_ms } => demo(listen, period_ms),
+        Command::Local {
+            dir,
+            port,
+            period_ms,
+        } => local(shareplane::local::LocalOptions {
+            dir,
+            port,
+            period_ms,
+        }),
         Command::Gateway { flags, log_format } => gateway(*flags, &log_format),
     }
 }
@@ -319,6 +343,21 @@ fn demo(listen: SocketAddr, period_ms: u64) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("shareplane demo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn local(opts: shareplane::local::LocalOptions) -> ExitCode {
+    shareplane::init_logging();
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(shareplane::local::run(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shareplane local: {e}");
             ExitCode::FAILURE
         }
     }
