@@ -1,14 +1,95 @@
-//! One decision for either front end: descriptors mapped to limits, one limiter call (one script
-//! call in Redis) for all of them, and what each descriptor gets back.
+//! One decision for either front end: descriptors mapped to limits (or to the bucket of one
+//! value of a template), one limiter call (one script call in Redis) for all of them, and what
+//! each descriptor gets back.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
+use shareplane_limiter::limiter::BucketRef;
 use shareplane_limiter::store::MAX_BUCKETS_PER_CALL;
-use shareplane_limiter::{CheckError, DecisionPath, Limiter};
+use shareplane_limiter::templates::{check_value, instance_id, ValueProblem};
+use shareplane_limiter::{CheckError, DecisionPath, Limiter, RuleSet};
 
-use crate::mapping::UnmappedPolicy;
+use crate::mapping::{UnmappedPolicy, ValuePolicy};
 use crate::metrics::{Api, Metrics};
+
+/// What one descriptor names: a limit or template (`limit`), and its entries, among which a
+/// template finds its value.
+#[derive(Debug, Clone, Copy)]
+pub struct Named<'a> {
+    pub limit: &'a str,
+    pub entries: &'a [(&'a str, &'a str)],
+}
+
+/// What a descriptor resolves to in the running rule set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target<'a> {
+    Limit(&'a str),
+    Value { template: &'a str, value: &'a str },
+}
+
+impl<'a> Target<'a> {
+    fn bucket(self) -> BucketRef<'a> {
+        match self {
+            Target::Limit(l) => BucketRef::limit(l),
+            Target::Value { template, value } => BucketRef::value(template, value),
+        }
+    }
+
+    /// The id the limiter reports the bucket's verdict under.
+    fn limiter_id(self) -> Cow<'a, str> {
+        match self {
+            Target::Limit(l) => Cow::Borrowed(l),
+            Target::Value { template, value } => Cow::Owned(instance_id(template, value)),
+        }
+    }
+
+    /// The limit or template id: what answers and metrics name (never a value).
+    fn name(self) -> &'a str {
+        match self {
+            Target::Limit(l) | Target::Value { template: l, .. } => l,
+        }
+    }
+
+    /// The rule's numbers for the answer (a value's override where it has one).
+    fn numbers(self, set: &RuleSet) -> (f64, f64) {
+        match self {
+            Target::Limit(l) => set.get(l).map_or((0.0, 0.0), |r| (r.rate, r.burst)),
+            Target::Value { template, value } => set.template(template).map_or((0.0, 0.0), |t| {
+                let r = t.instance(value);
+                (r.rate, r.burst)
+            }),
+        }
+    }
+}
+
+/// Resolves one descriptor: `Ok(None)` names nothing the set has; `Err` names a template whose
+/// value cannot select a bucket.
+fn target<'a>(
+    set: &RuleSet,
+    named: Option<Named<'a>>,
+) -> Result<Option<Target<'a>>, (&'a str, ValueProblem)> {
+    let Some(n) = named else {
+        return Ok(None);
+    };
+    if set.get(n.limit).is_some() {
+        return Ok(Some(Target::Limit(n.limit)));
+    }
+    let Some(t) = set.template(n.limit) else {
+        return Ok(None);
+    };
+    let value = n
+        .entries
+        .iter()
+        .find(|(k, _)| *k == t.entry)
+        .map_or("", |(_, v)| *v);
+    check_value(value).map_err(|p| (n.limit, p))?;
+    Ok(Some(Target::Value {
+        template: n.limit,
+        value,
+    }))
+}
 
 /// The most descriptors one request may carry (all are checked in one script call).
 pub const MAX_DESCRIPTORS: usize = MAX_BUCKETS_PER_CALL;
@@ -24,6 +105,18 @@ pub enum DecideError {
     NoRules,
     #[error("bad request: {0}")]
     BadRequest(String),
+    #[error(
+        "descriptor {index} names template {template:?} but {} (template_value = \"error\")",
+        match problem {
+            ValueProblem::Missing => "carries no value for its entry",
+            ValueProblem::TooLong => "its value is longer than the 256 bytes a template takes",
+        }
+    )]
+    TemplateValue {
+        index: usize,
+        template: String,
+        problem: ValueProblem,
+    },
     #[error("the limiter could not check the request: {0}")]
     Limiter(String),
 }
@@ -33,7 +126,7 @@ impl DecideError {
     pub fn is_callers(&self) -> bool {
         matches!(
             self,
-            Self::Unmapped(_) | Self::TooMany(_) | Self::BadRequest(_)
+            Self::Unmapped(_) | Self::TooMany(_) | Self::BadRequest(_) | Self::TemplateValue { .. }
         )
     }
 }
@@ -104,40 +197,76 @@ pub struct Outcome {
     pub descriptors: Vec<DescriptorOutcome>,
 }
 
-/// The gateway's shared state: the limiter, the unmapped policy, the metrics.
+/// The gateway's shared state: the limiter, the unmapped and template value policies, the
+/// metrics.
 pub struct Decider {
     pub limiter: Arc<Limiter>,
     pub unmapped: UnmappedPolicy,
+    /// For a descriptor naming a template without a usable value (missing, empty, too long).
+    pub template_value: ValuePolicy,
     pub metrics: Metrics,
 }
 
 impl Decider {
-    /// Decides a request whose descriptors name `limits` (`None`: no limit), each charged `cost`.
-    /// A limit id the running rule set does not have counts as no limit.
+    /// Decides a request whose descriptors name what `named` says (`None`: nothing), each
+    /// charged `cost`. A name the running rule set does not have counts as no limit.
     pub async fn decide(
         &self,
         api: Api,
-        limits: &[Option<&str>],
+        named: &[Option<Named<'_>>],
         cost: u32,
     ) -> Result<Outcome, DecideError> {
-        let r = self.decide_inner(limits, cost).await;
+        let r = self.decide_inner(named, cost).await;
         self.metrics.request(api, &r);
         r
     }
 
     async fn decide_inner(
         &self,
-        limits: &[Option<&str>],
+        named: &[Option<Named<'_>>],
         cost: u32,
     ) -> Result<Outcome, DecideError> {
-        if limits.len() > MAX_DESCRIPTORS {
-            return Err(DecideError::TooMany(limits.len()));
+        if named.len() > MAX_DESCRIPTORS {
+            return Err(DecideError::TooMany(named.len()));
         }
         let set = self.limiter.rules().ok_or(DecideError::NoRules)?;
-        let known: Vec<Option<&str>> = limits
-            .iter()
-            .map(|l| l.filter(|id| set.get(id).is_some()))
-            .collect();
+        let mut known: Vec<Option<Target<'_>>> = Vec::with_capacity(named.len());
+        let mut bad = Vec::new();
+        for (i, n) in named.iter().enumerate() {
+            match target(&set, *n) {
+                Ok(t) => known.push(t),
+                Err((template, problem)) => {
+                    self.metrics.template_value(problem, self.template_value);
+                    bad.push((i, template, problem));
+                    known.push(None);
+                }
+            }
+        }
+        if let Some(&(index, template, problem)) = bad.first() {
+            if self.template_value == ValuePolicy::Error {
+                return Err(DecideError::TemplateValue {
+                    index,
+                    template: template.to_owned(),
+                    problem,
+                });
+            }
+            // Refused before anything is spent, and never by a bucket shared by all.
+            let mut o = self.refuse_all(&known, &set, None);
+            for (i, template, _) in bad {
+                self.metrics.decision(template, Code::OverLimit);
+                let base = set.template(template).map(|t| &t.base);
+                o.descriptors[i] = DescriptorOutcome {
+                    code: Code::OverLimit,
+                    limit: Some(LimitView {
+                        id: template.to_owned(),
+                        rate: base.map_or(0.0, |b| b.rate),
+                        burst: base.map_or(0.0, |b| b.burst),
+                        tokens: None,
+                    }),
+                };
+            }
+            return Ok(o);
+        }
         let unmapped = known.iter().filter(|l| l.is_none()).count();
         self.metrics.unmapped(self.unmapped, unmapped);
         if let Some(i) = known.iter().position(Option::is_none) {
@@ -148,13 +277,13 @@ impl Decider {
                 UnmappedPolicy::Allow => {}
             }
         }
-        let mut ids: Vec<&str> = Vec::with_capacity(known.len());
-        for id in known.iter().flatten() {
-            if !ids.contains(id) {
-                ids.push(id);
+        let mut buckets: Vec<BucketRef<'_>> = Vec::with_capacity(known.len());
+        for t in known.iter().flatten() {
+            if !buckets.contains(&t.bucket()) {
+                buckets.push(t.bucket());
             }
         }
-        if ids.is_empty() {
+        if buckets.is_empty() {
             return Ok(Outcome {
                 allowed: true,
                 retry_after_s: None,
@@ -169,7 +298,7 @@ impl Decider {
             return Ok(self.refuse_all(&known, &set, None));
         }
         let started = Instant::now();
-        let decision = match self.limiter.check(&ids, cost.max(1)).await {
+        let decision = match self.limiter.check_buckets(&buckets, cost.max(1)).await {
             Ok(d) => d,
             Err(CheckError::NoRules) => return Err(DecideError::NoRules),
             Err(e) => return Err(DecideError::Limiter(e.to_string())),
@@ -178,31 +307,35 @@ impl Decider {
             self.metrics.redis_latency(started.elapsed());
         }
         let mut descriptors = Vec::with_capacity(known.len());
-        for l in &known {
-            let Some(id) = l else {
+        for t in &known {
+            let Some(t) = t else {
                 descriptors.push(unmapped_outcome(Code::Ok));
                 continue;
             };
+            let id = t.limiter_id();
             let Some(d) = decision.limits.iter().find(|d| d.id == *id) else {
-                return Err(DecideError::Limiter(format!("no verdict for limit {id:?}")));
+                return Err(DecideError::Limiter(format!(
+                    "no verdict for limit {:?}",
+                    t.name()
+                )));
             };
             let refuses = d.verdict.refuses();
             if d.shadow && refuses {
-                self.metrics.shadow_would_refuse(id);
+                self.metrics.shadow_would_refuse(t.name());
             }
             let code = if refuses && !d.shadow {
                 Code::OverLimit
             } else {
                 Code::Ok
             };
-            self.metrics.decision(id, code);
-            let rule = set.get(id);
+            self.metrics.decision(t.name(), code);
+            let (rate, burst) = t.numbers(&set);
             descriptors.push(DescriptorOutcome {
                 code,
                 limit: Some(LimitView {
-                    id: (*id).to_owned(),
-                    rate: rule.map_or(0.0, |r| r.rate),
-                    burst: rule.map_or(0.0, |r| r.burst),
+                    id: t.name().to_owned(),
+                    rate,
+                    burst,
                     tokens: d.tokens,
                 }),
             });
@@ -217,25 +350,26 @@ impl Decider {
     /// Every mapped descriptor OVER_LIMIT, nothing spent.
     fn refuse_all(
         &self,
-        known: &[Option<&str>],
-        set: &shareplane_limiter::RuleSet,
+        known: &[Option<Target<'_>>],
+        set: &RuleSet,
         retry_after_s: Option<u64>,
     ) -> Outcome {
         let descriptors = known
             .iter()
-            .map(|l| match l.and_then(|id| set.get(id)) {
+            .map(|t| match t {
                 None => unmapped_outcome(match self.unmapped {
                     UnmappedPolicy::Allow => Code::Ok,
                     _ => Code::OverLimit,
                 }),
-                Some(r) => {
-                    self.metrics.decision(&r.id, Code::OverLimit);
+                Some(t) => {
+                    self.metrics.decision(t.name(), Code::OverLimit);
+                    let (rate, burst) = t.numbers(set);
                     DescriptorOutcome {
                         code: Code::OverLimit,
                         limit: Some(LimitView {
-                            id: r.id.clone(),
-                            rate: r.rate,
-                            burst: r.burst,
+                            id: t.name().to_owned(),
+                            rate,
+                            burst,
                             tokens: None,
                         }),
                     }

@@ -136,6 +136,7 @@ pub async fn serve(
     let decider = Arc::new(decide::Decider {
         limiter,
         unmapped: cfg.unmapped,
+        template_value: cfg.template_value,
         metrics: metrics::Metrics::default(),
     });
     let mapper = Arc::new(mapping::Mapper::new(cfg.descriptors.clone()));

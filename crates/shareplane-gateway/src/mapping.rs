@@ -4,6 +4,12 @@
 //! configured mappings are tried in order: a mapping matches a descriptor when its `domain` (if
 //! set) is the request's and the descriptor has an entry with its `key` (and its `value`, if
 //! set). Then, in any domain, an entry `shareplane_limit=<limit id>` names the limit itself.
+//!
+//! A name may be a template's ([`shareplane_limiter::templates`]): the descriptor's entry whose
+//! key is the template's `entry` then selects the bucket, one per value. A descriptor that names
+//! a template but carries no such entry (or an empty value), or a value longer than
+//! [`shareplane_limiter::templates::MAX_VALUE_LEN`], never falls back to one bucket shared by
+//! every caller: it is answered by a [`ValuePolicy`].
 
 use serde::Deserialize;
 use shareplane_limiter::rules::valid_limit_id;
@@ -58,6 +64,28 @@ pub enum UnmappedPolicy {
     Deny,
     /// The whole request is answered with an error (gRPC INVALID_ARGUMENT, HTTP 400).
     Error,
+}
+
+/// What a descriptor gets that names a template but whose value cannot select a bucket
+/// (missing, empty or too long). Never a shared bucket, never a cut value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValuePolicy {
+    /// The request is refused (OVER_LIMIT / 429), nothing spent, without a Retry-After.
+    #[default]
+    Deny,
+    /// The whole request is answered with an error (gRPC INVALID_ARGUMENT, HTTP 400). Envoy's
+    /// `failure_mode_deny` decides what the client gets.
+    Error,
+}
+
+impl ValuePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deny => "deny",
+            Self::Error => "error",
+        }
+    }
 }
 
 impl UnmappedPolicy {
