@@ -445,8 +445,13 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                     // It may have been reclaimed: zero before anything else, at the version of
                     // the early push of its next write (see `crate::rules`).
                     let version = 2 * (c.own().version + 1) - 1;
-                    let zero =
-                        RuleSet::build(&d, &self.shared.region, version, &Rule::zeroed(&d, me));
+                    let zero = RuleSet::build(
+                        &d,
+                        &self.shared.templates(),
+                        &self.shared.region,
+                        version,
+                        &Rule::zeroed(&d, me),
+                    );
                     if self.shared.publish(zero) {
                         info!(region = %self.shared.region, version, "new epoch: pushed zero to the gateways");
                     }
@@ -734,9 +739,11 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         }
         let v = decision.record.version;
         let (d, region) = (self.d.clone(), self.shared.region.clone());
+        let templates = self.shared.templates();
         if let Some(low) = lowered(&self.shared.rules(), &decision.rules) {
+            let early = (2 * v).saturating_sub(1);
             self.shared
-                .publish(RuleSet::build(&d, &region, (2 * v).saturating_sub(1), &low));
+                .publish(RuleSet::build(&d, &templates, &region, early, &low));
         }
         let token = leader.token;
         match self
@@ -765,8 +772,13 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 self.fenced = decision.alarms.fenced;
                 self.stalled = false;
                 self.shared.metrics.writes.inc();
-                self.shared
-                    .publish(RuleSet::build(&d, &region, 2 * v, &decision.rules));
+                self.shared.publish(RuleSet::build(
+                    &d,
+                    &templates,
+                    &region,
+                    2 * v,
+                    &decision.rules,
+                ));
                 self.shared
                     .renew_lease(v, decision.record.written_at_ms, now);
                 self.store_works();
@@ -855,8 +867,14 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         let d = self.d.clone();
         let version = 2 * own.version;
         let rules = Rule::of_record(&d, own);
-        self.shared
-            .publish(RuleSet::build(&d, &self.shared.region, version, &rules));
+        let templates = self.shared.templates();
+        self.shared.publish(RuleSet::build(
+            &d,
+            &templates,
+            &self.shared.region,
+            version,
+            &rules,
+        ));
         // What is published may be newer (this replica led until just now): the lease then stays
         // on the record those rules came from.
         if self.shared.rules().version <= version {

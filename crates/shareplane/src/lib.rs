@@ -33,6 +33,7 @@ pub mod rules;
 pub mod slow_store;
 pub mod state;
 pub mod table;
+pub mod templates;
 pub mod tokens;
 pub mod view;
 
@@ -213,6 +214,7 @@ impl RegionDaemon {
                 config::ENV_ADMIN_TOKEN
             );
         }
+        shared.set_templates(templates::wire(&cfg.templates, cfg.deployment.n(), cfg.me));
         let (reloader, reloads) = reload::Reloader::new(source, cfg.clone(), shared.clone());
         tokio::spawn(reloader.run());
         RegionDaemon {

@@ -121,12 +121,14 @@ pub fn plan(
         .clone();
     let old: Vec<LimitSpec> = match current {
         None => Vec::new(),
-        Some(doc) => config::parse_limits(&doc.text, regions).map_err(|errors| {
-            LimitsError::StoredInvalid {
-                version: doc.version,
-                errors,
-            }
-        })?,
+        Some(doc) => {
+            config::parse_limits(&doc.text, regions)
+                .map_err(|errors| LimitsError::StoredInvalid {
+                    version: doc.version,
+                    errors,
+                })?
+                .limits
+        }
     };
     // By set, not by scanning: 100,000 limits against 100,000 took 18 s scanned.
     let new_ids: std::collections::HashSet<&str> = new.iter().map(|n| n.id.as_str()).collect();

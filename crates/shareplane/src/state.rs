@@ -21,6 +21,9 @@ pub struct Shared {
     d: RwLock<Arc<Deployment>>,
     /// A reloaded deployment waiting for the loop to adopt it ([`Shared::propose`]).
     proposed: Mutex<Option<Arc<Deployment>>>,
+    /// This Region's part of every template, published with every rule set
+    /// ([`crate::templates`]).
+    templates: RwLock<Arc<Vec<shareplane_limiter::TemplateWire>>>,
     /// Operators' requests to stop waiting for a peer epoch's last record, for the loop
     /// ([`Shared::request_abandon`]).
     abandons: Mutex<Vec<(RegionId, u64)>>,
@@ -87,6 +90,7 @@ impl Shared {
             shutdown,
             d: RwLock::new(d),
             proposed: Mutex::new(None),
+            templates: RwLock::new(Arc::new(Vec::new())),
             abandons: Mutex::new(Vec::new()),
             config: RwLock::new(ConfigStatus::default()),
         })
@@ -116,6 +120,19 @@ impl Shared {
     pub fn set_deployment(&self, d: Arc<Deployment>) {
         self.demand().set_limits(TrackedLimit::of(&d));
         *self.d.write().unwrap_or_else(|e| e.into_inner()) = d;
+    }
+
+    /// This Region's part of every template, as its rule sets carry them.
+    pub fn templates(&self) -> Arc<Vec<shareplane_limiter::TemplateWire>> {
+        self.templates
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Publishes `templates` (this Region's parts) with the next rule set.
+    pub fn set_templates(&self, templates: Vec<shareplane_limiter::TemplateWire>) {
+        *self.templates.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(templates);
     }
 
     /// Hands a reloaded deployment to the loop, which adopts it at its next tick (replacing any
@@ -162,7 +179,8 @@ impl Shared {
     pub fn publish(&self, rules: RuleSet) -> bool {
         let version = rules.version;
         let sent = self.rules.send_if_modified(|cur| {
-            let changed = cur.version == 0 || cur.rules != rules.rules;
+            let changed =
+                cur.version == 0 || cur.rules != rules.rules || cur.templates != rules.templates;
             if rules.version > cur.version && changed {
                 // What changed since each of the latest sets, for gateways that ask for deltas.
                 *cur = Arc::new(rules.after(cur));
