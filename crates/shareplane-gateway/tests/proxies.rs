@@ -12,6 +12,10 @@
 //! daemon says it held each long poll 0 ms (it holds it up to `RENEW_MS`), so the gateway counts
 //! each renewal from the poll's send: it fences between lease − 2 × `RENEW_MS` and the lease after
 //! the death, never later.
+//!
+//! Envoy also runs docs/gateways.md's Templates recipe (the template named by `generic_key`, the
+//! API key from `x-api-key` by `request_headers`): one key driven at ten times its part is judged
+//! as above, another key then has its whole burst, and a request without a key is refused.
 
 mod common;
 
