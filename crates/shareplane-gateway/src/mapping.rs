@@ -27,6 +27,23 @@ pub struct DescriptorMapping {
     /// The entry's value; absent: any value.
     pub value: Option<String>,
     pub limit: String,
+    /// With `exact`: the entries that come before this one, in order (as envoyproxy/ratelimit's
+    /// nested descriptors); a prefix entry without a value matches any value.
+    #[serde(default)]
+    pub prefix: Vec<PrefixEntry>,
+    /// Match only a descriptor that is exactly `prefix` then this entry, as envoyproxy/ratelimit
+    /// matches (what `shareplane limits import` writes). Default: any descriptor with an entry
+    /// of this key (and value).
+    #[serde(default)]
+    pub exact: bool,
+}
+
+/// One entry of a mapping's `prefix`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefixEntry {
+    pub key: String,
+    pub value: Option<String>,
 }
 
 impl DescriptorMapping {
@@ -35,6 +52,9 @@ impl DescriptorMapping {
         let mut out = Vec::new();
         if self.key.is_empty() {
             out.push("key: must not be empty".to_owned());
+        }
+        if !self.prefix.is_empty() && !self.exact {
+            out.push("prefix: only with exact = true".to_owned());
         }
         if !valid_limit_id(&self.limit) {
             out.push(format!(
@@ -46,10 +66,26 @@ impl DescriptorMapping {
     }
 
     fn matches(&self, domain: &str, entries: &[(&str, &str)]) -> bool {
-        self.domain.as_deref().is_none_or(|d| d == domain)
-            && entries
+        let entry = |key: &str, value: Option<&str>, (k, v): &(&str, &str)| {
+            *k == key && value.is_none_or(|want| want == *v)
+        };
+        if !self.domain.as_deref().is_none_or(|d| d == domain) {
+            return false;
+        }
+        if !self.exact {
+            return entries
                 .iter()
-                .any(|(k, v)| *k == self.key && self.value.as_deref().is_none_or(|want| want == *v))
+                .any(|e| entry(&self.key, self.value.as_deref(), e));
+        }
+        entries.len() == self.prefix.len() + 1
+            && self
+                .prefix
+                .iter()
+                .zip(entries)
+                .all(|(p, e)| entry(&p.key, p.value.as_deref(), e))
+            && entries
+                .last()
+                .is_some_and(|e| entry(&self.key, self.value.as_deref(), e))
     }
 }
 
@@ -140,7 +176,40 @@ mod tests {
             key: key.to_owned(),
             value: value.map(str::to_owned),
             limit: limit.to_owned(),
+            prefix: Vec::new(),
+            exact: false,
         }
+    }
+
+    #[test]
+    fn an_exact_mapping_matches_only_its_whole_path() {
+        let nested = DescriptorMapping {
+            prefix: vec![PrefixEntry {
+                key: "message_type".into(),
+                value: Some("marketing".into()),
+            }],
+            exact: true,
+            ..mapping(Some("messaging"), "to_number", None, "marketing-per-number")
+        };
+        let top = DescriptorMapping {
+            exact: true,
+            ..mapping(Some("messaging"), "to_number", None, "per-number")
+        };
+        let m = Mapper::new(vec![nested, top]);
+        let both = [("message_type", "marketing"), ("to_number", "206")];
+        assert_eq!(
+            m.limit_for("messaging", &both),
+            Some("marketing-per-number")
+        );
+        assert_eq!(
+            m.limit_for("messaging", &[("to_number", "206")]),
+            Some("per-number")
+        );
+        // Another message type: no rule has that path.
+        let other = [("message_type", "receipt"), ("to_number", "206")];
+        assert_eq!(m.limit_for("messaging", &other), None);
+        let reversed = [("to_number", "206"), ("message_type", "marketing")];
+        assert_eq!(m.limit_for("messaging", &reversed), None);
     }
 
     #[test]
