@@ -26,6 +26,7 @@ pub mod demo;
 pub mod events;
 pub mod health;
 pub mod health_watch;
+pub mod import;
 pub mod limits;
 pub mod metrics;
 pub mod reload;

@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand};
 use shareplane::config;
 use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -97,6 +97,21 @@ enum LimitsCommand {
         /// them until each is restarted).
         #[arg(long)]
         allow_removal: bool,
+    },
+    /// Read envoyproxy/ratelimit's descriptor configuration (YAML, one domain per file) and
+    /// write the same limits as shareplane's: a limits file (`[[limits]]`, `[[templates]]`) and
+    /// the gateway's `[[descriptors]]` mappings. What cannot keep its meaning is refused, each
+    /// with its file and path and why (exit 2); nothing is written then. Needs no configuration.
+    Import {
+        /// envoyproxy/ratelimit configuration files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Where the limits file goes (default: stdout).
+        #[arg(long)]
+        limits_out: Option<PathBuf>,
+        /// Where the gateway's mappings go (default: stdout, after the limits).
+        #[arg(long)]
+        gateway_out: Option<PathBuf>,
     },
     /// Print the table's current limits: version, who applied them and when, and (with
     /// --text) the document itself.
@@ -211,10 +226,60 @@ fn run(path: Option<PathBuf>, log_format: &str) -> ExitCode {
     }
 }
 
+/// `shareplane limits import`: reads every file, writes both outputs only if nothing is refused.
+fn import(files: &[PathBuf], limits_out: Option<&Path>, gateway_out: Option<&Path>) -> ExitCode {
+    let mut texts = Vec::new();
+    for f in files {
+        match std::fs::read_to_string(f) {
+            Ok(t) => texts.push((f.display().to_string(), t)),
+            Err(e) => {
+                eprintln!("shareplane limits import: cannot read {}: {e}", f.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let out = match shareplane::import::import(&texts) {
+        Ok(out) => out,
+        Err(errors) => {
+            eprintln!(
+                "shareplane limits import: refused ({} problems), nothing written:",
+                errors.len()
+            );
+            for e in errors {
+                eprintln!("  {e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    for note in &out.notes {
+        eprintln!("note: {note}");
+    }
+    for (text, to) in [(&out.limits, limits_out), (&out.gateway, gateway_out)] {
+        match to {
+            None => println!("{text}"),
+            Some(p) => {
+                if let Err(e) = std::fs::write(p, text) {
+                    eprintln!(
+                        "shareplane limits import: cannot write {}: {e}",
+                        p.display()
+                    );
+                    return ExitCode::from(1);
+                }
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 fn limits(command: LimitsCommand) -> ExitCode {
     use shareplane::limits::{self, ApplyOptions, LimitsError};
     let path = match &command {
         LimitsCommand::Apply { config, .. } | LimitsCommand::Show { config, .. } => config.clone(),
+        LimitsCommand::Import {
+            files,
+            limits_out,
+            gateway_out,
+        } => return import(files, limits_out.as_deref(), gateway_out.as_deref()),
     };
     // These commands serve nothing, so they need no API token (a configuration without one,
     // for a daemon that takes it from the environment, is accepted as `validate` accepts it).
@@ -274,6 +339,8 @@ fn limits(command: LimitsCommand) -> ExitCode {
                 }
                 Ok(())
             }
+            // Answered before any configuration is read.
+            LimitsCommand::Import { .. } => Ok(()),
             LimitsCommand::Show { text, .. } => {
                 match limits::current(&store).await? {
                     None => println!("table {:?} holds no shared limits (write them with `shareplane limits apply`)", cfg.table),
