@@ -13,6 +13,7 @@ use shareplane_limiter::{CheckError, DecisionPath, Limiter, RuleSet};
 
 use crate::mapping::{UnmappedPolicy, ValuePolicy};
 use crate::metrics::{Api, Metrics};
+use crate::reload::LiveCell;
 
 /// What one descriptor names: a limit or template (`limit`), and its entries, among which a
 /// template finds its value.
@@ -197,13 +198,11 @@ pub struct Outcome {
     pub descriptors: Vec<DescriptorOutcome>,
 }
 
-/// The gateway's shared state: the limiter, the unmapped and template value policies, the
-/// metrics.
+/// The gateway's shared state: the limiter, what a reload may change (the mappings, the
+/// unmapped and template value policies: [`crate::reload`]), the metrics.
 pub struct Decider {
     pub limiter: Arc<Limiter>,
-    pub unmapped: UnmappedPolicy,
-    /// For a descriptor naming a template without a usable value (missing, empty, too long).
-    pub template_value: ValuePolicy,
+    pub live: LiveCell,
     pub metrics: Metrics,
 }
 
@@ -230,20 +229,22 @@ impl Decider {
             return Err(DecideError::TooMany(named.len()));
         }
         let set = self.limiter.rules().ok_or(DecideError::NoRules)?;
+        let live = self.live.get();
+        let (unmapped_policy, value_policy) = (live.unmapped, live.template_value);
         let mut known: Vec<Option<Target<'_>>> = Vec::with_capacity(named.len());
         let mut bad = Vec::new();
         for (i, n) in named.iter().enumerate() {
             match target(&set, *n) {
                 Ok(t) => known.push(t),
                 Err((template, problem)) => {
-                    self.metrics.template_value(problem, self.template_value);
+                    self.metrics.template_value(problem, value_policy);
                     bad.push((i, template, problem));
                     known.push(None);
                 }
             }
         }
         if let Some(&(index, template, problem)) = bad.first() {
-            if self.template_value == ValuePolicy::Error {
+            if value_policy == ValuePolicy::Error {
                 return Err(DecideError::TemplateValue {
                     index,
                     template: template.to_owned(),
@@ -251,7 +252,7 @@ impl Decider {
                 });
             }
             // Refused before anything is spent, and never by a bucket shared by all.
-            let mut o = self.refuse_all(&known, &set, None);
+            let mut o = self.refuse_all(&known, &set, unmapped_policy);
             for (i, template, _) in bad {
                 self.metrics.decision(template, Code::OverLimit);
                 let base = set.template(template).map(|t| &t.base);
@@ -268,12 +269,12 @@ impl Decider {
             return Ok(o);
         }
         let unmapped = known.iter().filter(|l| l.is_none()).count();
-        self.metrics.unmapped(self.unmapped, unmapped);
+        self.metrics.unmapped(unmapped_policy, unmapped);
         if let Some(i) = known.iter().position(Option::is_none) {
-            match self.unmapped {
+            match unmapped_policy {
                 UnmappedPolicy::Error => return Err(DecideError::Unmapped(i)),
                 // Refused before anything is spent.
-                UnmappedPolicy::Deny => return Ok(self.refuse_all(&known, &set, None)),
+                UnmappedPolicy::Deny => return Ok(self.refuse_all(&known, &set, unmapped_policy)),
                 UnmappedPolicy::Allow => {}
             }
         }
@@ -295,7 +296,7 @@ impl Decider {
             // No bucket may ever hold more than max_cost's worth for one call (a limit whose burst
             // is below it is held closed), so a larger cost can never be admitted.
             self.metrics.cost_above_max();
-            return Ok(self.refuse_all(&known, &set, None));
+            return Ok(self.refuse_all(&known, &set, unmapped_policy));
         }
         let started = Instant::now();
         let decision = match self.limiter.check_buckets(&buckets, cost.max(1)).await {
@@ -347,17 +348,17 @@ impl Decider {
         })
     }
 
-    /// Every mapped descriptor OVER_LIMIT, nothing spent.
+    /// Every mapped descriptor OVER_LIMIT, nothing spent, no Retry-After.
     fn refuse_all(
         &self,
         known: &[Option<Target<'_>>],
         set: &RuleSet,
-        retry_after_s: Option<u64>,
+        unmapped: UnmappedPolicy,
     ) -> Outcome {
         let descriptors = known
             .iter()
             .map(|t| match t {
-                None => unmapped_outcome(match self.unmapped {
+                None => unmapped_outcome(match unmapped {
                     UnmappedPolicy::Allow => Code::Ok,
                     _ => Code::OverLimit,
                 }),
@@ -378,7 +379,7 @@ impl Decider {
             .collect();
         Outcome {
             allowed: false,
-            retry_after_s,
+            retry_after_s: None,
             descriptors,
         }
     }

@@ -22,7 +22,6 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tonic::{Request, Response, Status};
 
 use crate::decide::{ratelimit_fields, Code, DecideError, Decider, Named, Outcome};
-use crate::mapping::Mapper;
 use crate::metrics::Api;
 
 /// The largest request message accepted (bytes).
@@ -30,15 +29,13 @@ pub const MAX_MESSAGE_BYTES: usize = 64 << 10;
 
 pub struct RlsService {
     decider: Arc<Decider>,
-    mapper: Arc<Mapper>,
     ratelimit_headers: bool,
 }
 
 impl RlsService {
-    pub fn new(decider: Arc<Decider>, mapper: Arc<Mapper>, ratelimit_headers: bool) -> Self {
+    pub fn new(decider: Arc<Decider>, ratelimit_headers: bool) -> Self {
         Self {
             decider,
-            mapper,
             ratelimit_headers,
         }
     }
@@ -67,10 +64,11 @@ impl RateLimitService for RlsService {
                     .collect()
             })
             .collect();
+        let live = self.decider.live.get();
         let named: Vec<Option<Named<'_>>> = entries
             .iter()
             .map(|e| {
-                self.mapper
+                live.mapper
                     .limit_for(&req.domain, e)
                     .map(|limit| Named { limit, entries: e })
             })

@@ -46,6 +46,8 @@ pub struct Metrics {
     /// Descriptors naming a template without a usable value, by [problem][policy].
     template_values: [[AtomicU64; 2]; 2],
     cost_above_max: AtomicU64,
+    /// Configuration reloads by outcome: applied, unchanged, refused.
+    reloads: [AtomicU64; 3],
     latency_buckets: [AtomicU64; LATENCY_BOUNDS_S.len()],
     latency_count: AtomicU64,
     latency_sum_ns: AtomicU64,
@@ -80,6 +82,15 @@ impl Metrics {
 
     pub fn template_value(&self, problem: ValueProblem, policy: ValuePolicy) {
         self.template_values[problem as usize][policy as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn config_reload(&self, outcome: &crate::reload::Outcome) {
+        let i = match outcome {
+            crate::reload::Outcome::Applied => 0,
+            crate::reload::Outcome::Unchanged => 1,
+            crate::reload::Outcome::Refused(_) => 2,
+        };
+        self.reloads[i].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn cost_above_max(&self) {
@@ -306,6 +317,19 @@ impl Metrics {
                     policy.as_str()
                 );
             }
+        }
+        head(
+            out,
+            "shareplane_gateway_config_reloads_total",
+            "counter",
+            "Configuration reloads (SIGHUP) by result: applied, unchanged or refused (the running configuration stays).",
+        );
+        for (i, result) in ["applied", "unchanged", "refused"].iter().enumerate() {
+            let n = self.reloads[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "shareplane_gateway_config_reloads_total{{result=\"{result}\"}} {n}"
+            );
         }
         gauge(
             out,

@@ -257,3 +257,98 @@ async fn a_flood_of_values_cannot_reset_a_key_and_the_error_policy_and_the_fence
     assert_eq!(status, 200, "a security template is not fenced");
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_the_value_policy_live_and_refuses_what_takes_a_restart() {
+    let test = "a_reload_changes_the_value_policy_live_and_refuses_what_takes_a_restart";
+    let Some(redis) = redis_url(test) else {
+        return;
+    };
+    let (tpl, listed) = (unique("per_api_key"), unique("k"));
+    let daemon = FakeDaemon::start(with_template(1, &listed, per_key(&tpl))).await;
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = http.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let mut f = flags(&daemon, &redis);
+    f.http_listen = Some(addr);
+    let cfg = |file: FileConfig, f: shareplane_gateway::Flags| {
+        shareplane_gateway::config::resolve(file, f).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let first = cfg(FileConfig::default(), f.clone());
+    let (tx, reloads) = tokio::sync::mpsc::channel(1);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(shareplane_gateway::serve_reloading(
+        first,
+        None,
+        Some(http),
+        async move {
+            let _ = stopped.await;
+        },
+        reloads,
+    ));
+    let client = reqwest::Client::new();
+    let get = |path: String| {
+        let client = client.clone();
+        async move {
+            let r = client.get(format!("http://{addr}{path}")).send().await;
+            r.map_or((0, String::new()), |r| (r.status().as_u16(), String::new()))
+        }
+    };
+    let without_entry = format!("/v1/check?limit={tpl}");
+    let mut status = 0;
+    for _ in 0..200 {
+        status = get(without_entry.clone()).await.0;
+        if status != 503 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(status, 429, "deny by default");
+    let metrics = || async {
+        let r = reqwest::get(format!("http://{addr}/metrics")).await;
+        r.unwrap_or_else(|e| panic!("{e}"))
+            .text()
+            .await
+            .unwrap_or_default()
+    };
+    // A reload to template_value = "error": the next request is a bad request.
+    let file = FileConfig {
+        template_value: Some(ValuePolicy::Error),
+        ..FileConfig::default()
+    };
+    let _ = tx.send(Ok(cfg(file.clone(), f.clone()))).await;
+    let mut applied = None;
+    for _ in 0..200 {
+        applied = metric(
+            &metrics().await,
+            "shareplane_gateway_config_reloads_total{result=\"applied\"}",
+        );
+        if applied == Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(applied, Some(1.0));
+    assert_eq!(get(without_entry.clone()).await.0, 400);
+    // One that changes the Redis URL (or a file that does not load) is refused: "error" stays.
+    let mut moved = f.clone();
+    moved.redis = Some("redis://127.0.0.1:1/".into());
+    let _ = tx.send(Ok(cfg(file, moved))).await;
+    let _ = tx.send(Err(vec!["config: cannot read x".into()])).await;
+    let mut refused = None;
+    for _ in 0..200 {
+        refused = metric(
+            &metrics().await,
+            "shareplane_gateway_config_reloads_total{result=\"refused\"}",
+        );
+        if refused == Some(2.0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(refused, Some(2.0));
+    assert_eq!(get(without_entry).await.0, 400, "the running policy stays");
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), served).await;
+}

@@ -394,7 +394,7 @@ fn demo(listen: SocketAddr, period_ms: u64) -> ExitCode {
 }
 
 fn gateway(flags: shareplane_gateway::Flags, log_format: &str) -> ExitCode {
-    let cfg = match shareplane_gateway::config::load(flags) {
+    let cfg = match shareplane_gateway::config::load(flags.clone()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
@@ -415,7 +415,24 @@ fn gateway(flags: shareplane_gateway::Flags, log_format: &str) -> ExitCode {
         let _ = rx.wait_for(|s| *s).await;
     };
     rt.spawn(shareplane::shutdown_on_signals(tx));
-    match rt.block_on(shareplane_gateway::run(cfg, stop)) {
+    // SIGHUP reads the file (and the same flags) again; the gateway adopts what may change live.
+    let (reload_tx, reloads) = tokio::sync::mpsc::channel(1);
+    let hup = rt
+        .block_on(async { tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) });
+    match hup {
+        Ok(mut hup) => {
+            rt.spawn(async move {
+                while hup.recv().await.is_some() {
+                    let new = shareplane_gateway::config::load(flags.clone()).map_err(|e| e.0);
+                    if reload_tx.send(new).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Err(e) => eprintln!("shareplane gateway: no SIGHUP handler, reloads are off: {e}"),
+    }
+    match rt.block_on(shareplane_gateway::run_reloading(cfg, stop, reloads)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("shareplane gateway: {e}");
