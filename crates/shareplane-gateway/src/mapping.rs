@@ -69,7 +69,7 @@ impl DescriptorMapping {
         let entry = |key: &str, value: Option<&str>, (k, v): &(&str, &str)| {
             *k == key && value.is_none_or(|want| want == *v)
         };
-        if !self.domain.as_deref().is_none_or(|d| d == domain) {
+        if self.domain.as_deref().is_some_and(|d| d != domain) {
             return false;
         }
         if !self.exact {

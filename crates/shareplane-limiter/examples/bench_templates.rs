@@ -19,6 +19,9 @@ use shareplane_limiter::{
     LimitKind, LimitWire, Limiter, LimiterConfig, RuleSet, RulesWire, TemplateWire,
 };
 
+/// The limit (and value) of check `i`.
+type Pick<'a> = dyn Fn(usize) -> (String, Option<String>) + 'a;
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -64,7 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .get_multiplexed_async_connection()
         .await?;
     println!("{checks} checks each, {in_flight} in flight; debug or release as built");
-    let kinds: [(&str, Box<dyn Fn(usize) -> (String, Option<String>)>); 3] = [
+    let kinds: [(&str, Box<Pick<'_>>); 3] = [
         ("listed limit", Box::new(|_| (listed.clone(), None))),
         (
             "template, one value",
