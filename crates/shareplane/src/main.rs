@@ -157,10 +157,11 @@ fn validate(path: Option<PathBuf>) -> ExitCode {
                 })
                 .unwrap_or_else(|e| e.to_string());
             println!(
-                "configuration is valid: region {}, {} Regions, {} limits, period {} ms, phase {} ms, listen {}, store timeout {} ms, health timeout {} ms, gateway lease {lease}",
+                "configuration is valid: region {}, {} Regions, {} limits, {} templates, period {} ms, phase {} ms, listen {}, store timeout {} ms, health timeout {} ms, gateway lease {lease}",
                 c.region,
                 c.deployment.n(),
                 c.deployment.limits.len(),
+                c.templates.len(),
                 c.period_ms,
                 c.phase_ms,
                 c.listen,
