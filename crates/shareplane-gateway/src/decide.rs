@@ -230,43 +230,21 @@ impl Decider {
         }
         let set = self.limiter.rules().ok_or(DecideError::NoRules)?;
         let live = self.live.get();
-        let (unmapped_policy, value_policy) = (live.unmapped, live.template_value);
+        let unmapped_policy = live.unmapped;
         let mut known: Vec<Option<Target<'_>>> = Vec::with_capacity(named.len());
         let mut bad = Vec::new();
         for (i, n) in named.iter().enumerate() {
             match target(&set, *n) {
                 Ok(t) => known.push(t),
                 Err((template, problem)) => {
-                    self.metrics.template_value(problem, value_policy);
+                    self.metrics.template_value(problem, live.template_value);
                     bad.push((i, template, problem));
                     known.push(None);
                 }
             }
         }
-        if let Some(&(index, template, problem)) = bad.first() {
-            if value_policy == ValuePolicy::Error {
-                return Err(DecideError::TemplateValue {
-                    index,
-                    template: template.to_owned(),
-                    problem,
-                });
-            }
-            // Refused before anything is spent, and never by a bucket shared by all.
-            let mut o = self.refuse_all(&known, &set, unmapped_policy);
-            for (i, template, _) in bad {
-                self.metrics.decision(template, Code::OverLimit);
-                let base = set.template(template).map(|t| &t.base);
-                o.descriptors[i] = DescriptorOutcome {
-                    code: Code::OverLimit,
-                    limit: Some(LimitView {
-                        id: template.to_owned(),
-                        rate: base.map_or(0.0, |b| b.rate),
-                        burst: base.map_or(0.0, |b| b.burst),
-                        tokens: None,
-                    }),
-                };
-            }
-            return Ok(o);
+        if !bad.is_empty() {
+            return self.refuse_values(&known, &bad, &set, &live);
         }
         let unmapped = known.iter().filter(|l| l.is_none()).count();
         self.metrics.unmapped(unmapped_policy, unmapped);
@@ -307,8 +285,58 @@ impl Decider {
         if decision.path == DecisionPath::Redis {
             self.metrics.redis_latency(started.elapsed());
         }
+        Ok(Outcome {
+            allowed: decision.allowed,
+            retry_after_s: decision.retry_after_s.filter(|_| !decision.allowed),
+            descriptors: self.outcomes(&known, &decision, &set)?,
+        })
+    }
+
+    /// A request with a descriptor whose template value cannot select a bucket, answered by the
+    /// `template_value` policy: an error, or refused before anything is spent (never by a bucket
+    /// shared by all).
+    fn refuse_values(
+        &self,
+        known: &[Option<Target<'_>>],
+        bad: &[(usize, &str, ValueProblem)],
+        set: &RuleSet,
+        live: &crate::reload::Live,
+    ) -> Result<Outcome, DecideError> {
+        if let (ValuePolicy::Error, Some(&(index, template, problem))) =
+            (live.template_value, bad.first())
+        {
+            return Err(DecideError::TemplateValue {
+                index,
+                template: template.to_owned(),
+                problem,
+            });
+        }
+        let mut o = self.refuse_all(known, set, live.unmapped);
+        for &(i, template, _) in bad {
+            self.metrics.decision(template, Code::OverLimit);
+            let base = set.template(template).map(|t| &t.base);
+            o.descriptors[i] = DescriptorOutcome {
+                code: Code::OverLimit,
+                limit: Some(LimitView {
+                    id: template.to_owned(),
+                    rate: base.map_or(0.0, |b| b.rate),
+                    burst: base.map_or(0.0, |b| b.burst),
+                    tokens: None,
+                }),
+            };
+        }
+        Ok(o)
+    }
+
+    /// What each descriptor gets from the limiter's `decision`, in request order.
+    fn outcomes(
+        &self,
+        known: &[Option<Target<'_>>],
+        decision: &shareplane_limiter::Decision,
+        set: &RuleSet,
+    ) -> Result<Vec<DescriptorOutcome>, DecideError> {
         let mut descriptors = Vec::with_capacity(known.len());
-        for t in &known {
+        for t in known {
             let Some(t) = t else {
                 descriptors.push(unmapped_outcome(Code::Ok));
                 continue;
@@ -330,7 +358,7 @@ impl Decider {
                 Code::Ok
             };
             self.metrics.decision(t.name(), code);
-            let (rate, burst) = t.numbers(&set);
+            let (rate, burst) = t.numbers(set);
             descriptors.push(DescriptorOutcome {
                 code,
                 limit: Some(LimitView {
@@ -341,11 +369,7 @@ impl Decider {
                 }),
             });
         }
-        Ok(Outcome {
-            allowed: decision.allowed,
-            retry_after_s: decision.retry_after_s.filter(|_| !decision.allowed),
-            descriptors,
-        })
+        Ok(descriptors)
     }
 
     /// Every mapped descriptor OVER_LIMIT, nothing spent, no Retry-After.
