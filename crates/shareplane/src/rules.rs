@@ -23,7 +23,9 @@
 //! Every set, whole or delta, carries this Region's part of every template
 //! ([`crate::templates`]) whole: they are few and their parts change only with a reload. The
 //! digest covers them (`shareplane_limiter::set_digest`), so a gateway never runs a delta whose
-//! templates differ from the daemon's.
+//! templates differ from the daemon's. A set without templates keeps the digest it had before templates
+//! existed; a gateway that predates templates ignores them (and, while the set has some, its
+//! digest differs from the daemon's, so it refuses deltas and takes every set whole).
 
 use axum::body::Bytes;
 use shareplane_core::{Deployment, LimitKind, Room, Rule};
