@@ -10,7 +10,7 @@ use serde::Deserialize;
 use shareplane_limiter::rules::valid_limit_id;
 use shareplane_limiter::{FailurePolicy, KeyScheme, LimiterConfig, RedisMode};
 
-use crate::mapping::{DescriptorMapping, UnmappedPolicy};
+use crate::mapping::{DescriptorMapping, UnmappedPolicy, ValuePolicy};
 
 /// The most descriptor mappings a configuration may hold.
 pub const MAX_MAPPINGS: usize = 10_000;
@@ -90,6 +90,10 @@ pub struct FileConfig {
     pub ratelimit_headers: Option<bool>,
     /// What a descriptor that maps to no limit gets: `allow` (default), `deny` or `error`.
     pub unmapped: Option<UnmappedPolicy>,
+    /// What a descriptor that names a template without a usable value gets (no entry for the
+    /// template's key, an empty value, or one longer than 256 bytes): `deny` (default) or
+    /// `error`. Never a bucket shared by every caller.
+    pub template_value: Option<ValuePolicy>,
     /// Per limit id: `failure = "local_share" | "fail_open" | "fail_closed"`, and its
     /// `key_group` (hash tag).
     #[serde(default)]
@@ -126,6 +130,7 @@ pub struct GatewayConfig {
     pub rules_timeout: Duration,
     pub ratelimit_headers: bool,
     pub unmapped: UnmappedPolicy,
+    pub template_value: ValuePolicy,
     pub descriptors: Vec<DescriptorMapping>,
 }
 
@@ -244,6 +249,7 @@ pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigEr
         rules_timeout: Duration::from_millis(rules_timeout_ms),
         ratelimit_headers: flags.ratelimit_headers || file.ratelimit_headers.unwrap_or(false),
         unmapped: file.unmapped.unwrap_or_default(),
+        template_value: file.template_value.unwrap_or_default(),
         descriptors: file.descriptors,
     })
 }

@@ -1,7 +1,8 @@
 //! Envoy's rate limit service: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 //!
-//! Each descriptor is mapped to a limit (see [`crate::mapping`]); all of a request's limits are
-//! checked in one limiter call, all or nothing. The cost is the descriptors' `hits_addend` when
+//! Each descriptor is mapped to a limit or a template (see [`crate::mapping`]; a template takes
+//! the value of its entry from the same descriptor); all of a request's limits are checked in
+//! one limiter call, all or nothing. The cost is the descriptors' `hits_addend` when
 //! set (all equal), else the request's, 0 meaning 1. A descriptor's `limit` override is ignored:
 //! the numbers are the Region's share from the daemon. Responses carry each descriptor's status
 //! (`current_limit` in the smallest unit that expresses the share exactly, `limit_remaining` from
@@ -20,8 +21,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tonic::{Request, Response, Status};
 
-use crate::decide::{ratelimit_fields, Code, DecideError, Decider, Outcome};
-use crate::mapping::Mapper;
+use crate::decide::{ratelimit_fields, Code, DecideError, Decider, Named, Outcome};
 use crate::metrics::Api;
 
 /// The largest request message accepted (bytes).
@@ -29,15 +29,13 @@ pub const MAX_MESSAGE_BYTES: usize = 64 << 10;
 
 pub struct RlsService {
     decider: Arc<Decider>,
-    mapper: Arc<Mapper>,
     ratelimit_headers: bool,
 }
 
 impl RlsService {
-    pub fn new(decider: Arc<Decider>, mapper: Arc<Mapper>, ratelimit_headers: bool) -> Self {
+    pub fn new(decider: Arc<Decider>, ratelimit_headers: bool) -> Self {
         Self {
             decider,
-            mapper,
             ratelimit_headers,
         }
     }
@@ -66,11 +64,16 @@ impl RateLimitService for RlsService {
                     .collect()
             })
             .collect();
-        let limits: Vec<Option<&str>> = entries
+        let live = self.decider.live.get();
+        let named: Vec<Option<Named<'_>>> = entries
             .iter()
-            .map(|e| self.mapper.limit_for(&req.domain, e))
+            .map(|e| {
+                live.mapper
+                    .limit_for(&req.domain, e)
+                    .map(|limit| Named { limit, entries: e })
+            })
             .collect();
-        match self.decider.decide(Api::Grpc, &limits, cost).await {
+        match self.decider.decide(Api::Grpc, &named, cost).await {
             Ok(o) => Ok(Response::new(response(&o, self.ratelimit_headers))),
             Err(e) => Err(status_of(&e)),
         }

@@ -7,7 +7,10 @@
 //!   `error_page 403 =429`, see docs/gateways.md).
 //!
 //!   Limits may also come from the `x-shareplane-limit` header (comma-separated) and the cost from
-//!   `x-shareplane-cost`, so a proxy can set them per request. Any method is accepted (ForwardAuth
+//!   `x-shareplane-cost`, so a proxy can set them per request. A limit that is a template takes
+//!   its value from `entry=KEY=VALUE` (query) or an `x-shareplane-entry: KEY=VALUE` header (one
+//!   entry per header; the value is everything after the first `=`), KEY being the template's
+//!   entry. Any method is accepted (ForwardAuth
 //!   forwards the client's); the body is ignored and bounded.
 //! - `GET /metrics` (Prometheus text);
 //! - `GET /healthz` (liveness): 200 unless the gateway is wedged; the body also carries the
@@ -23,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
 
-use crate::decide::{ratelimit_fields, Code, DecideError, Decider, Outcome};
+use crate::decide::{ratelimit_fields, Code, DecideError, Decider, Named, Outcome};
 use crate::health::Health;
 use crate::metrics::Api;
 
@@ -33,6 +36,8 @@ pub const MAX_BODY_BYTES: usize = 16 << 10;
 pub const LIMIT_HEADER: &str = "x-shareplane-limit";
 /// The header that carries the cost.
 pub const COST_HEADER: &str = "x-shareplane-cost";
+/// The header that carries one descriptor entry, `KEY=VALUE`, for templates.
+pub const ENTRY_HEADER: &str = "x-shareplane-entry";
 
 #[derive(Clone)]
 struct App {
@@ -70,18 +75,36 @@ async fn check_403(State(app): State<App>, uri: Uri, headers: HeaderMap) -> Resp
 pub struct CheckAsk {
     pub limits: Vec<String>,
     pub cost: u32,
+    /// `(key, value)` entries, for the templates among `limits`.
+    pub entries: Vec<(String, String)>,
 }
 
 /// Reads the limits and the cost from the query and the headers.
 pub fn parse_ask(query: Option<&str>, headers: &HeaderMap) -> Result<CheckAsk, String> {
     let mut limits = Vec::new();
     let mut cost: Option<String> = None;
+    let mut entries = Vec::new();
+    let entry = |v: &str| match v.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("entry {v:?} is not KEY=VALUE")),
+    };
     for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         match &*k {
             "limit" => limits.push(v.into_owned()),
             "cost" => cost = Some(v.into_owned()),
-            other => return Err(format!("unknown query parameter {other:?} (limit, cost)")),
+            "entry" => entries.push(entry(&v)?),
+            other => {
+                return Err(format!(
+                    "unknown query parameter {other:?} (limit, cost, entry)"
+                ))
+            }
         }
+    }
+    for v in headers.get_all(ENTRY_HEADER) {
+        let v = v
+            .to_str()
+            .map_err(|_| format!("{ENTRY_HEADER}: not ASCII"))?;
+        entries.push(entry(v)?);
     }
     for v in headers.get_all(LIMIT_HEADER) {
         let v = v
@@ -116,6 +139,7 @@ pub fn parse_ask(query: Option<&str>, headers: &HeaderMap) -> Result<CheckAsk, S
     Ok(CheckAsk {
         limits,
         cost: u32::try_from(cost).unwrap_or(u32::MAX),
+        entries,
     })
 }
 
@@ -128,8 +152,22 @@ async fn check(app: &App, uri: &Uri, headers: &HeaderMap, refuse: StatusCode) ->
             return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
         }
     };
-    let limits: Vec<Option<&str>> = ask.limits.iter().map(|l| Some(l.as_str())).collect();
-    match app.decider.decide(Api::Http, &limits, ask.cost).await {
+    let entries: Vec<(&str, &str)> = ask
+        .entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let named: Vec<Option<Named<'_>>> = ask
+        .limits
+        .iter()
+        .map(|l| {
+            Some(Named {
+                limit: l,
+                entries: &entries,
+            })
+        })
+        .collect();
+    match app.decider.decide(Api::Http, &named, ask.cost).await {
         Ok(o) => answer(&o, refuse, app.ratelimit_headers),
         Err(e) if e.is_callers() => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
         Err(e) => {
@@ -209,7 +247,8 @@ mod tests {
             ask,
             Ok(CheckAsk {
                 limits: vec!["k-big".into(), "a/b".into()],
-                cost: 3
+                cost: 3,
+                entries: vec![],
             })
         );
         h.insert(LIMIT_HEADER, HeaderValue::from_static("x, y"));
@@ -219,9 +258,21 @@ mod tests {
             ask,
             Ok(CheckAsk {
                 limits: vec!["x".into(), "y".into()],
-                cost: 1
+                cost: 1,
+                entries: vec![],
             })
         );
+        // Entries for templates: the value is all after the first '='.
+        h.insert(ENTRY_HEADER, HeaderValue::from_static("user=a=b"));
+        let ask = parse_ask(Some("entry=api_key%3Dk%2C1"), &h).map(|a| a.entries);
+        assert_eq!(
+            ask,
+            Ok(vec![
+                ("api_key".into(), "k,1".into()),
+                ("user".into(), "a=b".into())
+            ])
+        );
+        assert!(parse_ask(Some("limit=a&entry=novalue"), &HeaderMap::new()).is_err());
         assert!(parse_ask(None, &HeaderMap::new()).is_err());
         assert!(parse_ask(Some("limit=a&cost=-1"), &HeaderMap::new()).is_err());
         assert!(parse_ask(Some("limit=a&cost=lots"), &HeaderMap::new()).is_err());

@@ -20,6 +20,7 @@ pub mod http;
 pub mod mapping;
 pub mod metrics;
 pub mod outcome;
+pub mod reload;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -60,6 +61,16 @@ pub async fn run(
     cfg: GatewayConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), GatewayError> {
+    let (_keep, reloads) = tokio::sync::mpsc::channel(1);
+    run_reloading(cfg, shutdown, reloads).await
+}
+
+/// [`run`], adopting each configuration `reloads` brings where a reload may ([`reload`]).
+pub async fn run_reloading(
+    cfg: GatewayConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    reloads: tokio::sync::mpsc::Receiver<ReloadRequest>,
+) -> Result<(), GatewayError> {
     let grpc = match cfg.grpc_listen {
         Some(a) => Some(bind(a).await?),
         None => None,
@@ -78,7 +89,7 @@ pub async fn run(
         addr(&grpc),
         addr(&http)
     );
-    serve(cfg, grpc, http, shutdown).await
+    serve_reloading(cfg, grpc, http, shutdown, reloads).await
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, GatewayError> {
@@ -87,6 +98,9 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, GatewayError> {
         .map_err(|source| GatewayError::Bind { addr, source })
 }
 
+/// A configuration to reload from (SIGHUP in `shareplane gateway`), or why it did not load.
+pub type ReloadRequest = Result<GatewayConfig, Vec<String>>;
+
 /// Serves on the given listeners until `shutdown` completes, with the rule watcher and (with a
 /// token) the demand reporter running; each server drains for at most [`DRAIN`].
 pub async fn serve(
@@ -94,6 +108,38 @@ pub async fn serve(
     grpc: Option<TcpListener>,
     http: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), GatewayError> {
+    let (_keep, reloads) = tokio::sync::mpsc::channel(1);
+    serve_reloading(cfg, grpc, http, shutdown, reloads).await
+}
+
+/// Adopts each configuration `reloads` brings where a reload may (see [`reload`]).
+async fn follow_reloads(
+    mut running: GatewayConfig,
+    decider: Arc<decide::Decider>,
+    mut reloads: tokio::sync::mpsc::Receiver<ReloadRequest>,
+    stop: impl Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            next = reloads.recv() => {
+                let Some(new) = next else { return };
+                let outcome = reload::reload(&mut running, &decider.live, new);
+                decider.metrics.config_reload(&outcome);
+            }
+        }
+    }
+}
+
+/// [`serve`], adopting each configuration `reloads` brings where a reload may ([`reload`]).
+pub async fn serve_reloading(
+    cfg: GatewayConfig,
+    grpc: Option<TcpListener>,
+    http: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    reloads: tokio::sync::mpsc::Receiver<ReloadRequest>,
 ) -> Result<(), GatewayError> {
     let limiter = Arc::new(
         Limiter::new(cfg.limiter.clone()).map_err(|e| GatewayError::Limiter(e.to_string()))?,
@@ -137,12 +183,17 @@ pub async fn serve(
     }
     let decider = Arc::new(decide::Decider {
         limiter,
-        unmapped: cfg.unmapped,
+        live: reload::LiveCell::new(reload::Live::of(&cfg)),
         metrics: metrics::Metrics::default(),
     });
-    let mapper = Arc::new(mapping::Mapper::new(cfg.descriptors.clone()));
+    tasks.spawn(follow_reloads(
+        cfg.clone(),
+        decider.clone(),
+        reloads,
+        stopped(),
+    ));
     let grpc_server = grpc.map(|l| {
-        let svc = grpc::RlsService::new(decider.clone(), mapper, cfg.ratelimit_headers);
+        let svc = grpc::RlsService::new(decider.clone(), cfg.ratelimit_headers);
         let stop = stopped();
         tokio::spawn(async move {
             let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));

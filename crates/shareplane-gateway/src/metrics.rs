@@ -12,8 +12,9 @@ use std::time::Duration;
 use shareplane_limiter::Limiter;
 
 use crate::health::Health;
-use crate::mapping::UnmappedPolicy;
+use crate::mapping::{UnmappedPolicy, ValuePolicy};
 use crate::outcome::{Code, DecideError, Outcome};
+use shareplane_limiter::templates::ValueProblem;
 
 /// Which front end a request came through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -42,7 +43,11 @@ pub struct Metrics {
     shadow_refusals: Mutex<BTreeMap<String, u64>>,
     requests: Mutex<BTreeMap<(Api, &'static str), u64>>,
     unmapped: [AtomicU64; 3],
+    /// Descriptors naming a template without a usable value, by [problem][policy].
+    template_values: [[AtomicU64; 2]; 2],
     cost_above_max: AtomicU64,
+    /// Configuration reloads by outcome: applied, unchanged, refused.
+    reloads: [AtomicU64; 3],
     latency_buckets: [AtomicU64; LATENCY_BOUNDS_S.len()],
     latency_count: AtomicU64,
     latency_sum_ns: AtomicU64,
@@ -73,6 +78,19 @@ impl Metrics {
         if n > 0 {
             self.unmapped[policy as usize].fetch_add(n as u64, Ordering::Relaxed);
         }
+    }
+
+    pub fn template_value(&self, problem: ValueProblem, policy: ValuePolicy) {
+        self.template_values[problem as usize][policy as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn config_reload(&self, outcome: &crate::reload::Outcome) {
+        let i = match outcome {
+            crate::reload::Outcome::Applied => 0,
+            crate::reload::Outcome::Unchanged => 1,
+            crate::reload::Outcome::Refused(_) => 2,
+        };
+        self.reloads[i].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn cost_above_max(&self) {
@@ -178,6 +196,7 @@ impl Metrics {
                 p.as_str()
             );
         }
+        self.render_templates(&mut out, &st);
         let cost = self.cost_above_max.load(Ordering::Relaxed);
         gauge(
             &mut out,
@@ -274,6 +293,51 @@ impl Metrics {
         );
         render_health(&mut out, limiter, health);
         out
+    }
+}
+
+impl Metrics {
+    fn render_templates(&self, out: &mut String, st: &shareplane_limiter::LimiterStats) {
+        head(
+            out,
+            "shareplane_gateway_template_values_refused_total",
+            "counter",
+            "Descriptors that named a template without a usable value (missing or empty, or longer than 256 bytes), by the policy applied.",
+        );
+        for (problem, p) in [
+            (ValueProblem::Missing, "missing"),
+            (ValueProblem::TooLong, "too_long"),
+        ] {
+            for policy in [ValuePolicy::Deny, ValuePolicy::Error] {
+                let n =
+                    self.template_values[problem as usize][policy as usize].load(Ordering::Relaxed);
+                let _ = writeln!(
+                    out,
+                    "shareplane_gateway_template_values_refused_total{{reason=\"{p}\",policy=\"{}\"}} {n}",
+                    policy.as_str()
+                );
+            }
+        }
+        head(
+            out,
+            "shareplane_gateway_config_reloads_total",
+            "counter",
+            "Configuration reloads (SIGHUP) by result: applied, unchanged or refused (the running configuration stays).",
+        );
+        for (i, result) in ["applied", "unchanged", "refused"].iter().enumerate() {
+            let n = self.reloads[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "shareplane_gateway_config_reloads_total{{result=\"{result}\"}} {n}"
+            );
+        }
+        gauge(
+            out,
+            "shareplane_gateway_fallback_values_refused_total",
+            "counter",
+            "Calls for a template's value refused by the local fallback because it held the most per-value buckets it keeps (65,536).",
+            st.fallback_values_refused as f64,
+        );
     }
 }
 

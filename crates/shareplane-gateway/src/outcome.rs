@@ -2,6 +2,7 @@
 //! errors that answer instead. `decide` produces them and re-exports them; `metrics` counts them.
 
 use shareplane_limiter::store::MAX_BUCKETS_PER_CALL;
+use shareplane_limiter::templates::ValueProblem;
 
 /// The most descriptors one request may carry (all are checked in one script call).
 pub const MAX_DESCRIPTORS: usize = MAX_BUCKETS_PER_CALL;
@@ -17,6 +18,18 @@ pub enum DecideError {
     NoRules,
     #[error("bad request: {0}")]
     BadRequest(String),
+    #[error(
+        "descriptor {index} names template {template:?} but {} (template_value = \"error\")",
+        match problem {
+            ValueProblem::Missing => "carries no value for its entry",
+            ValueProblem::TooLong => "its value is longer than the 256 bytes a template takes",
+        }
+    )]
+    TemplateValue {
+        index: usize,
+        template: String,
+        problem: ValueProblem,
+    },
     #[error("the limiter could not check the request: {0}")]
     Limiter(String),
 }
@@ -26,7 +39,7 @@ impl DecideError {
     pub fn is_callers(&self) -> bool {
         matches!(
             self,
-            Self::Unmapped(_) | Self::TooMany(_) | Self::BadRequest(_)
+            Self::Unmapped(_) | Self::TooMany(_) | Self::BadRequest(_) | Self::TemplateValue { .. }
         )
     }
 }

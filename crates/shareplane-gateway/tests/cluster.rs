@@ -1,7 +1,8 @@
 //! The gateway on a cluster-mode Redis (three masters on 127.0.0.1, tests/lib/redis-cluster.sh):
 //! `redis_mode = "cluster"` as an operator writes it; a request naming two limits is decided by
 //! Redis under the default shared tag; one naming limits of two key groups is decided by the
-//! failure policies, and the metrics say why.
+//! failure policies, and the metrics say why. A template's values share its key group: a value and
+//! a listed limit of that group are one call.
 
 mod common;
 
@@ -81,6 +82,75 @@ async fn a_gateway_in_cluster_mode_decides_multi_limit_requests_in_redis() {
     assert_eq!(
         metric(&m, "shareplane_gateway_redis_decisions_total"),
         Some(5.0),
+        "{m}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_templates_values_share_its_key_group_with_the_listed_limits_of_that_group() {
+    let test = "a_templates_values_share_its_key_group_with_the_listed_limits_of_that_group";
+    let Some(url) = redis_cluster_url(test) else {
+        return;
+    };
+    let (listed, tpl, apart) = (unique("gw-l"), unique("gw-per-key"), unique("gw-apart"));
+    let template = |id: &str| shareplane_limiter::TemplateWire {
+        id: id.to_owned(),
+        entry: "api_key".into(),
+        rate: 0.001,
+        burst: 3.0,
+        shadow: false,
+        kind: shareplane_limiter::LimitKind::Capacity,
+        overrides: Vec::new(),
+    };
+    let daemon = FakeDaemon::start(shareplane_limiter::RulesWire {
+        templates: vec![template(&tpl), template(&apart)],
+        ..rules(1, vec![limit(&listed, 0.001, 100.0)])
+    })
+    .await;
+    let group = unique("g");
+    let in_group = |g: &str| LimitSettings {
+        failure: None,
+        key_group: Some(g.to_owned()),
+    };
+    let file = FileConfig {
+        redis_mode: Some(RedisMode::Cluster),
+        redis_timeout_ms: Some(2_000),
+        key_tag: Some("{limit}".into()),
+        limits: BTreeMap::from([
+            (listed.clone(), in_group(&group)),
+            (tpl.clone(), in_group(&group)),
+        ]),
+        ..FileConfig::default()
+    };
+    let gw = Gateway::start(file, flags(&daemon, &url)).await;
+    gw.ready().await;
+    let ask = |t: &str, key: &str| {
+        let url = format!(
+            "{}/v1/check?limit={listed}&limit={t}&entry=api_key%3D{key}",
+            gw.http
+        );
+        async move { reqwest::get(url).await.map_or(0, |r| r.status().as_u16()) }
+    };
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(ask(&tpl, "alice").await);
+    }
+    // One script call on the group's slot: the value's burst of 3, then refused; bob's is his.
+    assert_eq!(got, [200, 200, 200, 429]);
+    assert_eq!(ask(&tpl, "bob").await, 200);
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "shareplane_gateway_cross_slot_checks_total"),
+        Some(0.0),
+        "{m}"
+    );
+    // A template in a group of its own (its id, with key_tag "{limit}") is another slot.
+    assert_eq!(ask(&apart, "alice").await, 429);
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "shareplane_gateway_cross_slot_checks_total"),
+        Some(1.0),
         "{m}"
     );
     gw.stop().await;

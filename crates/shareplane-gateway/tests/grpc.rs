@@ -65,6 +65,8 @@ async fn grpcio_gets_ok_within_the_share_and_over_limit_beyond_it_or_above_the_b
             key: "generic_key".into(),
             value: Some("partner-x".into()),
             limit: c.clone(),
+            prefix: Vec::new(),
+            exact: false,
         }],
         ..FileConfig::default()
     };

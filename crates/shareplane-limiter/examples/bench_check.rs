@@ -38,6 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         lease_ms: None,
         digest: None,
         base: None,
+        templates: Vec::new(),
     };
     limiter.install(RuleSet::from_wire(wire, None, 1)?);
     let ids: Vec<String> = (0..3).map(|i| format!("{tag}-{i}")).collect();

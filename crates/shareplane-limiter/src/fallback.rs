@@ -18,6 +18,13 @@
 //! - **shadow** limits are not evaluated and never refuse.
 //!
 //! Several limits on one call are all or nothing here too.
+//!
+//! A template's per-value buckets ([`crate::templates`]) fall back like listed limits of the
+//! template's kind, each value with a local bucket of its own; at most
+//! [`MAX_FALLBACK_VALUES`](crate::templates::MAX_FALLBACK_VALUES) of them are kept, and a call for
+//! a value beyond them is refused (without a Retry-After) until Redis answers again, so a flood
+//! of distinct values cannot grow this process's memory, nor take the local buckets of the
+//! values that already have one.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -105,6 +112,10 @@ pub struct Fallback {
     gateways: f64,
     origin: Instant,
     buckets: BTreeMap<String, LocalBucket>,
+    /// How many of `buckets` are per-value buckets of templates.
+    values: usize,
+    /// Calls refused because the per-value buckets were all taken, since start.
+    values_refused: u64,
 }
 
 impl Fallback {
@@ -114,12 +125,21 @@ impl Fallback {
             gateways: f64::from(gateways_per_region.max(1)),
             origin: crate::clock::std_now(),
             buckets: BTreeMap::new(),
+            values: 0,
+            values_refused: 0,
         }
     }
 
     /// Called when the gateway enters fallback: every local bucket starts empty.
     pub fn enter(&mut self) {
         self.buckets.clear();
+        self.values = 0;
+    }
+
+    /// Calls refused because [`MAX_FALLBACK_VALUES`](crate::templates::MAX_FALLBACK_VALUES)
+    /// per-value buckets were taken, since start.
+    pub fn values_refused(&self) -> u64 {
+        self.values_refused
     }
 
     /// Checks `limits` at cost `cost`, spending the local buckets only if every enforced limit admits.
@@ -146,8 +166,16 @@ impl Fallback {
                 FallbackVerdict::NotChecked
             } else if l.security {
                 FallbackVerdict::FailClosed
+            } else if self.no_room_for(l.id) {
+                self.values_refused += 1;
+                FallbackVerdict::Short(0.0, None)
             } else {
                 let (rate, burst) = (l.rate / self.gateways, l.burst / self.gateways);
+                if crate::templates::instance_parts(l.id).is_some()
+                    && !self.buckets.contains_key(l.id)
+                {
+                    self.values += 1;
+                }
                 let bucket = self
                     .buckets
                     .entry(l.id.to_owned())
@@ -174,6 +202,13 @@ impl Fallback {
         }
         (allowed, verdicts)
     }
+
+    /// Whether `id` is a value's bucket that has none yet while all are taken.
+    fn no_room_for(&self, id: &str) -> bool {
+        crate::templates::instance_parts(id).is_some()
+            && self.values >= crate::templates::MAX_FALLBACK_VALUES
+            && !self.buckets.contains_key(id)
+    }
 }
 
 #[cfg(test)]
@@ -188,6 +223,32 @@ mod tests {
             security: false,
             shadow: false,
         }
+    }
+
+    #[test]
+    fn per_value_buckets_are_bounded_and_the_ones_held_keep_working() {
+        use crate::templates::{instance_id, MAX_FALLBACK_VALUES};
+        let mut f = Fallback::new(1);
+        let ids: Vec<String> = (0..=MAX_FALLBACK_VALUES)
+            .map(|i| instance_id("t", &i.to_string()))
+            .collect();
+        for id in &ids[..MAX_FALLBACK_VALUES] {
+            let _ = f.check_at(0.0, &[cap(id, 10.0)], 1.0);
+        }
+        assert_eq!(f.values_refused(), 0);
+        // One more value is refused, with no wait that helps; the held ones refill and admit.
+        let (ok, v) = f.check_at(1.0, &[cap(&ids[MAX_FALLBACK_VALUES], 10.0)], 1.0);
+        assert!(!ok);
+        assert_eq!(v, [FallbackVerdict::Short(0.0, None)]);
+        assert_eq!(f.values_refused(), 1);
+        let (ok, _) = f.check_at(1.0, &[cap(&ids[0], 10.0)], 1.0);
+        assert!(ok);
+        // Listed limits are not counted against the values' bound.
+        let (_, v) = f.check_at(1.0, &[cap("listed", 10.0)], 1.0);
+        assert!(matches!(v[0], FallbackVerdict::Short(_, Some(_))), "{v:?}");
+        f.enter();
+        let (_, v) = f.check_at(2.0, &[cap(&ids[MAX_FALLBACK_VALUES], 10.0)], 1.0);
+        assert!(matches!(v[0], FallbackVerdict::Short(_, Some(_))), "{v:?}");
     }
 
     #[test]

@@ -14,6 +14,12 @@
 //! On a cluster, a check whose limits fall in different groups cannot be one call: the limiter
 //! decides it by the local fallback and says why ([`KeyPlan::split`]). Repayments are batched by
 //! group.
+//!
+//! A template's per-value buckets ([`crate::templates`]) follow the same rule with the template
+//! in the limit's place: the bucket of a value is `rl:{<group>}:<template>#<hash>`, its group the
+//! template's (configured for the template id, else the scheme's; [`KeyScheme::PerLimit`]: the
+//! template id). So every value of a template lives in one slot, with the limits of its group,
+//! and a request checking a value together with listed limits of the same group is one call.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -30,8 +36,11 @@ pub struct KeyPlan {
 }
 
 impl KeyPlan {
-    /// The bucket key of limit `id`.
+    /// The bucket key of limit `id` (or of a per-value id `<template>#<hash>`).
     pub fn key(&self, id: &str) -> String {
+        if crate::templates::instance_parts(id).is_some() {
+            return format!("rl:{{{}}}:{id}", self.tag(id));
+        }
         match self.groups.get(id) {
             Some(group) => format!("rl:{{{group}}}:{id}"),
             None => self.scheme.key(id),
@@ -40,6 +49,8 @@ impl KeyPlan {
 
     /// The hash tag of limit `id`'s key: the part between the braces.
     pub fn tag<'a>(&'a self, id: &'a str) -> Cow<'a, str> {
+        // A value's bucket is in its template's group.
+        let id = crate::templates::base_id(id);
         match (self.groups.get(id), &self.scheme) {
             (Some(group), _) => Cow::Borrowed(group),
             (None, KeyScheme::SharedTag(tag)) => Cow::Borrowed(tag),
@@ -129,6 +140,21 @@ mod tests {
         assert_eq!(p.key("z"), "rl:{gw}:z");
         assert_eq!(p.tag("z"), "gw");
         assert_eq!(p.tag("c"), "t2");
+    }
+
+    #[test]
+    fn a_values_bucket_is_in_its_templates_group() {
+        let id = crate::templates::instance_id("a", "some key");
+        let hash = crate::templates::value_hash("some key");
+        let p = plan(KeyScheme::PerLimit, RedisMode::Cluster);
+        assert_eq!(p.key(&id), format!("rl:{{t1}}:a#{hash}"));
+        assert_eq!(p.split([id.as_str(), "b"]), None, "same group as b");
+        assert!(p.split([id.as_str(), "c"]).is_some());
+        let other = crate::templates::instance_id("z", "some key");
+        assert_eq!(p.key(&other), format!("rl:{{z}}:z#{hash}"));
+        let p = plan(KeyScheme::SharedTag("gw".into()), RedisMode::Cluster);
+        assert_eq!(p.key(&other), format!("rl:{{gw}}:z#{hash}"));
+        assert_eq!(p.split([other.as_str(), "y"]), None);
     }
 
     #[test]

@@ -44,6 +44,7 @@ pub mod limiter;
 pub mod loadgen;
 pub mod rules;
 pub mod store;
+pub mod templates;
 pub mod watcher;
 
 pub use demand::{DemandReport, DemandReporter};
@@ -54,6 +55,9 @@ pub use limiter::{
     CheckError, Decision, DecisionPath, Install, LimitDecision, Limiter, LimiterConfig,
     LimiterStats, Verdict,
 };
-pub use rules::{digest_hex, limits_digest, wire_digest, LimitKind, LimitWire, RuleSet, RulesWire};
+pub use rules::{
+    digest_hex, limits_digest, set_digest, wire_digest, LimitKind, LimitWire, RuleSet, RulesWire,
+};
 pub use store::{KeyScheme, RedisBuckets, RedisMode};
+pub use templates::{OverrideWire, TemplateWire};
 pub use watcher::RuleWatcher;

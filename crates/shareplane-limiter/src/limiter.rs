@@ -1,6 +1,7 @@
 //! The gateway's limiter: the rules it runs and their lease, `check`, the running demand totals,
 //! the fence when the lease runs out, and the switch between Redis and the local fallback.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -14,6 +15,7 @@ use crate::store::MAX_BUCKETS_PER_CALL;
 use crate::store::{
     BucketCall, BucketVerdict, Debt, KeyScheme, RedisBuckets, RedisMode, StoreError,
 };
+use crate::templates::{base_id, check_value, instance_parts, ValueProblem};
 
 /// The longest Redis bound accepted.
 pub const MAX_REDIS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -140,6 +142,34 @@ pub enum CheckError {
     LimitCount(usize),
     #[error("cost {cost} is outside 1..={max} (max_cost)")]
     Cost { cost: u32, max: u32 },
+    #[error("template {0:?} is not in the rule set this gateway runs")]
+    UnknownTemplate(String),
+    #[error("a value for template {template:?} is {problem:?}")]
+    BadValue {
+        template: String,
+        problem: ValueProblem,
+    },
+}
+
+/// One bucket a check asks for: a listed limit (`value: None`), or the bucket of `value` under
+/// the template `limit` ([`crate::templates`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketRef<'a> {
+    pub limit: &'a str,
+    pub value: Option<&'a str>,
+}
+
+impl<'a> BucketRef<'a> {
+    pub fn limit(limit: &'a str) -> Self {
+        Self { limit, value: None }
+    }
+
+    pub fn value(template: &'a str, value: &'a str) -> Self {
+        Self {
+            limit: template,
+            value: Some(value),
+        }
+    }
 }
 
 /// What a limit said about one call.
@@ -238,6 +268,9 @@ pub struct LimiterStats {
     /// Checks decided by the fallback because, on a cluster, their limits are in different key
     /// groups (hash slots) and cannot be one script call.
     pub cross_slot_checks: u64,
+    /// Calls for a template's value refused by the fallback because it already held
+    /// [`crate::templates::MAX_FALLBACK_VALUES`] per-value buckets.
+    pub fallback_values_refused: u64,
     pub rule_sets_installed: u64,
     pub rule_sets_ignored: u64,
     pub script_loads: u64,
@@ -511,7 +544,11 @@ impl Limiter {
 
     fn count_would_refuse(&self, d: &Decision) {
         let mut counts = None;
-        for l in d.limits.iter().filter(|l| l.shadow && l.verdict.refuses()) {
+        for l in d
+            .limits
+            .iter()
+            .filter(|l| l.shadow && l.verdict.refuses() && instance_parts(&l.id).is_none())
+        {
             let m = counts.get_or_insert_with(|| {
                 self.would_refuse
                     .lock()
@@ -545,6 +582,11 @@ impl Limiter {
             fallback_repaid: self.repaid.load(Ordering::Relaxed),
             redis_failures: self.redis_failures.load(Ordering::Relaxed),
             cross_slot_checks: self.cross_slot.load(Ordering::Relaxed),
+            fallback_values_refused: self
+                .fallback
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values_refused(),
             rule_sets_installed: self.installed.load(Ordering::Relaxed),
             rule_sets_ignored: self.ignored.load(Ordering::Relaxed),
             script_loads: self.store.script_loads(),
@@ -563,14 +605,30 @@ impl Limiter {
     /// While the rule set's lease has run out, a request that needs an enforced capacity limit is
     /// refused with a Retry-After and spends nothing; security limits are checked as always.
     pub async fn check(&self, limits: &[&str], cost: u32) -> Result<Decision, CheckError> {
-        let d = self.decide(limits, cost).await?;
+        let buckets: Vec<BucketRef<'_>> = limits.iter().map(|l| BucketRef::limit(l)).collect();
+        self.check_buckets(&buckets, cost).await
+    }
+
+    /// [`Limiter::check`] of listed limits and templates' per-value buckets alike: a value's
+    /// bucket is decided in the same script call, fenced, held closed and failed over exactly as
+    /// a listed limit of its template's kind. Its [`LimitDecision::id`] is the per-value id
+    /// ([`crate::templates::instance_id`]). No per-value state is kept in this process beyond
+    /// the bounded fallback ([`crate::templates::MAX_FALLBACK_VALUES`]); values count no demand
+    /// (their split is static).
+    pub async fn check_buckets(
+        &self,
+        buckets: &[BucketRef<'_>],
+        cost: u32,
+    ) -> Result<Decision, CheckError> {
+        let d = self.decide(buckets, cost).await?;
         self.count_would_refuse(&d);
         Ok(d)
     }
 
-    async fn decide(&self, limits: &[&str], cost: u32) -> Result<Decision, CheckError> {
+    async fn decide(&self, buckets: &[BucketRef<'_>], cost: u32) -> Result<Decision, CheckError> {
         let set = self.rules().ok_or(CheckError::NoRules)?;
-        let rules = self.resolve(&set, limits, cost)?;
+        let owned = self.resolve(&set, buckets, cost)?;
+        let rules: Vec<&LimitRule> = owned.iter().map(AsRef::as_ref).collect();
         self.count_demand(&rules, cost);
         if rules.iter().any(|r| r.rejected.is_some() && !r.shadow) {
             return Ok(held_closed(&rules));
@@ -619,34 +677,49 @@ impl Limiter {
     fn resolve<'s>(
         &self,
         set: &'s RuleSet,
-        limits: &[&str],
+        buckets: &[BucketRef<'_>],
         cost: u32,
-    ) -> Result<Vec<&'s LimitRule>, CheckError> {
+    ) -> Result<Vec<Cow<'s, LimitRule>>, CheckError> {
         if cost == 0 || cost > self.cfg.max_cost {
             return Err(CheckError::Cost {
                 cost,
                 max: self.cfg.max_cost,
             });
         }
-        if limits.is_empty() || limits.len() > MAX_BUCKETS_PER_CALL {
-            return Err(CheckError::LimitCount(limits.len()));
+        if buckets.is_empty() || buckets.len() > MAX_BUCKETS_PER_CALL {
+            return Err(CheckError::LimitCount(buckets.len()));
         }
-        let mut rules: Vec<&LimitRule> = Vec::with_capacity(limits.len());
-        for id in limits {
-            if rules.iter().any(|r| r.id == *id) {
-                return Err(CheckError::Duplicate((*id).to_owned()));
+        let mut rules: Vec<Cow<'s, LimitRule>> = Vec::with_capacity(buckets.len());
+        for b in buckets {
+            let rule = match b.value {
+                None => Cow::Borrowed(
+                    set.get(b.limit)
+                        .ok_or_else(|| CheckError::UnknownLimit(b.limit.to_owned()))?,
+                ),
+                Some(value) => {
+                    let t = set
+                        .template(b.limit)
+                        .ok_or_else(|| CheckError::UnknownTemplate(b.limit.to_owned()))?;
+                    check_value(value).map_err(|problem| CheckError::BadValue {
+                        template: b.limit.to_owned(),
+                        problem,
+                    })?;
+                    Cow::Owned(t.instance(value))
+                }
+            };
+            if rules.iter().any(|r| r.id == rule.id) {
+                return Err(CheckError::Duplicate(rule.id.clone()));
             }
-            rules.push(
-                set.get(id)
-                    .ok_or_else(|| CheckError::UnknownLimit((*id).to_owned()))?,
-            );
+            rules.push(rule);
         }
         Ok(rules)
     }
 
     fn count_demand(&self, rules: &[&LimitRule], cost: u32) {
         let mut totals = self.demand.lock().unwrap_or_else(PoisonError::into_inner);
-        for r in rules {
+        // A value's bucket reports no demand: its split is static, and a total per value would
+        // grow with the values seen.
+        for r in rules.iter().filter(|r| instance_parts(&r.id).is_none()) {
             if let Some(t) = totals.get_mut(&r.id) {
                 *t = t.saturating_add(u64::from(cost));
             } else if totals.len() < MAX_LIMITS {
@@ -663,7 +736,7 @@ impl Limiter {
         let debts: Vec<(String, (u64, Debt))> = owed
             .into_iter()
             .filter_map(|(id, tokens)| {
-                let r = set.get(&id)?;
+                let r = set.resolve_id(&id)?;
                 let debt = Debt {
                     key: self.keys.key(&id),
                     rate: r.rate,
@@ -747,7 +820,7 @@ impl Limiter {
         self.fallback_decisions.fetch_add(1, Ordering::Relaxed);
         let policies: Vec<FailurePolicy> = live
             .iter()
-            .map(|r| self.cfg.failure_policy(&r.id, r.kind))
+            .map(|r| self.cfg.failure_policy(base_id(&r.id), r.kind))
             .collect();
         let asks: Vec<FallbackLimit<'_>> = live
             .iter()
@@ -993,6 +1066,7 @@ mod tests {
             lease_ms: None,
             digest: None,
             base: None,
+            templates: Vec::new(),
         };
         RuleSet::from_wire(wire, None, 1).unwrap_or_else(|e| panic!("{e}"))
     }

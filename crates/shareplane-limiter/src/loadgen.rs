@@ -357,6 +357,7 @@ mod tests {
             lease_ms: None,
             digest: None,
             base: None,
+            templates: Vec::new(),
         };
         let set = |v, r| RuleSet::from_wire(wire(v, r), None, 1).unwrap_or_else(|e| panic!("{e}"));
         let until = |ms| Lease::Until(crate::clock::now() + Duration::from_millis(ms));

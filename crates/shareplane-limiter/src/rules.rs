@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::templates::{TemplateRule, TemplateWire, INSTANCE_SEP, MAX_OVERRIDES, MAX_TEMPLATES};
+
 /// The most limits one rule set may carry (a daemon runs up to as many).
 pub const MAX_LIMITS: usize = 100_000;
 /// The longest limit id, in bytes.
@@ -39,6 +41,11 @@ pub struct RulesWire {
     /// A delta is sent only to a gateway that asked for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<u64>,
+    /// Limits per value of a descriptor entry ([`crate::templates`]), each at this Region's part
+    /// of its rate. Every answer carries all of them, deltas included; absent from daemons that
+    /// predate templates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub templates: Vec<TemplateWire>,
 }
 
 /// One limit of a published rule set.
@@ -70,7 +77,8 @@ pub struct RuleSet {
     version: u64,
     region: String,
     limits: BTreeMap<String, LimitRule>,
-    /// [`limits_digest`] of `limits`.
+    templates: BTreeMap<String, TemplateRule>,
+    /// [`limits_digest`] of `limits` and the templates' parts.
     digest: u64,
 }
 
@@ -97,6 +105,10 @@ pub enum RuleSetError {
     TooManyLimits(usize),
     #[error("limit id {0:?} appears twice")]
     DuplicateId(String),
+    #[error("rule set has {0} templates, at most {MAX_TEMPLATES} are accepted")]
+    TooManyTemplates(usize),
+    #[error("rule set has {0} per-value overrides, at most {MAX_OVERRIDES} are accepted")]
+    TooManyOverrides(usize),
     #[error("rule set is not valid JSON of the expected shape: {0}")]
     Malformed(String),
     #[error("a delta that cannot be applied to the running rule set: {0}")]
@@ -136,6 +148,31 @@ pub fn wire_digest(limits: &[LimitWire]) -> u64 {
             .iter()
             .map(|l| (l.id.as_str(), l.rate, l.burst, l.shadow, l.kind)),
     )
+}
+
+/// The digest of a whole rule set as the daemon sends it: [`wire_digest`] of its limits alone
+/// when it has no template (so that sets without templates keep their digests), else of its
+/// limits followed by each template's parts (id and entry, its numbers, then each override's
+/// value hash and numbers). A gateway computes the same of what it loaded.
+pub fn set_digest(limits: &[LimitWire], templates: &[TemplateWire]) -> u64 {
+    let rules: BTreeMap<String, TemplateRule> = templates
+        .iter()
+        .map(|t| (t.id.clone(), TemplateRule::of_wire(t.clone(), 1)))
+        .collect();
+    combined_digest(wire_digest(limits), &rules)
+}
+
+fn combined_digest(limits: u64, templates: &BTreeMap<String, TemplateRule>) -> u64 {
+    if templates.is_empty() {
+        return limits;
+    }
+    let parts: Vec<_> = templates.values().flat_map(|t| t.digest_parts()).collect();
+    let of_templates = limits_digest(
+        parts
+            .iter()
+            .map(|(id, rate, burst, shadow, kind)| (id.as_str(), *rate, *burst, *shadow, *kind)),
+    );
+    limits ^ of_templates.rotate_left(1)
 }
 
 /// A digest as answers carry it: 16 hex digits.
@@ -178,11 +215,17 @@ impl RuleSet {
             let rule = LimitRule::of_wire(l, max_cost);
             limits.insert(rule.id.clone(), rule);
         }
-        Ok(Self::with(wire.version, wire.region, limits))
+        let templates = templates_of(wire.templates, &limits, max_cost)?;
+        Ok(Self::with(wire.version, wire.region, limits, templates))
     }
 
-    fn with(version: u64, region: String, limits: BTreeMap<String, LimitRule>) -> Self {
-        let digest = limits_digest(
+    fn with(
+        version: u64,
+        region: String,
+        limits: BTreeMap<String, LimitRule>,
+        templates: BTreeMap<String, TemplateRule>,
+    ) -> Self {
+        let of_limits = limits_digest(
             limits
                 .values()
                 .map(|l| (l.id.as_str(), l.rate, l.burst, l.shadow, l.kind)),
@@ -191,7 +234,8 @@ impl RuleSet {
             version,
             region,
             limits,
-            digest,
+            digest: combined_digest(of_limits, &templates),
+            templates,
         }
     }
 
@@ -234,7 +278,9 @@ impl RuleSet {
             };
             *slot = LimitRule::of_wire(l, max_cost);
         }
-        let set = Self::with(wire.version, wire.region, limits);
+        // Templates come whole in every answer.
+        let templates = templates_of(wire.templates, &limits, max_cost)?;
+        let set = Self::with(wire.version, wire.region, limits, templates);
         if digest_hex(set.digest) != want {
             return delta(format!(
                 "the result's digest {} is not the daemon's {want}",
@@ -272,22 +318,49 @@ impl RuleSet {
         self.limits.get(id)
     }
 
+    /// The template `id`, if this set has one.
+    pub fn template(&self, id: &str) -> Option<&TemplateRule> {
+        self.templates.get(id)
+    }
+
+    /// The templates in id order.
+    pub fn templates(&self) -> impl Iterator<Item = &TemplateRule> {
+        self.templates.values()
+    }
+
+    /// The rule behind a limiter id: a listed limit, or a per-value bucket of a template
+    /// (`<template>#<hash>`, [`crate::templates::instance_id`]).
+    pub fn resolve_id(&self, id: &str) -> Option<std::borrow::Cow<'_, LimitRule>> {
+        if let Some(l) = self.limits.get(id) {
+            return Some(std::borrow::Cow::Borrowed(l));
+        }
+        let (template, hash) = crate::templates::instance_parts(id)?;
+        let t = self.templates.get(template)?;
+        Some(std::borrow::Cow::Owned(t.by_hash(hash)))
+    }
+
     /// The limits in id order.
     pub fn limits(&self) -> impl Iterator<Item = &LimitRule> {
         self.limits.values()
     }
 
-    /// The limits rejected at load time, with the reason.
+    /// The limits and templates rejected at load time, with the reason.
     pub fn rejected(&self) -> impl Iterator<Item = (&str, &str)> {
         self.limits
             .values()
+            .chain(self.templates.values().map(|t| &t.base))
             .filter_map(|l| l.rejected.as_deref().map(|r| (l.id.as_str(), r)))
     }
 }
 
 impl LimitRule {
     fn of_wire(l: LimitWire, max_cost: u32) -> Self {
-        let rejected = limit_problem(&l, max_cost);
+        let mut rejected = limit_problem(&l, max_cost);
+        if rejected.is_none() && l.id.contains(INSTANCE_SEP) {
+            rejected = Some(format!(
+                "id may not hold {INSTANCE_SEP:?}: it names the per-value buckets of templates"
+            ));
+        }
         LimitRule {
             id: l.id,
             rate: l.rate,
@@ -309,7 +382,32 @@ pub fn valid_limit_id(id: &str) -> bool {
             .all(|b| b.is_ascii_graphic() && b != b'{' && b != b'}')
 }
 
-fn limit_problem(l: &LimitWire, max_cost: u32) -> Option<String> {
+/// The templates of a rule set, validated; whole-set problems (too many, an id that a limit or
+/// another template has) reject the set.
+fn templates_of(
+    wire: Vec<TemplateWire>,
+    limits: &BTreeMap<String, LimitRule>,
+    max_cost: u32,
+) -> Result<BTreeMap<String, TemplateRule>, RuleSetError> {
+    if wire.len() > MAX_TEMPLATES {
+        return Err(RuleSetError::TooManyTemplates(wire.len()));
+    }
+    let overrides: usize = wire.iter().map(|t| t.overrides.len()).sum();
+    if overrides > MAX_OVERRIDES {
+        return Err(RuleSetError::TooManyOverrides(overrides));
+    }
+    let mut out = BTreeMap::new();
+    for t in wire {
+        if limits.contains_key(&t.id) || out.contains_key(&t.id) {
+            return Err(RuleSetError::DuplicateId(t.id));
+        }
+        let rule = TemplateRule::of_wire(t, max_cost);
+        out.insert(rule.id().to_owned(), rule);
+    }
+    Ok(out)
+}
+
+pub(crate) fn limit_problem(l: &LimitWire, max_cost: u32) -> Option<String> {
     if !valid_limit_id(&l.id) {
         return Some(format!(
             "id must be 1 to {MAX_ID_LEN} printable ASCII characters without braces or spaces"
@@ -343,6 +441,7 @@ mod tests {
             lease_ms: None,
             digest: None,
             base: None,
+            templates: Vec::new(),
         }
     }
 

@@ -407,7 +407,7 @@ async fn limits_apply_phase(url: &str) {
     let t = Instant::now();
     let parsed = match &read {
         Ok(LimitsRead::Complete(doc)) => config::parse_limits(&doc.text, &cfg.deployment.regions)
-            .map(|l| l.len())
+            .map(|l| l.limits.len())
             .map_err(|e| e.to_string()),
         other => Err(format!("{other:?}")),
     };

@@ -72,6 +72,20 @@ pub struct Demo {
     api_token: String,
 }
 
+/// The demo's template: every API key gets 100 requests/s in total across the three Regions
+/// (a burst of 2 s), each Region enforcing its static part (33.334 / 33.333 / 33.333).
+pub fn per_api_key() -> crate::templates::TemplateSpec {
+    crate::templates::TemplateSpec {
+        id: "per_api_key".into(),
+        entry: "api_key".into(),
+        rate: Room::rps(100),
+        burst_ms: 2_000,
+        kind: shareplane_limiter::LimitKind::Capacity,
+        shadow: false,
+        overrides: vec![("partner-x".into(), Room::rps(1_000))],
+    }
+}
+
 /// The demo's deployment (also used by the daemon tests).
 pub fn deployment(period_ms: u64) -> Result<Deployment, DemoError> {
     let d = Deployment {
@@ -125,6 +139,7 @@ impl Demo {
                 Some(api_token.clone()),
                 shutdown.clone(),
             );
+            shared.set_templates(crate::templates::wire(&[per_api_key()], d.n(), me));
             let (paused, paused_rx) = watch::channel(false);
             let phase_ms = period_ms * i as u64 / 3;
             let opts = DaemonOptions::new(format!("demo-{name}"), phase_ms, period_ms);

@@ -26,6 +26,7 @@ pub mod demo;
 pub mod events;
 pub mod health;
 pub mod health_watch;
+pub mod import;
 pub mod limits;
 pub mod local;
 pub mod metrics;
@@ -34,6 +35,7 @@ pub mod rules;
 pub mod slow_store;
 pub mod state;
 pub mod table;
+pub mod templates;
 pub mod tokens;
 pub mod view;
 
@@ -214,6 +216,7 @@ impl RegionDaemon {
                 config::ENV_ADMIN_TOKEN
             );
         }
+        shared.set_templates(templates::wire(&cfg.templates, cfg.deployment.n(), cfg.me));
         let (reloader, reloads) = reload::Reloader::new(source, cfg.clone(), shared.clone());
         tokio::spawn(reloader.run());
         RegionDaemon {

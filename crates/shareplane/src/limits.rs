@@ -38,11 +38,14 @@ pub struct Plan {
     pub removed: Vec<String>,
     /// How many limits the file holds.
     pub limits: usize,
+    /// Ids of templates added, changed or removed (each Region publishes its part of the new
+    /// ones with its next rule set: templates need no version).
+    pub templates: Vec<String>,
 }
 
 impl Plan {
     pub fn is_empty(&self) -> bool {
-        self.changes.is_empty() && self.removed.is_empty()
+        self.changes.is_empty() && self.removed.is_empty() && self.templates.is_empty()
     }
 
     /// One line per kind of change, for the operator.
@@ -60,8 +63,13 @@ impl Plan {
                 ids.join(", ")
             }
         };
+        let templates = if self.templates.is_empty() {
+            String::new()
+        } else {
+            format!("; templates changed: {}", self.templates.join(", "))
+        };
         format!(
-            "{} limits; added: {}; new versions: {}; tuned: {}; removed: {}",
+            "{} limits; added: {}; new versions: {}; tuned: {}; removed: {}{templates}",
             self.limits,
             list(&self.changes.added),
             list(&versioned),
@@ -113,21 +121,23 @@ pub fn plan(
     opts: ApplyOptions,
 ) -> Result<Plan, LimitsError> {
     let regions = &cfg.deployment.regions;
-    let new = config::parse_limits(text, regions)
+    let running = config::parse_limits(text, regions)
         .and_then(|limits| config::with_limits(cfg, limits, 0))
-        .map_err(LimitsError::Invalid)?
-        .deployment
-        .limits
-        .clone();
-    let old: Vec<LimitSpec> = match current {
-        None => Vec::new(),
-        Some(doc) => config::parse_limits(&doc.text, regions).map_err(|errors| {
-            LimitsError::StoredInvalid {
-                version: doc.version,
-                errors,
-            }
-        })?,
+        .map_err(LimitsError::Invalid)?;
+    let new = running.deployment.limits.clone();
+    let (old, old_templates) = match current {
+        None => (Vec::new(), Vec::new()),
+        Some(doc) => {
+            let f = config::parse_limits(&doc.text, regions).map_err(|errors| {
+                LimitsError::StoredInvalid {
+                    version: doc.version,
+                    errors,
+                }
+            })?;
+            (f.limits, f.templates)
+        }
     };
+    let templates = changed_templates(&old_templates, &running.templates);
     // By set, not by scanning: 100,000 limits against 100,000 took 18 s scanned.
     let new_ids: std::collections::HashSet<&str> = new.iter().map(|n| n.id.as_str()).collect();
     let removed: Vec<String> = old
@@ -162,7 +172,28 @@ pub fn plan(
         changes,
         removed,
         limits: new.len(),
+        templates,
     })
+}
+
+/// Ids of templates that are new, changed or gone.
+fn changed_templates(
+    old: &[crate::templates::TemplateSpec],
+    new: &[crate::templates::TemplateSpec],
+) -> Vec<String> {
+    let mut ids: Vec<String> = new
+        .iter()
+        .filter(|n| !old.contains(n))
+        .map(|n| n.id.clone())
+        .chain(
+            old.iter()
+                .filter(|o| !new.iter().any(|n| n.id == o.id))
+                .map(|o| o.id.clone()),
+        )
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
 }
 
 /// Plans `text` against the table's current document and, unless the plan is empty or
@@ -349,6 +380,42 @@ mod tests {
         assert_eq!(
             (plan.removed.clone(), written),
             (vec!["s".to_string()], Some(3))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_change_of_templates_alone_is_written_and_says_which() {
+        let store = MemoryStore::new();
+        let with = |rate: u32| {
+            format!("{V1}[[templates]]\nid = \"per_key\"\nentry = \"api_key\"\nrate = {rate}\n")
+        };
+        let (plan, written) = apply_text(&store, &with(100), ApplyOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (written, plan.templates),
+            (Some(1), vec!["per_key".to_string()])
+        );
+        let (plan, written) = apply_text(&store, &with(100), ApplyOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((written, plan.is_empty()), (None, true), "nothing changed");
+        let (plan, written) = apply_text(&store, &with(50), ApplyOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(written, Some(2), "{}", plan.describe());
+        assert!(
+            plan.describe().ends_with("templates changed: per_key"),
+            "{}",
+            plan.describe()
+        );
+        let (plan, written) = apply_text(&store, V1, ApplyOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (written, plan.templates),
+            (Some(3), vec!["per_key".to_string()]),
+            "removed"
         );
     }
 

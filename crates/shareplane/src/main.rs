@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand};
 use shareplane::config;
 use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -113,6 +113,21 @@ enum LimitsCommand {
         #[arg(long)]
         allow_removal: bool,
     },
+    /// Read envoyproxy/ratelimit's descriptor configuration (YAML, one domain per file) and
+    /// write the same limits as shareplane's: a limits file (`[[limits]]`, `[[templates]]`) and
+    /// the gateway's `[[descriptors]]` mappings. What cannot keep its meaning is refused, each
+    /// with its file and path and why (exit 2); nothing is written then. Needs no configuration.
+    Import {
+        /// envoyproxy/ratelimit configuration files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Where the limits file goes (default: stdout).
+        #[arg(long)]
+        limits_out: Option<PathBuf>,
+        /// Where the gateway's mappings go (default: stdout, after the limits).
+        #[arg(long)]
+        gateway_out: Option<PathBuf>,
+    },
     /// Print the table's current limits: version, who applied them and when, and (with
     /// --text) the document itself.
     Show {
@@ -166,10 +181,11 @@ fn validate(path: Option<PathBuf>) -> ExitCode {
                 })
                 .unwrap_or_else(|e| e.to_string());
             println!(
-                "configuration is valid: region {}, {} Regions, {} limits, period {} ms, phase {} ms, listen {}, store timeout {} ms, health timeout {} ms, gateway lease {lease}",
+                "configuration is valid: region {}, {} Regions, {} limits, {} templates, period {} ms, phase {} ms, listen {}, store timeout {} ms, health timeout {} ms, gateway lease {lease}",
                 c.region,
                 c.deployment.n(),
                 c.deployment.limits.len(),
+                c.templates.len(),
                 c.period_ms,
                 c.phase_ms,
                 c.listen,
@@ -235,10 +251,60 @@ fn run(path: Option<PathBuf>, log_format: &str) -> ExitCode {
     }
 }
 
+/// `shareplane limits import`: reads every file, writes both outputs only if nothing is refused.
+fn import(files: &[PathBuf], limits_out: Option<&Path>, gateway_out: Option<&Path>) -> ExitCode {
+    let mut texts = Vec::new();
+    for f in files {
+        match std::fs::read_to_string(f) {
+            Ok(t) => texts.push((f.display().to_string(), t)),
+            Err(e) => {
+                eprintln!("shareplane limits import: cannot read {}: {e}", f.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let out = match shareplane::import::import(&texts) {
+        Ok(out) => out,
+        Err(errors) => {
+            eprintln!(
+                "shareplane limits import: refused ({} problems), nothing written:",
+                errors.len()
+            );
+            for e in errors {
+                eprintln!("  {e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    for note in &out.notes {
+        eprintln!("note: {note}");
+    }
+    for (text, to) in [(&out.limits, limits_out), (&out.gateway, gateway_out)] {
+        match to {
+            None => println!("{text}"),
+            Some(p) => {
+                if let Err(e) = std::fs::write(p, text) {
+                    eprintln!(
+                        "shareplane limits import: cannot write {}: {e}",
+                        p.display()
+                    );
+                    return ExitCode::from(1);
+                }
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 fn limits(command: LimitsCommand) -> ExitCode {
     use shareplane::limits::{self, ApplyOptions, LimitsError};
     let path = match &command {
         LimitsCommand::Apply { config, .. } | LimitsCommand::Show { config, .. } => config.clone(),
+        LimitsCommand::Import {
+            files,
+            limits_out,
+            gateway_out,
+        } => return import(files, limits_out.as_deref(), gateway_out.as_deref()),
     };
     // These commands serve nothing, so they need no API token (a configuration without one,
     // for a daemon that takes it from the environment, is accepted as `validate` accepts it).
@@ -298,6 +364,8 @@ fn limits(command: LimitsCommand) -> ExitCode {
                 }
                 Ok(())
             }
+            // Answered before any configuration is read.
+            LimitsCommand::Import { .. } => Ok(()),
             LimitsCommand::Show { text, .. } => {
                 match limits::current(&store).await? {
                     None => println!("table {:?} holds no shared limits (write them with `shareplane limits apply`)", cfg.table),
@@ -364,7 +432,7 @@ fn local(opts: shareplane::local::LocalOptions) -> ExitCode {
 }
 
 fn gateway(flags: shareplane_gateway::Flags, log_format: &str) -> ExitCode {
-    let cfg = match shareplane_gateway::config::load(flags) {
+    let cfg = match shareplane_gateway::config::load(flags.clone()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
@@ -385,7 +453,24 @@ fn gateway(flags: shareplane_gateway::Flags, log_format: &str) -> ExitCode {
         let _ = rx.wait_for(|s| *s).await;
     };
     rt.spawn(shareplane::shutdown_on_signals(tx));
-    match rt.block_on(shareplane_gateway::run(cfg, stop)) {
+    // SIGHUP reads the file (and the same flags) again; the gateway adopts what may change live.
+    let (reload_tx, reloads) = tokio::sync::mpsc::channel(1);
+    let hup = rt
+        .block_on(async { tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) });
+    match hup {
+        Ok(mut hup) => {
+            rt.spawn(async move {
+                while hup.recv().await.is_some() {
+                    let new = shareplane_gateway::config::load(flags.clone()).map_err(|e| e.0);
+                    if reload_tx.send(new).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Err(e) => eprintln!("shareplane gateway: no SIGHUP handler, reloads are off: {e}"),
+    }
+    match rt.block_on(shareplane_gateway::run_reloading(cfg, stop, reloads)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("shareplane gateway: {e}");

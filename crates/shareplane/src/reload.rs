@@ -204,6 +204,7 @@ impl Reloader {
                 LimitsSource::Table => Config {
                     deployment: self.running.deployment.clone(),
                     limits_version: self.running.limits_version,
+                    templates: self.running.templates.clone(),
                     ..new
                 },
             });
@@ -232,6 +233,7 @@ impl Reloader {
             Ok((new, c)) if c.is_empty() => {
                 // A document that changes no limit is still the one running.
                 self.running.limits_version = new.limits_version;
+                self.adopt_templates(why, &new);
                 ReloadOutcome::Unchanged
             }
             Ok((mut new, c)) => {
@@ -244,6 +246,7 @@ impl Reloader {
                         let d = Arc::new(d);
                         new.deployment = d.clone();
                         if self.shared.propose(d) {
+                            self.adopt_templates(why, &new);
                             self.running = new;
                             ReloadOutcome::Applied(c)
                         } else {
@@ -260,6 +263,21 @@ impl Reloader {
         };
         self.report(why, &outcome);
         outcome
+    }
+
+    /// Templates need no protocol to change: each Region publishes its static part of the new
+    /// rates with its next rule set (docs/PROTOCOL.md, "Templates": the bound while Regions run
+    /// different rates). They change with an accepted reload only.
+    fn adopt_templates(&mut self, why: &str, new: &Config) {
+        if new.templates == self.running.templates {
+            return;
+        }
+        let d = &self.running.deployment;
+        let wire = crate::templates::wire(&new.templates, d.n(), self.running.me);
+        self.shared.set_templates(wire);
+        self.running.templates = new.templates.clone();
+        info!(region = %self.shared.region, trigger = why, templates = new.templates.len(),
+              "templates changed: published with the next rule set");
     }
 
     fn report(&self, why: &str, outcome: &ReloadOutcome) {

@@ -18,12 +18,24 @@
 //! (`?after=V&delta=DIGEST`) gets only the limits changed since; it checks the result against
 //! the digest of the whole new set. A change of which limits exist (or their order) starts
 //! afresh: the next answer to every gateway is whole.
+//!
+//! # Templates
+//!
+//! Every set, whole or delta, carries this Region's part of every template
+//! ([`crate::templates`]) whole: they are few and their parts change only with a reload. The
+//! digest covers them (`shareplane_limiter::set_digest`), so a gateway never runs a delta whose
+//! templates differ from the daemon's. A set without templates keeps the digest it had before templates
+//! existed; a gateway that predates templates ignores them (and, while the set has some, its
+//! digest differs from the daemon's, so it refuses deltas and takes every set whole).
 
 use axum::body::Bytes;
 use shareplane_core::{Deployment, LimitKind, Room, Rule};
 // The gateways' own wire type: one definition of the rule set for the side that writes it and
 // the side that reads it.
-use shareplane_limiter::{digest_hex, wire_digest, LimitKind as WireKind, LimitWire, RulesWire};
+use shareplane_limiter::{
+    digest_hex, set_digest, LimitKind as WireKind, LimitWire, RulesWire, TemplateWire,
+};
+use std::sync::Arc;
 
 /// How many of its latest rule sets a replica answers deltas from.
 pub const DELTA_BASES: usize = 16;
@@ -36,6 +48,8 @@ pub struct RuleSet {
     pub rates: Vec<Room>,
     /// The rules themselves: a rule set equal to the published one is not published again.
     pub rules: Vec<Rule>,
+    /// This Region's part of every template (compared as the rules are).
+    pub templates: Arc<Vec<TemplateWire>>,
     pub body: Bytes,
     /// The ETag header value: the version in quotes.
     pub etag: String,
@@ -59,6 +73,7 @@ impl RuleSet {
             version: 0,
             rates: Vec::new(),
             rules: Vec::new(),
+            templates: Arc::new(Vec::new()),
             body: Bytes::new(),
             etag: "\"0\"".into(),
             region: String::new(),
@@ -69,7 +84,14 @@ impl RuleSet {
         }
     }
 
-    pub fn build(d: &Deployment, region: &str, version: u64, rules: &[Rule]) -> RuleSet {
+    /// The rule set of `rules` (one per limit of `d`) and `templates` (this Region's parts).
+    pub fn build(
+        d: &Deployment,
+        templates: &Arc<Vec<TemplateWire>>,
+        region: &str,
+        version: u64,
+        rules: &[Rule],
+    ) -> RuleSet {
         let limits: Vec<LimitWire> = d
             .limits
             .iter()
@@ -85,7 +107,7 @@ impl RuleSet {
                 },
             })
             .collect();
-        let digest = wire_digest(&limits);
+        let digest = set_digest(&limits, templates);
         // The lease is put in front of the other fields per answer (`api::rule_response`).
         let mut json = RulesWire {
             version,
@@ -94,6 +116,7 @@ impl RuleSet {
             lease_ms: None,
             digest: Some(digest_hex(digest)),
             base: None,
+            templates: templates.to_vec(),
         };
         // Serializing plain structs of numbers, strings and bools cannot fail.
         let body = serde_json::to_vec(&json).unwrap_or_default();
@@ -102,6 +125,7 @@ impl RuleSet {
             version,
             rates: rules.iter().map(|r| r.rate).collect(),
             rules: rules.to_vec(),
+            templates: templates.clone(),
             body: Bytes::from(body),
             etag: format!("\"{version}\""),
             changed_at: vec![version; wire.len()],
@@ -161,6 +185,7 @@ impl RuleSet {
             lease_ms: Some(lease_ms),
             digest: Some(digest_hex(self.digest)),
             base: Some(base),
+            templates: self.templates.to_vec(),
         };
         serde_json::to_vec(&json).ok().map(Bytes::from)
     }
@@ -211,7 +236,12 @@ mod tests {
                 shadow: i % 2 == 1,
             })
             .collect();
-        let set = RuleSet::build(&d, "eu-west-1", 42, &rules);
+        let templates = Arc::new(crate::templates::wire(
+            &[crate::demo::per_api_key()],
+            3,
+            shareplane_core::RegionId::new(0).unwrap_or_else(|| panic!("A")),
+        ));
+        let set = RuleSet::build(&d, &templates, "eu-west-1", 42, &rules);
         let body = set.body_with_lease(1_500);
         let wire: RulesWire = serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(wire.lease_ms, Some(1_500));
@@ -234,6 +264,19 @@ mod tests {
             };
             assert_eq!(got.kind, kind);
         }
+        // The template at A's part: 100/s over 3 Regions, 33.334 (2 s of it the burst).
+        let t = parsed
+            .template("per_api_key")
+            .unwrap_or_else(|| panic!("no template"));
+        assert_eq!(
+            (t.entry.as_str(), t.base.rate, t.base.burst),
+            ("api_key", 33.334, 66.668)
+        );
+        assert_eq!(
+            parsed.digest(),
+            set.digest,
+            "the gateway's digest is the daemon's"
+        );
     }
 
     #[test]
@@ -250,10 +293,11 @@ mod tests {
                 .collect()
         };
         let hex = |r: &RuleSet| digest_hex(r.digest);
-        let mut sets = vec![RuleSet::build(&d, "A", 2, &at(&d, 100))];
+        let none = Arc::new(Vec::new());
+        let mut sets = vec![RuleSet::build(&d, &none, "A", 2, &at(&d, 100))];
         for v in 2..=(DELTA_BASES as u64 + 2) {
             let prev = sets.last().unwrap_or_else(|| panic!("none"));
-            let next = RuleSet::build(&d, "A", 2 * v, &at(&d, 100 + v)).after(prev);
+            let next = RuleSet::build(&d, &none, "A", 2 * v, &at(&d, 100 + v)).after(prev);
             sets.push(next);
         }
         let last = sets.last().unwrap_or_else(|| panic!("none"));
@@ -271,7 +315,8 @@ mod tests {
             .delta_body(sets[0].version, &hex(&sets[0]), 0)
             .is_none());
         // A change of which limits exist starts afresh.
-        let widened = RuleSet::build(&wide, "A", last.version + 2, &at(&wide, 7)).after(last);
+        let widened =
+            RuleSet::build(&wide, &none, "A", last.version + 2, &at(&wide, 7)).after(last);
         assert!(widened.delta_body(last.version, &hex(last), 0).is_none());
         // A delta carries what changed since its base, and the digest of the whole new set.
         let base = &sets[sets.len() - 2];

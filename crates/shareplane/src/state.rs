@@ -37,6 +37,9 @@ pub struct Shared {
     commands: mpsc::Sender<Command>,
     /// The receiving end, until the Region's daemon takes it ([`Shared::take_commands`]).
     commands_rx: Mutex<Option<mpsc::Receiver<Command>>>,
+    /// This Region's part of every template, published with every rule set
+    /// ([`crate::templates`]).
+    templates: RwLock<Arc<Vec<shareplane_limiter::TemplateWire>>>,
     /// What the last reloads of the configuration did (`GET /v1/state`, `config`).
     config: RwLock<ConfigStatus>,
     pub clock: Clock,
@@ -102,6 +105,7 @@ impl Shared {
             d: RwLock::new(d),
             commands,
             commands_rx: Mutex::new(Some(commands_rx)),
+            templates: RwLock::new(Arc::new(Vec::new())),
             config: RwLock::new(ConfigStatus::default()),
         })
     }
@@ -130,6 +134,19 @@ impl Shared {
     pub fn set_deployment(&self, d: Arc<Deployment>) {
         self.demand().set_limits(TrackedLimit::of(&d));
         *self.d.write().unwrap_or_else(|e| e.into_inner()) = d;
+    }
+
+    /// This Region's part of every template, as its rule sets carry them.
+    pub fn templates(&self) -> Arc<Vec<shareplane_limiter::TemplateWire>> {
+        self.templates
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Publishes `templates` (this Region's parts) with the next rule set.
+    pub fn set_templates(&self, templates: Vec<shareplane_limiter::TemplateWire>) {
+        *self.templates.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(templates);
     }
 
     /// Hands a reloaded deployment to the loop, which adopts it between rebalances, in the
@@ -182,7 +199,8 @@ impl Shared {
     pub fn publish(&self, rules: RuleSet) -> bool {
         let version = rules.version;
         let sent = self.rules.send_if_modified(|cur| {
-            let changed = cur.version == 0 || cur.rules != rules.rules;
+            let changed =
+                cur.version == 0 || cur.rules != rules.rules || cur.templates != rules.templates;
             if rules.version > cur.version && changed {
                 // What changed since each of the latest sets, for gateways that ask for deltas.
                 *cur = Arc::new(rules.after(cur));

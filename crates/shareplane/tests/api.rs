@@ -41,7 +41,13 @@ fn publish(s: &Shared, version: u64, rps: u64) {
         burst: Room::rps(2 * rps),
         shadow: false,
     };
-    assert!(s.publish(RuleSet::build(&s.d(), &s.region, version, &[rule])));
+    assert!(s.publish(RuleSet::build(
+        &s.d(),
+        &s.templates(),
+        &s.region,
+        version,
+        &[rule]
+    )));
 }
 
 async fn call(app: &Router, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
@@ -111,7 +117,7 @@ async fn rules_have_an_etag_and_answer_304_when_unchanged() {
     let (status, _, _) = call(&app, req.unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     // Versions only go up: an older or equal one is not published.
-    assert!(!s.publish(RuleSet::build(&s.d(), "A", 4, &[])));
+    assert!(!s.publish(RuleSet::build(&s.d(), &s.templates(), "A", 4, &[])));
 }
 
 #[tokio::test(start_paused = true)]

@@ -81,7 +81,13 @@ async fn a_gateway_gets_only_what_changed_and_installs_exactly_the_whole_set() {
     let (stop_tx, stop) = watch::channel(false);
     let shared = Shared::new(d.clone(), me, Clock::wall(), None, stop.clone());
     let mut rps: Vec<u64> = (0..LIMITS as u64).map(|i| 100 + i).collect();
-    assert!(shared.publish(RuleSet::build(&d, "A", 2, &rules(&d, &rps))));
+    assert!(shared.publish(RuleSet::build(
+        &d,
+        &Default::default(),
+        "A",
+        2,
+        &rules(&d, &rps)
+    )));
     let url = serve(shared.clone(), stop.clone()).await;
     let http = reqwest::Client::new();
     let gw = limiter();
@@ -104,7 +110,13 @@ async fn a_gateway_gets_only_what_changed_and_installs_exactly_the_whole_set() {
         for (i, r) in changes {
             rps[i] = r;
         }
-        assert!(shared.publish(RuleSet::build(&d, "A", version, &rules(&d, &rps))));
+        assert!(shared.publish(RuleSet::build(
+            &d,
+            &Default::default(),
+            "A",
+            version,
+            &rules(&d, &rps)
+        )));
         let deltas = shared.metrics.rules_deltas.get();
         assert_eq!(
             poll(&watcher, &gw).await,
@@ -130,11 +142,18 @@ async fn a_gateway_gets_only_what_changed_and_installs_exactly_the_whole_set() {
     let other = Shared::new(d.clone(), me, Clock::wall(), None, stop.clone());
     let mut theirs = rps.clone();
     theirs[3] = 999;
-    assert!(other.publish(RuleSet::build(&d, "A", 6, &rules(&d, &theirs))));
+    assert!(other.publish(RuleSet::build(
+        &d,
+        &Default::default(),
+        "A",
+        6,
+        &rules(&d, &theirs)
+    )));
     let gw2 = limiter();
     gw2.install(whole(&other));
     assert!(shared.publish(RuleSet::build(
         &d,
+        &Default::default(),
         "A",
         8,
         &rules(&d, &rps.iter().map(|r| r + 1).collect::<Vec<_>>())
@@ -161,5 +180,5 @@ async fn a_gateway_gets_only_what_changed_and_installs_exactly_the_whole_set() {
 fn digest_at(d: &Deployment, version: u64, rps: &[u64]) -> u64 {
     let mut other = rps.to_vec();
     other[5] += 1;
-    RuleSet::build(d, "A", version, &rules(d, &other)).digest
+    RuleSet::build(d, &Default::default(), "A", version, &rules(d, &other)).digest
 }

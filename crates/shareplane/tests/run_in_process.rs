@@ -253,3 +253,62 @@ async fn limits_from_the_table_are_waited_for_followed_and_a_refused_version_cha
         "after the shutdown signal a wait for limits ends at once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_is_served_at_the_regions_part_and_a_reload_changes_it_live() {
+    let dir = std::env::temp_dir().join(format!("shareplane-tpl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.join("run.toml");
+    let template = |rate: u32| {
+        format!(
+            "{}[[templates]]\nid = \"per_api_key\"\nentry = \"api_key\"\nrate = {rate}\n\
+             [[templates.overrides]]\nvalue = \"partner\"\nrate = 1000\n",
+            text("rate = 10000\n")
+        )
+    };
+    std::fs::write(&path, template(100)).unwrap_or_else(|e| panic!("{e}"));
+    let source = ConfigSource {
+        path: Some(path.clone()),
+        env: BTreeMap::new(),
+    };
+    let cfg = source.load().unwrap_or_else(|e| panic!("{e}"));
+    let (stop, shutdown) = watch::channel(false);
+    let region = RegionDaemon::new(cfg, source, shutdown);
+    let reloads = region.reloads();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let served = tokio::spawn(region.serve(listener, MemoryStore::new(), NoHealth));
+    // One Region: its part is the whole rate. Served until `rate` is what the template says.
+    let template_rate = |want: f64| async move {
+        loop {
+            if let Some((200, body)) = get(addr, "/v1/rules").await {
+                let wire: shareplane_limiter::RulesWire =
+                    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+                let t = wire
+                    .templates
+                    .first()
+                    .map(|t| (t.rate, t.burst, t.overrides.len()));
+                if t.is_some_and(|t| t.0 == want) {
+                    return t;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let first = tokio::time::timeout(Duration::from_secs(20), template_rate(100.0))
+        .await
+        .unwrap_or_else(|_| panic!("no template at 100/s within 20 s"));
+    assert_eq!(first, Some((100.0, 200.0, 1)));
+    // Only the template changes: the reload changes no limit, and the next rule set carries it.
+    std::fs::write(&path, template(50)).unwrap_or_else(|e| panic!("{e}"));
+    let outcome = reloads.reload().await;
+    assert_eq!(outcome, Some(ReloadOutcome::Unchanged), "no limit changed");
+    tokio::time::timeout(Duration::from_secs(10), template_rate(50.0))
+        .await
+        .unwrap_or_else(|_| panic!("the reloaded template was not served within 10 s"));
+    let _ = stop.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(30), served).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -84,6 +84,7 @@ pub fn rules(version: u64, limits: Vec<LimitWire>) -> RulesWire {
         lease_ms: None,
         digest: None,
         base: None,
+        templates: Vec::new(),
     }
 }
 

@@ -14,6 +14,7 @@ pub use changes::{limit_changes, plan_reload, LimitChanges};
 pub use read::{RawConfig, RawLimit, RawRegion};
 pub use timeouts::Timeouts;
 
+use crate::templates::{check_templates, TemplateSpec};
 use limits_check::check_limits;
 use shareplane_core::{ConfigError, Deployment, Design, Fence, LimitSpec, RegionId, SilentPolicy};
 use std::collections::{BTreeMap, HashSet};
@@ -96,6 +97,8 @@ pub struct Config {
     /// With [`LimitsSource::Table`]: the version of the shared limits document the limits come
     /// from (`None` until one is adopted; always `None` with [`LimitsSource::File`]).
     pub limits_version: Option<u64>,
+    /// Limits per value of a descriptor entry, held by a static split ([`crate::templates`]).
+    pub templates: Arc<Vec<TemplateSpec>>,
 }
 
 pub const DEFAULT_PERIOD_MS: u64 = 5_000;
@@ -297,7 +300,7 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         LimitsSource::NAMES,
     );
     if limits_source == LimitsSource::Table {
-        if !raw.limits.is_empty() {
+        if !raw.limits.is_empty() || !raw.templates.is_empty() {
             errors.push(problem(
                 "limits",
                 "limits_source = \"table\" takes the limits from the table: move these \
@@ -319,6 +322,8 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         ));
     }
     let limits = check_limits(&raw.limits, &names, errors);
+    let limit_ids: Vec<&str> = raw.limits.iter().map(|l| l.id.as_str()).collect();
+    let templates = check_templates(&raw.templates, &limit_ids, errors);
     let d = check_deployment(names, limits, policy, fence, period_ms, errors);
     let timeouts = timeouts::check_timeouts(&raw, period_ok, errors);
     let test_store_delay_ms =
@@ -365,6 +370,7 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         limits_rollout_periods,
         limits_source,
         limits_version: None,
+        templates: Arc::new(templates),
         region,
     })
 }
@@ -421,47 +427,55 @@ fn entry_of(field: &str) -> &str {
     }
 }
 
-/// Parses a limits file (the `[[limits]]` entries of a configuration, nothing else, as
-/// `shareplane limits apply` takes and the table keeps) and checks each limit on its own against
-/// the Regions `regions`, reporting every problem with its field (and line, for syntax).
-/// [`with_limits`] checks them together (ids that appear twice, rates against the Regions).
-pub fn parse_limits(text: &str, regions: &[String]) -> Result<Vec<LimitSpec>, ConfigErrors> {
+/// What a limits file holds: its limits and its templates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimitsFile {
+    pub limits: Vec<LimitSpec>,
+    pub templates: Vec<TemplateSpec>,
+}
+
+/// Parses a limits file (the `[[limits]]` and `[[templates]]` entries of a configuration,
+/// nothing else, as `shareplane limits apply` takes and the table keeps) and checks each limit
+/// and template on its own against the Regions `regions`, reporting every problem with its field
+/// (and line). [`with_limits`] checks the limits together (ids that appear twice, rates against
+/// the Regions).
+pub fn parse_limits(text: &str, regions: &[String]) -> Result<LimitsFile, ConfigErrors> {
     if text.len() > MAX_CONFIG_BYTES {
         return Err(ConfigErrors(vec![problem("limits", "larger than 16 MiB")]));
     }
-    let (raw, mut located) = read::read_limits(text)?;
+    let (raw, raw_templates, mut located) = read::read_limits(text)?;
     let misread = located.misread();
     let mut errors = Vec::new();
     let limits = check_limits(&raw, regions, &mut errors);
+    let ids: Vec<&str> = raw.iter().map(|l| l.id.as_str()).collect();
+    let templates = check_templates(&raw_templates, &ids, &mut errors);
     errors.retain(|e| !misread.contains(&e.field));
-    if raw.is_empty() {
-        errors.push(problem("limits", "no [[limits]] entry"));
+    if raw.is_empty() && raw_templates.is_empty() {
+        errors.push(problem("limits", "no [[limits]] or [[templates]] entry"));
     }
     let mut all = std::mem::take(&mut located.errors);
     all.append(&mut errors);
     located.annotate(&mut all);
     if all.is_empty() {
-        Ok(limits)
+        Ok(LimitsFile { limits, templates })
     } else {
         Err(ConfigErrors(all))
     }
 }
 
-/// `cfg` running `limits`, from version `version` of the shared limits document; every problem
-/// the deployment finds in them (a rate, floor or step cap that does not fit) is reported.
-pub fn with_limits(
-    cfg: &Config,
-    limits: Vec<LimitSpec>,
-    version: u64,
-) -> Result<Config, ConfigErrors> {
+/// `cfg` running the limits and templates of `file`, from version `version` of the shared limits
+/// document; every problem the deployment finds in the limits (a rate, floor or step cap that
+/// does not fit) is reported.
+pub fn with_limits(cfg: &Config, file: LimitsFile, version: u64) -> Result<Config, ConfigErrors> {
     let d = Deployment {
-        limits,
+        limits: file.limits,
         ..(*cfg.deployment).clone()
     };
     let d = Deployment::try_new(d).map_err(ConfigErrors)?;
     Ok(Config {
         deployment: Arc::new(d),
         limits_version: Some(version),
+        templates: Arc::new(file.templates),
         ..cfg.clone()
     })
 }

@@ -7,6 +7,7 @@
 //! limits is parsed once into a span-keeping document and read straight from it.
 
 use super::{problem, ConfigErrors};
+use crate::templates::RawTemplate;
 use shareplane_core::ConfigError;
 use std::collections::HashMap;
 use toml_edit::{ImDocument, Item, TableLike, Value};
@@ -29,6 +30,8 @@ pub struct RawConfig {
     pub aws_region: Option<String>,
     pub metrics_namespace: Option<String>,
     pub limits: Vec<RawLimit>,
+    /// `[[templates]]`: limits per value of a descriptor entry (see [`crate::templates`]).
+    pub templates: Vec<RawTemplate>,
     pub policy: Option<String>,
     pub fence: Option<String>,
     pub listen: Option<String>,
@@ -236,17 +239,22 @@ pub fn read_config(text: &str) -> Result<(RawConfig, Located), ConfigErrors> {
         store_timeout_ms: r.whole(t, "", "store_timeout_ms"),
         health_timeout_ms: r.whole(t, "", "health_timeout_ms"),
         limits: r.limits(t),
+        templates: r.templates(t),
     };
     Ok((raw, r.0))
 }
 
-/// Reads a limits file: `[[limits]]` entries and nothing else.
-pub fn read_limits(text: &str) -> Result<(Vec<RawLimit>, Located), ConfigErrors> {
+/// A limits file as read: its `[[limits]]` and `[[templates]]`.
+pub type RawLimitsFile = (Vec<RawLimit>, Vec<RawTemplate>, Located);
+
+/// Reads a limits file: `[[limits]]` and `[[templates]]` entries and nothing else.
+pub fn read_limits(text: &str) -> Result<RawLimitsFile, ConfigErrors> {
     let doc = parse_document(text)?;
     let mut r = Reader(Located::new(text), None);
-    r.unknown(doc.as_table(), "", &["limits"]);
+    r.unknown(doc.as_table(), "", &["limits", "templates"]);
     let limits = r.limits(doc.as_table());
-    Ok((limits, r.0))
+    let templates = r.templates(doc.as_table());
+    Ok((limits, templates, r.0))
 }
 
 /// Above `u32::MAX` reads as `u32::MAX`, which every range check refuses by its value.
@@ -266,6 +274,7 @@ const CONFIG_FIELDS: &[&str] = &[
     "aws_region",
     "metrics_namespace",
     "limits",
+    "templates",
     "policy",
     "fence",
     "listen",
@@ -279,6 +288,16 @@ const CONFIG_FIELDS: &[&str] = &[
     "health_timeout_ms",
 ];
 const REGION_FIELDS: &[&str] = &["name", "health_check_id"];
+const TEMPLATE_FIELDS: &[&str] = &[
+    "id",
+    "entry",
+    "rate",
+    "burst_s",
+    "kind",
+    "shadow",
+    "overrides",
+];
+const OVERRIDE_FIELDS: &[&str] = &["value", "rate"];
 const LIMIT_FIELDS: &[&str] = &[
     "id", "rate", "burst_s", "floor", "step_cap", "kind", "home", "shadow", "version",
 ];
@@ -456,6 +475,42 @@ impl Reader {
             shadow: self.boolean(t, at, "shadow").unwrap_or(d.shadow),
             version: self.whole(t, at, "version").unwrap_or(d.version),
         }
+    }
+
+    /// `[[templates]]`, each with its `[[templates.overrides]]` (few: their fields' places are
+    /// kept by name, as the configuration's other fields are).
+    fn templates(&mut self, t: &dyn TableLike) -> Vec<RawTemplate> {
+        let entries = self.entries(t, "", "templates");
+        let mut out = Vec::with_capacity(entries.len());
+        for (at, e) in entries {
+            self.note_entry(e, &at);
+            self.unknown(e, &at, TEMPLATE_FIELDS);
+            let id = self.required(e, &at, "id");
+            let entry = self.required(e, &at, "entry");
+            if e.get("rate").is_none() {
+                (self.0.errors).push(problem(format!("{at}.rate"), "missing in this entry"));
+            }
+            let mut overrides = Vec::new();
+            for (o_at, o) in self.entries(e, &at, "overrides") {
+                self.note_entry(o, &o_at);
+                self.unknown(o, &o_at, OVERRIDE_FIELDS);
+                let value = self.required(o, &o_at, "value");
+                if o.get("rate").is_none() {
+                    (self.0.errors).push(problem(format!("{o_at}.rate"), "missing in this entry"));
+                }
+                overrides.push((value, self.number(o, &o_at, "rate").unwrap_or(f64::NAN)));
+            }
+            out.push(RawTemplate {
+                id,
+                entry,
+                rate: self.number(e, &at, "rate").unwrap_or(f64::NAN),
+                burst_s: self.number(e, &at, "burst_s"),
+                kind: self.string(e, &at, "kind"),
+                shadow: self.boolean(e, &at, "shadow").unwrap_or(false),
+                overrides,
+            });
+        }
+        out
     }
 
     /// Notes where an entry starts: its first field's line (a `[[limits]]` header has no span

@@ -244,6 +244,33 @@ fn a_limits_file_is_checked_whole_and_runs_with_its_version() {
     assert!(e.is_some_and(|e| e.to_string().contains("unknown field")));
     let e = parse_limits("", regions).err();
     assert!(e.is_some_and(|e| e.to_string().contains("no [[limits]]")));
+    // Templates come in the same file, each problem with its field and line.
+    let t = "[[limits]]\nid = \"k\"\nrate = 1\n[[templates]]\nid = \"per_key\"\nentry = \"api_key\"\nrate = 100\n[[templates.overrides]]\nvalue = \"partner\"\nrate = 1000\n";
+    let file = parse_limits(t, regions).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(file.templates.len(), 1);
+    assert_eq!(
+        file.templates[0].overrides,
+        [("partner".to_string(), Room::rps(1_000))]
+    );
+    let running = with_limits(&cfg, file, 8).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(running.templates[0].rate, Room::rps(100));
+    let bad = "[[templates]]\nid = \"k\"\nrate = 1\n[[templates.overrides]]\nrate = \"x\"\n";
+    let e = parse_limits(bad, regions)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        e.contains("templates[0].entry: missing in this entry (at line 2)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("templates[0].overrides[0].value: missing"),
+        "{e}"
+    );
+    assert!(
+        e.contains("templates[0].overrides[0].rate: \"x\": expected a number (at line 5)"),
+        "{e}"
+    );
     let twice = "[[limits]]\nid = \"k\"\nrate = 1\n[[limits]]\nid = \"k\"\nrate = 2\n";
     let limits = parse_limits(twice, regions).unwrap_or_else(|e| panic!("{e}"));
     let e = with_limits(&cfg, limits, 1).err();

@@ -28,8 +28,13 @@ impl<S: RecordStore, H: crate::health::HealthSource> Daemon<S, H> {
         let d = self.d.clone();
         let version = Rule::set_version(own.version);
         let rules = Rule::of_record(&d, own);
-        self.shared
-            .publish(RuleSet::build(&d, &self.shared.region, version, &rules));
+        self.shared.publish(RuleSet::build(
+            &d,
+            &self.shared.templates(),
+            &self.shared.region,
+            version,
+            &rules,
+        ));
         // What is published may be newer (this replica led until just now): the lease then stays
         // on the record those rules came from.
         if self.shared.rules().version <= version {

@@ -591,6 +591,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         if let Some(low) = lowered(&self.shared.rules(), &decision.rules) {
             self.shared.publish(RuleSet::build(
                 &d,
+                &self.shared.templates(),
                 &region,
                 Rule::early_set_version(v),
                 &low,
@@ -710,6 +711,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         self.shared.metrics.writes.inc();
         self.shared.publish(RuleSet::build(
             &d,
+            &self.shared.templates(),
             &region,
             Rule::set_version(v),
             &decision.rules,

@@ -95,8 +95,13 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                     // It may have been reclaimed: zero before anything else, at the version of
                     // the early push of its next write (see `crate::rules`).
                     let version = Rule::early_set_version(c.own().version + 1);
-                    let zero =
-                        RuleSet::build(&d, &self.shared.region, version, &Rule::zeroed(&d, me));
+                    let zero = RuleSet::build(
+                        &d,
+                        &self.shared.templates(),
+                        &self.shared.region,
+                        version,
+                        &Rule::zeroed(&d, me),
+                    );
                     if self.shared.publish(zero) {
                         info!(region = %self.shared.region, version, "new epoch: pushed zero to the gateways");
                     }
