@@ -18,6 +18,10 @@
 use crate::engine::Row;
 use crate::scenario::{Action, Event, RegionSpec, Scenario};
 use shareplane_core::{Design, Fence, Room, SilentPolicy};
+use shareplane_judge::{
+    judge, judge_end, Allowances, Assumptions, End, EndAllowances, Excess, FalseVerdict, Instant,
+    Limit, Liveness, Measured, Region, RunningReclaimed, Violation,
+};
 use std::fmt::Write as _;
 
 /// The tick of generated scenarios (coarse, so that a few hundred seeds run quickly).
@@ -419,15 +423,121 @@ pub fn within_assumptions(sc: &Scenario) -> bool {
 }
 
 impl Report {
-    /// One tick of `tick_ms` with the shares `excess` above the limit while a false verdict's
-    /// effects were allowed.
-    fn add_false_excess(&mut self, excess: Room, tick_ms: u64) {
-        self.false_excess_rps = self.false_excess_rps.max(excess.as_rps());
-        self.false_excess_s += tick_ms as f64 / 1000.0;
+    /// What the judge measured at one tick of `tick_ms` that passed.
+    fn add(&mut self, m: &Measured, tick_ms: u64) {
+        if let Some(excess) = m.false_verdict_excess {
+            self.false_excess_rps = self.false_excess_rps.max(excess.as_rps());
+            self.false_excess_s += tick_ms as f64 / 1000.0;
+        }
+        if let Some(stale) = m.stale {
+            self.stale_over_rps = self.stale_over_rps.max(stale as f64 / 1000.0);
+            self.stale_over_s += tick_ms as f64 / 1000.0;
+        }
+        if let Some(excess) = m.outside_excess {
+            self.outside_stale_excess_rps =
+                self.outside_stale_excess_rps.max(excess as f64 / 1000.0);
+        }
     }
 }
 
-/// Runs one scenario and checks it. `Err` describes the first failed check.
+/// The limit's rates in time order, as the scenario rolls them out.
+struct Rollout {
+    first: Room,
+    changes: Vec<(i64, Room)>,
+}
+
+impl Rollout {
+    fn of(sc: &Scenario) -> Rollout {
+        let changes = (sc.events.iter())
+            .filter_map(|e| match e.action {
+                Action::Limit(rate, _) => Some((e.at_tick, rate)),
+                _ => None,
+            })
+            .collect();
+        Rollout {
+            first: sc.limit,
+            changes,
+        }
+    }
+
+    /// The limit at `tick` (docs/PROTOCOL.md, "Limit changes"): while a change rolls out, and
+    /// until a lowered limit's debts are paid, the shares stay within the larger of the last
+    /// two rates; a Region that still holds an older version widens it up to the largest rate
+    /// rolled out by now.
+    fn at(&self, tick: i64) -> Limit {
+        let mut rates = vec![self.first];
+        let mut rolled_out = self.first;
+        for &(_, rate) in self.changes.iter().take_while(|(at, _)| *at <= tick) {
+            if rates.last() != Some(&rate) {
+                rates.push(rate);
+            }
+            rolled_out = rolled_out.max(rate);
+        }
+        let k = rates.len();
+        Limit {
+            in_force: (rates[k.saturating_sub(2)..].iter().copied()).fold(Room::ZERO, Room::max),
+            rolled_out,
+        }
+    }
+}
+
+/// When false verdicts were in force, for the allowances of each tick.
+struct FalseVerdicts {
+    first: Option<i64>,
+    last: Option<i64>,
+}
+
+/// What the fuzzer allows at one tick: the judge's [`Allowances`] for a scenario's residual risks.
+struct Judging<'a> {
+    sc: &'a Scenario,
+    rollout: Rollout,
+    /// From the liveness bound after the last fault on, no fault may linger.
+    relaxed_until: i64,
+    fenced: bool,
+    lease_ticks: i64,
+    assumptions: Assumptions,
+}
+
+impl Judging<'_> {
+    fn allowances(&self, tick: i64, fv: &FalseVerdicts) -> Allowances {
+        let sc = self.sc;
+        // Under freeze nobody reclaims and nobody fences: a false verdict changes nothing.
+        let relaxed = sc.policy != SilentPolicy::Freeze
+            && fv.first.is_some_and(|f| tick >= f)
+            && tick < self.relaxed_until;
+        // With fencing, a Region that reads its own false verdict enforces nothing from its next
+        // rebalance until it comes back in a new epoch once the verdict clears (the simulated
+        // health check reads the same for every Region): the shares may pass the limit only
+        // while a false verdict is in force and for one period after, or, if the Region's daemon
+        // dies before that rebalance, until its gateways' lease runs out.
+        let excused = if self.fenced {
+            let grace = sc.period_ticks as i64 + self.lease_ticks + 1;
+            fv.last.is_some_and(|l| tick <= l + grace)
+        } else {
+            relaxed
+        };
+        Allowances {
+            limit: self.rollout.at(tick),
+            false_verdict: FalseVerdict {
+                excess: if excused {
+                    Excess::Measured
+                } else {
+                    Excess::None
+                },
+                audit_measured: relaxed,
+            },
+            faults_may_linger: tick < self.relaxed_until,
+            assumptions: self.assumptions,
+            // After a false verdict's window, heirs may still hold portions of an epoch that
+            // runs on fenced until it sees the mark (fuzz seed 1544524).
+            running_reclaimed: RunningReclaimed::WhileEnforcingNothing,
+            rounding: Room::ZERO,
+        }
+    }
+}
+
+/// Runs one scenario and checks it with the one judge (`shareplane_judge`) at every tick and at
+/// the end. `Err` describes the first failed check.
 pub fn check(sc: &Scenario) -> Result<Report, String> {
     let (faults_end, bound) = phases_of(sc);
     let ideal = ideal_targets(sc.final_limit(), sc.floor, &final_demands(sc));
@@ -436,178 +546,51 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
         fenced: sc.fence == Fence::OwnUnhealthy && sc.policy != SilentPolicy::Freeze,
         ..Report::default()
     };
-    let mut first_false: Option<i64> = None;
-    let mut last_false: Option<i64> = None;
-    let lease_ticks = crate::engine::lease_ticks(sc).unwrap_or(0);
+    let judging = Judging {
+        sc,
+        rollout: Rollout::of(sc),
+        relaxed_until: faults_end + bound,
+        fenced: report.fenced,
+        lease_ticks: crate::engine::lease_ticks(sc).unwrap_or(0),
+        assumptions: if within_assumptions(sc) {
+            Assumptions::Within
+        } else {
+            Assumptions::Outside
+        },
+    };
+    let mut fv = FalseVerdicts {
+        first: None,
+        last: None,
+    };
     let mut failure: Option<String> = None;
     let mut last_unsettled: Option<i64> = None;
-    // The rates of the limit's versions in time order: while a change rolls out, and until
-    // a lowered limit's debts are paid, the shares stay within the larger of the two last ones.
-    let changes: Vec<(i64, Room)> = sc
-        .events
-        .iter()
-        .filter_map(|e| match e.action {
-            Action::Limit(rate, _) => Some((e.at_tick, rate)),
-            _ => None,
-        })
-        .collect();
-    let in_force = |tick: i64| {
-        let mut rates = vec![sc.limit];
-        for &(_, rate) in changes.iter().take_while(|(at, _)| *at <= tick) {
-            if rates.last() != Some(&rate) {
-                rates.push(rate);
-            }
-        }
-        let k = rates.len();
-        rates[k.saturating_sub(2)..]
-            .iter()
-            .copied()
-            .fold(Room::ZERO, Room::max)
-    };
-    // The largest rate of every version up to `tick`.
-    let so_far = |tick: i64| {
-        changes
-            .iter()
-            .take_while(|(at, _)| *at <= tick)
-            .map(|&(_, rate)| rate)
-            .fold(sc.limit, Room::max)
-    };
-    let relaxed_until = faults_end + bound;
+    let mut regions = Vec::new();
     let outcome = crate::engine::run(sc, &mut |row: &Row<'_>| {
         report.ticks += 1;
         if failure.is_some() {
             return;
         }
-        if row.false_verdict && first_false.is_none() {
-            first_false = Some(row.tick);
+        if row.false_verdict {
+            fv.first.get_or_insert(row.tick);
+            fv.last = Some(row.tick);
             report.had_false_verdict = true;
         }
-        if row.false_verdict {
-            last_false = Some(row.tick);
-        }
-        // Under freeze nobody reclaims and nobody fences: a false verdict changes nothing.
-        let relaxed = sc.policy != SilentPolicy::Freeze
-            && first_false.is_some_and(|f| row.tick >= f)
-            && row.tick < relaxed_until;
-        // With fencing, a Region that reads its own false verdict enforces nothing from its next
-        // rebalance until it comes back in a new epoch once the verdict clears (the simulated
-        // health check reads the same for every Region): the shares may pass the limit only
-        // while a false verdict is in force and for one period after, or, if the Region's daemon
-        // dies before that rebalance, until its gateways' lease runs out.
-        let excused = if report.fenced {
-            last_false.is_some_and(|l| row.tick <= l + sc.period_ticks as i64 + lease_ticks + 1)
-        } else {
-            relaxed
+        regions.clear();
+        regions.extend(row.regions.iter().map(|r| Region {
+            share: r.share,
+            running: r.alive,
+            rate: r.rate,
+            debt: r.debt,
+        }));
+        let instant = Instant {
+            regions: &regions,
+            audit: Some(&row.audit),
+            held: None,
+            newest: &[],
         };
-        let t = sc.seconds(row.tick);
-        let a = &row.audit;
-        // The limit in force (docs/PROTOCOL.md, "Limit changes"): never above the larger of the
-        // old and the new rate, the old one being that of any version a Region still holds (a
-        // Region lost, or whose daemon died, before it adopted a change still holds its room, or
-        // leaves it to its heirs, at its version's rate until its next epoch adopts the change).
-        // A record's rate widens the bound only up to a rate some change actually rolled out
-        // by now: a record that claimed a rate never configured must not excuse its own excess.
-        let mut limit = row
-            .regions
-            .iter()
-            .map(|r| r.rate.min(so_far(row.tick)))
-            .fold(in_force(row.tick), Room::max);
-        let in_debt = a.estates < 0 || row.regions.iter().any(|r| !r.debt.is_zero());
-        // Whether the bound below was raised for a lowered limit's debts (they are not counted
-        // a second time as stale room then).
-        let mut raised_for_debt = false;
-        if in_debt && row.tick < relaxed_until {
-            // A lowered limit's debt is still owed: by an ended epoch that some heir has not
-            // taken on yet, or by a Region (one lost before a change that adopts the newest
-            // version only when it returns owes the difference from the version it held). Until
-            // it is repaid that room is held above the newer rates (docs/PROTOCOL.md, "An estate
-            // in debt"), within the rate it was lowered from. The condition is read from the
-            // records' own debt counters, so they may only narrow it: it never widens the bound
-            // past the rates rolled out so far, and counts only until the liveness bound after
-            // the last fault: by then every debt is repaid, whatever the records say.
-            raised_for_debt = so_far(row.tick) > limit;
-            limit = limit.max(so_far(row.tick));
-        }
-        // Room taken twice only by heirs that closed an epoch against an older record than its
-        // newest one (a partition hid the newer ones): measured, and bounded. Every other count
-        // must add up exactly, and the shares may pass L by no more than that room. After a
-        // false verdict's window, heirs may still hold portions of an epoch that runs on fenced
-        // until it sees the mark (fuzz seed 1544524): that room is counted twice in the records
-        // but enforced once, so it is allowed only while the Region's gateways enforce nothing.
-        let running_idle = (row.regions.iter().enumerate())
-            .filter(|(i, _)| a.running_reclaimed >> i & 1 == 1)
-            .all(|(_, r)| r.share.is_zero() || !r.alive);
-        // What a stale heir took beyond its portion is paid back when it settles against the
-        // estate's last record; an heir whose epoch ended before that passes the overdraft to
-        // its next epoch as debt (repaid from room it receives), and the room it granted on
-        // meanwhile is held above L by others until then (fuzz seed 290452; once the ended
-        // epoch is closed the audit adds up exactly with the debt alone, seed 3772585). The
-        // debts of running Regions are part of the stale room the shares may hold, unless the
-        // bound was raised for them already.
-        let live_debt: i128 = (row.regions.iter())
-            .filter(|_| !raised_for_debt)
-            .filter(|r| r.alive)
-            .map(|r| r.debt.0 as i128)
-            .sum();
-        let stale = !excused
-            && row.tick < relaxed_until
-            && (a.over_stale > 0 || live_debt > 0)
-            && a.over == a.over_stale + a.over_running
-            && (a.running_reclaimed == 0 || running_idle)
-            && a.actual - a.over == a.expected
-            && a.missing_basis == 0;
-        if stale {
-            let excess = row.sum_shares.0 as i128 - limit.0 as i128;
-            // Outside a false verdict's window (the only place this is judged) the excess is
-            // risk 4's, with its figures and its bound, also in a false verdict's aftermath.
-            report.stale_over_rps = report.stale_over_rps.max(a.over_stale as f64 / 1000.0);
-            report.stale_over_s += sc.tick_ms as f64 / 1000.0;
-            // Room the records count twice may never reach what gateways enforce: within the
-            // deployment's assumptions the shares stay within the limit (docs/PROTOCOL.md,
-            // "Reclaim against a causally closed basis"; the bound of 25% of L that stood here
-            // before is gone). Room counted twice among Regions none of which runs is enforced
-            // by nobody (fuzz seed 218430: both Regions gone, 40% of L counted twice in their
-            // estates, 0 held). A deployment outside the assumptions (no lease longer than a
-            // period, or records slower than the lease arithmetic allows: `validate` refuses the
-            // first, the second is the operator's to keep) is held to the stale room itself and
-            // the running Regions' debts, and measured (swarm seed 2612: silent after 2
-            // rebalances, 8.6% of L for 0.1 s).
-            let within = within_assumptions(sc);
-            if excess > 0 && within {
-                failure = Some(format!(
-                    "at {t} s the shares exceed the limit {limit} by {}: room heirs reclaimed from stale records ({}) reached what gateways enforce",
-                    Room(excess as u64),
-                    Room(a.over_stale.max(0) as u64)
-                ));
-            } else if excess > a.over_stale + live_debt {
-                failure = Some(format!(
-                    "at {t} s the sum of shares {} exceeds the limit {} by more than the {} taken from stale records and the {} the running Regions owe (a deployment outside the protocol's assumptions)",
-                    row.sum_shares, limit, Room(a.over_stale as u64), Room(live_debt.max(0) as u64)
-                ));
-            } else if excess > 0 {
-                report.outside_stale_excess_rps =
-                    report.outside_stale_excess_rps.max(excess as f64 / 1000.0);
-            }
-        } else if row.sum_shares > limit {
-            if excused {
-                report.add_false_excess(row.sum_shares.excess_over(limit), sc.tick_ms);
-            } else {
-                failure = Some(format!(
-                    "at {t} s the sum of shares {} exceeds the limit {}",
-                    row.sum_shares, limit
-                ));
-            }
-        }
-        if !row.conserved && !relaxed && !stale {
-            failure = Some(format!(
-                "at {t} s conservation does not hold (expected {}, live {}, estates {}, grants in flight {}, taken twice {}, of it from stale records {})",
-                Room(a.expected.max(0) as u64),
-                Room(a.live.max(0) as u64),
-                Room(a.estates.max(0) as u64),
-                Room(a.pairs.max(0) as u64),
-                Room(a.over.max(0) as u64),
-                Room(a.over_stale.max(0) as u64)
-            ));
+        match judge(&instant, &judging.allowances(row.tick, &fv)) {
+            Ok(m) => report.add(&m, sc.tick_ms),
+            Err(v) => failure = Some(format!("at {} s {v}", sc.seconds(row.tick))),
         }
         if row.tick >= faults_end {
             let off = row.regions.iter().zip(&ideal).any(|(r, target)| {
@@ -627,45 +610,41 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
     if let Some(f) = failure {
         return Err(format!("{f}{context}"));
     }
-    // Bugs the core reports of itself fail a seed whatever the physical checks found.
-    if let Some(first) = outcome.not_conserved.first() {
-        return Err(format!(
-            "a core step changed the room it only moves, {first} ({} such steps in all)",
-            outcome.not_conserved.len()
-        ));
-    }
-    if outcome.rejected_records > 0 {
-        return Err(format!(
-            "{} peer records were refused by a coordinator (every simulated record is honest)",
-            outcome.rejected_records
-        ));
-    }
     let settled_from = last_unsettled.map_or(faults_end, |t| t + 1);
     report.settled_after_s = sc.seconds(settled_from - faults_end);
-    let end = &outcome.end;
-    let outside = end.outside_live();
-    if outside != 0 {
-        // Room that someone could still take is not in live hands long after every fault ended:
-        // an estate not taken, or grants in flight that involve an ended epoch (of it between
-        // two ended epochs, which the successors of both settle).
-        return Err(format!(
-            "at the end {} of the limit is outside the running Regions' hands (estates not taken {}, \
-             grants in flight {}, of them between two ended epochs {})",
-            Room(outside.max(0) as u64),
-            Room(end.estates.max(0) as u64),
-            Room(end.pairs.max(0) as u64),
-            Room(end.between_ended.max(0) as u64)
-        ) + context);
+    let ms = |ticks: i64| ticks.max(0) as u64 * sc.tick_ms;
+    let liveness = Liveness {
+        what: "shares were all within 1% of their targets".into(),
+        settled_after_ms: Some(ms(settled_from - faults_end)),
+        bound_ms: ms(bound),
+        seen: format!(
+            "targets {}",
+            ideal
+                .iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join("/")
+        ),
+    };
+    let end = End {
+        core_alarms: &outcome.not_conserved,
+        records_refused: outcome.rejected_records,
+        final_shares: None,
+        audit: Some(&outcome.end),
+        admissions: None,
+        liveness: &liveness,
+    };
+    // Bugs the core reports of itself fail a seed whatever the physical checks found.
+    match judge_end(&end, &EndAllowances::default())
+        .violations
+        .first()
+    {
+        None => Ok(report),
+        Some(v @ (Violation::CoreStepNotConserved { .. } | Violation::RecordsRefused(_))) => {
+            Err(v.to_string())
+        }
+        Some(v) => Err(format!("{v}{context}")),
     }
-    if settled_from > relaxed_until {
-        return Err(format!(
-            "shares were not all within 1% of their targets {} s after the last fault ended (bound {} s, targets {})",
-            report.settled_after_s,
-            report.bound_s,
-            ideal.iter().map(|t| t.to_string()).collect::<Vec<_>>().join("/")
-        ) + context);
-    }
-    Ok(report)
 }
 
 /// The fault phase's end (the last event) and the liveness bound.

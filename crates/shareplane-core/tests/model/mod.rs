@@ -23,6 +23,10 @@
 #![allow(dead_code)]
 
 use shareplane_core::*;
+use shareplane_judge::{
+    judge, judge_end, Allowances, Assumptions, End, EndAllowances, Excess, FalseVerdict, Instant,
+    Limit, Liveness, Region, RunningReclaimed, Stranded, Violation,
+};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
@@ -759,59 +763,68 @@ fn heal(w: &mut World) {
     }
 }
 
+/// What the judge allows in a state: the largest rate adopted so far, a false verdict's effects
+/// measured once one has been in force (the model's flag stays set), no running epoch's room
+/// excused, and (`faults_may_linger`, false after recovery) the room stale heirs count twice.
+fn allowances(w: &World, s: &Settings, faults_may_linger: bool) -> Allowances {
+    let largest = s.largest_to(w.config.iter().copied().max().unwrap_or(1));
+    Allowances {
+        limit: Limit::fixed(largest),
+        false_verdict: FalseVerdict {
+            excess: if w.false_verdict {
+                Excess::Measured
+            } else {
+                Excess::None
+            },
+            audit_measured: w.false_verdict,
+        },
+        faults_may_linger,
+        assumptions: Assumptions::Within,
+        running_reclaimed: RunningReclaimed::Never,
+        rounding: Room::ZERO,
+    }
+}
+
+/// Judges a state with `c`, its audit (`World::audit`), by the one judge: exact conservation but
+/// for room stale heirs count twice until they settle (residual D12; `faults_may_linger`), the
+/// running Regions' shares within the limit, the room they hold within it beyond that stale room,
+/// and no Region taking more of a pair's grants than the granter granted.
+fn judged(w: &World, c: &Audit, s: &Settings, faults_may_linger: bool) -> Option<String> {
+    let regions: Vec<Region> = (w.coords.iter().enumerate())
+        .map(|(i, co)| Region {
+            share: co.own().limits[0].share,
+            running: !w.lost[i],
+            rate: Room::ZERO,
+            debt: co.own().limits[0].debt,
+        })
+        .collect();
+    let held: i128 = (0..w.coords.len())
+        .filter(|&i| !w.lost[i])
+        .map(|i| w.coords[i].own().limits[0].held())
+        .sum();
+    let newest: Vec<&RegionRecord> = w.coords.iter().map(|co| co.own()).collect();
+    let instant = Instant {
+        regions: &regions,
+        audit: Some(c),
+        held: Some(held),
+        newest: &newest,
+    };
+    judge(&instant, &allowances(w, s, faults_may_linger))
+        .err()
+        .map(|v| v.to_string())
+}
+
 /// Checks a state against `c`, its audit (`World::audit`).
 fn check_state(w: &World, c: &Audit, s: &Settings) -> Option<String> {
-    // Heirs that reclaimed from a stale record (its last one had not reached them) hold what
-    // that record showed until they settle against the last one (residual D12): room counted
-    // twice in the records, `over_stale`, and nothing else. The shares stay under the limit
-    // (checked below), and after recovery the audit must hold exactly (`converged`).
-    let stale_only =
-        c.over == c.over_stale && c.actual - c.over == c.expected && c.missing_basis == 0;
-    if !c.holds() && !stale_only && !w.false_verdict {
-        return Some(format!("conservation broken: {c:?}"));
-    }
-    if !w.false_verdict {
-        let largest = s.largest_to(w.config.iter().copied().max().unwrap_or(1));
-        let running = || (0..w.coords.len()).filter(|&i| !w.lost[i]);
-        let live: Room = running().map(|i| w.coords[i].own().limits[0].share).sum();
-        if live > largest {
-            return Some(format!("live shares {live} above the limit {largest}"));
-        }
-        let held: i128 = running().map(|i| w.coords[i].own().limits[0].held()).sum();
-        if held - c.over_stale > largest.0 as i128 {
-            return Some(format!(
-                "the running Regions hold {} above the limit {largest} (stale room {})",
-                Room(held.max(0) as u64),
-                Room(c.over_stale.max(0) as u64)
-            ));
-        }
-    }
-    for g in &w.coords {
-        for t in &w.coords {
-            let (g, t) = (g.own(), t.own());
-            if g.region != t.region
-                && g.reclaims[t.region].is_none_or(|m| m.epoch != t.epoch)
-                && g.accounts_with(t.region, t.epoch)
-                && t.accounts_with(g.region, g.epoch)
-                && t.limits[0].taken[g.region] > g.limits[0].granted[t.region]
-            {
-                return Some(format!(
-                    "{} took more from {} than it granted",
-                    t.region, g.region
-                ));
-            }
-        }
-    }
-    None
+    judged(w, c, s, true)
 }
 
 /// Heal everything, restore every lost Region, tell the truth about health, and run full rounds.
 /// Returns the failure and whether it belongs to a documented residual class (a false health
-/// verdict was in force).
+/// verdict was in force, and the shares did not pass the limit).
 fn check_recovery(w: &World, s: &Settings) -> Option<(String, bool)> {
     let w = recover(w, s);
-    let residual = w.false_verdict;
-    converged(&w, s, residual).map(|v| (v, residual))
+    converged(&w, s, w.false_verdict)
 }
 
 fn recover(w: &World, s: &Settings) -> World {
@@ -856,47 +869,45 @@ fn run_rounds(w: &mut World, s: &Settings, rounds: usize) {
     }
 }
 
-fn converged(w: &World, s: &Settings, residual: bool) -> Option<String> {
-    // Even in a residual class, once everything has healed the limit holds.
-    let sum: Room = w.coords.iter().map(|c| c.own().limits[0].share).sum();
-    if sum > s.rate_of(s.last_version()) {
-        return Some(format!(
-            "after recovery the sum of shares {sum} is above the limit"
-        ));
-    }
+/// The end of a recovery, by the one judge: the shares within the last limit (even in a residual
+/// class), exact conservation where no false verdict was in force, and every share at its target
+/// (room outside the running Regions' hands is named where they are not). Returns the failure and
+/// whether it belongs to the residual class.
+fn converged(w: &World, s: &Settings, residual: bool) -> Option<(String, bool)> {
     let a = w.audit(&deployment(s));
     if !residual {
-        if let Some(v) = check_state(w, &a, s) {
-            return Some(format!("after recovery: {v}"));
-        }
-        if !a.holds() {
-            return Some(format!("after recovery conservation is not exact: {a:?}"));
+        if let Some(v) = judged(w, &a, s, false) {
+            return Some((format!("after recovery: {v}"), false));
         }
     }
-    let settled = w
-        .coords
-        .iter()
-        .all(|c| c.own().limits[0].share == c.own().limits[0].target);
-    if settled {
-        return None;
-    }
-    // Everything has healed: no room may be left outside the live Regions' hands (an estate
-    // not taken, grants in flight between epochs that ended), and none idle in a pool.
-    if a.outside_live() != 0 {
-        return Some(format!("after recovery room is outside live hands: {a:?}"));
-    }
-    let shares: Vec<String> = w
-        .coords
-        .iter()
+    let sum: Room = w.coords.iter().map(|c| c.own().limits[0].share).sum();
+    let settled = (w.coords.iter()).all(|c| c.own().limits[0].share == c.own().limits[0].target);
+    let shares: Vec<String> = (w.coords.iter())
         .map(|c| {
             let l = c.own().limits[0];
             format!("{}/{} pool {}", l.share, l.target, l.pool)
         })
         .collect();
-    Some(format!(
-        "no convergence after recovery: {}",
-        shares.join(", ")
-    ))
+    let liveness = Liveness {
+        what: "every share at its target after recovery".into(),
+        settled_after_ms: settled.then_some(0),
+        bound_ms: 0,
+        seen: shares.join(", "),
+    };
+    let end = End {
+        core_alarms: &[],
+        records_refused: 0,
+        final_shares: Some((sum, s.rate_of(s.last_version()))),
+        audit: Some(&a),
+        admissions: None,
+        liveness: &liveness,
+    };
+    let stranded = EndAllowances {
+        stranded: Stranded::WhereSettled,
+    };
+    let first = judge_end(&end, &stranded).violations.into_iter().next()?;
+    let above = matches!(first, Violation::FinalSharesAboveLimit { .. });
+    Some((format!("after recovery: {first}"), residual && !above))
 }
 
 /// Explores every interleaving to `s.depth`.
@@ -941,7 +952,7 @@ pub fn explore(s: &Settings) -> Report {
             if depth == s.depth {
                 report.recoveries_checked += 1;
                 if let Some((v, residual)) = check_recovery(w, s) {
-                    if residual && !v.contains("above the limit") {
+                    if residual {
                         report.false_verdict_recovery_failures += 1;
                         if report.false_verdict_examples.len() < 5 {
                             report
