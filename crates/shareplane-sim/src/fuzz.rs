@@ -6,11 +6,17 @@
 //! and false "unhealthy" verdicts for live ones) and daemon restarts. At `F` every fault ends:
 //! cuts heal, lost Regions come back, every verdict turns healthy. The **liveness phase** follows.
 //!
-//! Checked at every tick (named grants only; jump-to-target is not expected to conserve):
+//! Every tick is judged by the one judge (`shareplane_judge::judge`), with the allowances this
+//! module states for the scenario (named grants only; jump-to-target is not expected to conserve):
 //! - exact conservation, and Σ shares of the Regions not lost ≤ L — from the first false
 //!   "unhealthy" verdict for a live Region until `F + bound` these two are measured instead of
 //!   required (the residual risk SPEC §6 asks to state: the excess and how long it lasts);
-//! - no peer record is ever refused by a coordinator;
+//! - room that heirs which reclaimed from a stale record count twice is measured until `F +
+//!   bound`, and may never reach the shares within the protocol's assumptions;
+//!
+//! and the end of the run by `shareplane_judge::judge_end`:
+//! - no core step alarm, no peer record ever refused by a coordinator, no room outside the
+//!   running Regions' hands;
 //! - liveness: from `F + bound` to the end every share is within 1% of the target that the
 //!   final demands give, where `bound = window + (⌈L / step_cap⌉ + 2 × silent_after + 8) ×
 //!   (period + the largest visibility delay)`.

@@ -1,5 +1,7 @@
 //! The checker of the partition tests: it judges physical truth from what was recorded, never
-//! what the daemons say about themselves. Its inputs are what each Region's gateway enforced in
+//! what the daemons say about themselves, through the one judge every checker uses
+//! (`shareplane_judge::judge` for every tenth, `judge_end` for the admissions and the return);
+//! this module lays the history out and states the allowances. Its inputs are what each Region's gateway enforced in
 //! every tenth of a second (the share, 0 while fenced, 0 while no gateway ran) and admitted in
 //! every second, as the load generators reported them, and the faults as the runner injected them.
 //!

@@ -7,7 +7,9 @@
 //! cut held back, as a global table does), health flips and daemon restarts, and, with a schedule of limit versions, each Region adopting
 //! the next version on its own. States are deduplicated by a hash of the protocol state.
 //!
-//! In every state it checks: exact conservation (but for room that heirs which reclaimed from a
+//! Every state is judged by the one judge (`shareplane_judge::judge`), and every recovery's end
+//! by `shareplane_judge::judge_end`, with the allowances stated in `allowances` below. In every
+//! state it checks: exact conservation (but for room that heirs which reclaimed from a
 //! stale record count twice until they settle, residual D12; exact again after recovery);
 //! unless a false-positive health verdict (a live Region reported unhealthy) has been in force, Σ live shares ≤ the largest rate adopted so far,
 //! and so is the room the running Regions hold (share + pool − debt: what they may raise to
