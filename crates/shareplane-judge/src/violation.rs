@@ -104,6 +104,15 @@ impl fmt::Display for Violation {
             Violation::TookMoreThanGranted { taker, granter } => {
                 write!(f, "{taker} took more from {granter} than it granted")
             }
+            _ => self.fmt_end(f),
+        }
+    }
+}
+
+impl Violation {
+    /// The end-of-run violations.
+    fn fmt_end(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Violation::CoreStepNotConserved { first, count } => write!(
                 f,
                 "a core step changed the room it only moves, {first} ({count} such steps in all)"
@@ -137,6 +146,7 @@ impl fmt::Display for Violation {
                 f,
                 "admissions in seconds {from}..{to}: {admitted}, above 2L + L·t by {excess:.0} (allowed {allowed:.0})"
             ),
+            _ => Ok(()),
         }
     }
 }

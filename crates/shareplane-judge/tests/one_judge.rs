@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// The checkers, relative to the workspace.
 const CHECKERS: &[&str] = &[
     "crates/shareplane-sim/src/fuzz.rs",
-    "crates/shareplane-core/tests/model/mod.rs",
+    "crates/shareplane-model/src/check.rs",
     "tests/e2e/src/checker.rs",
 ];
 
