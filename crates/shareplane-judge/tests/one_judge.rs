@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// The checkers, relative to the workspace.
 const CHECKERS: &[&str] = &[
-    "crates/shareplane-sim/src/fuzz.rs",
+    "crates/shareplane-sim/src/judging.rs",
     "crates/shareplane-model/src/check.rs",
     "tests/e2e/src/checker.rs",
 ];
