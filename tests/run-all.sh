@@ -129,11 +129,11 @@ cargo build -p shareplane -p shareplane-limiter --bins --locked
 export SHAREPLANE_E2E_REPORT="$WORK/e2e-three-regions.txt"
 rm -f "$SHAREPLANE_E2E_REPORT"
 
-step "cargo test (workspace)"
+step "cargo test (workspace: every crate under crates/, the one judge crates/shareplane-judge and the model checker crates/shareplane-model among them, and tests/e2e)"
 cargo test --workspace --locked 2>&1 | tee "$WORK/cargo-test.log"
 step "fuzzer: 20,000 classic, 5,000 swarm and 2,000 cascade seeds on an optimised build with assertions (profile checked; the filter runs ci_sized_fuzz_run and ci_sized_fuzz_run_swarm_and_cascade; every seed must pass)"
 SHAREPLANE_FUZZ_SEEDS=20000 cargo test --profile checked --locked -p shareplane-sim --test fuzz ci_sized_fuzz_run -- --nocapture 2>&1 | tee "$WORK/fuzz.log"
-step "model checker on an optimised build with assertions (profile checked; 3 Regions depth 6; 4 Regions, 3 faults, depth 5; limit changes: 2 Regions depth 8, 3 Regions depth 6; the restore race from C lost, depth 8, must reach the race; issue 31's one-way cut with the heir lost, 4 faults, depth 8, must reach the class)"
+step "model checker (crates/shareplane-model, run by the core's tests/model_check.rs) on an optimised build with assertions (profile checked; 3 Regions depth 6; 4 Regions, 3 faults, depth 5; limit changes: 2 Regions depth 8, 3 Regions depth 6; the restore race from C lost, depth 8, must reach the race; issue 31's one-way cut with the heir lost, 4 faults, depth 8, must reach the class)"
 SHAREPLANE_MODEL_DEPTH_3=6 SHAREPLANE_MODEL_DEPTH_4=5 SHAREPLANE_MODEL_DEPTH_CHANGES=8 SHAREPLANE_MODEL_DEPTH_CHANGES_3=6 SHAREPLANE_MODEL_DEPTH_RESTORE=8 SHAREPLANE_MODEL_DEPTH_ONE_WAY=8 cargo test --profile checked --locked -p shareplane-core --test model_check -- --nocapture 2>&1 | tee "$WORK/model-check.log"
 step "end-to-end figures (tests/e2e, three Regions)"
 cat "$SHAREPLANE_E2E_REPORT" || { echo "tests/e2e wrote no figures: did the end-to-end test run?" >&2; exit 1; }

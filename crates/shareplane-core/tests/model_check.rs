@@ -1,7 +1,7 @@
-//! The CI-sized model-checking run (see tests/model/mod.rs; a bigger run is
-//! `cargo run --release -p shareplane-core --example model_check -- DEPTH FAULTS`).
+//! The CI-sized model-checking run (the checker is `crates/shareplane-model`; a bigger run is
+//! `cargo run --profile checked -p shareplane-model -- DEPTH FAULTS RUN`).
 
-mod model;
+use shareplane_model as model;
 
 fn check(s: &model::Settings) -> model::Report {
     let r = model::explore(s);

@@ -12,7 +12,8 @@
 //! - [`engine`]: the run itself and the conservation audit,
 //! - [`summary`], [`trace`], [`plot`]: what a run reports,
 //! - [`sweep`]: a scenario over every assignment of phases,
-//! - [`fuzz`]: random fault schedules from a seed, checked at every tick,
+//! - [`fuzz`]: random fault schedules from a seed, checked at every tick; [`judging`]: the
+//!   allowances each seed is judged with by the one judge (`shareplane_judge`), and its figures,
 //! - [`swarm`], [`cascade`]: the swarm family (a random subset of fault kinds per seed, drawn
 //!   towards cascades) and the cascade family (issue 31's shape), judged by the same checks,
 //! - [`cli`]: `shareplane sim …`.
@@ -21,6 +22,7 @@ pub mod cascade;
 pub mod cli;
 pub mod engine;
 pub mod fuzz;
+pub mod judging;
 pub mod plot;
 pub mod scenario;
 pub use scenario::runnable;

@@ -1,5 +1,7 @@
 //! The checker of the partition tests: it judges physical truth from what was recorded, never
-//! what the daemons say about themselves. Its inputs are what each Region's gateway enforced in
+//! what the daemons say about themselves, through the one judge every checker uses
+//! (`shareplane_judge::judge` for every tenth, `judge_end` for the admissions and the return);
+//! this module lays the history out and states the allowances. Its inputs are what each Region's gateway enforced in
 //! every tenth of a second (the share, 0 while fenced, 0 while no gateway ran) and admitted in
 //! every second, as the load generators reported them, and the faults as the runner injected them.
 //!
@@ -35,6 +37,12 @@
 //! the last rate rolled out.
 //!
 //! Pure, so that it is tested on histories of its own.
+
+use shareplane_core::Room;
+use shareplane_judge::{
+    judge_end, Admissions, Allowances, Assumptions, End, EndAllowances, Excess, FalseVerdict,
+    Instant, Limit, Liveness, Region, RunningReclaimed,
+};
 
 /// Tenths of a second per second in the recorded history.
 pub const TENTHS: usize = 10;
@@ -130,7 +138,9 @@ pub struct Judgement {
     pub failures: Vec<String>,
 }
 
-/// Judges `h` by `b`.
+/// Judges `h` by `b` through the one judge (`shareplane_judge`): every tenth of what the gateways
+/// enforced, then at the end the admissions and the return to `L`. What it measures (the worst
+/// excess, inside and outside the allowances, and the return) it keeps.
 pub fn judge(h: &History, b: Bounds) -> Judgement {
     let mut j = Judgement {
         worst_enforced_excess_rps: f64::NEG_INFINITY,
@@ -138,33 +148,60 @@ pub fn judge(h: &History, b: Bounds) -> Judgement {
         ..Judgement::default()
     };
     let sums = sum_per_tenth(&h.enforced);
-    for (t, sum) in sums.iter().enumerate() {
-        let limit_milli = h.limit_milli_at(t);
-        let excess = *sum as i64 - limit_milli;
+    let mut regions = vec![Region::default(); h.enforced.len()];
+    for (t, &sum) in sums.iter().enumerate() {
+        for (r, row) in regions.iter_mut().zip(&h.enforced) {
+            *r = Region {
+                share: Room(row.get(t).copied().unwrap_or(0)),
+                running: true,
+                ..Region::default()
+            };
+        }
+        let allowed = allowed_enforced_milli(h, b, t);
+        let instant = Instant {
+            regions: &regions,
+            ..Instant::default()
+        };
+        let verdict = shareplane_judge::judge(&instant, &allowances(h, t, allowed));
+        let excess = sum as i64 - h.limit_milli_at(t);
         let rps = excess as f64 / 1000.0;
         if rps > j.worst_enforced_excess_rps {
             j.worst_enforced_excess_rps = rps;
             j.worst_enforced_at_tenth = t;
         }
-        let allowed = allowed_enforced_milli(h, b, t);
         if allowed == 0 {
             j.worst_unallowed_excess_rps = j.worst_unallowed_excess_rps.max(rps);
         }
-        if excess > allowed + rounding(h) {
-            j.failures.push(format!(
-                "enforced shares summed to {:.3}/s at {:.1} s, above L = {} by {:.3} (allowed {:.3})",
-                *sum as f64 / 1000.0,
-                t as f64 / TENTHS as f64,
-                limit_milli as f64 / 1000.0,
-                rps,
-                allowed as f64 / 1000.0
+        if let Err(v) = verdict {
+            (j.failures).push(format!(
+                "enforced at {:.1} s: {v}",
+                t as f64 / TENTHS as f64
             ));
         }
     }
-    windows(h, b, &mut j);
-    converge(h, b, &sums, &mut j);
+    end(h, b, &sums, &mut j);
     j.failures.truncate(20);
     j
+}
+
+/// What the checker allows at tenth `t`: `L` as rolled out, and `allowed` above it while a
+/// false verdict's allowance is in force; the enforced rates are rounded to milli-requests.
+fn allowances(h: &History, t: usize, allowed: i64) -> Allowances {
+    let limit = Room(h.limit_milli_at(t).max(0) as u64);
+    Allowances {
+        limit: Limit::fixed(limit),
+        false_verdict: FalseVerdict {
+            excess: match allowed {
+                0 => Excess::None,
+                a => Excess::UpTo(Room(a.max(0) as u64)),
+            },
+            audit_measured: false,
+        },
+        faults_may_linger: true,
+        assumptions: Assumptions::Within,
+        running_reclaimed: RunningReclaimed::Never,
+        rounding: Room(rounding(h).max(0) as u64),
+    }
 }
 
 /// Rounding of the enforced rates to milli-requests: one per Region.
@@ -229,7 +266,9 @@ fn allowed_admissions(h: &History, b: Bounds, from: usize, to: usize) -> f64 {
         .sum()
 }
 
-fn windows(h: &History, b: Bounds, j: &mut Judgement) {
+/// The end of the run, by the one judge: admissions in every window of whole seconds within
+/// `2L + L·t` and the allowances, and the enforced shares back at `L` within the bound.
+fn end(h: &History, b: Bounds, sums: &[u64], j: &mut Judgement) {
     let len = h.admitted.iter().map(Vec::len).max().unwrap_or(0);
     let total: Vec<u64> = (0..len)
         .map(|s| {
@@ -249,57 +288,53 @@ fn windows(h: &History, b: Bounds, j: &mut Judgement) {
                 / 1000.0
         })
         .collect();
-    j.worst_window_excess = f64::NEG_INFINITY;
-    let mut failed = 0;
-    for from in 0..total.len() {
-        let mut sum = 0u64;
-        let (mut l_sum, mut l_max) = (0.0, 0.0f64);
-        for (i, a) in total[from..].iter().enumerate() {
-            sum += a;
-            let to = from + i + 1;
-            l_sum += l_of[to - 1];
-            l_max = l_max.max(l_of[to - 1]);
-            let excess = sum as f64 - 2.0 * l_max - l_sum;
-            if excess > j.worst_window_excess {
-                j.worst_window_excess = excess;
-                j.worst_window = (from, to);
-            }
-            let allowed = allowed_admissions(h, b, from, to);
-            if excess > allowed && failed < 5 {
-                failed += 1;
-                j.failures.push(format!(
-                    "admissions in seconds {from}..{to}: {sum}, above 2L + L·t by {excess:.0} (allowed {allowed:.0})"
-                ));
-            }
-        }
-    }
+    j.converged_after_ms = converged_after_ms(h, sums);
+    let liveness = Liveness {
+        what: format!(
+            "the enforced shares were back at L = {} with every Region enforcing",
+            h.final_limit_rps()
+        ),
+        settled_after_ms: j.converged_after_ms,
+        bound_ms: b.converge_ms,
+        seen: format!(
+            "last heal at {} ms, total at the end {:.3}/s",
+            h.last_heal_ms,
+            sums.last().copied().unwrap_or(0) as f64 / 1000.0
+        ),
+    };
+    let allowed = |from: usize, to: usize| allowed_admissions(h, b, from, to);
+    let end = End {
+        core_alarms: &[],
+        records_refused: 0,
+        final_shares: None,
+        audit: None,
+        admissions: Some(Admissions {
+            per_second: &total,
+            limit_rps: &l_of,
+            allowed: &allowed,
+        }),
+        liveness: &liveness,
+    };
+    let v = judge_end(&end, &EndAllowances::default());
+    j.worst_window_excess = v.worst_window_excess;
+    j.worst_window = v.worst_window;
+    j.failures
+        .extend(v.violations.iter().map(|v| v.to_string()));
 }
 
-fn converge(h: &History, b: Bounds, sums: &[u64], j: &mut Judgement) {
+/// Milliseconds from the last heal until the enforced shares returned: the whole limit enforced
+/// again, by every Region (two Regions holding all of it while the third has not come back is
+/// not a return: the third's room would be missing).
+fn converged_after_ms(h: &History, sums: &[u64]) -> Option<u64> {
     let limit_milli = (h.final_limit_rps() * 1000.0).round() as i64;
     let heal_tenth = (h.last_heal_ms / 100) as usize;
-    // Returned: the whole limit enforced again, by every Region (two Regions holding all of it
-    // while the third has not come back is not a return: the third's room would be missing).
     let returned = |t: usize| {
         (sums[t] as i64 - limit_milli).abs() <= rounding(h)
             && h.enforced.iter().all(|r| r.get(t).is_some_and(|x| *x > 0))
     };
-    j.converged_after_ms = (heal_tenth..sums.len())
+    (heal_tenth..sums.len())
         .find(|t| returned(*t))
-        .map(|t| (t as u64 * 100).saturating_sub(h.last_heal_ms));
-    match j.converged_after_ms {
-        Some(ms) if ms <= b.converge_ms => {}
-        Some(ms) => j.failures.push(format!(
-            "the enforced shares returned to L {ms} ms after the last heal, bound {} ms",
-            b.converge_ms
-        )),
-        None => j.failures.push(format!(
-            "the enforced shares did not return to L = {} after the last heal at {} ms (total at the end {:.3}/s)",
-            h.final_limit_rps(),
-            h.last_heal_ms,
-            sums.last().copied().unwrap_or(0) as f64 / 1000.0
-        )),
-    }
+        .map(|t| (t as u64 * 100).saturating_sub(h.last_heal_ms))
 }
 
 #[cfg(test)]
@@ -338,10 +373,7 @@ mod tests {
         let mut h = steady([333, 333, 334], 20);
         h.enforced[0][50] = 400_000;
         let j = judge(&h, B);
-        assert!(j
-            .failures
-            .iter()
-            .any(|f| f.contains("enforced shares summed")));
+        assert!(j.failures.iter().any(|f| f.contains("the sum of shares")));
         assert!((j.worst_unallowed_excess_rps - 67.0).abs() < 1e-9);
     }
 
@@ -432,7 +464,9 @@ mod tests {
         h.enforced[0][150] = 333_000;
         let j = judge(&h, B);
         assert!(
-            j.failures.iter().any(|f| f.contains("above L = 600")),
+            j.failures
+                .iter()
+                .any(|f| f.contains("exceeds the limit 600")),
             "{:?}",
             j.failures
         );

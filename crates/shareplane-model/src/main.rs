@@ -1,12 +1,12 @@
-//! A bigger model-checking run than CI's: `model_check [DEPTH] [FAULTS] [RUN]`, where RUN is 3 or 4
+//! `shareplane-model [DEPTH] [FAULTS] [RUN]`: a bigger model-checking run than CI's (which the
+//! core's `tests/model_check.rs` runs through this crate's library), where RUN is 3 or 4
 //! (Regions), `race` (the restore race from B lost and closed by both survivors: depth 7 and 3
 //! faults reach it) or `race-c-lost` (the same from C lost, as CI's run); the race runs fail
 //! unless they reach the race (`model::restore_race_witness`).
 
 #![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 
-#[path = "../tests/model/mod.rs"]
-mod model;
+use shareplane_model as model;
 
 fn main() {
     let mut args = std::env::args().skip(1);

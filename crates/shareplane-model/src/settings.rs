@@ -1,0 +1,318 @@
+//! What a run explores (its configuration, prefix, witness class and fault kinds) and what it
+//! reports.
+
+use crate::world::{rid, Action};
+use shareplane_core::{Coordinator, Deployment, LimitSpec, Room, SilentPolicy};
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub n: usize,
+    pub rate_rps: u64,
+    pub floor_rps: u64,
+    pub step_rps: u64,
+    pub demands_rps: Vec<u64>,
+    pub policy: SilentPolicy,
+    pub silent_after: u32,
+    pub depth: usize,
+    pub max_faults: u8,
+    pub max_states: usize,
+    /// The rates of limit versions 2, 3, … that Regions adopt one by one (`Action::Adopt`);
+    /// empty: the limit never changes.
+    pub changes_rps: Vec<u64>,
+    /// Actions applied before the exploration starts (its root is the state they lead to). Its
+    /// faults are the scenario's: `max_faults` counts those the exploration adds.
+    pub prefix: Vec<Action>,
+    /// A class of states the run must reach (`Report::witness_states` counts them).
+    pub witness: Option<Witness>,
+    /// Explore only where every health verdict is true: a transition into a false verdict (a
+    /// running Region read unhealthy) is checked but not explored further. For scenarios whose
+    /// point is that every verdict is true; the other runs explore false verdicts.
+    pub true_verdicts_only: bool,
+    /// Which faults the exploration may add (swarm: a run that leaves some kinds out goes deeper
+    /// with the others). Every kind by default.
+    pub faults: fn(&Action) -> bool,
+}
+
+/// Every fault kind.
+pub fn every_fault(_: &Action) -> bool {
+    true
+}
+
+/// Whether a state (every Region's coordinator, which Regions are lost, which read unhealthy)
+/// belongs to the class a run must reach.
+pub type Witness = fn(&[Coordinator], &[bool], &[bool]) -> bool;
+
+impl Settings {
+    /// 4 Regions, L = 12, floor 1, step cap 3, silence after one unchanged rebalance.
+    pub fn four(depth: usize, max_faults: u8) -> Settings {
+        Settings {
+            n: 4,
+            demands_rps: vec![6, 3, 2, 1],
+            ..Settings::small(depth, max_faults)
+        }
+    }
+
+    /// 3 Regions, L = 12, floor 1, step cap 3, silence after one unchanged rebalance (so that
+    /// silence is reachable within a small depth; the adversarial scheduler already delays
+    /// records arbitrarily).
+    pub fn small(depth: usize, max_faults: u8) -> Settings {
+        Settings {
+            n: 3,
+            rate_rps: 12,
+            floor_rps: 1,
+            step_rps: 3,
+            demands_rps: vec![6, 3, 3],
+            policy: SilentPolicy::TwoSignals,
+            silent_after: 1,
+            depth,
+            max_faults,
+            max_states: 5_000_000,
+            changes_rps: Vec::new(),
+            prefix: Vec::new(),
+            witness: None,
+            true_verdicts_only: false,
+            faults: every_fault,
+        }
+    }
+
+    /// Issue 31's class, 3 Regions as [`Settings::small`] but with demands 4, 1 and 7 (B's room
+    /// moves to C): explored from the state where B's records stop reaching A (a one-way cut; A's
+    /// still reach B, C sees everyone), B has granted its room to C and C has taken it, and A
+    /// holds C's record of the take. The exploration adds losses, restores, health flips and
+    /// heals (`max_faults` of them), every rebalance and delivery; only true verdicts. The run
+    /// must reach [`heir_lost_witness`]: B and C lost and read unhealthy while A's newest record
+    /// of B is older than B's last one and A holds a record of C that says so (a heir that closed
+    /// B against what it holds would count B's grant to C twice).
+    pub fn one_way_heir_lost(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        Settings {
+            demands_rps: vec![4, 1, 7],
+            prefix: vec![
+                Rebalance(0),
+                Rebalance(1),
+                Rebalance(2),
+                Deliver(0, 1),
+                Deliver(0, 2),
+                Deliver(1, 0),
+                Deliver(1, 2),
+                Deliver(2, 0),
+                Deliver(2, 1),
+                OneWayCut(1, 0),
+                Rebalance(1),
+                Deliver(1, 2),
+                Rebalance(2),
+                Deliver(2, 0),
+                Deliver(2, 1),
+                Rebalance(0),
+                Deliver(0, 1),
+                Deliver(0, 2),
+            ],
+            witness: Some(heir_lost_witness),
+            true_verdicts_only: true,
+            faults: |a| matches!(a, Action::Lose(_) | Action::Flip(_)),
+            ..Settings::small(depth, max_faults)
+        }
+    }
+
+    /// The restore race of issue 11 (docs/PROTOCOL.md, "Why fixed portions"), 3 Regions as
+    /// [`Settings::small`], explored from the state where Region 1 (B) is lost, its health check
+    /// reads unhealthy, and both Region 0 (A) and Region 2 (C) have closed its epoch. The race
+    /// then needs three faults of the exploration's own (`max_faults` counts only those: B's
+    /// check clearing while it is down, C lost, C's check unhealthy), B's restore (not a fault)
+    /// and three rebalances: a depth of 7 with 3 faults, too big for CI (see
+    /// [`Settings::restore_race_c_lost`]). Only true verdicts are explored; the run must reach
+    /// [`restore_race_witness`]. A and C see each other fresh when they close B (a heir that is
+    /// cut off from a peer whose check reads healthy waits).
+    pub fn restore_race(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        Settings {
+            prefix: vec![
+                Lose(1),
+                Flip(1),
+                Rebalance(0),
+                Rebalance(2),
+                Deliver(2, 0),
+                Deliver(0, 2),
+                Rebalance(0),
+                Deliver(0, 2),
+                Rebalance(2),
+                Deliver(2, 0),
+            ],
+            witness: Some(restore_race_witness),
+            true_verdicts_only: true,
+            ..Settings::small(depth, max_faults)
+        }
+    }
+
+    /// The restore race from later on, so that the depth goes to the race itself: B is lost and
+    /// closed by A and C as in [`Settings::restore_race`], then C is lost and its check reads
+    /// unhealthy. The exploration's interleavings are B's check clearing and its restore, every
+    /// rebalance (A's and B's closes of C among them), every delivery (B's new epoch reaching A
+    /// before or after A closes C, C's last records reaching either heir late or never, versions
+    /// skipped) and `max_faults` more faults. A closes C while it still counts B's old epoch
+    /// reclaimed only while B reads unhealthy: a heir that counts silent a peer whose check
+    /// reads healthy waits (`Coordinator`'s basis in doubt), so the race is A's close, B's check
+    /// clearing, B's restore and B's close: 6 steps and 1 fault deep.
+    pub fn restore_race_c_lost(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        let mut s = Settings::restore_race(depth, max_faults);
+        s.prefix.extend([Lose(2), Flip(2)]);
+        s
+    }
+
+    /// 2 Regions, L = 12 lowered to 4 and then raised to 16, demands 6 and 1; explored from the
+    /// state where Region 1 has granted its room to Region 0 (so that a lowering leaves it in
+    /// debt, the class of fuzz seed 345378).
+    pub fn changes(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        Settings {
+            n: 2,
+            demands_rps: vec![6, 1],
+            changes_rps: vec![4, 16],
+            prefix: vec![
+                Rebalance(0),
+                Deliver(0, 1),
+                Rebalance(1),
+                Deliver(1, 0),
+                Rebalance(0),
+                Deliver(0, 1),
+            ],
+            ..Settings::small(depth, max_faults)
+        }
+    }
+
+    /// 3 Regions, L = 12 lowered to 3 and then raised to 18, demands 6, 1 and 1; explored from
+    /// the state where Regions 1 and 2 had granted room to Region 0, every Region has adopted
+    /// the lowering (so that Regions 1 and 2 owe more than they hold, each with two heirs to
+    /// take its part), and the raise is rolled out to Regions 0 and 2, not adopted yet. The
+    /// exploration's depth goes to the faults and the raise; the 2-Region run explores the
+    /// lowering's rollout too.
+    pub fn changes_three(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        Settings {
+            n: 3,
+            demands_rps: vec![6, 1, 1],
+            changes_rps: vec![3, 18],
+            prefix: vec![
+                Rebalance(0),
+                Deliver(0, 1),
+                Deliver(0, 2),
+                Rebalance(1),
+                Rebalance(2),
+                Deliver(1, 0),
+                Deliver(2, 0),
+                Rebalance(0),
+                Deliver(0, 1),
+                Deliver(0, 2),
+                Adopt(0),
+                Adopt(1),
+                Adopt(2),
+                Rebalance(1),
+                Rebalance(2),
+                Deliver(1, 0),
+                Deliver(2, 0),
+                Deliver(1, 2),
+                Deliver(2, 1),
+                Rebalance(0),
+                Deliver(0, 1),
+                Deliver(0, 2),
+                Adopt(0),
+                Adopt(2),
+            ],
+            ..Settings::small(depth, max_faults)
+        }
+    }
+
+    /// The rate of limit version `v` (1-based).
+    pub(crate) fn rate_of(&self, v: usize) -> Room {
+        match v {
+            0 | 1 => Room::rps(self.rate_rps),
+            _ => Room::rps(self.changes_rps[v - 2]),
+        }
+    }
+
+    pub(crate) fn last_version(&self) -> usize {
+        1 + self.changes_rps.len()
+    }
+
+    /// The largest rate of versions 1 to `v`.
+    pub(crate) fn largest_to(&self, v: usize) -> Room {
+        (1..=v).map(|k| self.rate_of(k)).max().unwrap_or(Room::ZERO)
+    }
+
+    /// The deployment at limit version `v`.
+    pub(crate) fn at_version(&self, d: &Deployment, v: usize) -> Vec<LimitSpec> {
+        let mut spec = d.limits[0].clone();
+        spec.version = v as u64;
+        spec.rate = self.rate_of(v);
+        vec![spec]
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub states: usize,
+    pub transitions: usize,
+    pub depth_reached: usize,
+    pub recoveries_checked: usize,
+    pub false_verdict_states: usize,
+    pub violations: Vec<String>,
+    /// Recoveries that did not converge after a false-positive health verdict (the residual risk
+    /// of docs/PROTOCOL.md: room can be stranded, never created).
+    pub false_verdict_recovery_failures: usize,
+    pub false_verdict_examples: Vec<String>,
+    /// States without a false verdict where heirs that reclaimed from a stale record counted
+    /// room twice (residual D12), and the most room so counted in one state.
+    pub stale_states: usize,
+    pub max_stale: Room,
+    /// States of the settings' witness class judged without a false verdict in force (so with
+    /// the audit enforced), how many of them conserve exactly (the others hold only room that
+    /// stale heirs count twice), and the first one found, by the actions after the prefix.
+    pub witness_states: usize,
+    pub witness_exact: usize,
+    pub witness_example: Option<String>,
+    /// Transitions into a false verdict left unexplored (`Settings::true_verdicts_only`).
+    pub false_verdicts_pruned: usize,
+}
+
+/// Issue 31's class: B (Region 1) and C (Region 2) are lost and read unhealthy, A's newest
+/// record of B is older than B's last one (a one-way cut hid it), and a record of C that A holds
+/// says so: its writer had seen a newer record of B, or took more from B than A's record of B
+/// granted it. A heir that closed B against the record it holds would hand itself a portion of
+/// room that C's estate holds too.
+pub fn heir_lost_witness(c: &[Coordinator], lost: &[bool], unhealthy: &[bool]) -> bool {
+    let (rb, rc) = (rid(1), rid(2));
+    if !(lost[1] && lost[2] && unhealthy[1] && unhealthy[2] && !lost[0]) {
+        return false;
+    }
+    let (Some(b_at_a), Some(c_at_a)) = (c[0].latest(rb), c[0].latest(rc)) else {
+        return false;
+    };
+    let b_last = c[1].own();
+    b_at_a.epoch == b_last.epoch
+        && b_at_a.version < b_last.version
+        && (c_at_a.seen[rb] > (b_at_a.epoch, b_at_a.version)
+            || c_at_a.limits[0].taken[rb] > b_at_a.limits[0].granted[rc])
+}
+
+/// The restore race of issue 11 (docs/PROTOCOL.md, "Why fixed portions"): Region 0 (A) has closed
+/// an epoch of Region 2 (C) while the epoch of Region 1 (B) it sees is still one it reclaimed
+/// (it has not seen B's new epoch: a divisor from its view would have been 1), and a newer epoch
+/// of B has closed the same epoch of C (its view had A live: a divisor of 2). With divisors the
+/// two would hold one and a half estates of C.
+pub fn restore_race_witness(c: &[Coordinator], _lost: &[bool], _unhealthy: &[bool]) -> bool {
+    let (a, b) = (c[0].own(), c[1].own());
+    let (rb, rc) = (rid(1), rid(2));
+    let Some(b_seen) = c[0].latest(rb) else {
+        return false;
+    };
+    let b_old = b_seen.epoch;
+    let a_counts_b_reclaimed =
+        a.peer_epochs[rb] == b_old && a.reclaims[rb].is_some_and(|m| m.epoch == b_old);
+    match (a.reclaims[rc], b.reclaims[rc]) {
+        (Some(ac), Some(bc)) => {
+            a_counts_b_reclaimed && b.epoch > b_old && bc.by > b_old && ac.epoch == bc.epoch
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,453 @@
+//! The explored world: every Region's coordinator, the records on the wire, cuts, losses,
+//! health, and every action that moves it.
+
+use crate::settings::Settings;
+use shareplane_core::{
+    Coordinator, Deployment, Design, Fence, Health, Inputs, LimitKind, LimitSpec, PerRegion,
+    RegionId, RegionRecord, Room,
+};
+use shareplane_judge::{audit, Audit, Truth};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub(crate) struct World {
+    pub(crate) coords: Vec<Coordinator>,
+    /// Records written and not yet visible, per `[from][to]`, oldest first.
+    pub(crate) wire: Vec<Vec<Vec<Arc<RegionRecord>>>>,
+    pub(crate) lost: Vec<bool>,
+    pub(crate) cut: Vec<bool>,
+    /// One-way cuts: `blocked[from][to]`, records written by `from` do not reach `to`.
+    pub(crate) blocked: Vec<Vec<bool>>,
+    pub(crate) unhealthy: Vec<bool>,
+    /// Every record each Region wrote, in order: what the audit judges by, and what the store
+    /// keeps of ended epochs (their last records).
+    pub(crate) history: Vec<Vec<Arc<RegionRecord>>>,
+    pub(crate) faults: u8,
+    pub(crate) false_verdict: bool,
+    /// The limit version each Region's daemon runs (1-based).
+    pub(crate) config: Vec<usize>,
+    pub(crate) trace: Vec<String>,
+}
+
+impl World {
+    pub(crate) fn key(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.coords.hash(&mut h);
+        self.wire.hash(&mut h);
+        self.lost.hash(&mut h);
+        self.cut.hash(&mut h);
+        self.blocked.hash(&mut h);
+        self.unhealthy.hash(&mut h);
+        self.faults.hash(&mut h);
+        self.false_verdict.hash(&mut h);
+        self.config.hash(&mut h);
+        // The history matters to the audit only through the records a mark can name: every
+        // epoch's records, identified by their versions.
+        for hist in &self.history {
+            for r in hist {
+                (r.epoch, r.version).hash(&mut h);
+            }
+        }
+        h.finish()
+    }
+
+    /// The physical audit of the one limit.
+    pub(crate) fn audit(&self, d: &Deployment) -> Audit {
+        let truth: Vec<Truth<'_>> = self
+            .coords
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Truth {
+                written: &self.history[i],
+                running: (!self.lost[i]).then(|| c.own()),
+            })
+            .collect();
+        audit(d, 0, &truth)
+    }
+
+    /// The last record of every ended epoch of every Region, as the store keeps them.
+    pub(crate) fn ended_records(&self) -> Vec<Arc<RegionRecord>> {
+        let mut out = Vec::new();
+        for hist in &self.history {
+            for (k, r) in hist.iter().enumerate() {
+                if hist.get(k + 1).is_some_and(|next| next.epoch > r.epoch) {
+                    out.push(r.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether records written by `a` reach `b`.
+    pub(crate) fn linked(&self, a: usize, b: usize) -> bool {
+        self.cut[a] == self.cut[b] && !self.blocked[a][b]
+    }
+
+    pub(crate) fn any_cut(&self) -> bool {
+        self.cut.iter().any(|&c| c) || self.blocked.iter().flatten().any(|&b| b)
+    }
+
+    pub(crate) fn health(&self) -> PerRegion<Health> {
+        let mut h = PerRegion::default();
+        for (i, &u) in self.unhealthy.iter().enumerate() {
+            if let Some(r) = RegionId::new(i) {
+                h[r] = if u {
+                    Health::Unhealthy
+                } else {
+                    Health::Healthy
+                };
+            }
+        }
+        h
+    }
+
+    pub(crate) fn note_verdicts(&mut self) {
+        if (0..self.lost.len()).any(|i| self.unhealthy[i] && !self.lost[i]) {
+            self.false_verdict = true;
+        }
+    }
+}
+
+pub fn deployment(s: &Settings) -> Arc<Deployment> {
+    let names = ["A", "B", "C", "D", "E", "F", "G", "H"];
+    Arc::new(
+        Deployment::try_new(Deployment {
+            regions: names[..s.n].iter().map(|x| x.to_string()).collect(),
+            limits: vec![LimitSpec {
+                id: "l".into(),
+                version: 1,
+                rate: Room::rps(s.rate_rps),
+                burst_ms: 2_000,
+                floor: Room::rps(s.floor_rps),
+                step_cap: Room::rps(s.step_rps),
+                kind: LimitKind::Capacity,
+                shadow: false,
+            }],
+            design: Design::NamedGrants,
+            policy: s.policy,
+            fence: Fence::OwnUnhealthy,
+            silent_after: s.silent_after,
+            period_ms: 5_000,
+        })
+        .expect("valid model deployment"),
+    )
+}
+
+pub(crate) fn rid(i: usize) -> RegionId {
+    RegionId::new(i).expect("region index")
+}
+
+pub(crate) fn initial(d: &Arc<Deployment>, s: &Settings) -> World {
+    let n = s.n;
+    let recs: Vec<Arc<RegionRecord>> = (0..n)
+        .map(|i| {
+            let mut r = RegionRecord::genesis(d, rid(i));
+            r.version = 1;
+            r.limits[0].demand = Room::rps(s.demands_rps[i]);
+            Arc::new(r)
+        })
+        .collect();
+    let mut coords = Vec::new();
+    for i in 0..n {
+        let mut c = Coordinator::new(d.clone(), rid(i), (*recs[i]).clone());
+        for (j, r) in recs.iter().enumerate() {
+            if j != i {
+                c.observe(r.clone()).expect("valid");
+            }
+        }
+        coords.push(c);
+    }
+    World {
+        coords,
+        wire: vec![vec![Vec::new(); n]; n],
+        lost: vec![false; n],
+        cut: vec![false; n],
+        blocked: vec![vec![false; n]; n],
+        unhealthy: vec![false; n],
+        history: recs.iter().map(|r| vec![r.clone()]).collect(),
+        faults: 0,
+        false_verdict: false,
+        config: vec![1; n],
+        trace: Vec::new(),
+    }
+}
+
+/// The root of the exploration: the initial state after the settings' prefix.
+pub(crate) fn root(d: &Arc<Deployment>, s: &Settings) -> World {
+    let mut w = initial(d, s);
+    for a in &s.prefix {
+        apply(&mut w, s, *a);
+    }
+    w.faults = 0;
+    w
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Action {
+    Rebalance(usize),
+    Deliver(usize, usize),
+    DeliverNewest(usize, usize),
+    Lose(usize),
+    Restore(usize),
+    Restart(usize),
+    /// A daemon restart that resumes its epoch from its durable record: explored only while no
+    /// peer can have counted the Region silent (every peer saw its last write change its record).
+    Resume(usize),
+    Cut(usize),
+    /// Records written by the first Region stop reaching the second (the other way still works).
+    OneWayCut(usize, usize),
+    Heal,
+    Flip(usize),
+    /// Region `i`'s daemon runs the next limit version (a change rolled out Region by Region).
+    Adopt(usize),
+}
+
+pub(crate) fn actions(w: &World, s: &Settings) -> Vec<Action> {
+    let n = s.n;
+    let mut out = Vec::new();
+    let fault_left = w.faults < s.max_faults;
+    let allowed = |a: Action| (s.faults)(&a);
+    for i in 0..n {
+        if !w.lost[i] {
+            out.push(Action::Rebalance(i));
+        }
+        for j in 0..n {
+            if !w.wire[i][j].is_empty() {
+                out.push(Action::Deliver(i, j));
+                if w.wire[i][j].len() > 1 {
+                    out.push(Action::DeliverNewest(i, j));
+                }
+            }
+        }
+        if w.lost[i] {
+            out.push(Action::Restore(i));
+        }
+        if fault_left {
+            let mut faults = Vec::new();
+            if !w.lost[i] {
+                faults.push(Action::Lose(i));
+                faults.push(Action::Restart(i));
+                if resumable(w, i) {
+                    faults.push(Action::Resume(i));
+                }
+            }
+            if !w.any_cut() {
+                faults.push(Action::Cut(i));
+                faults.extend((0..n).filter(|&j| j != i).map(|j| Action::OneWayCut(i, j)));
+            }
+            faults.push(Action::Flip(i));
+            out.extend(faults.into_iter().filter(|&a| allowed(a)));
+        }
+        if w.config[i] < s.last_version() {
+            out.push(Action::Adopt(i));
+        }
+    }
+    if w.any_cut() {
+        out.push(Action::Heal);
+    }
+    out
+}
+
+/// Whether Region `i` may resume: its committed record was written, and every peer has seen that
+/// record and counted no silence of it since.
+pub(crate) fn resumable(w: &World, i: usize) -> bool {
+    let Some(last) = w.history[i].last() else {
+        return false;
+    };
+    if (last.epoch, last.version) != (w.coords[i].own().epoch, w.coords[i].own().version) {
+        return false;
+    }
+    w.coords.iter().enumerate().all(|(j, c)| {
+        j == i
+            || c.peers()
+                .iter()
+                .any(|p| p.region == rid(i) && p.version == last.version && p.unchanged == 0)
+    })
+}
+
+/// What a restarted daemon reads from its Region's replica: every peer's newest record it had
+/// seen, plus the retained last record of each peer's previous epoch.
+pub(crate) fn replica_view(w: &World, i: usize) -> Vec<Arc<RegionRecord>> {
+    let mut v = Vec::new();
+    for j in 0..w.coords.len() {
+        if j == i {
+            continue;
+        }
+        if let Some(r) = w.coords[i].latest(rid(j)) {
+            if r.version > 0 {
+                v.push(r.clone());
+            }
+        }
+    }
+    for e in w.ended_records() {
+        if e.region != rid(i) {
+            v.push(e);
+        }
+    }
+    v
+}
+
+pub(crate) fn restart(w: &mut World, i: usize, down_ms: u64) {
+    let view = replica_view(w, i);
+    // A daemon starts again from its durable record: the last one it wrote, not what it held in
+    // memory (a new epoch it began but never wrote is gone with the process).
+    let old = match w.history[i].last() {
+        Some(r) => (**r).clone(),
+        None => w.coords[i].own().clone(),
+    };
+    let d = w.coords[i].deployment().clone();
+    let mut c = Coordinator::restart(d, rid(i), Some(old.clone()), down_ms);
+    for r in view {
+        // A record of a Region seen before may be older than what the view holds; that is fine.
+        let _ = c.observe(r);
+    }
+    w.coords[i] = c;
+}
+
+/// Applies `a`; returns a violation found in the transition itself.
+pub(crate) fn apply(w: &mut World, s: &Settings, a: Action) -> Option<String> {
+    w.trace.push(format!("{a:?}"));
+    let found = match a {
+        Action::Rebalance(i) => rebalance(w, i),
+        Action::Deliver(i, j) | Action::DeliverNewest(i, j) => {
+            deliver(w, i, j, matches!(a, Action::DeliverNewest(..)))
+        }
+        Action::Adopt(i) => {
+            w.config[i] += 1;
+            let limits = s.at_version(w.coords[i].deployment(), w.config[i]);
+            (w.coords[i].set_limits(limits).err())
+                .map(|e| format!("limit version {} refused: {e:?}", w.config[i]))
+        }
+        _ => {
+            fault(w, a);
+            None
+        }
+    };
+    if found.is_some() {
+        return found;
+    }
+    w.note_verdicts();
+    None
+}
+
+/// Region `i` rebalances, commits and writes its record (on the wire to every Region linked).
+fn rebalance(w: &mut World, i: usize) -> Option<String> {
+    let n = w.coords.len();
+    let health = w.health();
+    let demand = [w.coords[i].own().limits[0].demand];
+    let before = w.coords[i].own().clone();
+    let d = w.coords[i].rebalance(&Inputs {
+        now_ms: 0,
+        demand: &demand,
+        health: &health,
+        explain: false,
+    });
+    if let Some((li, step)) = d.alarms.not_conserved.first() {
+        return Some(format!(
+            "{i}'s step {step} of limit {li} changed the room it moves"
+        ));
+    }
+    for &j in &d.alarms.reclaimed {
+        if d.record.epoch == before.epoch
+            && before.reclaims[j].is_some()
+            && before.reclaims[j] == d.record.reclaims[j]
+        {
+            return Some(format!("{i} reclaimed {j} twice under one mark"));
+        }
+    }
+    w.coords[i].commit(&d);
+    let rec = Arc::new(w.coords[i].own().clone());
+    w.history[i].push(rec.clone());
+    for j in 0..n {
+        if j != i && w.linked(i, j) {
+            w.wire[i][j].push(rec.clone());
+        }
+    }
+    None
+}
+
+/// The oldest record on the wire from `i` to `j` arrives (`newest`: the newest, the others
+/// skipped).
+fn deliver(w: &mut World, i: usize, j: usize, newest: bool) -> Option<String> {
+    let rec = if newest {
+        let last = w.wire[i][j].pop().expect("non-empty");
+        w.wire[i][j].clear();
+        last
+    } else {
+        w.wire[i][j].remove(0)
+    };
+    (w.coords[j].observe(rec).err()).map(|e| format!("honest record rejected: {e}"))
+}
+
+/// A fault, a restore or a heal.
+fn fault(w: &mut World, a: Action) {
+    let n = w.coords.len();
+    match a {
+        Action::Lose(i) => {
+            w.lost[i] = true;
+            w.faults += 1;
+        }
+        Action::Restore(i) => {
+            w.lost[i] = false;
+            restart(w, i, u64::MAX);
+        }
+        Action::Restart(i) => {
+            w.faults += 1;
+            restart(w, i, u64::MAX);
+        }
+        Action::Resume(i) => {
+            w.faults += 1;
+            let view = replica_view(w, i);
+            let d = w.coords[i].deployment().clone();
+            let mut c = Coordinator::new(d, rid(i), w.coords[i].own().clone());
+            for r in view {
+                let _ = c.observe(r);
+            }
+            w.coords[i] = c;
+        }
+        Action::Cut(i) => {
+            w.faults += 1;
+            w.cut[i] = true;
+            for j in (0..n).filter(|&j| j != i) {
+                w.wire[i][j].clear();
+                w.wire[j][i].clear();
+            }
+        }
+        Action::OneWayCut(from, to) => {
+            w.faults += 1;
+            w.blocked[from][to] = true;
+            w.wire[from][to].clear();
+        }
+        Action::Heal => heal(w),
+        Action::Flip(i) => {
+            w.faults += 1;
+            w.unhealthy[i] = !w.unhealthy[i];
+        }
+        Action::Rebalance(_)
+        | Action::Deliver(..)
+        | Action::DeliverNewest(..)
+        | Action::Adopt(_) => {}
+    }
+}
+
+/// Every cut heals, and each writer's newest record that a cut held back from a reader arrives
+/// (after anything already on the way), as a global table replicates the newest item when the
+/// link returns; the versions in between are skipped.
+pub(crate) fn heal(w: &mut World) {
+    let n = w.coords.len();
+    let held_back: Vec<(usize, usize)> = (0..n)
+        .flat_map(|i| (0..n).map(move |j| (i, j)))
+        .filter(|&(i, j)| i != j && !w.linked(i, j))
+        .collect();
+    w.cut.iter_mut().for_each(|c| *c = false);
+    w.blocked.iter_mut().flatten().for_each(|b| *b = false);
+    for (i, j) in held_back {
+        if let Some(newest) = w.history[i].last() {
+            if w.wire[i][j].last() != Some(newest) {
+                w.wire[i][j].push(newest.clone());
+            }
+        }
+    }
+}
