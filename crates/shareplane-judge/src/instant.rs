@@ -2,7 +2,7 @@
 //! allowances in force.
 
 use crate::allowances::{Allowances, Assumptions, Excess, RunningReclaimed};
-use crate::violation::Violation;
+use crate::violation::{room, Violation};
 use shareplane_core::{Audit, RegionRecord, Room};
 
 /// What one Region's gateways enforced at an instant.
@@ -227,9 +227,4 @@ fn accounts(newest: &[&RegionRecord]) -> Result<(), Violation> {
         }
     }
     Ok(())
-}
-
-/// An amount of the audit as room (never below zero, for messages).
-pub(crate) fn room(x: i128) -> Room {
-    Room(x.clamp(0, u64::MAX as i128) as u64)
 }

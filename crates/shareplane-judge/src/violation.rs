@@ -1,6 +1,5 @@
 //! What the judge found broken, by kind.
 
-use crate::instant::room;
 use shareplane_core::{Audit, RegionId, Room};
 use std::fmt;
 
@@ -149,4 +148,9 @@ impl Violation {
             _ => Ok(()),
         }
     }
+}
+
+/// An amount of the audit as room (never below zero, for messages).
+pub(crate) fn room(x: i128) -> Room {
+    Room(x.clamp(0, u64::MAX as i128) as u64)
 }

@@ -1,8 +1,9 @@
 //! The exploration and its checks: every state and every recovery's end judged by the one judge
 //! (`shareplane_judge`), with the allowances stated in [`allowances`].
 
+use crate::action::{rid, Action};
 use crate::settings::{Report, Settings};
-use crate::world::{actions, apply, deployment, heal, rid, root, Action, World};
+use crate::world::{actions, apply, deployment, heal, root, World};
 use shareplane_core::{Audit, Deployment, RegionRecord, Room};
 use shareplane_judge::{
     judge, judge_end, Allowances, Assumptions, End, EndAllowances, Excess, FalseVerdict, Instant,

@@ -25,12 +25,14 @@
 //! The core's tests (`crates/shareplane-core/tests/model_check.rs`) run the CI-sized runs; the
 //! binary (`cargo run --profile checked -p shareplane-model -- DEPTH FAULTS RUN`) runs bigger ones.
 
+mod action;
 mod check;
 mod settings;
 mod world;
 
+pub use action::Action;
 pub use check::{explore, replay, replay_and_recover, replay_to, root_records, Outcome};
 pub use settings::{
     every_fault, heir_lost_witness, restore_race_witness, Report, Settings, Witness,
 };
-pub use world::{deployment, Action};
+pub use world::deployment;

@@ -1,7 +1,7 @@
 //! What a run explores (its configuration, prefix, witness class and fault kinds) and what it
 //! reports.
 
-use crate::world::{rid, Action};
+use crate::action::{rid, Action};
 use shareplane_core::{Coordinator, Deployment, LimitSpec, Room, SilentPolicy};
 
 #[derive(Clone, Debug)]

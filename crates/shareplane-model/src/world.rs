@@ -1,6 +1,7 @@
 //! The explored world: every Region's coordinator, the records on the wire, cuts, losses,
 //! health, and every action that moves it.
 
+use crate::action::{rid, Action};
 use crate::settings::Settings;
 use shareplane_core::{
     Coordinator, Deployment, Design, Fence, Health, Inputs, LimitKind, LimitSpec, PerRegion,
@@ -135,10 +136,6 @@ pub fn deployment(s: &Settings) -> Arc<Deployment> {
     )
 }
 
-pub(crate) fn rid(i: usize) -> RegionId {
-    RegionId::new(i).expect("region index")
-}
-
 pub(crate) fn initial(d: &Arc<Deployment>, s: &Settings) -> World {
     let n = s.n;
     let recs: Vec<Arc<RegionRecord>> = (0..n)
@@ -182,26 +179,6 @@ pub(crate) fn root(d: &Arc<Deployment>, s: &Settings) -> World {
     }
     w.faults = 0;
     w
-}
-
-#[derive(Clone, Copy, Debug)]
-pub enum Action {
-    Rebalance(usize),
-    Deliver(usize, usize),
-    DeliverNewest(usize, usize),
-    Lose(usize),
-    Restore(usize),
-    Restart(usize),
-    /// A daemon restart that resumes its epoch from its durable record: explored only while no
-    /// peer can have counted the Region silent (every peer saw its last write change its record).
-    Resume(usize),
-    Cut(usize),
-    /// Records written by the first Region stop reaching the second (the other way still works).
-    OneWayCut(usize, usize),
-    Heal,
-    Flip(usize),
-    /// Region `i`'s daemon runs the next limit version (a change rolled out Region by Region).
-    Adopt(usize),
 }
 
 pub(crate) fn actions(w: &World, s: &Settings) -> Vec<Action> {

@@ -16,7 +16,8 @@
 //! Every verdict is true and every fault ends by the last event, so the fuzzer's checks judge
 //! these seeds exactly as they judge the classic ones.
 
-use crate::fuzz::{liveness_bound, Rng};
+use crate::judging::liveness_bound;
+use crate::rng::Rng;
 use crate::scenario::{Action, Event, RegionSpec, Scenario};
 use shareplane_core::{Design, Fence, Room, SilentPolicy};
 

@@ -254,7 +254,7 @@ fn fuzz(args: &[OsString]) -> ExitCode {
     let jobs = if a.print {
         1
     } else {
-        a.jobs.unwrap_or_else(crate::fuzz::default_jobs)
+        a.jobs.unwrap_or_else(crate::swarm::default_jobs)
     };
     // The wall time counts generating and checking the seeds, not measuring the failed ones.
     let (totals, failed, wall_s) = if a.print {

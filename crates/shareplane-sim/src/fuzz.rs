@@ -25,57 +25,16 @@ use crate::scenario::{Action, Event, RegionSpec, Scenario};
 use shareplane_core::{Design, Fence, Room, SilentPolicy};
 use std::fmt::Write as _;
 
-pub use crate::judging::{check, within_assumptions, Report, Totals};
+pub use crate::judging::{check, liveness_bound, within_assumptions, Report, Totals};
+pub use crate::rng::Rng;
 
 /// The tick of generated scenarios (coarse, so that a few hundred seeds run quickly).
 const TICK_MS: u64 = 100;
-
-/// splitmix64: a small, well-mixed generator; the whole stream follows from the seed.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5348_4152_4550_4c41)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        if hi <= lo {
-            return lo;
-        }
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.range(1, 100) <= percent
-    }
-}
 
 /// Where the fault phase ends and the liveness bound, in ticks.
 pub struct Phases {
     pub faults_end: i64,
     pub bound: i64,
-}
-
-/// The liveness bound stated in the module documentation, in ticks.
-pub fn liveness_bound(sc: &Scenario) -> i64 {
-    let max_vis = sc
-        .regions
-        .iter()
-        .map(|r| r.visibility_ticks)
-        .max()
-        .unwrap_or(0) as i64;
-    let raises = sc.max_limit().0.div_ceil(sc.step_cap.0.max(1)) as i64;
-    sc.window_ticks as i64
-        + (raises + 2 * sc.silent_after as i64 + 8) * (sc.period_ticks as i64 + max_vis)
 }
 
 fn secs_to_ticks(s: u64) -> i64 {
@@ -486,19 +445,4 @@ pub fn to_toml(sc: &Scenario) -> String {
         let _ = writeln!(o, "\n[[event]]\nat_s = {:?}\n{action}", s(e.at_tick));
     }
     o
-}
-
-/// Generates and checks seeds `start..start + seeds` of the classic family on `jobs` threads
-/// ([`crate::swarm::run`]). The totals do not depend on `jobs`; failures come back in seed order.
-pub fn run_seeds(start: u64, seeds: u64, jobs: usize) -> (Totals, Vec<(u64, String)>) {
-    crate::swarm::run(crate::swarm::Family::Classic, start, seeds, jobs)
-}
-
-/// Threads for [`run_seeds`]: `SHAREPLANE_FUZZ_JOBS`, else every core.
-pub fn default_jobs() -> usize {
-    std::env::var("SHAREPLANE_FUZZ_JOBS")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&j: &usize| j > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }

@@ -24,6 +24,7 @@ pub mod engine;
 pub mod fuzz;
 pub mod judging;
 pub mod plot;
+pub mod rng;
 pub mod scenario;
 pub use scenario::runnable;
 pub mod summary;

@@ -14,7 +14,8 @@
 //! [`Family::Cascade`] ([`crate::cascade`]). A seed names one scenario within its family.
 
 use crate::cascade::{demand, part, secs, Schedule, TICK_MS};
-use crate::fuzz::{liveness_bound, Rng, Totals};
+use crate::judging::{liveness_bound, Totals};
+use crate::rng::Rng;
 use crate::scenario::{Action, Event, RegionSpec, Scenario};
 use shareplane_core::{Design, Fence, Room, SilentPolicy};
 
@@ -668,4 +669,19 @@ pub fn kind_names(mask: u16) -> Vec<&'static str> {
         .filter(|(k, _)| mask & k != 0)
         .map(|&(_, name)| name)
         .collect()
+}
+
+/// Generates and checks seeds `start..start + seeds` of the classic family on `jobs` threads
+/// ([`run`]). The totals do not depend on `jobs`; failures come back in seed order.
+pub fn run_seeds(start: u64, seeds: u64, jobs: usize) -> (Totals, Vec<(u64, String)>) {
+    run(Family::Classic, start, seeds, jobs)
+}
+
+/// Threads for [`run_seeds`]: `SHAREPLANE_FUZZ_JOBS`, else every core.
+pub fn default_jobs() -> usize {
+    std::env::var("SHAREPLANE_FUZZ_JOBS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&j: &usize| j > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }

@@ -55,7 +55,7 @@ fn ci_seeds() -> (u64, u64) {
 fn ci_sized_fuzz_run() {
     let (start, seeds) = ci_seeds();
     let began = std::time::Instant::now();
-    let (totals, failures) = fuzz::run_seeds(start, seeds, fuzz::default_jobs());
+    let (totals, failures) = swarm::run_seeds(start, seeds, swarm::default_jobs());
     let wall_s = began.elapsed().as_secs_f64();
     let failed: Vec<String> = failures
         .iter()
@@ -64,7 +64,10 @@ fn ci_sized_fuzz_run() {
         })
         .collect();
     println!("{}", totals.report(seeds, failed.len() as u64));
-    println!("{}", swarm::throughput(seeds, wall_s, fuzz::default_jobs()));
+    println!(
+        "{}",
+        swarm::throughput(seeds, wall_s, swarm::default_jobs())
+    );
     assert!(failed.is_empty(), "{}", failed.join("\n"));
     assert!(
         totals.with_false_verdict > 0,
@@ -87,7 +90,7 @@ fn ci_sized_fuzz_run_swarm_and_cascade() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
     };
-    let jobs = fuzz::default_jobs();
+    let jobs = swarm::default_jobs();
     let mut failed = Vec::new();
     for (family, count) in [
         (Family::Swarm, var("SHAREPLANE_FUZZ_SWARM_SEEDS", seeds / 4)),
@@ -296,8 +299,8 @@ fn cascade_seeds_have_the_issue_shape() {
 
 #[test]
 fn the_figures_do_not_depend_on_the_number_of_threads() {
-    let (one, f1) = fuzz::run_seeds(1, 40, 1);
-    let (three, f3) = fuzz::run_seeds(1, 40, 3);
+    let (one, f1) = swarm::run_seeds(1, 40, 1);
+    let (three, f3) = swarm::run_seeds(1, 40, 3);
     assert_eq!(f1, f3);
     assert_eq!(
         one.report(40, f1.len() as u64),
