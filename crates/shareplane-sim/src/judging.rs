@@ -455,6 +455,19 @@ impl Totals {
     }
 }
 
+/// The liveness bound stated in the fuzzer's module documentation (`crate::fuzz`), in ticks.
+pub fn liveness_bound(sc: &Scenario) -> i64 {
+    let max_vis = sc
+        .regions
+        .iter()
+        .map(|r| r.visibility_ticks)
+        .max()
+        .unwrap_or(0) as i64;
+    let raises = sc.max_limit().0.div_ceil(sc.step_cap.0.max(1)) as i64;
+    sc.window_ticks as i64
+        + (raises + 2 * sc.silent_after as i64 + 8) * (sc.period_ticks as i64 + max_vis)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,17 +497,4 @@ mod tests {
             }
         }
     }
-}
-
-/// The liveness bound stated in the fuzzer's module documentation (`crate::fuzz`), in ticks.
-pub fn liveness_bound(sc: &Scenario) -> i64 {
-    let max_vis = sc
-        .regions
-        .iter()
-        .map(|r| r.visibility_ticks)
-        .max()
-        .unwrap_or(0) as i64;
-    let raises = sc.max_limit().0.div_ceil(sc.step_cap.0.max(1)) as i64;
-    sc.window_ticks as i64
-        + (raises + 2 * sc.silent_after as i64 + 8) * (sc.period_ticks as i64 + max_vis)
 }
