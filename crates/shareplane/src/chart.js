@@ -208,15 +208,42 @@ const ShareChart = (() => {
     }).join("");
   }
 
+  function skeleton(title) {
+    return `<h3>${esc(title)}</h3><div class="sp-status" data-chart="status">waiting for the first answer…</div>` +
+      `<div class="sp-warning" data-chart="warning" hidden></div>` +
+      `<svg class="sp-plot" data-chart="svg" viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(title)}"></svg>` +
+      `<div class="sp-legend" data-chart="legend"></div>`;
+  }
+
+  // Each line's sample, name and latest value.
+  function legendHtml(ls, last, kept) {
+    return ls.map((l) => {
+      const v = last && Number.isFinite(l.get(last)) ? fmt(l.get(last)) : "–";
+      return `<span class="item" data-legend="${esc(l.key)}"><svg width="34" height="10" viewBox="0 0 34 10">` +
+        `<line x1="1" x2="33" y1="5" y2="5" stroke="${l.color}" stroke-width="${l.width + 0.5}" ` +
+        `${l.dash ? `stroke-dasharray="${l.dash}"` : ""}/></svg>${esc(l.label)}: <b>${v}</b></span>`;
+    }).join("") + `<span class="item">requests/s, now; ${kept ? "history of this tab kept across reloads" : "history not kept (browser storage refused)"}</span>`;
+  }
+
+  // The warning for the latest stretch with the sum above the limit in the window, if any:
+  // "over" while it lasts, "recent" after it.
+  function showWarning(w, spans, o, stale) {
+    const s = spans[spans.length - 1];
+    w.hidden = !s;
+    w.dataset.state = s ? (s.now ? "over" : "recent") : "";
+    if (!s) return;
+    const when = s.now ? `${stale ? "at the last answer" : "now"}, since ${clock(s.from)}` :
+      `from ${clock(s.from)} for ${((s.to - s.from) / 1000).toFixed(1)} s`;
+    w.innerHTML = `<b>⚠ ${esc(o.sumLabel)} passes the limit: ${fmt(s.peak)} &gt; L = ${fmt(s.limit)} requests/s (${when}).</b> ` +
+      esc(o.overReason);
+  }
+
   function create(root, opts) {
     addStyle();
     const o = { windowMs: 120_000, pollMs: 1000, ...opts };
     const ls = lines(o);
     root.classList.add("sp-chart");
-    root.innerHTML = `<h3>${esc(o.title)}</h3><div class="sp-status" data-chart="status">waiting for the first answer…</div>` +
-      `<div class="sp-warning" data-chart="warning" hidden></div>` +
-      `<svg class="sp-plot" data-chart="svg" viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(o.title)}"></svg>` +
-      `<div class="sp-legend" data-chart="legend"></div>`;
+    root.innerHTML = skeleton(o.title);
     const part = (n) => root.querySelector(`[data-chart="${n}"]`);
     let points = load(o.storageKey, o.windowMs);
     let kept = true;
@@ -226,26 +253,6 @@ const ShareChart = (() => {
     const defs = `<defs><clipPath id="${clip}"><rect x="${M.left}" y="${M.top - 6}" ` +
       `width="${W - M.left - M.right}" height="${H - M.top - M.bottom + 12}"/></clipPath></defs>`;
 
-    function legend() {
-      const last = points[points.length - 1];
-      part("legend").innerHTML = ls.map((l) => {
-        const v = last && Number.isFinite(l.get(last)) ? fmt(l.get(last)) : "–";
-        return `<span class="item" data-legend="${esc(l.key)}"><svg width="34" height="10" viewBox="0 0 34 10">` +
-          `<line x1="1" x2="33" y1="5" y2="5" stroke="${l.color}" stroke-width="${l.width + 0.5}" ` +
-          `${l.dash ? `stroke-dasharray="${l.dash}"` : ""}/></svg>${esc(l.label)}: <b>${v}</b></span>`;
-      }).join("") + `<span class="item">requests/s, now; ${kept ? "history of this tab kept across reloads" : "history not kept (browser storage refused)"}</span>`;
-    }
-
-    function warning(spans) {
-      const w = part("warning"), s = spans[spans.length - 1];
-      w.hidden = !s;
-      w.dataset.state = s ? (s.now ? "over" : "recent") : "";
-      if (!s) return;
-      const stale = root.classList.contains("stale");
-      const when = s.now ? `${stale ? "at the last answer" : "now"}, since ${clock(s.from)}` : `from ${clock(s.from)} for ${((s.to - s.from) / 1000).toFixed(1)} s`;
-      w.innerHTML = `<b>⚠ ${esc(o.sumLabel)} passes the limit: ${fmt(s.peak)} &gt; L = ${fmt(s.limit)} requests/s (${when}).</b> ` + esc(o.overReason);
-    }
-
     function draw() {
       const sc = scales(points, ls, o.windowMs);
       const spans = overSpans(points, gapMs).filter((s) => s.to >= sc.start);
@@ -254,8 +261,8 @@ const ShareChart = (() => {
       root.dataset.points = String(points.length);
       root.dataset.oldest = points.length ? String(points[0].t) : "";
       root.dataset.top = String(sc.top);
-      legend();
-      warning(spans);
+      part("legend").innerHTML = legendHtml(ls, points[points.length - 1], kept);
+      showWarning(part("warning"), spans, o, root.classList.contains("stale"));
     }
 
     function push(p) {
