@@ -137,6 +137,7 @@ const ShareChart = (() => {
     const span = sc.end - sc.start;
     const tStep = span > 300_000 ? 60_000 : span > 150_000 ? 30_000 : span > 50_000 ? 15_000 : 5_000;
     for (let t = Math.ceil(sc.start / tStep) * tStep; t <= sc.end; t += tStep) {
+      if (sc.x(t) < M.left + 28) continue; // would run into the value axis' labels
       const x = sc.x(t).toFixed(1);
       out += `<line x1="${x}" x2="${x}" y1="${M.top}" y2="${H - M.bottom + 4}" stroke="#f3f4f6"/>` +
         `<text class="tick-x" x="${x}" y="${H - M.bottom + 17}" text-anchor="middle">${clock(t)}</text>`;
@@ -216,13 +217,13 @@ const ShareChart = (() => {
   }
 
   // Each line's sample, name and latest value.
-  function legendHtml(ls, last, kept) {
+  function legendHtml(ls, last, kept, stale) {
     return ls.map((l) => {
       const v = last && Number.isFinite(l.get(last)) ? fmt(l.get(last)) : "–";
       return `<span class="item" data-legend="${esc(l.key)}"><svg width="34" height="10" viewBox="0 0 34 10">` +
         `<line x1="1" x2="33" y1="5" y2="5" stroke="${l.color}" stroke-width="${l.width + 0.5}" ` +
         `${l.dash ? `stroke-dasharray="${l.dash}"` : ""}/></svg>${esc(l.label)}: <b>${v}</b></span>`;
-    }).join("") + `<span class="item">requests/s, now; ${kept ? "history of this tab kept across reloads" : "history not kept (browser storage refused)"}</span>`;
+    }).join("") + `<span class="item">requests/s, ${stale ? "at the last answer" : "now"}; ${kept ? "history of this tab kept across reloads" : "history not kept (browser storage refused)"}</span>`;
   }
 
   // The warning for the latest stretch with the sum above the limit in the window, if any:
@@ -261,7 +262,7 @@ const ShareChart = (() => {
       root.dataset.points = String(points.length);
       root.dataset.oldest = points.length ? String(points[0].t) : "";
       root.dataset.top = String(sc.top);
-      part("legend").innerHTML = legendHtml(ls, points[points.length - 1], kept);
+      part("legend").innerHTML = legendHtml(ls, points[points.length - 1], kept, root.classList.contains("stale"));
       showWarning(part("warning"), spans, o, root.classList.contains("stale"));
     }
 
