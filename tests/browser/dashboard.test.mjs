@@ -1,7 +1,11 @@
 // The `shareplane demo` dashboard in a real headless browser (Debian's chromium driven by
 // playwright-core): the page loads, shows three Regions, and after a "lose B" click the
 // survivors' shares rise once B is silent and its health check reads unhealthy (two signals).
-// Then `shareplane run`'s read-only dashboard (/dashboard) on the memory store.
+// The chart: numeric axes and a legend naming every Region, history kept across a reload, the
+// warning while the sum passes the limit (the demo driven into a false verdict on a cut Region,
+// and the page fed a sum of 12,000 by intercepting /demo/state), "not answering" once the demo
+// stops. Then `shareplane run`'s read-only dashboard (/dashboard) on the memory store, with the
+// same chart. Screenshots go to tests/.work/browser-screenshots/<time>/ (printed).
 //
 // Usage: node dashboard.test.mjs   (SHAREPLANE_BIN overrides target/debug/shareplane,
 // CHROMIUM overrides /usr/bin/chromium). Every wait is bounded; the demo is stopped with SIGTERM
@@ -13,10 +17,12 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import * as chart from "./chart-checks.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const bin = process.env.SHAREPLANE_BIN || path.join(here, "..", "..", "target", "debug", "shareplane");
 const chromiumPath = process.env.CHROMIUM || "/usr/bin/chromium";
+const shots = chart.screenshotDir(path.join(here, "..", ".."));
 
 function fail(msg) {
   console.error(`dashboard test FAILED: ${msg}`);
@@ -77,6 +83,7 @@ async function share(page, region) {
 // `shareplane run` on the memory store (Regions A and B, only A running): its read-only page at
 // /dashboard shows A leading, its limit with a share, and B as a peer.
 async function runDashboard(context) {
+  let stopped = false;
   const port = await freePort();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "shareplane-run-dashboard-"));
   const config = path.join(dir, "run.toml");
@@ -107,10 +114,71 @@ async function runDashboard(context) {
     console.log(`run dashboard: Region ${region} leader, k-run ${row.slice(0, 4).join(" | ")}, peers ${peers}`);
     const buttons = await page.$$("button, form, input");
     if (buttons.length !== 0) fail(`the run dashboard has ${buttons.length} controls; it is read-only`);
-  } finally {
+    await until("the run chart to hold 5 points", 20_000, async () =>
+      Number(await page.$eval(".sp-chart", (c) => c.dataset.points)) >= 5);
+    await chart.checkAxesAndLegend(page, fail, 10_000, ["Region A's share", "peers' shares it sees (B", "Seen sum of shares", "Limit L"]);
+    await chart.checkLimitOnTop(page, fail);
+    await chart.checkHistoryAcrossReload(page, fail, 5);
+    await chart.shoot(page, shots, "run-dashboard");
     const code = await stopDemo(child);
+    stopped = true;
+    if (code !== 0) fail(`shareplane run did not exit cleanly on SIGTERM: ${code} ${err}`);
+    await chart.checkNotAnswering(page, fail, until, '[data-field="error"]');
+    const banner = await page.textContent('[data-field="error"]');
+    if (!/NOT ANSWERING/.test(banner)) fail(`the run dashboard does not say it is not answering: ${banner}`);
+    await chart.shoot(page, shots, "run-dashboard-not-answering");
+  } finally {
+    const code = stopped ? 0 : await stopDemo(child);
     fs.rmSync(dir, { recursive: true, force: true });
     if (code !== 0) fail(`shareplane run did not exit cleanly on SIGTERM: ${code} ${err}`);
+  }
+}
+
+// The demo driven into residual risk 1: C cut off (it keeps enforcing its share), then marked
+// unhealthy while A, its only live peer, has counted it silent: A reclaims C's room before C
+// reads its verdict and fences. The Regions rebalance a third of a period apart (A, B, C), so the
+// mark is set just after one of C's rebalances: A's comes before C's next. Returns whether the
+// page caught the sum above L.
+async function drivenFalseVerdict(page, url) {
+  // From a sum at L (A and C have taken B's room), A's reclaim of C lifts it above L.
+  await until("the sum back at L after B's reclaim", 60_000, async () =>
+    Number(String(await page.textContent("#sum-value")).replace(/,/g, "")) >= 9_900);
+  await page.click("#cut-C");
+  await new Promise((r) => setTimeout(r, 4_500)); // A counts C silent for 3+ of its rebalances
+  const version = async () => (await (await fetch(new URL("/regions/C/v1/state?limits_count=1", url))).json()).record_version;
+  const v0 = await version();
+  const end = Date.now() + 3_000;
+  while (Date.now() < end && (await version()) === v0) await new Promise((r) => setTimeout(r, 5));
+  await page.click("#unhealthy-C");
+  const until10 = Date.now() + 10_000;
+  while (Date.now() < until10) {
+    const state = await page.$eval(".sp-chart [data-chart=warning]", (e) => e.dataset.state);
+    if (state === "over" || state === "recent") return true;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return false;
+}
+
+// The rendering path fed a snapshot of the running demo with every Region enforcing 4,000
+// (equal values) and the sum at 12,000: the warning shows, the axis reaches 12,000, and the
+// three equal lines are drawn apart.
+async function injectedOverLimit(page, url) {
+  const snap = await (await fetch(new URL("/demo/state", url))).json();
+  for (const r of snap.regions) { r.enforced = 4_000; r.published.rate = 4_000; }
+  snap.sum_enforced = 12_000;
+  await page.route("**/demo/state", (route) => route.fulfill({ json: snap }));
+  try {
+    await until("the warning for the injected sum", 10_000, async () =>
+      (await page.$eval(".sp-chart [data-chart=warning]", (e) => e.dataset.state)) === "over");
+    await new Promise((r) => setTimeout(r, 1_500));
+    await chart.checkWarning(page, fail, 12_000, ["over"]);
+    await chart.checkAxesAndLegend(page, fail, 12_000, ["Region A", "Region B", "Region C"]);
+    const ys = await chart.lastYs(page, ["A", "B", "C"]);
+    if (new Set(Object.values(ys)).size !== 3) fail(`equal values hide each other: last y of A, B, C ${JSON.stringify(ys)}`);
+    console.log(`  equal values drawn apart: last y ${JSON.stringify(ys)}`);
+    await chart.shoot(page, shots, "demo-warning-injected");
+  } finally {
+    await page.unroute("**/demo/state");
   }
 }
 
@@ -135,11 +203,19 @@ async function main() {
     });
     if (regions.join(",") !== "A,B,C") fail(`Regions shown: ${regions}`);
     console.log("dashboard shows Regions", regions.join(", "));
+    await page.setViewportSize({ width: 1280, height: 1000 });
 
     // Let the shares settle near their targets (A 5,600, B 3,050, C 1,350).
     await until("A's share to settle near 5,600", 60_000, async () => Math.abs((await share(page, "A")) - 5600) < 50);
     const before = { A: await share(page, "A"), C: await share(page, "C") };
     console.log(`before losing B: A ${before.A}, B ${await share(page, "B")}, C ${before.C}`);
+    console.log("the chart: axes, legend, limit on top, history across a reload");
+    await chart.checkAxesAndLegend(page, fail, 10_000, ["Region A", "Region B", "Region C", "Sum of shares enforced", "Limit L"]);
+    await chart.checkLimitOnTop(page, fail);
+    await until("the chart to hold 20 points (10 s)", 30_000, async () =>
+      Number(await page.$eval(".sp-chart", (c) => c.dataset.points)) >= 20);
+    await chart.checkHistoryAcrossReload(page, fail, 20);
+    await chart.shoot(page, shots, "demo-settled");
 
     await page.click("#lose-B");
     const t0 = Date.now();
@@ -152,6 +228,20 @@ async function main() {
     const peersA = await page.textContent('[data-field="peers"][data-region="A"]');
     console.log(`after losing B (${Date.now() - t0} ms): A ${await share(page, "A")}, C ${await share(page, "C")}; A sees ${peersA}`);
     if (!/B: reclaimed/.test(peersA)) fail(`A does not show B as reclaimed: ${peersA}`);
+    await chart.shoot(page, shots, "demo-after-lose-B");
+
+    console.log("driving the demo into a false verdict: cut C, then mark it unhealthy");
+    if (!(await drivenFalseVerdict(page, url))) fail("the sum never passed L after C, cut off, was marked unhealthy (or the page did not show it)");
+    await chart.checkWarning(page, fail, 10_000, ["over", "recent"]);
+    await chart.shoot(page, shots, "demo-warning-driven");
+    console.log("the chart fed a sum of 12,000 (intercepted /demo/state)");
+    await injectedOverLimit(page, url);
+
+    const code = await stopDemo(child);
+    if (code !== 0) fail(`demo did not exit cleanly on SIGTERM: ${code}`);
+    const tags = await chart.checkNotAnswering(page, fail, until, '[data-field="status"]');
+    if (tags.some((t) => t !== "not answering")) fail(`Region tags after the demo stopped: ${tags}`);
+    await chart.shoot(page, shots, "demo-not-answering");
     await runDashboard(context);
     console.log("dashboard test passed");
   } finally {

@@ -4,7 +4,8 @@
 //! |---|---|
 //! | `GET /v1/rules` | the rule set and its `lease_ms`; `ETag`, `If-None-Match` → 304; long-poll `?after=V&wait_ms=W&lease_seq=S`, answered on a newer version or a lease renewal; lease headers on every answer |
 //! | `POST /v1/demand` | a gateway's running totals, and what its shadow limits would have refused (`would_refuse`) (bearer API token; body ≤ 64 KiB); 422 names implausible totals |
-//! | `GET /dashboard` | a read-only page of this Region's view of every Region (reads `v1/state` and `v1/events`) |
+//! | `GET /dashboard` | a read-only page of this Region's view of every Region (reads `v1/state` and `v1/events`), with a chart of one limit's shares over time |
+//! | `GET /dashboard/chart.js` | the chart script both dashboards (this one and the demo's) include |
 //! | `GET /v1/state` | why each share is what it is; `?limits_from=I&limits_count=N` pages the limits (`limits_total`, `next_limits_from`) |
 //! | `GET /v1/events` | operator events, oldest first (`?after=SEQ`: only newer ones); at most the last 1,000 |
 //! | `GET /v1/limits/{id}/explain` | one limit: demand, target, share, pool, grants in flight, why the share is what it is (`why`, `why_detail`: at target or floor, step cap, waiting for grants from whom, silent peers, fenced, in debt), peers, health, policy |
@@ -52,6 +53,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/limits/{id}/explain", get(explain))
         .route("/v1/peers/{region}/abandon", post(abandon))
         .route("/dashboard", get(dashboard))
+        .route("/dashboard/chart.js", get(chart_script))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -484,6 +486,23 @@ async fn dashboard() -> Response {
     (
         [(axum::http::header::CACHE_CONTROL, "no-cache")],
         axum::response::Html(DASHBOARD),
+    )
+        .into_response()
+}
+
+/// The chart both dashboards draw (this one and the demo's), served to both.
+const CHART_JS: &str = include_str!("chart.js");
+
+pub async fn chart_script() -> Response {
+    (
+        [
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+            (
+                axum::http::header::CONTENT_TYPE,
+                "text/javascript; charset=utf-8",
+            ),
+        ],
+        CHART_JS,
     )
         .into_response()
 }

@@ -347,6 +347,7 @@ async fn synthetic_demand(demo: Arc<Demo>, mut shutdown: watch::Receiver<bool>) 
 pub fn router(demo: Arc<Demo>) -> Router {
     let mut app = Router::new()
         .route("/", get(dashboard))
+        .route("/dashboard/chart.js", get(api::chart_script))
         .route("/demo/state", get(snapshot))
         .route("/demo/regions/{name}/{action}", post(control))
         .with_state(demo.clone());

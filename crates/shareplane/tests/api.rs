@@ -824,6 +824,23 @@ async fn the_dashboard_is_a_read_only_page_of_the_state_and_the_events() {
 }
 
 #[tokio::test]
+async fn the_dashboard_includes_the_chart_script_it_is_served_beside() {
+    let (s, _tx) = shared();
+    let app = api::router(s.clone());
+    let (_, _, page) = call(&app, get("/dashboard")).await;
+    // Relative, so that it resolves beside the page behind a path prefix too.
+    assert!(String::from_utf8_lossy(&page).contains(r#"<script src="dashboard/chart.js">"#));
+    let (status, headers, body) = call(&app, get("/dashboard/chart.js")).await;
+    assert_eq!(status, StatusCode::OK);
+    let kind = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    assert_eq!(kind, Some("text/javascript; charset=utf-8"));
+    let script = String::from_utf8_lossy(&body);
+    assert!(script.contains("const ShareChart ="), "{script}");
+}
+
+#[tokio::test]
 async fn a_demand_report_names_its_gateway_start_by_a_uuid_v7_or_a_number() {
     let (s, _tx) = shared();
     let app = api::router(s.clone());

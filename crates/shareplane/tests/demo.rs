@@ -79,6 +79,19 @@ async fn lose_restore_cut_and_heal_move_the_shares_as_the_spec_says() {
         .await
         .unwrap_or_default();
     assert!(String::from_utf8_lossy(&html).contains("lose-"));
+    assert!(String::from_utf8_lossy(&html).contains(r#"<script src="dashboard/chart.js">"#));
+    let resp = app
+        .clone()
+        .oneshot(
+            Request::get("/dashboard/chart.js")
+                .body(Body::empty())
+                .unwrap_or_else(|e| panic!("{e}")),
+        )
+        .await;
+    let script = to_bytes(resp.unwrap_or_else(|e| match e {}).into_body(), 1 << 20)
+        .await
+        .unwrap_or_default();
+    assert!(String::from_utf8_lossy(&script).contains("const ShareChart ="));
     let resp = app
         .clone()
         .oneshot(
