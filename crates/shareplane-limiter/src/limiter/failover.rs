@@ -164,23 +164,27 @@ impl Limiter {
             retry_after_s = None;
         }
         if allowed {
-            // What the local buckets admitted is owed to the Redis buckets of the same limits.
-            let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
-            // A limit that fails open spent no local tokens: nothing is owed for it.
-            for r in live
-                .iter()
-                .zip(&policies)
-                .filter_map(|(r, p)| (*p == FailurePolicy::LocalShare && !r.shadow).then_some(r))
-            {
-                let t = owed.entry(r.id.clone()).or_default();
-                *t = t.saturating_add(u64::from(cost));
-            }
+            self.owe(live, &policies, cost);
         }
         Decision {
             allowed,
             retry_after_s,
             path: DecisionPath::Fallback(reason),
             limits,
+        }
+    }
+
+    /// What the local buckets admitted is owed to the Redis buckets of the same limits.
+    fn owe(&self, live: &[&LimitRule], policies: &[FailurePolicy], cost: u32) {
+        let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
+        // A limit that fails open spent no local tokens: nothing is owed for it.
+        for r in live
+            .iter()
+            .zip(policies)
+            .filter_map(|(r, p)| (*p == FailurePolicy::LocalShare && !r.shadow).then_some(r))
+        {
+            let t = owed.entry(r.id.clone()).or_default();
+            *t = t.saturating_add(u64::from(cost));
         }
     }
 
