@@ -157,36 +157,12 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
 /// Applies `flags` over `file` and validates the result.
 pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigError> {
     let mut errors = Vec::new();
-    let rules_url = match flags.rules.or(file.rules) {
-        None => {
-            errors.push(
-                "rules (--rules): the daemon's base URL is required, e.g. \
-                 http://shareplane.internal:8080 (or its …/v1/rules)"
-                    .to_owned(),
-            );
-            String::new()
-        }
-        Some(given) => shareplane_limiter::http::daemon_base_url(&given).unwrap_or_else(|e| {
-            errors.push(format!("rules (--rules): {e}"));
-            String::new()
-        }),
-    };
-    let redis_url = flags.redis.or(file.redis).unwrap_or_default();
-    if !(redis_url.starts_with("redis://") || redis_url.starts_with("rediss://")) {
-        errors.push(format!(
-            "redis: a redis:// or rediss:// URL is required, got {redis_url:?}"
-        ));
-    }
-    let mut limiter = LimiterConfig::new(redis_url.clone());
-    if let Some(ca) = flags.redis_ca.or(file.redis_ca) {
-        match std::fs::read(&ca) {
-            Ok(_) if !redis_url.starts_with("rediss://") => {
-                errors.push("redis_ca: given, but the Redis URL is not rediss://".to_owned());
-            }
-            Ok(pem) => limiter.redis_ca_pem = Some(pem),
-            Err(e) => errors.push(format!("redis_ca: cannot read {}: {e}", ca.display())),
-        }
-    }
+    let rules_url = rules_url(flags.rules.or(file.rules), &mut errors);
+    let mut limiter = redis(
+        flags.redis.or(file.redis),
+        flags.redis_ca.or(file.redis_ca),
+        &mut errors,
+    );
     let grpc_listen = flags.grpc_listen.or(file.grpc_listen);
     let http_listen = flags.http_listen.or(file.http_listen);
     if grpc_listen.is_none() && http_listen.is_none() {
@@ -225,16 +201,7 @@ pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigEr
     if !(1_000..=3_600_000).contains(&rules_timeout_ms) {
         errors.push("rules_timeout_ms (--rules-timeout-ms): 1000 to 3600000".to_owned());
     }
-    if file.descriptors.len() > MAX_MAPPINGS {
-        errors.push(format!("descriptors: at most {MAX_MAPPINGS} mappings"));
-    }
-    for (i, m) in file.descriptors.iter().enumerate() {
-        errors.extend(
-            m.problems()
-                .into_iter()
-                .map(|p| format!("descriptors[{i}].{p}")),
-        );
-    }
+    errors.extend(descriptor_problems(&file.descriptors));
     if !errors.is_empty() {
         return Err(ConfigError(errors));
     }
@@ -252,6 +219,65 @@ pub fn resolve(file: FileConfig, flags: Flags) -> Result<GatewayConfig, ConfigEr
         template_value: file.template_value.unwrap_or_default(),
         descriptors: file.descriptors,
     })
+}
+
+/// The daemon's base URL (`rules`, `--rules`).
+fn rules_url(given: Option<String>, errors: &mut Vec<String>) -> String {
+    match given {
+        None => {
+            errors.push(
+                "rules (--rules): the daemon's base URL is required, e.g. \
+                 http://shareplane.internal:8080 (or its …/v1/rules)"
+                    .to_owned(),
+            );
+            String::new()
+        }
+        Some(given) => shareplane_limiter::http::daemon_base_url(&given).unwrap_or_else(|e| {
+            errors.push(format!("rules (--rules): {e}"));
+            String::new()
+        }),
+    }
+}
+
+/// The limiter's configuration with its Redis URL (`redis`, `--redis`) and CA (`redis_ca`).
+fn redis(
+    redis: Option<String>,
+    redis_ca: Option<PathBuf>,
+    errors: &mut Vec<String>,
+) -> LimiterConfig {
+    let redis_url = redis.unwrap_or_default();
+    if !(redis_url.starts_with("redis://") || redis_url.starts_with("rediss://")) {
+        errors.push(format!(
+            "redis: a redis:// or rediss:// URL is required, got {redis_url:?}"
+        ));
+    }
+    let mut limiter = LimiterConfig::new(redis_url.clone());
+    if let Some(ca) = redis_ca {
+        match std::fs::read(&ca) {
+            Ok(_) if !redis_url.starts_with("rediss://") => {
+                errors.push("redis_ca: given, but the Redis URL is not rediss://".to_owned());
+            }
+            Ok(pem) => limiter.redis_ca_pem = Some(pem),
+            Err(e) => errors.push(format!("redis_ca: cannot read {}: {e}", ca.display())),
+        }
+    }
+    limiter
+}
+
+/// The problems of the descriptor mappings, each naming its `descriptors[i]`.
+fn descriptor_problems(descriptors: &[DescriptorMapping]) -> Vec<String> {
+    let mut errors = Vec::new();
+    if descriptors.len() > MAX_MAPPINGS {
+        errors.push(format!("descriptors: at most {MAX_MAPPINGS} mappings"));
+    }
+    for (i, m) in descriptors.iter().enumerate() {
+        errors.extend(
+            m.problems()
+                .into_iter()
+                .map(|p| format!("descriptors[{i}].{p}")),
+        );
+    }
+    errors
 }
 
 /// Applies the `[limits.<id>]` settings to `limiter`; returns their problems.

@@ -152,12 +152,7 @@ impl Decider {
                 UnmappedPolicy::Allow => {}
             }
         }
-        let mut buckets: Vec<BucketRef<'_>> = Vec::with_capacity(known.len());
-        for t in known.iter().flatten() {
-            if !buckets.contains(&t.bucket()) {
-                buckets.push(t.bucket());
-            }
-        }
+        let buckets = distinct_buckets(&known);
         if buckets.is_empty() {
             return Ok(Outcome {
                 allowed: true,
@@ -351,6 +346,17 @@ pub fn ratelimit_fields(o: &Outcome) -> Option<(String, String)> {
         .collect::<Vec<_>>()
         .join(", ");
     Some((policy, state))
+}
+
+/// The buckets `known` names, each once, in the order first named.
+fn distinct_buckets<'a>(known: &[Option<Target<'a>>]) -> Vec<BucketRef<'a>> {
+    let mut buckets: Vec<BucketRef<'a>> = Vec::with_capacity(known.len());
+    for t in known.iter().flatten() {
+        if !buckets.contains(&t.bucket()) {
+            buckets.push(t.bucket());
+        }
+    }
+    buckets
 }
 
 #[cfg(test)]

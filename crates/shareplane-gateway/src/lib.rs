@@ -145,8 +145,6 @@ pub async fn serve_reloading(
         Limiter::new(cfg.limiter.clone()).map_err(|e| GatewayError::Limiter(e.to_string()))?,
     );
     limiter.warm_up();
-    let client =
-        shareplane_limiter::http::client().map_err(|e| GatewayError::Limiter(e.to_string()))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();
@@ -154,9 +152,47 @@ pub async fn serve_reloading(
             let _ = rx.wait_for(|s| *s).await;
         }
     };
+    let mut tasks = tokio::task::JoinSet::new();
+    let health = spawn_background(&cfg, &limiter, &mut tasks, &stopped)?;
+    let decider = Arc::new(decide::Decider {
+        limiter,
+        live: reload::LiveCell::new(reload::Live::of(&cfg)),
+        metrics: metrics::Metrics::default(),
+    });
+    tasks.spawn(follow_reloads(
+        cfg.clone(),
+        decider.clone(),
+        reloads,
+        stopped(),
+    ));
+    let grpc_server =
+        grpc.map(|l| spawn_grpc(l, decider.clone(), cfg.ratelimit_headers, stopped()));
+    let http_server = http.map(|l| {
+        let app = http::router(decider.clone(), health, cfg.ratelimit_headers);
+        spawn_http(l, app, stopped())
+    });
+    tracing::info!(rules = %cfg.rules_url, redis = %redact(&cfg.limiter.redis_url), "gateway serving");
+    shutdown.await;
+    tracing::info!("shutting down: draining for at most {DRAIN:?}");
+    let _ = stop_tx.send(true);
+    drain(grpc_server, http_server, tasks).await
+}
+
+/// The rule watcher (and the rules deadline of readiness) and, with a demand token, the demand
+/// reporter, on `tasks` until `stopped` completes. Returns the health that follows the watcher.
+fn spawn_background<F>(
+    cfg: &GatewayConfig,
+    limiter: &Arc<Limiter>,
+    tasks: &mut tokio::task::JoinSet<()>,
+    stopped: &impl Fn() -> F,
+) -> Result<Arc<health::Health>, GatewayError>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let client =
+        shareplane_limiter::http::client().map_err(|e| GatewayError::Limiter(e.to_string()))?;
     let watcher = RuleWatcher::new(client.clone(), &cfg.rules_url, RULES_WAIT_MS);
     let health = Arc::new(health::Health::new(watcher.clone(), cfg.rules_timeout));
-    let mut tasks = tokio::task::JoinSet::new();
     let guard = health.watcher_guard();
     let watching = watcher.run(limiter.clone(), stopped());
     tasks.spawn(async move {
@@ -181,49 +217,53 @@ pub async fn serve_reloading(
         }
         None => tracing::warn!("no demand token: this gateway reports no demand to its daemon"),
     }
-    let decider = Arc::new(decide::Decider {
-        limiter,
-        live: reload::LiveCell::new(reload::Live::of(&cfg)),
-        metrics: metrics::Metrics::default(),
-    });
-    tasks.spawn(follow_reloads(
-        cfg.clone(),
-        decider.clone(),
-        reloads,
-        stopped(),
-    ));
-    let grpc_server = grpc.map(|l| {
-        let svc = grpc::RlsService::new(decider.clone(), cfg.ratelimit_headers);
-        let stop = stopped();
-        tokio::spawn(async move {
-            let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
-            let r = tonic::transport::Server::builder()
-                .concurrency_limit_per_connection(1_024)
-                .timeout(Duration::from_secs(5))
-                .add_service(svc.into_server())
-                .serve_with_incoming_shutdown(incoming, stop)
-                .await;
-            if let Err(e) = &r {
-                tracing::error!(error = %e, "gRPC server stopped");
-            }
-            r
-        })
-    });
-    let http_server = http.map(|l| {
-        let app = http::router(decider.clone(), health, cfg.ratelimit_headers);
-        let stop = stopped();
-        tokio::spawn(async move {
-            let r = axum::serve(l, app).with_graceful_shutdown(stop).await;
-            if let Err(e) = &r {
-                tracing::error!(error = %e, "HTTP server stopped");
-            }
-            r
-        })
-    });
-    tracing::info!(rules = %cfg.rules_url, redis = %redact(&cfg.limiter.redis_url), "gateway serving");
-    shutdown.await;
-    tracing::info!("shutting down: draining for at most {DRAIN:?}");
-    let _ = stop_tx.send(true);
+    Ok(health)
+}
+
+/// Envoy's rate limit service on `l` until `stop`.
+fn spawn_grpc(
+    l: TcpListener,
+    decider: Arc<decide::Decider>,
+    ratelimit_headers: bool,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
+    let svc = grpc::RlsService::new(decider, ratelimit_headers);
+    tokio::spawn(async move {
+        let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
+        let r = tonic::transport::Server::builder()
+            .concurrency_limit_per_connection(1_024)
+            .timeout(Duration::from_secs(5))
+            .add_service(svc.into_server())
+            .serve_with_incoming_shutdown(incoming, stop)
+            .await;
+        if let Err(e) = &r {
+            tracing::error!(error = %e, "gRPC server stopped");
+        }
+        r
+    })
+}
+
+/// The HTTP check, `/metrics` and the health endpoints on `l` until `stop`.
+fn spawn_http(
+    l: TcpListener,
+    app: axum::Router,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    tokio::spawn(async move {
+        let r = axum::serve(l, app).with_graceful_shutdown(stop).await;
+        if let Err(e) = &r {
+            tracing::error!(error = %e, "HTTP server stopped");
+        }
+        r
+    })
+}
+
+/// Waits at most [`DRAIN`] for the servers and the background tasks to finish.
+async fn drain(
+    grpc_server: Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>,
+    http_server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    mut tasks: tokio::task::JoinSet<()>,
+) -> Result<(), GatewayError> {
     let drained = tokio::time::timeout(DRAIN, async {
         let mut result = Ok(());
         if let Some(h) = grpc_server {

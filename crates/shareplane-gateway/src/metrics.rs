@@ -124,8 +124,21 @@ impl Metrics {
     pub fn render(&self, limiter: &Limiter, health: &Health) -> String {
         let mut out = String::new();
         let st = limiter.stats();
+        self.render_requests(&mut out);
+        self.render_refusals(&mut out);
+        self.render_templates(&mut out, &st);
+        self.render_cost_and_latency(&mut out);
+        render_limiter(&mut out, limiter, &st);
+        render_health(&mut out, limiter, health);
+        out
+    }
+}
+
+impl Metrics {
+    /// Requests by front end and result, and descriptor decisions by limit and code.
+    fn render_requests(&self, out: &mut String) {
         head(
-            &mut out,
+            out,
             "shareplane_gateway_requests_total",
             "counter",
             "Requests by front end and result.",
@@ -143,7 +156,7 @@ impl Metrics {
             );
         }
         head(
-            &mut out,
+            out,
             "shareplane_gateway_decisions_total",
             "counter",
             "Descriptor decisions by limit and code.",
@@ -160,8 +173,12 @@ impl Metrics {
                 escape(limit)
             );
         }
+    }
+
+    /// What shadow limits would have refused, and the descriptors that named no limit.
+    fn render_refusals(&self, out: &mut String) {
         head(
-            &mut out,
+            out,
             "shareplane_gateway_shadow_would_refuse_total",
             "counter",
             "Calls a shadow limit would have refused.",
@@ -179,7 +196,7 @@ impl Metrics {
             );
         }
         head(
-            &mut out,
+            out,
             "shareplane_gateway_unmapped_descriptors_total",
             "counter",
             "Descriptors that named no limit of the running rule set, by the policy applied.",
@@ -196,17 +213,20 @@ impl Metrics {
                 p.as_str()
             );
         }
-        self.render_templates(&mut out, &st);
+    }
+
+    /// Requests refused for their cost, and the latency of Redis's decisions.
+    fn render_cost_and_latency(&self, out: &mut String) {
         let cost = self.cost_above_max.load(Ordering::Relaxed);
         gauge(
-            &mut out,
+            out,
             "shareplane_gateway_cost_above_max_total",
             "counter",
             "Requests refused because their cost exceeds max_cost.",
             cost as f64,
         );
         head(
-            &mut out,
+            out,
             "shareplane_gateway_redis_seconds",
             "histogram",
             "Latency of checks that Redis decided (repayment included).",
@@ -227,76 +247,8 @@ impl Metrics {
         let sum = self.latency_sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
         let _ = writeln!(out, "shareplane_gateway_redis_seconds_sum {sum}");
         let _ = writeln!(out, "shareplane_gateway_redis_seconds_count {count}");
-        gauge(
-            &mut out,
-            "shareplane_gateway_fallback_in_use",
-            "gauge",
-            "1 while Redis fails and limits follow their failure policy.",
-            f64::from(u8::from(limiter.in_fallback())),
-        );
-        gauge(
-            &mut out,
-            "shareplane_gateway_fallback_decisions_total",
-            "counter",
-            "Decisions made by the failure policies.",
-            st.fallback_decisions as f64,
-        );
-        gauge(
-            &mut out,
-            "shareplane_gateway_redis_decisions_total",
-            "counter",
-            "Decisions made by the script in Redis.",
-            st.redis_decisions as f64,
-        );
-        gauge(
-            &mut out,
-            "shareplane_gateway_redis_failures_total",
-            "counter",
-            "Redis calls that failed or timed out.",
-            st.redis_failures as f64,
-        );
-        gauge(
-            &mut out,
-            "shareplane_gateway_cross_slot_checks_total",
-            "counter",
-            "Checks decided by the failure policies because, on a Redis cluster, their limits are in different key groups.",
-            st.cross_slot_checks as f64,
-        );
-        gauge(
-            &mut out,
-            "shareplane_gateway_rules_version",
-            "gauge",
-            "Version of the running rule set (0: none yet).",
-            limiter.version() as f64,
-        );
-        let lease = st.lease_remaining.map_or(-1.0, |d| d.as_secs_f64());
-        gauge(
-            &mut out,
-            "shareplane_gateway_lease_remaining_seconds",
-            "gauge",
-            "What is left of the rule set's lease (-1: unbounded or no rule set).",
-            lease,
-        );
-        gauge(
-            &mut out,
-            "shareplane_gateway_fenced",
-            "gauge",
-            "1 while the lease has run out and capacity limits refuse.",
-            f64::from(u8::from(st.fenced)),
-        );
-        gauge(
-            &mut out,
-            "shareplane_gateway_fenced_refusals_total",
-            "counter",
-            "Calls refused because capacity limits were fenced.",
-            st.fenced_refusals as f64,
-        );
-        render_health(&mut out, limiter, health);
-        out
     }
-}
 
-impl Metrics {
     fn render_templates(&self, out: &mut String, st: &shareplane_limiter::LimiterStats) {
         head(
             out,
@@ -339,6 +291,74 @@ impl Metrics {
             st.fallback_values_refused as f64,
         );
     }
+}
+
+/// The limiter's gauges and counters: the fallback, Redis, the rule set and its lease, the fence.
+fn render_limiter(out: &mut String, limiter: &Limiter, st: &shareplane_limiter::LimiterStats) {
+    gauge(
+        out,
+        "shareplane_gateway_fallback_in_use",
+        "gauge",
+        "1 while Redis fails and limits follow their failure policy.",
+        f64::from(u8::from(limiter.in_fallback())),
+    );
+    gauge(
+        out,
+        "shareplane_gateway_fallback_decisions_total",
+        "counter",
+        "Decisions made by the failure policies.",
+        st.fallback_decisions as f64,
+    );
+    gauge(
+        out,
+        "shareplane_gateway_redis_decisions_total",
+        "counter",
+        "Decisions made by the script in Redis.",
+        st.redis_decisions as f64,
+    );
+    gauge(
+        out,
+        "shareplane_gateway_redis_failures_total",
+        "counter",
+        "Redis calls that failed or timed out.",
+        st.redis_failures as f64,
+    );
+    gauge(
+        out,
+        "shareplane_gateway_cross_slot_checks_total",
+        "counter",
+        "Checks decided by the failure policies because, on a Redis cluster, their limits are in different key groups.",
+        st.cross_slot_checks as f64,
+    );
+    gauge(
+        out,
+        "shareplane_gateway_rules_version",
+        "gauge",
+        "Version of the running rule set (0: none yet).",
+        limiter.version() as f64,
+    );
+    let lease = st.lease_remaining.map_or(-1.0, |d| d.as_secs_f64());
+    gauge(
+        out,
+        "shareplane_gateway_lease_remaining_seconds",
+        "gauge",
+        "What is left of the rule set's lease (-1: unbounded or no rule set).",
+        lease,
+    );
+    gauge(
+        out,
+        "shareplane_gateway_fenced",
+        "gauge",
+        "1 while the lease has run out and capacity limits refuse.",
+        f64::from(u8::from(st.fenced)),
+    );
+    gauge(
+        out,
+        "shareplane_gateway_fenced_refusals_total",
+        "counter",
+        "Calls refused because capacity limits were fenced.",
+        st.fenced_refusals as f64,
+    );
 }
 
 /// The states `/readyz` reports, as gauges (alarms are built on these names: keep them).

@@ -4,7 +4,8 @@
 //!   loads it once, calls it by hash and loads it again on `NOSCRIPT`, within a time bound.
 //! - [`keys`]: each limit's bucket key and hash tag (its key group), so that one check is one
 //!   call on a cluster-mode Redis/Valkey too.
-//! - [`rules`]: rule sets as the daemon publishes them, validated when loaded.
+//! - [`rules`]: rule sets as the daemon publishes them, validated when loaded; [`limit`]: one
+//!   limit of them (its wire form, its kind, its checks), shared with [`templates`].
 //! - [`Limiter`]: runs the newest rule set, answers [`Limiter::check`] (several limits, all or
 //!   nothing; shadow limits evaluated but never refusing), counts demand, and falls back to the
 //!   local policy of [`fallback`] when Redis does not answer.
@@ -40,6 +41,7 @@ pub mod fallback;
 pub mod http;
 pub mod keys;
 pub mod lease;
+pub mod limit;
 pub mod limiter;
 pub mod loadgen;
 pub mod rules;

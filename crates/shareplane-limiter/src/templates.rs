@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::rules::{limit_problem, valid_limit_id, LimitKind, LimitRule, LimitWire};
+use crate::limit::{limit_problem, valid_limit_id, LimitKind, LimitRule, LimitWire};
 
 /// The most templates one rule set may carry.
 pub const MAX_TEMPLATES: usize = 1_000;

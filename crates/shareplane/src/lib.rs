@@ -30,6 +30,7 @@ pub mod import;
 pub mod limits;
 pub mod local;
 pub mod metrics;
+mod problem;
 pub mod reload;
 pub mod rules;
 pub mod slow_store;

@@ -297,7 +297,7 @@ fn import(files: &[PathBuf], limits_out: Option<&Path>, gateway_out: Option<&Pat
 }
 
 fn limits(command: LimitsCommand) -> ExitCode {
-    use shareplane::limits::{self, ApplyOptions, LimitsError};
+    use shareplane::limits::{ApplyOptions, LimitsError};
     let path = match &command {
         LimitsCommand::Apply { config, .. } | LimitsCommand::Show { config, .. } => config.clone(),
         LimitsCommand::Import {
@@ -334,58 +334,15 @@ fn limits(command: LimitsCommand) -> ExitCode {
                 allow_removal,
                 ..
             } => {
-                let text = std::fs::read_to_string(&file).map_err(|e| {
-                    LimitsError::Invalid(config::ConfigErrors(vec![shareplane_core::ConfigError {
-                        field: "file".into(),
-                        problem: format!("cannot read {}: {e}", file.display()),
-                    }]))
-                })?;
                 let opts = ApplyOptions {
                     dry_run,
                     allow_removal,
                 };
-                let (plan, written) =
-                    limits::apply(&store, &cfg, text, limits::applied_by(), now_ms(), opts).await?;
-                let what = plan.describe();
-                match written {
-                    Some(v) => println!(
-                        "applied limits version {v} to table {:?} (was {}): {what}; every daemon with limits_source = \"table\" adopts it within a period",
-                        cfg.table, plan.current
-                    ),
-                    None if plan.is_empty() => println!(
-                        "nothing to change: table {:?} keeps limits version {} ({what})",
-                        cfg.table, plan.current
-                    ),
-                    None => println!(
-                        "dry run: would write limits version {} to table {:?}: {what}",
-                        plan.current + 1,
-                        cfg.table
-                    ),
-                }
-                Ok(())
+                limits_apply(&store, &cfg, &file, opts).await
             }
             // Answered before any configuration is read.
             LimitsCommand::Import { .. } => Ok(()),
-            LimitsCommand::Show { text, .. } => {
-                match limits::current(&store).await? {
-                    None => println!("table {:?} holds no shared limits (write them with `shareplane limits apply`)", cfg.table),
-                    Some(doc) => {
-                        println!(
-                            "limits version {} in table {:?}: applied by {} at {} ({} bytes, digest {:016x})",
-                            doc.version,
-                            cfg.table,
-                            doc.applied_by,
-                            shareplane::events::rfc3339(doc.applied_at_ms),
-                            doc.text.len(),
-                            doc.digest()
-                        );
-                        if text {
-                            print!("{}", doc.text);
-                        }
-                    }
-                }
-                Ok(())
-            }
+            LimitsCommand::Show { text, .. } => limits_show(&store, &cfg, text).await,
         }
     });
     match result {
@@ -395,6 +352,71 @@ fn limits(command: LimitsCommand) -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// `shareplane limits apply`: checks `file` and writes it to the table unless `opts` says a dry run.
+async fn limits_apply(
+    store: &shareplane_aws::DynamoStore,
+    cfg: &config::Config,
+    file: &Path,
+    opts: shareplane::limits::ApplyOptions,
+) -> Result<(), shareplane::limits::LimitsError> {
+    use shareplane::limits::{self, LimitsError};
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        LimitsError::Invalid(config::ConfigErrors(vec![shareplane_core::ConfigError {
+            field: "file".into(),
+            problem: format!("cannot read {}: {e}", file.display()),
+        }]))
+    })?;
+    let (plan, written) =
+        limits::apply(store, cfg, text, limits::applied_by(), now_ms(), opts).await?;
+    let what = plan.describe();
+    match written {
+        Some(v) => println!(
+            "applied limits version {v} to table {:?} (was {}): {what}; every daemon with limits_source = \"table\" adopts it within a period",
+            cfg.table, plan.current
+        ),
+        None if plan.is_empty() => println!(
+            "nothing to change: table {:?} keeps limits version {} ({what})",
+            cfg.table, plan.current
+        ),
+        None => println!(
+            "dry run: would write limits version {} to table {:?}: {what}",
+            plan.current + 1,
+            cfg.table
+        ),
+    }
+    Ok(())
+}
+
+/// `shareplane limits show`: the shared limits' version and where they came from (and, with
+/// `text`, the limits file itself).
+async fn limits_show(
+    store: &shareplane_aws::DynamoStore,
+    cfg: &config::Config,
+    text: bool,
+) -> Result<(), shareplane::limits::LimitsError> {
+    match shareplane::limits::current(store).await? {
+        None => println!(
+            "table {:?} holds no shared limits (write them with `shareplane limits apply`)",
+            cfg.table
+        ),
+        Some(doc) => {
+            println!(
+                "limits version {} in table {:?}: applied by {} at {} ({} bytes, digest {:016x})",
+                doc.version,
+                cfg.table,
+                doc.applied_by,
+                shareplane::events::rfc3339(doc.applied_at_ms),
+                doc.text.len(),
+                doc.digest()
+            );
+            if text {
+                print!("{}", doc.text);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn now_ms() -> u64 {

@@ -14,7 +14,7 @@ use shareplane_core::{ConfigError, LimitSpec, RegionId, Room};
 use shareplane_limiter::templates::{valid_template_id, MAX_ENTRY_LEN, MAX_TEMPLATES};
 use shareplane_limiter::{LimitKind as WireKind, OverrideWire, TemplateWire};
 
-use crate::config::problem;
+use crate::problem::problem;
 
 /// One template as configured.
 #[derive(Clone, Debug, PartialEq)]
@@ -112,27 +112,7 @@ pub fn check_templates(
 }
 
 fn check_template(t: &RawTemplate, at: &str, errors: &mut Vec<ConfigError>) -> TemplateSpec {
-    let ascii_id =
-        t.id.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
-    if !ascii_id || !valid_template_id(&t.id) {
-        errors.push(problem(
-            format!("{at}.id"),
-            format!("{:?}: 1 to 128 letters, digits and - _ . : only", t.id),
-        ));
-    }
-    if t.entry.is_empty()
-        || t.entry.len() > MAX_ENTRY_LEN
-        || !t.entry.bytes().all(|b| b.is_ascii_graphic())
-    {
-        errors.push(problem(
-            format!("{at}.entry"),
-            format!(
-                "{:?}: the descriptor entry key, 1 to {MAX_ENTRY_LEN} printable ASCII characters",
-                t.entry
-            ),
-        ));
-    }
+    check_id_and_entry(t, at, errors);
     let mut rate_of = |field: String, v: f64| match Room::from_rps(v) {
         Ok(r) if !r.is_zero() => r,
         Ok(_) => {
@@ -180,6 +160,31 @@ fn check_template(t: &RawTemplate, at: &str, errors: &mut Vec<ConfigError>) -> T
         kind,
         shadow: t.shadow,
         overrides,
+    }
+}
+
+/// The template's id and descriptor entry key.
+fn check_id_and_entry(t: &RawTemplate, at: &str, errors: &mut Vec<ConfigError>) {
+    let ascii_id =
+        t.id.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
+    if !ascii_id || !valid_template_id(&t.id) {
+        errors.push(problem(
+            format!("{at}.id"),
+            format!("{:?}: 1 to 128 letters, digits and - _ . : only", t.id),
+        ));
+    }
+    if t.entry.is_empty()
+        || t.entry.len() > MAX_ENTRY_LEN
+        || !t.entry.bytes().all(|b| b.is_ascii_graphic())
+    {
+        errors.push(problem(
+            format!("{at}.entry"),
+            format!(
+                "{:?}: the descriptor entry key, 1 to {MAX_ENTRY_LEN} printable ASCII characters",
+                t.entry
+            ),
+        ));
     }
 }
 

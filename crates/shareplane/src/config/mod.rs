@@ -14,6 +14,7 @@ pub use changes::{limit_changes, plan_reload, LimitChanges};
 pub use read::{RawConfig, RawLimit, RawRegion};
 pub use timeouts::Timeouts;
 
+pub(crate) use crate::problem::problem;
 use crate::templates::{check_templates, TemplateSpec};
 use limits_check::check_limits;
 use shareplane_core::{ConfigError, Deployment, Design, Fence, LimitSpec, RegionId, SilentPolicy};
@@ -121,13 +122,6 @@ fn render(errors: &[ConfigError]) -> String {
     let n = errors.len();
     let noun = if n == 1 { "problem" } else { "problems" };
     format!("invalid configuration ({n} {noun}):\n{}", lines.join("\n"))
-}
-
-pub(crate) fn problem(field: impl Into<String>, what: impl Into<String>) -> ConfigError {
-    ConfigError {
-        field: field.into(),
-        problem: what.into(),
-    }
 }
 
 /// Reads the configuration from `path`, or from `SHAREPLANE_CONFIG_TOML` when `path` is `None`,
@@ -252,28 +246,9 @@ fn apply_env(
 }
 
 fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
-    let period_ms = raw.period_ms.unwrap_or(DEFAULT_PERIOD_MS);
-    let period_ok = timeouts::check_period(period_ms, errors);
-    if period_ok.is_some() && raw.phase_ms >= period_ms {
-        errors.push(problem(
-            "phase_ms",
-            format!("{} must be below period_ms ({period_ms})", raw.phase_ms),
-        ));
-    }
+    let (period_ms, period_ok) = check_period_and_phase(&raw, errors);
     let names: Vec<String> = raw.regions.iter().map(|r| r.name.clone()).collect();
-    let region = raw.region.clone().unwrap_or_default();
-    let me = names
-        .iter()
-        .position(|n| *n == region)
-        .and_then(RegionId::new);
-    if region.is_empty() {
-        errors.push(problem(
-            "region",
-            format!("missing (set it in the file or {ENV_REGION})"),
-        ));
-    } else if me.is_none() {
-        errors.push(problem("region", format!("{region:?} is not in regions")));
-    }
+    let (region, me) = check_region(&raw, &names, errors);
     let store = choice(
         errors,
         "store",
@@ -293,34 +268,8 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         raw.api_token.as_deref(),
         errors,
     );
-    let limits_source = choice(
-        errors,
-        "limits_source",
-        &raw.limits_source,
-        LimitsSource::NAMES,
-    );
-    if limits_source == LimitsSource::Table {
-        if !raw.limits.is_empty() || !raw.templates.is_empty() {
-            errors.push(problem(
-                "limits",
-                "limits_source = \"table\" takes the limits from the table: move these \
-                 [[limits]] to a limits file and write it with `shareplane limits apply`",
-            ));
-        }
-        if store == StoreKind::Memory {
-            errors.push(problem(
-                "limits_source",
-                "\"table\" needs store = \"dynamodb\" (the memory store lives in this process \
-                 only, where `shareplane limits apply` cannot reach it)",
-            ));
-        }
-    }
-    if let Some(i) = names.iter().position(|n| n.starts_with('#')) {
-        errors.push(problem(
-            format!("regions[{i}].name"),
-            "must not start with '#' (the table keeps the shared limits under \"#limits\")",
-        ));
-    }
+    let limits_source = check_limits_source(&raw, store, errors);
+    check_region_names(&names, errors);
     let limits = check_limits(&raw.limits, &names, errors);
     let limit_ids: Vec<&str> = raw.limits.iter().map(|l| l.id.as_str()).collect();
     let templates = check_templates(&raw.templates, &limit_ids, errors);
@@ -328,23 +277,7 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     let timeouts = timeouts::check_timeouts(&raw, period_ok, errors);
     let test_store_delay_ms =
         timeouts::check_test_delay(&raw, timeouts, period_ok.is_some(), errors);
-    let limits_rollout_periods = raw
-        .limits_rollout_periods
-        .unwrap_or(DEFAULT_ROLLOUT_PERIODS);
-    if !(1..=MAX_ROLLOUT_PERIODS).contains(&limits_rollout_periods) {
-        errors.push(problem(
-            "limits_rollout_periods",
-            format!("{limits_rollout_periods} must be 1 to {MAX_ROLLOUT_PERIODS}"),
-        ));
-    }
-    let replica_id = raw.replica_id.clone().unwrap_or_else(default_replica_id);
-    if replica_id.is_empty() || replica_id.len() > 128 {
-        let n = replica_id.chars().count();
-        errors.push(problem(
-            "replica_id",
-            format!("{n} characters: must be 1 to 128"),
-        ));
-    }
+    let (limits_rollout_periods, replica_id) = check_rollout_and_replica(&raw, errors);
     Some(Config {
         me: me?,
         phase_ms: raw.phase_ms,
@@ -373,6 +306,104 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
         templates: Arc::new(templates),
         region,
     })
+}
+
+/// `period_ms`, with `Some` when it is within bounds, and `phase_ms` below it.
+fn check_period_and_phase(raw: &RawConfig, errors: &mut Vec<ConfigError>) -> (u64, Option<u64>) {
+    let period_ms = raw.period_ms.unwrap_or(DEFAULT_PERIOD_MS);
+    let period_ok = timeouts::check_period(period_ms, errors);
+    if period_ok.is_some() && raw.phase_ms >= period_ms {
+        errors.push(problem(
+            "phase_ms",
+            format!("{} must be below period_ms ({period_ms})", raw.phase_ms),
+        ));
+    }
+    (period_ms, period_ok)
+}
+
+/// This Region's name (`region`, which must be one of `regions`) and its id.
+fn check_region(
+    raw: &RawConfig,
+    names: &[String],
+    errors: &mut Vec<ConfigError>,
+) -> (String, Option<RegionId>) {
+    let region = raw.region.clone().unwrap_or_default();
+    let me = names
+        .iter()
+        .position(|n| *n == region)
+        .and_then(RegionId::new);
+    if region.is_empty() {
+        errors.push(problem(
+            "region",
+            format!("missing (set it in the file or {ENV_REGION})"),
+        ));
+    } else if me.is_none() {
+        errors.push(problem("region", format!("{region:?} is not in regions")));
+    }
+    (region, me)
+}
+
+/// No Region's name may start with '#'.
+fn check_region_names(names: &[String], errors: &mut Vec<ConfigError>) {
+    if let Some(i) = names.iter().position(|n| n.starts_with('#')) {
+        errors.push(problem(
+            format!("regions[{i}].name"),
+            "must not start with '#' (the table keeps the shared limits under \"#limits\")",
+        ));
+    }
+}
+
+/// `limits_source`, and what `"table"` rules out (limits in the file, the memory store).
+fn check_limits_source(
+    raw: &RawConfig,
+    store: StoreKind,
+    errors: &mut Vec<ConfigError>,
+) -> LimitsSource {
+    let limits_source = choice(
+        errors,
+        "limits_source",
+        &raw.limits_source,
+        LimitsSource::NAMES,
+    );
+    if limits_source == LimitsSource::Table {
+        if !raw.limits.is_empty() || !raw.templates.is_empty() {
+            errors.push(problem(
+                "limits",
+                "limits_source = \"table\" takes the limits from the table: move these \
+                 [[limits]] to a limits file and write it with `shareplane limits apply`",
+            ));
+        }
+        if store == StoreKind::Memory {
+            errors.push(problem(
+                "limits_source",
+                "\"table\" needs store = \"dynamodb\" (the memory store lives in this process \
+                 only, where `shareplane limits apply` cannot reach it)",
+            ));
+        }
+    }
+    limits_source
+}
+
+/// `limits_rollout_periods` and `replica_id`.
+fn check_rollout_and_replica(raw: &RawConfig, errors: &mut Vec<ConfigError>) -> (u32, String) {
+    let limits_rollout_periods = raw
+        .limits_rollout_periods
+        .unwrap_or(DEFAULT_ROLLOUT_PERIODS);
+    if !(1..=MAX_ROLLOUT_PERIODS).contains(&limits_rollout_periods) {
+        errors.push(problem(
+            "limits_rollout_periods",
+            format!("{limits_rollout_periods} must be 1 to {MAX_ROLLOUT_PERIODS}"),
+        ));
+    }
+    let replica_id = raw.replica_id.clone().unwrap_or_else(default_replica_id);
+    if replica_id.is_empty() || replica_id.len() > 128 {
+        let n = replica_id.chars().count();
+        errors.push(problem(
+            "replica_id",
+            format!("{n} characters: must be 1 to 128"),
+        ));
+    }
+    (limits_rollout_periods, replica_id)
 }
 
 /// The deployment the checked parts make, and whether gateways can hold a lease in it. What
