@@ -16,6 +16,13 @@ pub struct Allowances {
     /// How finely the shares were observed: an excess up to this is rounding (the end-to-end
     /// checker's enforced rates, one milli-request per second per Region), not an excess.
     pub rounding: Room,
+    /// Within the assumptions, what the whole-unit split of fixed portions may leave above the
+    /// limit: an heir that closed several estates against a consistent stale cut and settled
+    /// them may be up to one unit short per estate (each portion is rounded to whole
+    /// milli-requests), carried as its debt while the other heirs hold their portions exactly.
+    /// Excused only up to the running Regions' debts and this bound: `n × (n − 1)` units for
+    /// `n` Regions (docs/PROTOCOL.md, residual risk 4). Zero: nothing excused.
+    pub portion_rounding: Room,
 }
 
 /// The limit in force (docs/PROTOCOL.md, "Limit changes"), from what was rolled out, not from

@@ -51,6 +51,9 @@ pub struct Measured {
     /// Outside the assumptions: how far the shares passed the limit, within the stale room and
     /// the running Regions' debts.
     pub outside_excess: Option<i128>,
+    /// Within the assumptions, an excess of the shares over the limit that the whole-unit split
+    /// of fixed portions left as a running Region's debt ([`Allowances::portion_rounding`]).
+    pub rounding_excess: Option<i128>,
 }
 
 impl Measured {
@@ -163,6 +166,10 @@ fn shares(
         // assumptions (docs/PROTOCOL.md, "Reclaim against a causally closed basis"). Outside
         // them the shares are held to the stale room and the running Regions' debts.
         if excess > 0 && a.assumptions == Assumptions::Within {
+            if excess <= live_debt && excess <= a.portion_rounding.0 as i128 {
+                m.rounding_excess = Some(excess);
+                return Ok(());
+            }
             return Err(Violation::StaleRoomEnforced {
                 excess: room(excess),
                 limit: m.limit,

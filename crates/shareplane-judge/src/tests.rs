@@ -15,6 +15,7 @@ fn allow() -> Allowances {
         assumptions: Assumptions::Within,
         running_reclaimed: RunningReclaimed::Never,
         rounding: Room::ZERO,
+        portion_rounding: Room::ZERO,
     }
 }
 
@@ -132,6 +133,33 @@ fn stale_room_is_excused_in_the_audit_but_never_reaches_the_shares_within_the_as
         judge(&at(&far, &s), &outside),
         Err(Violation::StaleRoomBeyondBound { .. })
     ));
+}
+
+/// Swarm seed 30104602: an heir that settled two estates it had closed against a consistent
+/// stale cut ended one unit short (each portion is rounded to whole milli-requests), a debt of
+/// 0.001/s while the other heirs held their portions exactly.
+#[test]
+fn a_debt_the_whole_unit_split_of_portions_leaves_is_excused_only_up_to_its_bound() {
+    let debtor = |share: u64, debt: u64| Region {
+        share: Room(share),
+        debt: Room(debt),
+        running: true,
+        ..Region::default()
+    };
+    let one = [debtor(6_001, 1), debtor(6_000, 0)];
+    assert!(matches!(
+        judge(&at(&one, &exact()), &allow()),
+        Err(Violation::StaleRoomEnforced { excess, .. }) if excess == Room(1)
+    ));
+    let mut rounding = allow();
+    rounding.portion_rounding = Room(2);
+    let m = judge(&at(&one, &exact()), &rounding).expect("one unit, owed as a debt");
+    assert_eq!(m.rounding_excess, Some(1));
+    // More than the debts, or more than the bound: not rounding.
+    let beyond_debt = [debtor(6_002, 1), debtor(6_000, 0)];
+    assert!(judge(&at(&beyond_debt, &exact()), &rounding).is_err());
+    let beyond_bound = [debtor(6_003, 3), debtor(6_000, 0)];
+    assert!(judge(&at(&beyond_bound, &exact()), &rounding).is_err());
 }
 
 #[test]

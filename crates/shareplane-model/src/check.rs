@@ -31,6 +31,8 @@ fn allowances(w: &World, s: &Settings, faults_may_linger: bool) -> Allowances {
         assumptions: Assumptions::Within,
         running_reclaimed: RunningReclaimed::Never,
         rounding: Room::ZERO,
+        // Nothing excused: a state this rounding reached would fail and be named.
+        portion_rounding: Room::ZERO,
     }
 }
 

@@ -201,6 +201,7 @@ fn allowances(h: &History, t: usize, allowed: i64) -> Allowances {
         assumptions: Assumptions::Within,
         running_reclaimed: RunningReclaimed::Never,
         rounding: Room(rounding(h).max(0) as u64),
+        portion_rounding: Room::ZERO,
     }
 }
 
