@@ -2,6 +2,8 @@
 //! redis-server: "every API key gets 100/s across all Regions", each Region publishing its
 //! static part, one key refused while the others pass.
 
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
 use shareplane::demo::{router, Demo};
 use shareplane_gateway::config::{FileConfig, Flags};
 use std::time::Duration;
@@ -96,8 +98,9 @@ async fn the_demo_serves_per_api_key_and_one_key_is_refused_while_the_others_pas
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert!(ready, "the gateway never admitted a call");
-    let mut admitted = 0;
+    let mut admitted = 0u32;
     let mut refused = false;
+    let started = std::time::Instant::now();
     for _ in 0..120 {
         match check(format!("alice-{run}")).await {
             200 => admitted += 1,
@@ -105,13 +108,26 @@ async fn the_demo_serves_per_api_key_and_one_key_is_refused_while_the_others_pas
             other => panic!("status {other}"),
         }
     }
-    // 66 whole tokens, plus what 33.334/s refills while the loop runs (well under a second).
-    assert!(refused && (66..=100).contains(&admitted), "{admitted}");
+    // 66 whole tokens (burst 2 s of 33.334/s), plus what 33.334/s refills while the loop runs.
+    let refill = (33.334 * started.elapsed().as_secs_f64()).ceil() as u32 + 1;
+    assert!(
+        refused && admitted >= 66 && admitted <= 66 + refill,
+        "{admitted} admitted, {refill} refilled meanwhile"
+    );
     assert_eq!(check(format!("bob-{run}")).await, 200, "bob is not alice");
-    assert_eq!(
-        check(format!("alice-{run}")).await,
-        429,
-        "alice is still out"
+    // Alice stays held to her part: whatever she gets now is what 33.334/s refilled meanwhile
+    // (on a slow machine a token may come back between two calls), never her burst again.
+    let since = std::time::Instant::now();
+    let mut again = 0u32;
+    for _ in 0..40 {
+        if check(format!("alice-{run}")).await == 200 {
+            again += 1;
+        }
+    }
+    let refilled = (33.334 * since.elapsed().as_secs_f64()).ceil() as u32 + 1;
+    assert!(
+        again <= refilled && again < 40,
+        "alice got {again} of 40 more, {refilled} refilled meanwhile"
     );
     let _ = gw_stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), gateway).await;
