@@ -77,13 +77,17 @@ async fn one_key_exhausted_leaves_the_others_untouched_and_a_missing_key_is_deni
         return;
     };
     let (tpl, listed) = (unique("per_api_key"), unique("k"));
-    let daemon = FakeDaemon::start(with_template(1, &listed, per_key(&tpl))).await;
+    // One token per 20 s: alice stays empty through the calls that follow hers, however slowly
+    // a loaded machine makes them.
+    let mut t = per_key(&tpl);
+    t.rate = 0.05;
+    let daemon = FakeDaemon::start(with_template(1, &listed, t)).await;
     let gw = Gateway::start(FileConfig::default(), flags(&daemon, &redis)).await;
     gw.ready().await;
     let long = "k".repeat(MAX_VALUE_LEN + 1);
     let longest = "k".repeat(MAX_VALUE_LEN);
     let calls = json!([
-        // 0: alice spends her burst of 5 (one more may refill meanwhile), then is refused.
+        // 0: alice spends her burst of 5, then is refused.
         call(&tpl, Some("alice"), 8),
         // 1: bob, and 2: the partner's larger bucket, are untouched by alice.
         call(&tpl, Some("bob"), 5),
@@ -105,7 +109,8 @@ async fn one_key_exhausted_leaves_the_others_untouched_and_a_missing_key_is_deni
     let alice = codes(&out[0]);
     assert!((5..=6).contains(&oks(&out[0])), "{alice:?}");
     assert_eq!(alice[7], "OVER_LIMIT", "{alice:?}");
-    assert_eq!(out[0][7]["headers"]["retry-after"], "1", "{}", out[0][7]);
+    // One token comes back in 1 / 0.05 = 20 s.
+    assert_eq!(out[0][7]["headers"]["retry-after"], "20", "{}", out[0][7]);
     let status = &out[0][0]["statuses"][0];
     assert_eq!(
         status["current_limit"]["name"],
@@ -147,8 +152,8 @@ async fn one_key_exhausted_leaves_the_others_untouched_and_a_missing_key_is_deni
         .query_async(&mut conn)
         .await
         .unwrap_or(-9);
-    // The client asks for twice a full refill (10 s), at least MIN_TTL_MS.
-    let most = 10_000.max(shareplane_limiter::store::MIN_TTL_MS) as i64;
+    // The client asks for twice a full refill (2 × 5 / 0.05 s = 200 s), at least MIN_TTL_MS.
+    let most = 200_000.max(shareplane_limiter::store::MIN_TTL_MS) as i64;
     assert!((most - 5_000..=most).contains(&ttl), "{key}: {ttl}");
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("rl:{{{tpl}}}:*"))
