@@ -319,7 +319,8 @@ pub async fn banner(local: &Local, dir: &FsPath) -> String {
          their configuration files are in {}\n",
         dir.display()
     );
-    for (name, api, config) in local.regions().await {
+    let regions = local.regions().await;
+    for (name, api, config) in &regions {
         out.push_str(&format!(
             "  {name}: dashboard http://{api}/dashboard, state http://{api}/v1/state, rules for \
              gateways http://{api} (file {})\n",
@@ -336,7 +337,7 @@ pub async fn banner(local: &Local, dir: &FsPath) -> String {
          Ctrl-C stops everything.\n",
         local.api_token,
         local.admin_token,
-        local.regions().await.first().map_or(c, |r| r.1),
+        regions.first().map_or(c, |r| r.1),
         local.api_token,
     ));
     out

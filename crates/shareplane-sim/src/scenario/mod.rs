@@ -137,16 +137,20 @@ impl Scenario {
         1000 / self.tick_ms
     }
 
-    /// The limit's rate once every change has been adopted: the last change's, or `limit`.
     /// The deployment the core sees for this scenario: its Regions and one capacity limit. The
     /// core's own checks decide whether it is valid (their problems, joined).
     pub fn deployment(&self) -> Result<Deployment, String> {
+        self.deployment_at(self.limit)
+    }
+
+    /// The same deployment with the limit at `rate` (a `limit` event's rate rolled out).
+    pub fn deployment_at(&self, rate: Room) -> Result<Deployment, String> {
         Deployment::try_new(Deployment {
             regions: self.regions.iter().map(|r| r.name.clone()).collect(),
             limits: vec![LimitSpec {
                 id: "limit".into(),
                 version: 1,
-                rate: self.limit,
+                rate,
                 burst_ms: self.burst_ms,
                 floor: self.floor,
                 step_cap: self.step_cap,
@@ -167,6 +171,7 @@ impl Scenario {
         })
     }
 
+    /// The limit's rate once every change has been adopted: the last change's, or `limit`.
     pub fn final_limit(&self) -> Room {
         self.events
             .iter()

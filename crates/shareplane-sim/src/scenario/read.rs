@@ -329,14 +329,7 @@ impl Checker<'_> {
             }),
         );
         for (rate, line, field) in rates {
-            let at = Scenario {
-                limit: rate,
-                events: Vec::new(),
-                regions: sc.regions.clone(),
-                name: String::new(),
-                ..*sc
-            };
-            if let Err(problem) = at.deployment() {
+            if let Err(problem) = sc.deployment_at(rate) {
                 self.problems.push(Problem {
                     line: Some(line),
                     field: field.into(),
