@@ -241,6 +241,13 @@ fn fuzz(args: &[OsString]) -> ExitCode {
     let wall_seconds = stopwatch();
     let family = a.family;
     let mut out = std::io::stdout().lock();
+    // With --print, stdout carries only the scenarios (so that `--print > seed.toml` is a file
+    // `shareplane sim` reads); the verdicts and the report go to stderr.
+    let mut report: Box<dyn Write> = if a.print {
+        Box::new(std::io::stderr().lock())
+    } else {
+        Box::new(std::io::stdout().lock())
+    };
     let failed_line = |seed: u64, failure: &str| {
         let peak = match crate::swarm::excess(&family.generate(seed)) {
             Ok(x) => x.to_string(),
@@ -268,7 +275,7 @@ fn fuzz(args: &[OsString]) -> ExitCode {
                 Ok(report) => totals.add(&report, sc.limit),
                 Err(failure) => {
                     failed += 1;
-                    let _ = writeln!(out, "{}", failed_line(seed, &failure));
+                    let _ = writeln!(report, "{}", failed_line(seed, &failure));
                 }
             }
         }
@@ -277,13 +284,17 @@ fn fuzz(args: &[OsString]) -> ExitCode {
         let (totals, failures) = crate::swarm::run(family, a.start, a.seeds, jobs);
         let wall_s = wall_seconds();
         for (seed, failure) in &failures {
-            let _ = writeln!(out, "{}", failed_line(*seed, failure));
+            let _ = writeln!(report, "{}", failed_line(*seed, failure));
         }
         (totals, failures.len() as u64, wall_s)
     };
-    let _ = writeln!(out, "family {}", family.name());
-    let _ = writeln!(out, "{}", totals.report(a.seeds, failed));
-    let _ = writeln!(out, "{}", crate::swarm::throughput(a.seeds, wall_s, jobs));
+    let _ = writeln!(report, "family {}", family.name());
+    let _ = writeln!(report, "{}", totals.report(a.seeds, failed));
+    let _ = writeln!(
+        report,
+        "{}",
+        crate::swarm::throughput(a.seeds, wall_s, jobs)
+    );
     if failed > 0 {
         ExitCode::from(1)
     } else {

@@ -269,6 +269,39 @@ fn sim_refuses_input_it_cannot_run_with_exit_2_naming_the_field() {
     assert!(stderr.contains("passes the largest seed"), "{stderr}");
 }
 
+/// `sim fuzz --print` writes only the scenarios on stdout (the verdicts and the report go to
+/// stderr), so that `--print > seed.toml` is a file `shareplane sim` runs unchanged.
+#[test]
+fn fuzz_print_writes_a_scenario_that_sim_runs() {
+    let out = shareplane()
+        .args([
+            "sim", "fuzz", "--family", "swarm", "--seeds", "1", "--start", "7", "--print",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("family swarm"),
+        "the report is on stderr: {stderr}"
+    );
+    assert!(
+        !stdout.contains("family swarm"),
+        "and not on stdout: {stdout}"
+    );
+    let path =
+        std::env::temp_dir().join(format!("shareplane-cli-print-{}.toml", std::process::id()));
+    std::fs::write(&path, stdout.as_bytes()).unwrap();
+    let run = shareplane().arg("sim").arg(&path).output().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let ran = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success() && ran.contains("scenario: swarm seed 7"),
+        "{ran}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 /// `GET path` on `addr`; the body, or `None` if the daemon did not answer 200.
 fn http_get(addr: &str, path: &str) -> Option<serde_json::Value> {
     use std::io::{Read, Write};
