@@ -248,16 +248,6 @@ fn fuzz(args: &[OsString]) -> ExitCode {
     } else {
         Box::new(std::io::stdout().lock())
     };
-    let failed_line = |seed: u64, failure: &str| {
-        let peak = match crate::swarm::excess(&family.generate(seed)) {
-            Ok(x) => x.to_string(),
-            Err(e) => format!("not measured: {e}"),
-        };
-        format!(
-            "seed {seed} FAILED: {failure}\n  {peak}\n  replay: {}   (add --print for the scenario as TOML)",
-            family.replay(seed)
-        )
-    };
     let jobs = if a.print {
         1
     } else {
@@ -265,26 +255,13 @@ fn fuzz(args: &[OsString]) -> ExitCode {
     };
     // The wall time counts generating and checking the seeds, not measuring the failed ones.
     let (totals, failed, wall_s) = if a.print {
-        let mut totals = crate::fuzz::Totals::default();
-        let mut failed = 0u64;
-        for i in 0..a.seeds {
-            let seed = a.start + i;
-            let sc = family.generate(seed);
-            let _ = writeln!(out, "{}", crate::fuzz::to_toml(&sc));
-            match crate::fuzz::check(&sc) {
-                Ok(report) => totals.add(&report, sc.limit),
-                Err(failure) => {
-                    failed += 1;
-                    let _ = writeln!(report, "{}", failed_line(seed, &failure));
-                }
-            }
-        }
+        let (totals, failed) = print_and_check(family, a.start, a.seeds, &mut out, &mut report);
         (totals, failed, wall_seconds())
     } else {
         let (totals, failures) = crate::swarm::run(family, a.start, a.seeds, jobs);
         let wall_s = wall_seconds();
         for (seed, failure) in &failures {
-            let _ = writeln!(report, "{}", failed_line(*seed, failure));
+            let _ = writeln!(report, "{}", failed_line(family, *seed, failure));
         }
         (totals, failures.len() as u64, wall_s)
     };
@@ -300,6 +277,43 @@ fn fuzz(args: &[OsString]) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// `fuzz --print`: each seed's scenario as TOML on `out`, checked one after the other; a failure
+/// on `report`.
+fn print_and_check(
+    family: crate::swarm::Family,
+    start: u64,
+    seeds: u64,
+    out: &mut dyn Write,
+    report: &mut dyn Write,
+) -> (crate::fuzz::Totals, u64) {
+    let mut totals = crate::fuzz::Totals::default();
+    let mut failed = 0u64;
+    for seed in start..start + seeds {
+        let sc = family.generate(seed);
+        let _ = writeln!(out, "{}", crate::fuzz::to_toml(&sc));
+        match crate::fuzz::check(&sc) {
+            Ok(r) => totals.add(&r, sc.limit),
+            Err(failure) => {
+                failed += 1;
+                let _ = writeln!(report, "{}", failed_line(family, seed, &failure));
+            }
+        }
+    }
+    (totals, failed)
+}
+
+/// What a failed seed prints: the failure, the running shares' peak above `L` and the replay.
+fn failed_line(family: crate::swarm::Family, seed: u64, failure: &str) -> String {
+    let peak = match crate::swarm::excess(&family.generate(seed)) {
+        Ok(x) => x.to_string(),
+        Err(e) => format!("not measured: {e}"),
+    };
+    format!(
+        "seed {seed} FAILED: {failure}\n  {peak}\n  replay: {}   (add --print for the scenario as TOML)",
+        family.replay(seed)
+    )
 }
 
 /// Seconds of wall time since the call, for a fuzz run's report line: the one clock the

@@ -250,6 +250,44 @@ struct Sim<'a> {
     events: Vec<EventLog>,
 }
 
+impl Reg {
+    /// Region `id` at the scenario's start: its settled record written, its demand window full
+    /// of its first demand, its bucket full where demand is below the share (empty where it is at
+    /// or above).
+    fn settled(
+        sc: &Scenario,
+        d: &Arc<Deployment>,
+        id: RegionId,
+        spec: &crate::scenario::RegionSpec,
+        rec: &Arc<RegionRecord>,
+    ) -> Reg {
+        let share = rec.limits.first().map_or(Room::ZERO, |l| l.share);
+        let tokens = if spec.demand < share {
+            share.0 as u128 * sc.burst_ms as u128
+        } else {
+            0
+        };
+        Reg {
+            id,
+            d: d.clone(),
+            coord: Some(Coordinator::new(d.clone(), id, (**rec).clone())),
+            lost_own: None,
+            daemon_dead: false,
+            gateways_until: i64::MIN,
+            last_write_tick: sc.start_tick,
+            last_written: rec.clone(),
+            history: vec![rec.clone()],
+            demand: spec.demand,
+            window: vec![spec.demand.0; sc.window_ticks as usize],
+            window_pos: 0,
+            window_sum: spec.demand.0 as u128 * sc.window_ticks as u128,
+            tokens,
+            offset: spec.offset_tick,
+            visibility: spec.visibility_ticks as i64,
+        }
+    }
+}
+
 impl<'a> Sim<'a> {
     fn new(sc: &'a Scenario) -> Result<Sim<'a>, SimError> {
         sc.validate()
@@ -274,37 +312,9 @@ impl<'a> Sim<'a> {
             table.write(i, rec.clone(), sc.start_tick);
             records.push((id, rec));
         }
-        let mut regs = Vec::with_capacity(n);
-        for (i, (id, rec)) in records.iter().enumerate() {
-            let spec = &sc.regions[i];
-            let coord = Coordinator::new(d.clone(), *id, (**rec).clone());
-            let window = vec![spec.demand.0; sc.window_ticks as usize];
-            let share = rec.limits.first().map_or(Room::ZERO, |l| l.share);
-            // Full where demand is below the share, empty where it is at or above.
-            let tokens = if spec.demand < share {
-                share.0 as u128 * sc.burst_ms as u128
-            } else {
-                0
-            };
-            regs.push(Reg {
-                id: *id,
-                d: d.clone(),
-                coord: Some(coord),
-                lost_own: None,
-                daemon_dead: false,
-                gateways_until: i64::MIN,
-                last_write_tick: sc.start_tick,
-                last_written: rec.clone(),
-                history: vec![rec.clone()],
-                demand: spec.demand,
-                window,
-                window_pos: 0,
-                window_sum: spec.demand.0 as u128 * sc.window_ticks as u128,
-                tokens,
-                offset: spec.offset_tick,
-                visibility: spec.visibility_ticks as i64,
-            });
-        }
+        let regs = (records.iter().enumerate())
+            .map(|(i, (id, rec))| Reg::settled(sc, &d, *id, &sc.regions[i], rec))
+            .collect();
         let mut health = PerRegion::<Health>::default();
         for h in health.0.iter_mut().take(n) {
             *h = Health::Healthy;
@@ -382,8 +392,6 @@ impl<'a> Sim<'a> {
     }
 
     fn apply(&mut self, action: &Action, tick: i64) -> Result<String, SimError> {
-        let lifecycle =
-            |what: &str, r: &str| SimError::Scenario(format!("{what} {r} out of order"));
         Ok(match action {
             Action::Demand(rates) => {
                 let mut parts = Vec::new();
@@ -393,134 +401,22 @@ impl<'a> Sim<'a> {
                 }
                 format!("demand {}", parts.join(", "))
             }
-            Action::Lose(r) => {
-                let reg = &mut self.regs[*r];
-                let own = match reg.coord.take() {
-                    Some(c) => c.own().clone(),
-                    None if reg.daemon_dead => (*reg.last_written).clone(),
-                    None => return Err(lifecycle("lose", &self.sc.regions[*r].name)),
-                };
-                reg.daemon_dead = false;
-                reg.lost_own = Some(own);
-                reg.tokens = 0;
-                self.dirty = true;
-                format!("{} lost", self.name(*r))
-            }
-            Action::Restore(r) => {
-                let reg = &mut self.regs[*r];
-                reg.lost_own
-                    .take()
-                    .ok_or_else(|| lifecycle("restore", &self.sc.regions[*r].name))?;
-                let last = (*reg.last_written).clone();
-                reg.coord = Some(Coordinator::restart(
-                    reg.d.clone(),
-                    reg.id,
-                    Some(last),
-                    u64::MAX,
-                ));
-                reg.tokens = 0;
-                self.table.forget_observed(*r);
-                self.fresh_reader(*r, tick);
-                self.dirty = true;
-                format!("{} restored", self.name(*r))
-            }
-            Action::KillDaemon(r) => {
-                let lease = self.lease_ticks.ok_or_else(|| {
-                    SimError::Scenario(format!(
-                        "kill_daemon needs gateways that can hold a lease: {}",
-                        self.lease_problem
-                    ))
-                })?;
-                let reg = &mut self.regs[*r];
-                reg.coord
-                    .take()
-                    .ok_or_else(|| lifecycle("kill_daemon", &self.sc.regions[*r].name))?;
-                reg.daemon_dead = true;
-                reg.gateways_until = reg.last_write_tick + lease;
-                self.dirty = true;
-                format!("{} daemon killed", self.name(*r))
-            }
-            Action::RestartDaemon(r) => {
-                let reg = &mut self.regs[*r];
-                if !reg.daemon_dead {
-                    return Err(lifecycle("restart_daemon", &self.sc.regions[*r].name));
-                }
-                let down_ms = ((tick - reg.last_write_tick).max(0) as u64) * self.sc.tick_ms;
-                let last = (*reg.last_written).clone();
-                reg.coord = Some(Coordinator::restart(
-                    reg.d.clone(),
-                    reg.id,
-                    Some(last),
-                    down_ms,
-                ));
-                reg.daemon_dead = false;
-                self.table.forget_observed(*r);
-                self.fresh_reader(*r, tick);
-                self.dirty = true;
-                format!("{} daemon restarted", self.name(*r))
-            }
+            Action::Lose(r) => self.lose(*r)?,
+            Action::Restore(r) => self.restore(*r, tick)?,
+            Action::KillDaemon(r) => self.kill_daemon(*r)?,
+            Action::RestartDaemon(r) => self.restart_daemon(*r, tick)?,
             Action::Restart(r) => {
                 let reg = &mut self.regs[*r];
                 let own = reg.coord.as_ref().map(|c| c.own().clone());
-                let own = own.ok_or_else(|| lifecycle("restart", &self.sc.regions[*r].name))?;
+                let own = own.ok_or_else(|| self.out_of_order("restart", *r))?;
+                let reg = &mut self.regs[*r];
                 reg.coord = Some(Coordinator::restart(reg.d.clone(), reg.id, Some(own), 0));
                 self.table.forget_observed(*r);
                 self.dirty = true;
                 format!("{} restarted", self.name(*r))
             }
-            Action::Limit(rate, mask) => {
-                if *rate != self.limit_rate {
-                    self.limit_rate = *rate;
-                    self.limit_version += 1;
-                }
-                let mut next = (*self.d).clone();
-                next.limits[0].rate = *rate;
-                next.limits[0].version = self.limit_version;
-                let next = Arc::new(
-                    Deployment::try_new(next)
-                        .map_err(|e| SimError::Scenario(format!("limit change: {e:?}")))?,
-                );
-                let mut names = Vec::new();
-                for r in (0..self.regs.len()).filter(|r| mask >> r & 1 == 1) {
-                    let reg = &mut self.regs[r];
-                    if let Some(c) = reg.coord.as_mut() {
-                        c.set_limits(next.limits.clone())
-                            .map_err(|e| SimError::Scenario(format!("limit change: {e:?}")))?;
-                    }
-                    reg.d = next.clone();
-                    names.push(self.sc.regions[r].name.as_str());
-                }
-                self.dirty = true;
-                format!(
-                    "limit {} (version {}) in {}",
-                    rate.as_rps().round(),
-                    self.limit_version,
-                    names.join(", ")
-                )
-            }
-            Action::Cut(mask) => {
-                self.table.cut(*mask, tick);
-                let names: Vec<&str> = (0..self.regs.len())
-                    .filter(|r| mask >> r & 1 == 1)
-                    .map(|r| self.name(r))
-                    .collect();
-                format!("cut {}", names.join(","))
-            }
-            Action::OneWayCut(from, to) => {
-                self.table.cut_one_way(*from, *to, tick);
-                let names = |mask: u8| {
-                    (0..self.regs.len())
-                        .filter(|r| mask >> r & 1 == 1)
-                        .map(|r| self.name(r).to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                };
-                format!("cut {} -> {}", names(*from), names(*to))
-            }
-            Action::Heal => {
-                self.table.heal(tick);
-                "heal".into()
-            }
+            Action::Limit(rate, mask) => self.change_limit(*rate, *mask)?,
+            Action::Cut(_) | Action::OneWayCut(..) | Action::Heal => self.apply_cut(action, tick),
             Action::Unknown(r) => {
                 self.verdict_cleared(*r, tick);
                 self.health.0[*r] = Health::Unknown;
@@ -540,6 +436,142 @@ impl<'a> Sim<'a> {
                 format!("{} healthy", self.name(*r))
             }
         })
+    }
+
+    /// A lifecycle event that does not fit the Region's state (a restore of a Region that is not
+    /// lost, …): the scenario's error.
+    fn out_of_order(&self, what: &str, r: usize) -> SimError {
+        SimError::Scenario(format!("{what} {} out of order", self.name(r)))
+    }
+
+    fn lose(&mut self, r: usize) -> Result<String, SimError> {
+        let reg = &mut self.regs[r];
+        let own = match reg.coord.take() {
+            Some(c) => c.own().clone(),
+            None if reg.daemon_dead => (*reg.last_written).clone(),
+            None => return Err(self.out_of_order("lose", r)),
+        };
+        let reg = &mut self.regs[r];
+        reg.daemon_dead = false;
+        reg.lost_own = Some(own);
+        reg.tokens = 0;
+        self.dirty = true;
+        Ok(format!("{} lost", self.name(r)))
+    }
+
+    fn restore(&mut self, r: usize, tick: i64) -> Result<String, SimError> {
+        if self.regs[r].lost_own.take().is_none() {
+            return Err(self.out_of_order("restore", r));
+        }
+        let reg = &mut self.regs[r];
+        let last = (*reg.last_written).clone();
+        reg.coord = Some(Coordinator::restart(
+            reg.d.clone(),
+            reg.id,
+            Some(last),
+            u64::MAX,
+        ));
+        reg.tokens = 0;
+        self.table.forget_observed(r);
+        self.fresh_reader(r, tick);
+        self.dirty = true;
+        Ok(format!("{} restored", self.name(r)))
+    }
+
+    fn kill_daemon(&mut self, r: usize) -> Result<String, SimError> {
+        let lease = self.lease_ticks.ok_or_else(|| {
+            SimError::Scenario(format!(
+                "kill_daemon needs gateways that can hold a lease: {}",
+                self.lease_problem
+            ))
+        })?;
+        if self.regs[r].coord.take().is_none() {
+            return Err(self.out_of_order("kill_daemon", r));
+        }
+        let reg = &mut self.regs[r];
+        reg.daemon_dead = true;
+        reg.gateways_until = reg.last_write_tick + lease;
+        self.dirty = true;
+        Ok(format!("{} daemon killed", self.name(r)))
+    }
+
+    fn restart_daemon(&mut self, r: usize, tick: i64) -> Result<String, SimError> {
+        if !self.regs[r].daemon_dead {
+            return Err(self.out_of_order("restart_daemon", r));
+        }
+        let reg = &mut self.regs[r];
+        let down_ms = ((tick - reg.last_write_tick).max(0) as u64) * self.sc.tick_ms;
+        let last = (*reg.last_written).clone();
+        reg.coord = Some(Coordinator::restart(
+            reg.d.clone(),
+            reg.id,
+            Some(last),
+            down_ms,
+        ));
+        reg.daemon_dead = false;
+        self.table.forget_observed(r);
+        self.fresh_reader(r, tick);
+        self.dirty = true;
+        Ok(format!("{} daemon restarted", self.name(r)))
+    }
+
+    /// The limit's rate becomes `rate` in the Regions of `mask` (a new version if it changed).
+    fn change_limit(&mut self, rate: Room, mask: u8) -> Result<String, SimError> {
+        if rate != self.limit_rate {
+            self.limit_rate = rate;
+            self.limit_version += 1;
+        }
+        let mut next = (*self.d).clone();
+        next.limits[0].rate = rate;
+        next.limits[0].version = self.limit_version;
+        let next = Arc::new(
+            Deployment::try_new(next)
+                .map_err(|e| SimError::Scenario(format!("limit change: {e:?}")))?,
+        );
+        let mut names = Vec::new();
+        for r in (0..self.regs.len()).filter(|r| mask >> r & 1 == 1) {
+            let reg = &mut self.regs[r];
+            if let Some(c) = reg.coord.as_mut() {
+                c.set_limits(next.limits.clone())
+                    .map_err(|e| SimError::Scenario(format!("limit change: {e:?}")))?;
+            }
+            reg.d = next.clone();
+            names.push(self.sc.regions[r].name.as_str());
+        }
+        self.dirty = true;
+        Ok(format!(
+            "limit {} (version {}) in {}",
+            rate.as_rps().round(),
+            self.limit_version,
+            names.join(", ")
+        ))
+    }
+
+    /// A cut, a one-way cut or the heal of every cut.
+    fn apply_cut(&mut self, action: &Action, tick: i64) -> String {
+        let names = |mask: u8| {
+            (0..self.regs.len())
+                .filter(|r| mask >> r & 1 == 1)
+                .map(|r| self.name(r).to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match action {
+            Action::Cut(mask) => {
+                let label = format!("cut {}", names(*mask));
+                self.table.cut(*mask, tick);
+                label
+            }
+            Action::OneWayCut(from, to) => {
+                let label = format!("cut {} -> {}", names(*from), names(*to));
+                self.table.cut_one_way(*from, *to, tick);
+                label
+            }
+            _ => {
+                self.table.heal(tick);
+                "heal".into()
+            }
+        }
     }
 
     fn rebalances(&mut self, tick: i64) {

@@ -147,19 +147,83 @@ fn limit_changes(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
     events
 }
 
+/// What a fault schedule has left open as it is drawn, to be ended at `end`.
+struct Open {
+    lost: Vec<bool>,
+    /// Health verdicts other than healthy (unhealthy or unknown), to be cleared at the end.
+    unhealthy: Vec<bool>,
+    cut: bool,
+}
+
+fn at(at_tick: i64, action: Action) -> Event {
+    Event {
+        at_tick,
+        action,
+        line: 0,
+    }
+}
+
 /// A random fault schedule over `[0, end)` that keeps lose/restore/restart in order, then the
 /// events at `end` that end every fault.
 fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
+    let n = sc.regions.len();
+    let mut open = Open {
+        lost: vec![false; n],
+        unhealthy: vec![false; n],
+        cut: false,
+    };
+    let mut events = first_faults(g, sc, end, &mut open);
+    // Fault kinds added later come from a stream of their own, so that every older seed still
+    // draws the schedule it drew before (the regression list keeps its meaning).
+    let mut x = Rng::new(g.next_u64() ^ 0x6f6e_652d_7761_7921);
+    events.extend(later_faults(&mut x, n, end, &mut open));
+    let lease_ticks = crate::engine::lease_ticks(sc);
+    events.extend(daemon_deaths(&mut x, sc, end, lease_ticks, &mut open));
+    // Verdicts after the other events of their tick, so that one drawn for the tick of a daemon's
+    // death counts as "sooner than the lease after it" (the engine applies a tick's events
+    // together, so the order changes nothing else). The sort is stable and moves every verdict
+    // alike: an "unhealthy" and the "healthy" that clears it, drawn for one tick, stay in the
+    // order drawn (moving only the first made it last, a false verdict that never cleared).
+    events.sort_by_key(|e| {
+        let verdict = matches!(
+            e.action,
+            Action::Unhealthy(_) | Action::Healthy(_) | Action::Unknown(_)
+        );
+        (e.at_tick, verdict)
+    });
+    let dead = keep_lifecycle(&mut events, n, lease_ticks.unwrap_or(0));
+    // A lost Region is usually reported unhealthy some time after it was lost (the true verdict).
+    if open.cut {
+        events.push(at(end, Action::Heal));
+    }
+    for r in 0..n {
+        if dead[r] {
+            events.push(at(end, Action::RestartDaemon(r)));
+        }
+        if open.lost[r] {
+            events.push(at(end, Action::Restore(r)));
+        }
+        if open.unhealthy[r] {
+            events.push(at(end, Action::Healthy(r)));
+        }
+    }
+    events
+}
+
+/// The first stream's faults: demand changes, losses and restores, two-way cuts and heals,
+/// health verdicts and restarts.
+fn first_faults(g: &mut Rng, sc: &Scenario, end: i64, open: &mut Open) -> Vec<Event> {
     let n = sc.regions.len();
     let count = g.range(1, 14);
     let mut times: Vec<i64> = (0..count)
         .map(|_| g.range(0, end as u64 - 1) as i64)
         .collect();
     times.sort_unstable();
-    let mut lost = vec![false; n];
-    // Health verdicts other than healthy (unhealthy or unknown), to be cleared at the end.
-    let mut unhealthy = vec![false; n];
-    let mut cut = false;
+    let Open {
+        lost,
+        unhealthy,
+        cut,
+    } = open;
     let mut events = Vec::new();
     let limit_rps = sc.limit.as_rps() as u64;
     for at_tick in times {
@@ -175,11 +239,11 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
             }
             3 => {
                 let mask = (g.range(1, (1u64 << n) - 2)) as u8;
-                cut = true;
+                *cut = true;
                 Action::Cut(mask)
             }
-            4 if cut => {
-                cut = false;
+            4 if *cut => {
+                *cut = false;
                 Action::Heal
             }
             5 | 6 if !unhealthy[r] => {
@@ -197,21 +261,20 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
             9 if !lost[r] => Action::Restart(r),
             _ => continue,
         };
-        events.push(Event {
-            at_tick,
-            action,
-            line: 0,
-        });
+        events.push(at(at_tick, action));
     }
-    // Fault kinds added later come from a stream of their own, so that every older seed still
-    // draws the schedule it drew before (the regression list keeps its meaning).
-    let mut x = Rng::new(g.next_u64() ^ 0x6f6e_652d_7761_7921);
+    events
+}
+
+/// The second stream's first faults: unknown verdicts and one-way cuts.
+fn later_faults(x: &mut Rng, n: usize, end: i64, open: &mut Open) -> Vec<Event> {
     let all = ((1u16 << n) - 1) as u8;
+    let mut events = Vec::new();
     for _ in 0..x.range(0, 3) {
         let at_tick = x.range(0, end as u64 - 1) as i64;
         let r = x.range(0, n as u64 - 1) as usize;
         let action = if x.chance(50) {
-            unhealthy[r] = true;
+            open.unhealthy[r] = true;
             Action::Unknown(r)
         } else {
             let from = x.range(1, u64::from(all) - 1) as u8;
@@ -219,19 +282,27 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
             if to == 0 {
                 continue;
             }
-            cut = true;
+            open.cut = true;
             Action::OneWayCut(from, to)
         };
-        events.push(Event {
-            at_tick,
-            action,
-            line: 0,
-        });
+        events.push(at(at_tick, action));
     }
-    // Daemon deaths (the gateways live on under their lease), where the deployment admits one.
-    let lease_ticks = crate::engine::lease_ticks(sc);
-    let kills = x.range(0, 2);
-    for _ in 0..kills {
+    events
+}
+
+/// Daemon deaths (the gateways live on under their lease), where the deployment admits one,
+/// each with its true verdict no sooner than the lease after it (most of the time) and its
+/// restart.
+fn daemon_deaths(
+    x: &mut Rng,
+    sc: &Scenario,
+    end: i64,
+    lease_ticks: Option<i64>,
+    open: &mut Open,
+) -> Vec<Event> {
+    let n = sc.regions.len();
+    let mut events = Vec::new();
+    for _ in 0..x.range(0, 2) {
         let at_tick = x.range(0, end as u64 - 1) as i64;
         let r = x.range(0, n as u64 - 1) as usize;
         let back = at_tick + x.range(1, (end - at_tick).max(1) as u64) as i64;
@@ -240,72 +311,16 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
         let Some(lease) = lease_ticks else {
             continue;
         };
-        events.push(Event {
-            at_tick,
-            action: Action::KillDaemon(r),
-            line: 0,
-        });
+        events.push(at(at_tick, Action::KillDaemon(r)));
         if truthful && at_tick + lease + detect < end {
             // Its health check probes the daemon: it turns unhealthy (a true verdict), no sooner
             // than the lease after the death (docs/PROTOCOL.md: the deployment's health check
             // must take at least the lease to detect a failure).
-            events.push(Event {
-                at_tick: at_tick + lease + detect,
-                action: Action::Unhealthy(r),
-                line: 0,
-            });
-            unhealthy[r] = true;
+            events.push(at(at_tick + lease + detect, Action::Unhealthy(r)));
+            open.unhealthy[r] = true;
         }
         if back < end {
-            events.push(Event {
-                at_tick: back,
-                action: Action::RestartDaemon(r),
-                line: 0,
-            });
-        }
-    }
-    // Verdicts after the other events of their tick, so that one drawn for the tick of a daemon's
-    // death counts as "sooner than the lease after it" (the engine applies a tick's events
-    // together, so the order changes nothing else). The sort is stable and moves every verdict
-    // alike: an "unhealthy" and the "healthy" that clears it, drawn for one tick, stay in the
-    // order drawn (moving only the first made it last, a false verdict that never cleared).
-    events.sort_by_key(|e| {
-        let verdict = matches!(
-            e.action,
-            Action::Unhealthy(_) | Action::Healthy(_) | Action::Unknown(_)
-        );
-        (e.at_tick, verdict)
-    });
-    let dead = keep_lifecycle(&mut events, n, lease_ticks.unwrap_or(0));
-    // A lost Region is usually reported unhealthy some time after it was lost (the true verdict).
-    if cut {
-        events.push(Event {
-            at_tick: end,
-            action: Action::Heal,
-            line: 0,
-        });
-    }
-    for r in 0..n {
-        if dead[r] {
-            events.push(Event {
-                at_tick: end,
-                action: Action::RestartDaemon(r),
-                line: 0,
-            });
-        }
-        if lost[r] {
-            events.push(Event {
-                at_tick: end,
-                action: Action::Restore(r),
-                line: 0,
-            });
-        }
-        if unhealthy[r] {
-            events.push(Event {
-                at_tick: end,
-                action: Action::Healthy(r),
-                line: 0,
-            });
+            events.push(at(back, Action::RestartDaemon(r)));
         }
     }
     events
@@ -345,6 +360,47 @@ fn keep_lifecycle(events: &mut Vec<Event>, n: usize, lease: i64) -> Vec<bool> {
         _ => true,
     });
     dead
+}
+
+/// One event's action as the TOML line `shareplane sim` reads.
+fn event_toml(sc: &Scenario, action: &Action) -> String {
+    let name = |r: usize| format!("{:?}", sc.regions[r].name);
+    let names = |mask: u8| {
+        (0..sc.regions.len())
+            .filter(|r| mask >> r & 1 == 1)
+            .map(name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match action {
+        Action::Limit(rate, mask) => format!(
+            "limit = {{ rate = {:?}, regions = [{}] }}",
+            rate.as_rps(),
+            names(*mask)
+        ),
+        Action::Demand(rates) => {
+            let parts: Vec<String> = rates
+                .iter()
+                .map(|(r, v)| format!("{} = {:?}", sc.regions[*r].name, v.as_rps()))
+                .collect();
+            format!("demand = {{ {} }}", parts.join(", "))
+        }
+        Action::Lose(r) => format!("lose = {}", name(*r)),
+        Action::Restore(r) => format!("restore = {}", name(*r)),
+        Action::Cut(mask) => format!("cut = [{}]", names(*mask)),
+        Action::OneWayCut(from, to) => format!(
+            "one_way_cut = {{ from = [{}], to = [{}] }}",
+            names(*from),
+            names(*to)
+        ),
+        Action::Unknown(r) => format!("unknown = {}", name(*r)),
+        Action::KillDaemon(r) => format!("kill_daemon = {}", name(*r)),
+        Action::RestartDaemon(r) => format!("restart_daemon = {}", name(*r)),
+        Action::Heal => "heal = true".into(),
+        Action::Unhealthy(r) => format!("unhealthy = {}", name(*r)),
+        Action::Healthy(r) => format!("healthy = {}", name(*r)),
+        Action::Restart(r) => format!("restart = {}", name(*r)),
+    }
 }
 
 /// The scenario as a TOML file that `shareplane sim` runs unchanged.
@@ -390,58 +446,8 @@ pub fn to_toml(sc: &Scenario) -> String {
             s(r.visibility_ticks as i64)
         );
     }
-    let name = |r: usize| format!("{:?}", sc.regions[r].name);
     for e in &sc.events {
-        let action = match &e.action {
-            Action::Limit(rate, mask) => {
-                let names: Vec<String> = (0..sc.regions.len())
-                    .filter(|r| mask >> r & 1 == 1)
-                    .map(name)
-                    .collect();
-                format!(
-                    "limit = {{ rate = {:?}, regions = [{}] }}",
-                    rate.as_rps(),
-                    names.join(", ")
-                )
-            }
-            Action::Demand(rates) => {
-                let parts: Vec<String> = rates
-                    .iter()
-                    .map(|(r, v)| format!("{} = {:?}", sc.regions[*r].name, v.as_rps()))
-                    .collect();
-                format!("demand = {{ {} }}", parts.join(", "))
-            }
-            Action::Lose(r) => format!("lose = {}", name(*r)),
-            Action::Restore(r) => format!("restore = {}", name(*r)),
-            Action::Cut(mask) => {
-                let names: Vec<String> = (0..sc.regions.len())
-                    .filter(|r| mask >> r & 1 == 1)
-                    .map(name)
-                    .collect();
-                format!("cut = [{}]", names.join(", "))
-            }
-            Action::OneWayCut(from, to) => {
-                let list = |mask: &u8| {
-                    (0..sc.regions.len())
-                        .filter(|r| mask >> r & 1 == 1)
-                        .map(name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                format!(
-                    "one_way_cut = {{ from = [{}], to = [{}] }}",
-                    list(from),
-                    list(to)
-                )
-            }
-            Action::Unknown(r) => format!("unknown = {}", name(*r)),
-            Action::KillDaemon(r) => format!("kill_daemon = {}", name(*r)),
-            Action::RestartDaemon(r) => format!("restart_daemon = {}", name(*r)),
-            Action::Heal => "heal = true".into(),
-            Action::Unhealthy(r) => format!("unhealthy = {}", name(*r)),
-            Action::Healthy(r) => format!("healthy = {}", name(*r)),
-            Action::Restart(r) => format!("restart = {}", name(*r)),
-        };
+        let action = event_toml(sc, &e.action);
         let _ = writeln!(o, "\n[[event]]\nat_s = {:?}\n{action}", s(e.at_tick));
     }
     o

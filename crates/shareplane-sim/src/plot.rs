@@ -82,7 +82,8 @@ impl PlotData {
         (t as i128 * self.tick_ms as i128) as f64 / 1000.0
     }
 
-    /// Renders the SVG document.
+    /// Renders the SVG document: the sum of shares, each Region's share and target, and what was
+    /// admitted, one panel under the other, with the events marked across them.
     pub fn svg(&self, sc: &Scenario, events: &[EventLog]) -> String {
         let limit = sc.limit.as_rps();
         let (x0, x1) = (self.secs(self.from), self.secs(self.to));
@@ -108,92 +109,91 @@ impl PlotData {
             esc(&sc.name)
         );
         let mut y = top;
+        self.sum_panel(&mut s, &xs, (y, panel_h[0]), limit);
+        y += panel_h[0] + gap;
+        self.shares_panel(&mut s, sc, &xs, (y, panel_h[1]));
+        y += panel_h[1] + gap;
+        self.admitted_panel(&mut s, &xs, (y, panel_h[2]), limit);
+        let bottom = y + panel_h[2];
+        x_axis(&mut s, &xs, bottom);
+        for (t, text, row) in &labels {
+            let x = xs.at(*t);
+            let _ = writeln!(
+                s,
+                "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{bottom:.1}\" stroke=\"#888\" stroke-dasharray=\"2,3\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\">{}</text>",
+                top - 34.0 - 16.0 * *row as f64,
+                x + 3.0,
+                top - 26.0 - 16.0 * *row as f64,
+                esc(text)
+            );
+        }
+        s.push_str("</svg>\n");
+        s
+    }
+
+    /// The sum of shares against the limit, in the panel at `(top, height)`.
+    fn sum_panel(&self, s: &mut String, xs: &Scale, (y, h): (f64, f64), limit: f64) {
+        let x1 = xs.d1;
         let max_sum = self.sum.iter().map(|p| p.1).fold(limit, f64::max);
         let min_sum = self.sum.iter().map(|p| p.1).fold(limit, f64::min);
-        let lo = (min_sum - 0.08 * limit).max(0.0);
-        let hi = max_sum + 0.05 * limit;
         let ys = Scale {
-            d0: lo,
-            d1: hi,
-            p0: y + panel_h[0],
+            d0: (min_sum - 0.08 * limit).max(0.0),
+            d1: max_sum + 0.05 * limit,
+            p0: y + h,
             p1: y,
         };
         panel(
-            &mut s,
-            &xs,
+            s,
+            xs,
             &ys,
             "Sum of shares (Regions not lost) against the limit, per second",
         );
-        self.shade(&mut s, &xs, &ys, limit, x1);
+        self.shade(s, xs, &ys, limit, x1);
         hline(
-            &mut s,
-            &xs,
+            s,
+            xs,
             &ys,
             limit,
             "#000",
             "6,4",
             &format!("limit {}", limit),
         );
-        step_line(
-            &mut s,
-            &xs,
-            &ys,
-            &self.sum_points(&self.sum),
-            x1,
-            "#111",
-            2.2,
-            None,
-        );
-        let sum_y = y;
-        y += panel_h[0] + gap;
+        let sum = self.sum_points(&self.sum);
+        step_line(s, xs, &ys, &sum, x1, "#111", 2.2, None);
+    }
 
-        let max_share = self
-            .shares
-            .iter()
-            .chain(&self.targets)
+    /// Each Region's share (solid) and target (dashed), its lost spans as bars, and the legend.
+    fn shares_panel(&self, s: &mut String, sc: &Scenario, xs: &Scale, (y, h): (f64, f64)) {
+        let x1 = xs.d1;
+        let max_share = (self.shares.iter().chain(&self.targets))
             .flatten()
             .map(|p| p.1)
             .fold(0.0, f64::max);
-        let ys2 = Scale {
+        let ys = Scale {
             d0: 0.0,
             d1: max_share * 1.08 + 1.0,
-            p0: y + panel_h[1],
+            p0: y + h,
             p1: y,
         };
         panel(
-            &mut s,
-            &xs,
-            &ys2,
+            s,
+            xs,
+            &ys,
             "Each Region: share (solid) and target (dashed), per second",
         );
         for (i, r) in sc.regions.iter().enumerate() {
             let c = COLORS[i % COLORS.len()];
-            step_line(
-                &mut s,
-                &xs,
-                &ys2,
-                &self.sum_points(&self.targets[i]),
-                x1,
-                c,
-                1.3,
-                Some("5,3"),
-            );
-            step_line(
-                &mut s,
-                &xs,
-                &ys2,
-                &self.sum_points(&self.shares[i]),
-                x1,
-                c,
-                2.2,
-                None,
-            );
+            let target = self.sum_points(&self.targets[i]);
+            step_line(s, xs, &ys, &target, x1, c, 1.3, Some("5,3"));
+            let share = self.sum_points(&self.shares[i]);
+            step_line(s, xs, &ys, &share, x1, c, 2.2, None);
             for w in self.lost_spans(i) {
                 let (a, b) = (xs.at(w.0), xs.at(w.1));
                 let _ = writeln!(
                     s,
                     "<rect x=\"{a:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"6\" fill=\"{c}\" opacity=\"0.5\"/>",
-                    ys2.p0 - 8.0 - 7.0 * i as f64,
+                    ys.p0 - 8.0 - 7.0 * i as f64,
                     (b - a).max(1.0)
                 );
             }
@@ -215,8 +215,10 @@ impl PlotData {
             "<text x=\"{}\" y=\"{ly}\" font-size=\"10\" fill=\"#555\">bars at bottom: lost</text>",
             WIDTH - RIGHT + 14.0
         );
-        y += panel_h[1] + gap;
+    }
 
+    /// What all Regions admitted per second (or per bin) against the limit.
+    fn admitted_panel(&self, s: &mut String, xs: &Scale, (y, h): (f64, f64), limit: f64) {
         let per_bin = self.bin_ticks as f64 * self.tick_ms as f64 / 1000.0;
         let adm: Vec<(f64, f64)> = self
             .bins
@@ -224,10 +226,10 @@ impl PlotData {
             .map(|&(b, v)| (self.secs(b), v as f64 / 1e6 / per_bin))
             .collect();
         let max_adm = adm.iter().map(|p| p.1).fold(limit, f64::max);
-        let ys3 = Scale {
+        let ys = Scale {
             d0: 0.0,
             d1: max_adm * 1.1,
-            p0: y + panel_h[2],
+            p0: y + h,
             p1: y,
         };
         let title = if per_bin == 1.0 {
@@ -235,26 +237,9 @@ impl PlotData {
         } else {
             format!("Admitted per second, averaged over {per_bin} s (all Regions)")
         };
-        panel(&mut s, &xs, &ys3, &title);
-        hline(&mut s, &xs, &ys3, limit, "#000", "6,4", "L");
-        step_line(&mut s, &xs, &ys3, &adm, x1, "#e07b00", 1.8, None);
-        let bottom = y + panel_h[2];
-        x_axis(&mut s, &xs, bottom);
-        for (t, text, row) in &labels {
-            let x = xs.at(*t);
-            let _ = writeln!(
-                s,
-                "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{bottom:.1}\" stroke=\"#888\" stroke-dasharray=\"2,3\"/>\
-                 <text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\">{}</text>",
-                top - 34.0 - 16.0 * *row as f64,
-                x + 3.0,
-                top - 26.0 - 16.0 * *row as f64,
-                esc(text)
-            );
-        }
-        let _ = sum_y;
-        s.push_str("</svg>\n");
-        s
+        panel(s, xs, &ys, &title);
+        hline(s, xs, &ys, limit, "#000", "6,4", "L");
+        step_line(s, xs, &ys, &adm, xs.d1, "#e07b00", 1.8, None);
     }
 
     /// Red where the sum of shares is above the limit, blue where it is below; the extremes labelled.

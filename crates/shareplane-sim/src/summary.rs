@@ -225,37 +225,7 @@ impl Stats {
 
     pub fn finish(self, sc: &Scenario, out: &Outcome) -> Summary {
         let names: Vec<String> = sc.regions.iter().map(|r| r.name.clone()).collect();
-        let by = |p: &PerRegion<Room>| {
-            ByRegion(
-                names
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| !p.0[*i].is_zero())
-                    .map(|(i, n)| (n.clone(), rps(p.0[i])))
-                    .collect(),
-            )
-        };
-        let rebalances = out
-            .rebalances
-            .iter()
-            .filter(|r| r.tick < sc.end_tick)
-            .map(|r| Rebalance {
-                at_s: sc.seconds(r.tick),
-                region: names[r.region].clone(),
-                demand: rps(r.outcome.demand),
-                target: rps(r.outcome.target),
-                share_before: rps(r.outcome.share_before),
-                share_after: rps(r.outcome.share_after),
-                pool_after: rps(r.outcome.pool_after),
-                taken: by(&r.outcome.taken),
-                granted: by(&r.outcome.granted),
-                reclaimed: by(&r.outcome.reclaimed),
-                unmet: rps(r.outcome.unmet),
-                epoch: r.epoch,
-                version: r.version,
-                silent: r.silent.iter().map(|p| names[p.index()].clone()).collect(),
-            })
-            .collect();
+        let rebalances = rebalance_rows(sc, out, &names);
         let finals = ByRegion(
             names
                 .iter()
@@ -298,6 +268,63 @@ impl Stats {
             rebalances,
         }
     }
+}
+
+/// The rebalances before the scenario's end, with Regions by name.
+fn rebalance_rows(sc: &Scenario, out: &Outcome, names: &[String]) -> Vec<Rebalance> {
+    let by = |p: &PerRegion<Room>| {
+        ByRegion(
+            names
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !p.0[*i].is_zero())
+                .map(|(i, n)| (n.clone(), rps(p.0[i])))
+                .collect(),
+        )
+    };
+    out.rebalances
+        .iter()
+        .filter(|r| r.tick < sc.end_tick)
+        .map(|r| Rebalance {
+            at_s: sc.seconds(r.tick),
+            region: names[r.region].clone(),
+            demand: rps(r.outcome.demand),
+            target: rps(r.outcome.target),
+            share_before: rps(r.outcome.share_before),
+            share_after: rps(r.outcome.share_after),
+            pool_after: rps(r.outcome.pool_after),
+            taken: by(&r.outcome.taken),
+            granted: by(&r.outcome.granted),
+            reclaimed: by(&r.outcome.reclaimed),
+            unmet: rps(r.outcome.unmet),
+            epoch: r.epoch,
+            version: r.version,
+            silent: r.silent.iter().map(|p| names[p.index()].clone()).collect(),
+        })
+        .collect()
+}
+
+/// One rebalance of the report: its figures and what moved.
+fn rebalance_line(r: &Rebalance) -> String {
+    let moves = |label: &str, m: &ByRegion<f64>| {
+        m.0.iter()
+            .map(|(k, v)| format!(" {label} {k} {v}"))
+            .collect::<String>()
+    };
+    format!(
+        "  {:>8.2} s  {:<6} demand {:>9} target {:>9} share {:>9} -> {:>9} pool {:>8} unmet {:>8}{}{}{}\n",
+        r.at_s,
+        r.region,
+        r.demand,
+        r.target,
+        r.share_before,
+        r.share_after,
+        r.pool_after,
+        r.unmet,
+        moves("took from", &r.taken),
+        moves("granted to", &r.granted),
+        moves("reclaimed from", &r.reclaimed),
+    )
 }
 
 fn opt(v: Option<f64>) -> String {
@@ -371,25 +398,7 @@ impl Summary {
         }
         s.push_str("rebalances:\n");
         for r in &self.rebalances {
-            let moves = |label: &str, m: &ByRegion<f64>| {
-                m.0.iter()
-                    .map(|(k, v)| format!(" {label} {k} {v}"))
-                    .collect::<String>()
-            };
-            s.push_str(&format!(
-                "  {:>8.2} s  {:<6} demand {:>9} target {:>9} share {:>9} -> {:>9} pool {:>8} unmet {:>8}{}{}{}\n",
-                r.at_s,
-                r.region,
-                r.demand,
-                r.target,
-                r.share_before,
-                r.share_after,
-                r.pool_after,
-                r.unmet,
-                moves("took from", &r.taken),
-                moves("granted to", &r.granted),
-                moves("reclaimed from", &r.reclaimed),
-            ));
+            s.push_str(&rebalance_line(r));
         }
         s
     }

@@ -111,21 +111,7 @@ pub fn sweep(sc: &Scenario, offsets_s: &[f64]) -> Result<SweepResult, SweepError
             offsets: describe(sc, offsets_s, &choice),
             error: e.to_string(),
         })?;
-        for (slot, (name, worse)) in figures.iter_mut().zip(FIGURES) {
-            let v = figure(&summary, name);
-            let b = badness(v, worse);
-            match slot {
-                None => *slot = Some((b, v, choice.clone(), b, v, choice.clone())),
-                Some((wb, wv, wc, bb, bv, bc)) => {
-                    if b > *wb {
-                        (*wb, *wv, *wc) = (b, v, choice.clone());
-                    }
-                    if b < *bb {
-                        (*bb, *bv, *bc) = (b, v, choice.clone());
-                    }
-                }
-            }
-        }
+        keep_extremes(&mut figures, &summary, &choice);
         // Next assignment, as a base-k counter over the Regions.
         for c in choice.iter_mut().rev() {
             *c += 1;
@@ -164,6 +150,25 @@ pub fn sweep(sc: &Scenario, offsets_s: &[f64]) -> Result<SweepResult, SweepError
         offsets: offsets_s.to_vec(),
         figures,
     })
+}
+
+/// Keeps, per figure, the worst and the best run so far (`choice`: this run's phases).
+fn keep_extremes(figures: &mut [Option<Slot>], summary: &crate::Summary, choice: &[usize]) {
+    for (slot, (name, worse)) in figures.iter_mut().zip(FIGURES) {
+        let v = figure(summary, name);
+        let b = badness(v, worse);
+        match slot {
+            None => *slot = Some((b, v, choice.to_vec(), b, v, choice.to_vec())),
+            Some((wb, wv, wc, bb, bv, bc)) => {
+                if b > *wb {
+                    (*wb, *wv, *wc) = (b, v, choice.to_vec());
+                }
+                if b < *bb {
+                    (*bb, *bv, *bc) = (b, v, choice.to_vec());
+                }
+            }
+        }
+    }
 }
 
 fn offsets_in_ticks(sc: &Scenario, offsets_s: &[f64]) -> Result<Vec<i64>, SweepError> {
