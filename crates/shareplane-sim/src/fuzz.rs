@@ -196,8 +196,8 @@ fn faults(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
     if open.cut {
         events.push(at(end, Action::Heal));
     }
-    for r in 0..n {
-        if dead[r] {
+    for (r, &dead) in dead.iter().enumerate().take(n) {
+        if dead {
             events.push(at(end, Action::RestartDaemon(r)));
         }
         if open.lost[r] {
