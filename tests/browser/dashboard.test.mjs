@@ -5,7 +5,8 @@
 // warning while the sum passes the limit (the demo driven into a false verdict on a cut Region,
 // and the page fed a sum of 12,000 by intercepting /demo/state), "not answering" once the demo
 // stops. Then `shareplane run`'s read-only dashboard (/dashboard) on the memory store, with the
-// same chart. Screenshots go to tests/.work/browser-screenshots/<time>/ (printed).
+// same chart, and the same page of Region A under `shareplane local`, with a line for each
+// peer's share as A sees it. Screenshots go to tests/.work/browser-screenshots/<time>/ (printed).
 //
 // Usage: node dashboard.test.mjs   (SHAREPLANE_BIN overrides target/debug/shareplane,
 // CHROMIUM overrides /usr/bin/chromium). Every wait is bounded; the demo is stopped with SIGTERM
@@ -116,7 +117,7 @@ async function runDashboard(context) {
     if (buttons.length !== 0) fail(`the run dashboard has ${buttons.length} controls; it is read-only`);
     await until("the run chart to hold 5 points", 20_000, async () =>
       Number(await page.$eval(".sp-chart", (c) => c.dataset.points)) >= 5);
-    await chart.checkAxesAndLegend(page, fail, 10_000, ["Region A's share", "peers' shares it sees (B", "Seen sum of shares", "Limit L"]);
+    await chart.checkAxesAndLegend(page, fail, 10_000, ["Region A's share", "Region B's share, as A sees it", "Seen sum of shares", "Limit L"]);
     await chart.checkLimitOnTop(page, fail);
     await chart.checkHistoryAcrossReload(page, fail, 5);
     await chart.shoot(page, shots, "run-dashboard");
@@ -131,6 +132,48 @@ async function runDashboard(context) {
     const code = stopped ? 0 : await stopDemo(child);
     fs.rmSync(dir, { recursive: true, force: true });
     if (code !== 0) fail(`shareplane run did not exit cleanly on SIGTERM: ${code} ${err}`);
+  }
+}
+
+// `shareplane local` (three whole daemons): Region A's /dashboard draws its own share and each
+// peer's as A sees them, lines apart, whose latest values add up to the seen sum.
+async function localDashboard(context) {
+  if (!fs.existsSync(bin)) fail(`no binary at ${bin}`);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "shareplane-local-dashboard-"));
+  const child = spawn(bin, ["local", "--dir", dir, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
+  let out = "", err = "";
+  child.stdout.on("data", (d) => { out += d; });
+  child.stderr.on("data", (d) => { err += d; });
+  try {
+    const url = await until("shareplane local to print A's dashboard", 60_000, () => {
+      if (child.exitCode !== null) fail(`shareplane local exited early with ${child.exitCode}: ${err}`);
+      const m = out.match(/A: dashboard (http:\/\/\S+)/);
+      return m && m[1].replace(/,$/, "");
+    });
+    const page = await context.newPage();
+    await page.goto(url, { timeout: 30_000 });
+    await until("A's chart to hold 5 points with both peers' shares", 60_000, async () => {
+      const n = Number(await page.$eval(".sp-chart", (c) => c.dataset.points));
+      const lines = await page.$$eval(".sp-chart polyline.line", (ls) => ls.map((l) => l.dataset.line));
+      return n >= 5 && lines.includes("peer:B") && lines.includes("peer:C");
+    });
+    await chart.checkAxesAndLegend(page, fail, 10_000,
+      ["Region A's share", "Region B's share, as A sees it", "Region C's share, as A sees it", "Seen sum of shares", "Limit L"]);
+    await chart.checkLimitOnTop(page, fail);
+    const legend = await page.$$eval(".sp-chart [data-legend]", (es) =>
+      Object.fromEntries(es.map((e) => [e.dataset.legend, Number(e.querySelector("b").textContent.replace(/,/g, ""))])));
+    const parts = ["own", "peer:B", "peer:C"].map((k) => legend[k]);
+    if (parts.some((x) => !(x > 0))) fail(`a share line without a value: ${JSON.stringify(legend)}`);
+    const total = parts.reduce((a, b) => a + b, 0);
+    if (Math.abs(total - legend.sum) > 3) fail(`own and peers' shares ${parts} do not add up to the seen sum ${legend.sum}`);
+    const ys = await chart.lastYs(page, ["own", "peer:B", "peer:C"]);
+    if (Object.keys(ys).length !== 3) fail(`not every share drawn: ${JSON.stringify(ys)}`);
+    console.log(`local dashboard (A): shares own ${parts[0]}, B ${parts[1]}, C ${parts[2]}; seen sum ${legend.sum}; last y ${JSON.stringify(ys)}`);
+    await chart.shoot(page, shots, "local-dashboard-peers");
+  } finally {
+    const code = await stopDemo(child);
+    fs.rmSync(dir, { recursive: true, force: true });
+    if (code !== 0) fail(`shareplane local did not exit cleanly on SIGTERM: ${code} ${err}`);
   }
 }
 
@@ -243,6 +286,7 @@ async function main() {
     if (tags.some((t) => t !== "not answering")) fail(`Region tags after the demo stopped: ${tags}`);
     await chart.shoot(page, shots, "demo-not-answering");
     await runDashboard(context);
+    await localDashboard(context);
     console.log("dashboard test passed");
   } finally {
     if (context) await context.close();

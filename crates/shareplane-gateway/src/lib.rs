@@ -237,7 +237,7 @@ fn spawn_grpc(
             .serve_with_incoming_shutdown(incoming, stop)
             .await;
         if let Err(e) = &r {
-            tracing::error!(error = %e, "gRPC server stopped");
+            tracing::error!(error = %shareplane_limiter::http::with_causes(e), "gRPC server stopped");
         }
         r
     })
@@ -252,7 +252,7 @@ fn spawn_http(
     tokio::spawn(async move {
         let r = axum::serve(l, app).with_graceful_shutdown(stop).await;
         if let Err(e) = &r {
-            tracing::error!(error = %e, "HTTP server stopped");
+            tracing::error!(error = %shareplane_limiter::http::with_causes(e), "HTTP server stopped");
         }
         r
     })

@@ -84,6 +84,19 @@ async fn without_a_rule_set_the_gateway_is_alive_not_ready_and_says_why_past_the
     assert_eq!(gauge(&m, "shareplane_gateway_ready"), 0.0);
     assert_eq!(gauge(&m, "shareplane_gateway_rules_overdue"), 1.0);
     assert!(gauge(&m, "shareplane_gateway_rules_fetch_failures_total") >= 1.0);
+    // Every metric in a base unit (docs/metrics.md): durations in seconds, never milliseconds.
+    let names: Vec<&str> = (m.lines())
+        .filter_map(|l| l.strip_prefix("# HELP ")?.split(' ').next())
+        .collect();
+    assert!(names.len() > 15, "{m}");
+    for name in names {
+        assert!(
+            !["_ms", "_millis", "_milliseconds"]
+                .iter()
+                .any(|u| name.ends_with(u)),
+            "{name}"
+        );
+    }
     gw.stop().await;
 }
 

@@ -16,6 +16,8 @@
 //! - [`DemandReporter`]: posts running demand totals to `POST /v1/demand`.
 //! - [`loadgen`]: drives a limiter with a demand pattern (the `shareplane-loadgen` binary).
 //! - [`clock`]: every clock the limiter, the gateway and the load generator read.
+//! - [`logging`]: `--log-format text|json` and the log set-up of every long-running binary
+//!   (`shareplane`'s subcommands and `shareplane-loadgen`).
 //!
 //! Typical wiring in a gateway:
 //!
@@ -44,6 +46,7 @@ pub mod lease;
 pub mod limit;
 pub mod limiter;
 pub mod loadgen;
+pub mod logging;
 pub mod rules;
 pub mod store;
 pub mod templates;

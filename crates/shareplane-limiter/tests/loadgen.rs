@@ -100,6 +100,8 @@ async fn the_loadgen_binary_prints_one_line_per_second_and_reports_its_demand() 
             "200",
         ])
         .args(["--start-at-unix-ms", &start_at.to_string()])
+        .args(["--log-format", "json"])
+        .env_remove("RUST_LOG")
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(60), out)
@@ -133,4 +135,74 @@ async fn the_loadgen_binary_prints_one_line_per_second_and_reports_its_demand() 
     );
     // The last report on shutdown carries the whole total.
     assert_eq!(d.demand(&id), sent);
+    // Every stderr line is JSON; the summary is one of them, with its figures as fields.
+    let logs = json_lines(&stderr);
+    let summary = (logs.iter())
+        .find(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("done"))
+        })
+        .unwrap_or_else(|| panic!("no summary line in {stderr}"));
+    assert_eq!(summary["level"], "INFO", "{summary}");
+    assert_eq!(summary["fields"]["sent"].as_u64(), Some(sent), "{summary}");
+    assert_eq!(summary["fields"]["seconds"].as_u64(), Some(2), "{summary}");
+}
+
+/// Each line of `stderr` as JSON: an object with a level and a message (panics otherwise).
+fn json_lines(stderr: &str) -> Vec<serde_json::Value> {
+    let lines: Vec<serde_json::Value> = (stderr.lines())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    for v in &lines {
+        assert!(v["level"].is_string(), "no level: {v}");
+        assert!(v["fields"]["message"].is_string(), "no message: {v}");
+    }
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loadgen_logs_json_and_says_why_it_stops_with_the_cause() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let daemon = format!("http://127.0.0.1:{closed}");
+    let redis = format!("redis://127.0.0.1:{closed}/");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_shareplane-loadgen"))
+        .args(["--daemon", &daemon, "--redis", &redis, "--token", TOKEN])
+        .args([
+            "--limit",
+            "k",
+            "--pattern",
+            "0:10",
+            "--ready-timeout-s",
+            "1",
+        ])
+        .args(["--log-format", "json"])
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .unwrap_or_else(|_| panic!("the load generator did not stop"))
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let logs = json_lines(&stderr);
+    let fetch = (logs.iter())
+        .find(|v| v["fields"]["message"] == "rule fetch failed")
+        .unwrap_or_else(|| panic!("no failed fetch logged: {stderr}"));
+    let error = fetch["fields"]["error"].as_str().unwrap_or("");
+    assert!(
+        error.to_ascii_lowercase().contains("connection refused"),
+        "{fetch}"
+    );
+    let last = logs.last().unwrap_or_else(|| panic!("no log line"));
+    assert_eq!(last["level"], "ERROR", "{last}");
+    assert!(
+        (last["fields"]["message"].as_str())
+            .is_some_and(|m| m.contains("no rule set from") && m.contains("within 1 s")),
+        "{last}"
+    );
 }

@@ -388,6 +388,7 @@ fn demo_token() -> String {
 /// `shareplane demo`: serves until SIGINT or SIGTERM.
 pub async fn run(listen: SocketAddr, period_ms: u64) -> Result<(), DemoError> {
     let (tx, rx) = watch::channel(false);
+    tokio::spawn(crate::shutdown_on_signals(tx));
     let demo = Demo::start(period_ms, rx.clone())?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -406,7 +407,6 @@ pub async fn run(listen: SocketAddr, period_ms: u64) -> Result<(), DemoError> {
         demo.api_token
     );
     println!("press Ctrl-C to stop");
-    tokio::spawn(crate::shutdown_on_signals(tx));
     api::serve(listener, router(demo), rx, Duration::from_secs(5))
         .await
         .map_err(DemoError::Serve)

@@ -283,51 +283,45 @@ pub async fn stop_loop(task: tokio::task::JoinHandle<()>) {
 }
 
 /// Sets `tx` to true on the first SIGINT or SIGTERM.
-pub async fn shutdown_on_signals(tx: watch::Sender<bool>) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
+///
+/// The handlers are registered when this is called, not when the future is first polled, so a
+/// signal that arrives while the caller is still starting (before the spawned task first runs)
+/// is a shutdown too, not the default action of ending the process undrained. Call it inside
+/// the runtime. A handler that cannot be registered is logged and that signal keeps its
+/// default action.
+pub fn shutdown_on_signals(
+    tx: watch::Sender<bool>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{signal, Signal, SignalKind};
+    let register = |kind: SignalKind, name: &'static str| {
+        signal(kind)
+            .map_err(|e| warn!(error = %e, "cannot handle {name}: it ends the process undrained"))
+            .ok()
+    };
+    let mut int = register(SignalKind::interrupt(), "SIGINT");
+    let mut term = register(SignalKind::terminate(), "SIGTERM");
+    async fn recv(s: &mut Option<Signal>) {
+        match s {
+            Some(s) => {
                 s.recv().await;
             }
-            Err(_) => std::future::pending::<()>().await,
+            None => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => info!("SIGINT received; shutting down"),
-        _ = term => info!("SIGTERM received; shutting down"),
     }
-    let _ = tx.send(true);
+    async move {
+        tokio::select! {
+            () = recv(&mut int) => info!("SIGINT received; shutting down"),
+            () = recv(&mut term) => info!("SIGTERM received; shutting down"),
+        }
+        let _ = tx.send(true);
+    }
 }
 
-/// How log lines are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    /// Human-readable lines (colours on a terminal).
-    Text,
-    /// One JSON object per line, every field of the event at the top level of `fields`.
-    Json,
-}
-
-/// Logs to stderr as text; `RUST_LOG` overrides the default `info` level.
-pub fn init_logging() {
-    init_logging_as(LogFormat::Text);
-}
+/// How log lines are written, and the `--log-format` option of every long-running subcommand
+/// (shared with `shareplane-loadgen`).
+pub use shareplane_limiter::logging::{LogArgs, LogFormat};
 
 /// Logs to stderr in `format`; `RUST_LOG` overrides the default `info` level.
 pub fn init_logging_as(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    use std::io::IsTerminal;
-    let ansi = std::io::stderr().is_terminal();
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => fmt.with_ansi(ansi).try_init(),
-        LogFormat::Json => fmt.json().with_ansi(false).try_init(),
-    };
+    shareplane_limiter::logging::init(format, "info");
 }

@@ -45,9 +45,8 @@ enum Command {
         /// The TOML file (see crates/shareplane/config.example.toml).
         #[arg(long)]
         config: Option<PathBuf>,
-        /// How log lines are written: `text`, or `json` (one object per line).
-        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-        log_format: String,
+        #[command(flatten)]
+        log: shareplane::LogArgs,
     },
     /// The shared limits in the global table: one source of limits for every Region whose
     /// configuration says `limits_source = "table"` (see docs/PROTOCOL.md, "One source of limits").
@@ -64,6 +63,8 @@ enum Command {
         /// things move quickly).
         #[arg(long, default_value_t = shareplane::demo::DEFAULT_PERIOD_MS)]
         period_ms: u64,
+        #[command(flatten)]
+        log: shareplane::LogArgs,
     },
     /// The real Region daemons on this machine before any deployment: A, B and C, each a whole
     /// `shareplane run` daemon with its own configuration file and API, on a simulated global
@@ -79,6 +80,8 @@ enum Command {
         /// Rebalance period (production: 5000).
         #[arg(long, default_value_t = 1000)]
         period_ms: u64,
+        #[command(flatten)]
+        log: shareplane::LogArgs,
     },
     /// Enforce this Region's shares for any gateway: Envoy's rate limit service (gRPC), an
     /// HTTP check for NGINX auth_request and Traefik ForwardAuth, /metrics, /healthz and /readyz
@@ -86,9 +89,8 @@ enum Command {
     Gateway {
         #[command(flatten)]
         flags: Box<shareplane_gateway::Flags>,
-        /// How log lines are written: `text`, or `json` (one object per line).
-        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-        log_format: String,
+        #[command(flatten)]
+        log: shareplane::LogArgs,
     },
 }
 
@@ -144,19 +146,27 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Sim { args } => shareplane_sim::cli::main(args),
         Command::Validate { config } => validate(config),
-        Command::Run { config, log_format } => run(config, &log_format),
+        Command::Run { config, log } => run(config, log.log_format),
         Command::Limits { command } => limits(command),
-        Command::Demo { listen, period_ms } => demo(listen, period_ms),
+        Command::Demo {
+            listen,
+            period_ms,
+            log,
+        } => demo(listen, period_ms, log.log_format),
         Command::Local {
             dir,
             port,
             period_ms,
-        } => local(shareplane::local::LocalOptions {
-            dir,
-            port,
-            period_ms,
-        }),
-        Command::Gateway { flags, log_format } => gateway(*flags, &log_format),
+            log,
+        } => local(
+            shareplane::local::LocalOptions {
+                dir,
+                port,
+                period_ms,
+            },
+            log.log_format,
+        ),
+        Command::Gateway { flags, log } => gateway(*flags, log.log_format),
     }
 }
 
@@ -210,17 +220,27 @@ fn validate(path: Option<PathBuf>) -> ExitCode {
     }
 }
 
+/// Why the command stops: a log line at level error once logging is set up (so that with
+/// `--log-format json` every line on stderr stays JSON), else a plain line.
+fn fatal(why: std::fmt::Arguments<'_>) {
+    if tracing::dispatcher::has_been_set() {
+        tracing::error!("{why}");
+    } else {
+        eprintln!("{why}");
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| {
-            eprintln!("cannot start the async runtime: {e}");
+            fatal(format_args!("cannot start the async runtime: {e}"));
             ExitCode::FAILURE
         })
 }
 
-fn run(path: Option<PathBuf>, log_format: &str) -> ExitCode {
+fn run(path: Option<PathBuf>, log_format: shareplane::LogFormat) -> ExitCode {
     let source = shareplane::reload::ConfigSource {
         path: path.clone(),
         env: config::process_env(),
@@ -233,11 +253,7 @@ fn run(path: Option<PathBuf>, log_format: &str) -> ExitCode {
         eprintln!("{e}");
         return ExitCode::from(2);
     }
-    shareplane::init_logging_as(if log_format == "json" {
-        shareplane::LogFormat::Json
-    } else {
-        shareplane::LogFormat::Text
-    });
+    shareplane::init_logging_as(log_format);
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -245,7 +261,7 @@ fn run(path: Option<PathBuf>, log_format: &str) -> ExitCode {
     match rt.block_on(shareplane::run(cfg, source)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("shareplane run: {e}");
+            fatal(format_args!("shareplane run: {e}"));
             ExitCode::FAILURE
         }
     }
@@ -423,8 +439,8 @@ fn now_ms() -> u64 {
     shareplane::clock::unix_ms_now()
 }
 
-fn demo(listen: SocketAddr, period_ms: u64) -> ExitCode {
-    shareplane::init_logging();
+fn demo(listen: SocketAddr, period_ms: u64, log_format: shareplane::LogFormat) -> ExitCode {
+    shareplane::init_logging_as(log_format);
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -432,14 +448,14 @@ fn demo(listen: SocketAddr, period_ms: u64) -> ExitCode {
     match rt.block_on(shareplane::demo::run(listen, period_ms)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("shareplane demo: {e}");
+            fatal(format_args!("shareplane demo: {e}"));
             ExitCode::FAILURE
         }
     }
 }
 
-fn local(opts: shareplane::local::LocalOptions) -> ExitCode {
-    shareplane::init_logging();
+fn local(opts: shareplane::local::LocalOptions, log_format: shareplane::LogFormat) -> ExitCode {
+    shareplane::init_logging_as(log_format);
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -447,13 +463,13 @@ fn local(opts: shareplane::local::LocalOptions) -> ExitCode {
     match rt.block_on(shareplane::local::run(opts)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("shareplane local: {e}");
+            fatal(format_args!("shareplane local: {e}"));
             ExitCode::FAILURE
         }
     }
 }
 
-fn gateway(flags: shareplane_gateway::Flags, log_format: &str) -> ExitCode {
+fn gateway(flags: shareplane_gateway::Flags, log_format: shareplane::LogFormat) -> ExitCode {
     let cfg = match shareplane_gateway::config::load(flags.clone()) {
         Ok(c) => c,
         Err(e) => {
@@ -461,11 +477,7 @@ fn gateway(flags: shareplane_gateway::Flags, log_format: &str) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    shareplane::init_logging_as(if log_format == "json" {
-        shareplane::LogFormat::Json
-    } else {
-        shareplane::LogFormat::Text
-    });
+    shareplane::init_logging_as(log_format);
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -474,6 +486,7 @@ fn gateway(flags: shareplane_gateway::Flags, log_format: &str) -> ExitCode {
     let stop = async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    let _in_runtime = rt.enter(); // the signal handlers register with the runtime
     rt.spawn(shareplane::shutdown_on_signals(tx));
     // SIGHUP reads the file (and the same flags) again; the gateway adopts what may change live.
     let (reload_tx, reloads) = tokio::sync::mpsc::channel(1);
@@ -490,12 +503,14 @@ fn gateway(flags: shareplane_gateway::Flags, log_format: &str) -> ExitCode {
                 }
             });
         }
-        Err(e) => eprintln!("shareplane gateway: no SIGHUP handler, reloads are off: {e}"),
+        Err(e) => {
+            tracing::error!(error = %e, "shareplane gateway: no SIGHUP handler, reloads are off")
+        }
     }
     match rt.block_on(shareplane_gateway::run_reloading(cfg, stop, reloads)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("shareplane gateway: {e}");
+            fatal(format_args!("shareplane gateway: {e}"));
             ExitCode::FAILURE
         }
     }

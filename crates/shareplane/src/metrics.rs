@@ -154,7 +154,7 @@ pub struct Extra {
 pub const PER_LIMIT_SERIES: usize = 1_000;
 
 /// Every replica-wide metric, defined here and nowhere else.
-const SCALARS: [Scalar; 21] = [
+const SCALARS: [Scalar; 20] = [
     (
         "shareplane_config_generation",
         "gauge",
@@ -244,12 +244,6 @@ const SCALARS: [Scalar; 21] = [
         "gauge",
         "Requests waiting for a newer rule set (long-polls).",
         |_, x| x.watchers as u64,
-    ),
-    (
-        "shareplane_rules_lease_remaining_ms",
-        "gauge",
-        "How long gateways may still enforce the published rule set without a renewal (0: they fence).",
-        |_, x| x.rules_lease_remaining_ms,
     ),
     (
         "shareplane_rules_lease_renewals_total",
@@ -355,6 +349,10 @@ const LIMIT_GAUGES: [LimitGauge; 6] = [
     ),
 ];
 
+/// The values of `shareplane_health_verdict`'s `verdict` label, as [`crate::view::health_name`]
+/// names them; every Region has a series for each.
+const HEALTH_VERDICTS: [&str; 3] = ["healthy", "unhealthy", "unknown"];
+
 /// A gauge per peer: name, help, and the value (none: not known to this replica, no series).
 type PeerGauge = (&'static str, &'static str, fn(&PeerJson) -> Option<u32>);
 
@@ -423,6 +421,16 @@ impl Metrics {
         let mut o = String::with_capacity(4096);
         let region = esc(&view.region);
         let limits = view.reported_limits(PER_LIMIT_SERIES);
+        self.render_scalars(&mut o, &region, view, extra);
+        render_limits_and_peers(&mut o, &region, view, &limits);
+        render_health(&mut o, &region, view, extra);
+        render_labelled(&mut o, &region, view, &limits);
+        self.render_histograms(&mut o, &region);
+        o
+    }
+
+    /// The replica-wide values and the counters by label.
+    fn render_scalars(&self, o: &mut String, region: &str, view: &StateView, extra: &Extra) {
         for (name, help, v) in [
             (
                 "shareplane_limits",
@@ -453,67 +461,13 @@ impl Metrics {
                 let _ = writeln!(o, "{name}{{region=\"{region}\",{label}=\"{k}\"}} {v}");
             }
         }
-        for (name, help, get) in LIMIT_GAUGES {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for l in &limits {
-                let _ = writeln!(
-                    o,
-                    "{name}{{region=\"{region}\",limit=\"{}\"}} {}",
-                    esc(&l.id),
-                    get(l)
-                );
-            }
-        }
-        for (name, help, get) in PEER_GAUGES {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for p in &view.peers {
-                if let Some(v) = get(p) {
-                    let _ = writeln!(
-                        o,
-                        "{name}{{region=\"{region}\",peer=\"{}\"}} {v}",
-                        esc(&p.region)
-                    );
-                }
-            }
-        }
-        let name = "shareplane_health_unknown_seconds";
-        let _ = writeln!(o, "# HELP {name} Seconds the health verdict of the Region `of` (this Region's own included) has read unknown, or could not be read, without a break; 0 when it reads known. Past the threshold: alarm health_unknown:<of>.\n# TYPE {name} gauge");
-        for (of, secs) in &view.health_unknown_seconds {
-            let _ = writeln!(o, "{name}{{region=\"{region}\",of=\"{}\"}} {secs}", esc(of));
-        }
-        let name = "shareplane_limit_shadow_would_refuse_total";
-        let _ = writeln!(o, "# HELP {name} Calls a shadow limit would have refused, as this Region's gateways reported them (limits with a count only).\n# TYPE {name} counter");
-        for (id, n) in view.would_refuse.iter() {
-            let _ = writeln!(o, "{name}{{region=\"{region}\",limit=\"{}\"}} {n}", esc(id));
-        }
-        let name = "shareplane_alarm";
-        let _ = writeln!(o, "# HELP {name} Alarms raised by the last rebalance (1 per active alarm).\n# TYPE {name} gauge");
-        for a in &view.alarms {
-            let _ = writeln!(o, "{name}{{region=\"{region}\",alarm=\"{}\"}} 1", esc(a));
-        }
-        let name = "shareplane_limit_why";
-        let _ = writeln!(o, "# HELP {name} What holds each limit's share where it is (1 for the current reason: at_target, at_floor, step_cap, waiting_for_grants, fenced, in_debt, above_target, static_split, jump_to_target, not_adopted).\n# TYPE {name} gauge");
-        for l in &limits {
-            let _ = writeln!(
-                o,
-                "{name}{{region=\"{region}\",limit=\"{}\",why=\"{}\"}} 1",
-                esc(&l.id),
-                l.why
-            );
-        }
-        let name = "shareplane_build_info";
-        let _ = writeln!(
-            o,
-            "# HELP {name} The running build (always 1).\n# TYPE {name} gauge"
-        );
-        let _ = writeln!(
-            o,
-            "{name}{{region=\"{region}\",version=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION")
-        );
+    }
+
+    /// The duration histograms.
+    fn render_histograms(&self, o: &mut String, region: &str) {
         let name = "shareplane_rebalance_duration_seconds";
         let _ = writeln!(o, "# HELP {name} How long each rebalance took as leader, store calls included.\n# TYPE {name} histogram");
-        (self.rebalance_duration).render(&mut o, name, &format!("region=\"{region}\""));
+        (self.rebalance_duration).render(o, name, &format!("region=\"{region}\""));
         let name = "shareplane_store_call_duration_seconds";
         let _ = writeln!(o, "# HELP {name} How long each store call took (or until it timed out), by operation.\n# TYPE {name} histogram");
         let ops: Vec<(&'static str, std::sync::Arc<Histogram>)> = {
@@ -523,10 +477,95 @@ impl Metrics {
             m.iter().map(|(k, v)| (*k, v.clone())).collect()
         };
         for (op, h) in ops {
-            h.render(&mut o, name, &format!("region=\"{region}\",op=\"{op}\""));
+            h.render(o, name, &format!("region=\"{region}\",op=\"{op}\""));
         }
-        o
     }
+}
+
+/// The gauges per limit and per peer.
+fn render_limits_and_peers(o: &mut String, region: &str, view: &StateView, limits: &[LimitJson]) {
+    for (name, help, get) in LIMIT_GAUGES {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for l in limits {
+            let _ = writeln!(
+                o,
+                "{name}{{region=\"{region}\",limit=\"{}\"}} {}",
+                esc(&l.id),
+                get(l)
+            );
+        }
+    }
+    for (name, help, get) in PEER_GAUGES {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for p in &view.peers {
+            if let Some(v) = get(p) {
+                let _ = writeln!(
+                    o,
+                    "{name}{{region=\"{region}\",peer=\"{}\"}} {v}",
+                    esc(&p.region)
+                );
+            }
+        }
+    }
+}
+
+/// The rule-set lease and what this replica reads of every Region's health.
+fn render_health(o: &mut String, region: &str, view: &StateView, extra: &Extra) {
+    let name = "shareplane_rules_lease_remaining_seconds";
+    let _ = writeln!(o, "# HELP {name} Seconds gateways may still enforce the published rule set without a renewal (0: they fence).\n# TYPE {name} gauge");
+    let secs = extra.rules_lease_remaining_ms as f64 / 1000.0;
+    let _ = writeln!(o, "{name}{{region=\"{region}\"}} {secs}");
+    let name = "shareplane_health_unknown_seconds";
+    let _ = writeln!(o, "# HELP {name} Seconds the health verdict of the Region `of` (this Region's own included) has read unknown, or could not be read, without a break; 0 when it reads known. Past the threshold: alarm health_unknown:<of>.\n# TYPE {name} gauge");
+    for (of, secs) in &view.health_unknown_seconds {
+        let _ = writeln!(o, "{name}{{region=\"{region}\",of=\"{}\"}} {secs}", esc(of));
+    }
+    let name = "shareplane_health_verdict";
+    let _ = writeln!(o, "# HELP {name} The health verdict this replica last read for the Region `of` (this Region's own included): 1 for the verdict it reads (healthy, unhealthy or unknown), 0 for the other two.\n# TYPE {name} gauge");
+    for (of, verdict) in &view.health {
+        for v in HEALTH_VERDICTS {
+            let on = u8::from(*verdict == v);
+            let _ = writeln!(
+                o,
+                "{name}{{region=\"{region}\",of=\"{}\",verdict=\"{v}\"}} {on}",
+                esc(of)
+            );
+        }
+    }
+}
+
+/// Shadow refusals, alarms, each limit's why and the build.
+fn render_labelled(o: &mut String, region: &str, view: &StateView, limits: &[LimitJson]) {
+    let name = "shareplane_limit_shadow_would_refuse_total";
+    let _ = writeln!(o, "# HELP {name} Calls a shadow limit would have refused, as this Region's gateways reported them (limits with a count only).\n# TYPE {name} counter");
+    for (id, n) in view.would_refuse.iter() {
+        let _ = writeln!(o, "{name}{{region=\"{region}\",limit=\"{}\"}} {n}", esc(id));
+    }
+    let name = "shareplane_alarm";
+    let _ = writeln!(o, "# HELP {name} Alarms raised by the last rebalance (1 per active alarm).\n# TYPE {name} gauge");
+    for a in &view.alarms {
+        let _ = writeln!(o, "{name}{{region=\"{region}\",alarm=\"{}\"}} 1", esc(a));
+    }
+    let name = "shareplane_limit_why";
+    let _ = writeln!(o, "# HELP {name} What holds each limit's share where it is (1 for the current reason: at_target, at_floor, step_cap, waiting_for_grants, fenced, in_debt, above_target, static_split, jump_to_target, not_adopted).\n# TYPE {name} gauge");
+    for l in limits {
+        let _ = writeln!(
+            o,
+            "{name}{{region=\"{region}\",limit=\"{}\",why=\"{}\"}} 1",
+            esc(&l.id),
+            l.why
+        );
+    }
+    let name = "shareplane_build_info";
+    let _ = writeln!(
+        o,
+        "# HELP {name} The running build (always 1).\n# TYPE {name} gauge"
+    );
+    let _ = writeln!(
+        o,
+        "{name}{{region=\"{region}\",version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
 }
 
 fn esc(s: &str) -> String {

@@ -222,6 +222,10 @@ pub struct LimitJson {
     /// This Region's share plus the last published shares of the peers it has not reclaimed
     /// (SPEC §8 alarm: above `rate` means something is wrong).
     pub seen_sum_of_shares: f64,
+    /// What each peer counts for in `seen_sum_of_shares`, by name: the share its latest record
+    /// published, 0 once this Region has reclaimed it, `None` (JSON `null`) while no record of
+    /// it is known. With the own share they add up to the seen sum.
+    pub peer_shares: BTreeMap<String, Option<f64>>,
     /// What holds the share where it is ([`shareplane_core::Why`]): `at_target`, `at_floor`,
     /// `step_cap`, `waiting_for_grants`, `fenced`, `in_debt`, `above_target`, `static_split`,
     /// `jump_to_target` or `not_adopted`; `why_detail` says it in words, naming the peers.
@@ -458,6 +462,7 @@ fn limit_view(
         taken: by_peer(v, |r| e.taken[r].as_rps()),
         reclaimed: by_peer(v, |r| e.reclaimed[r].as_rps()),
         seen_sum_of_shares: seen_sum(v, li, e.share),
+        peer_shares: peer_shares(v, li),
         why: why.name(),
         why_detail: why_detail(&v.d, &why, &e, spec),
     }
@@ -547,19 +552,45 @@ fn peer_view(
     }
 }
 
+/// Peer `r`'s latest record and its state as this replica sees it (a peer it has no view of
+/// counts as live); `None` while no record of it is known.
+fn peer_seen(v: &LimitsInput, r: RegionId) -> Option<(PeerState, &RegionRecord)> {
+    let rec = v.peer_records.get(r.index())?.as_deref()?;
+    let state = v
+        .peer_views
+        .as_ref()
+        .and_then(|ps| ps.iter().find(|p| p.region == r))
+        .map_or(PeerState::Live, |p| p.state);
+    Some((state, rec))
+}
+
+fn as_rps(milli: u128) -> f64 {
+    milli as f64 / shareplane_core::MILLI_PER_RPS as f64
+}
+
 /// The own share plus the latest published shares of peers not known to be reclaimed, by the
 /// core's rule ([`shareplane_core::seen_sum`]); a peer this replica has no view of counts.
 fn seen_sum(v: &LimitsInput, li: usize, own: shareplane_core::Room) -> f64 {
-    let peers = regions(v.d.n()).filter(|&r| r != v.me).filter_map(|r| {
-        let rec = v.peer_records.get(r.index())?.as_deref()?;
-        let state = v
-            .peer_views
-            .as_ref()
-            .and_then(|ps| ps.iter().find(|p| p.region == r))
-            .map_or(PeerState::Live, |p| p.state);
-        Some((state, rec))
-    });
-    shareplane_core::seen_sum(li, own, peers) as f64 / shareplane_core::MILLI_PER_RPS as f64
+    let peers = (regions(v.d.n()))
+        .filter(|&r| r != v.me)
+        .filter_map(|r| peer_seen(v, r));
+    as_rps(shareplane_core::seen_sum(li, own, peers))
+}
+
+/// What each peer counts for in [`seen_sum`], by the same rule of the core, one peer at a time.
+fn peer_shares(v: &LimitsInput, li: usize) -> BTreeMap<String, Option<f64>> {
+    (regions(v.d.n()).filter(|&r| r != v.me))
+        .map(|r| {
+            let counted = peer_seen(v, r).map(|seen| {
+                as_rps(shareplane_core::seen_sum(
+                    li,
+                    shareplane_core::Room::ZERO,
+                    [seen],
+                ))
+            });
+            (v.d.region_name(r).to_string(), counted)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -627,6 +658,76 @@ mod tests {
             limits_mismatch: Vec::new(),
             would_refuse: Default::default(),
         })
+    }
+
+    #[test]
+    fn each_peer_counts_for_its_published_share_0_once_reclaimed_and_null_unknown() {
+        let d = Arc::new(crate::demo::deployment(5_000).unwrap_or_else(|e| panic!("{e}")));
+        let (a, b, c) = (rid(0), rid(1), rid(2));
+        let rec = |r| Some(Arc::new(RegionRecord::genesis(&d, r)));
+        let peer = |region, state| PeerView {
+            region,
+            epoch: 1,
+            version: 0,
+            unchanged: 0,
+            state,
+            written_at_ms: 0,
+        };
+        let mut view = leader_view(d.clone(), a, Vec::new());
+        let mut from = (*view.limits.from).clone_input();
+        from.peer_records = vec![None, rec(b), rec(c)];
+        from.peer_views = Some(vec![
+            peer(b, PeerState::Live),
+            peer(c, PeerState::Reclaimed),
+        ]);
+        view.limits = Limits {
+            from: Arc::new(from),
+            built: std::sync::OnceLock::new(),
+        };
+        let l = &view.limits[0];
+        let share_b = RegionRecord::genesis(&d, b).limits[0].share.as_rps();
+        assert!(share_b > 0.0);
+        let want: BTreeMap<String, Option<f64>> = [
+            ("B".to_string(), Some(share_b)),
+            ("C".to_string(), Some(0.0)),
+        ]
+        .into();
+        assert_eq!(l.peer_shares, want);
+        let sum = l.share + share_b;
+        assert!((l.seen_sum_of_shares - sum).abs() < 1e-6, "{l:?}");
+
+        // Without a view of its peers (a follower) every peer with a record counts; one
+        // without a record is null.
+        let mut from = (*view.limits.from).clone_input();
+        from.peer_records = vec![None, rec(b), None];
+        from.peer_views = None;
+        view.limits = Limits {
+            from: Arc::new(from),
+            built: std::sync::OnceLock::new(),
+        };
+        let l = &view.limits[0];
+        let want: BTreeMap<String, Option<f64>> =
+            [("B".to_string(), Some(share_b)), ("C".to_string(), None)].into();
+        assert_eq!(l.peer_shares, want);
+        let json = serde_json::to_value(&view.limits[0]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(json["peer_shares"]["C"], serde_json::Value::Null);
+    }
+
+    fn rid(i: usize) -> RegionId {
+        RegionId::new(i).unwrap_or_else(|| panic!("region {i}"))
+    }
+
+    impl LimitsInput {
+        fn clone_input(&self) -> LimitsInput {
+            LimitsInput {
+                d: self.d.clone(),
+                me: self.me,
+                own: self.own.clone(),
+                peer_records: self.peer_records.clone(),
+                peer_views: self.peer_views.clone(),
+                would_refuse: self.would_refuse.clone(),
+            }
+        }
     }
 
     #[test]

@@ -405,6 +405,12 @@ async fn rules_carry_the_lease_and_a_long_poll_answers_each_renewal() {
         (v["lease_ms"].as_u64(), v["version"].as_u64()),
         (Some(full), Some(4))
     );
+    // In seconds, the base unit (it was `_ms` before 2026-12: docs/metrics.md).
+    let gauge = format!(
+        "shareplane_rules_lease_remaining_seconds{{region=\"A\"}} {}\n",
+        full as f64 / 1000.0
+    );
+    assert!(s.render_metrics().contains(&gauge), "{gauge}");
     assert_eq!(v["limits"][0]["rate"], 3000.0);
     assert_eq!(header_u64(&headers, api::LEASE_MS_HEADER), Some(full));
     assert_eq!(header_u64(&headers, api::HELD_MS_HEADER), Some(0));
@@ -449,7 +455,7 @@ async fn rules_carry_the_lease_and_a_long_poll_answers_each_renewal() {
     assert_eq!(json(&body)["lease_ms"], 0);
     assert!(s
         .render_metrics()
-        .contains("shareplane_rules_lease_remaining_ms{region=\"A\"} 0"));
+        .contains("shareplane_rules_lease_remaining_seconds{region=\"A\"} 0\n"));
 }
 
 /// A view in which B and C wrote `peer_epoch` records, B's old epoch's last record has not
@@ -914,4 +920,56 @@ async fn answers_are_gzipped_only_when_the_client_asks() {
         .unwrap();
     let (status, _, body) = call(&app, req).await;
     assert_eq!((status, body.len()), (StatusCode::NOT_MODIFIED, 0));
+}
+
+/// Every metric the daemon renders has its row in docs/metrics.md, and its name carries a base
+/// unit (seconds, requests per second, a count), never milliseconds.
+#[test]
+fn every_metric_is_in_docs_metrics_md_and_in_base_units() {
+    let (s, _tx) = shared();
+    let text = s.render_metrics();
+    let names: Vec<&str> = (text.lines())
+        .filter_map(|l| l.strip_prefix("# HELP ")?.split(' ').next())
+        .collect();
+    assert!(names.len() > 40, "{names:?}");
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/metrics.md"
+    ))
+    .unwrap_or_else(|e| panic!("docs/metrics.md: {e}"));
+    for name in &names {
+        assert!(
+            doc.contains(&format!("| `{name}` |")),
+            "{name} has no row in docs/metrics.md"
+        );
+        for unit in [
+            "_ms",
+            "_millis",
+            "_milliseconds",
+            "_us",
+            "_kb",
+            "_mb",
+            "_kib",
+            "_mib",
+        ] {
+            assert!(!name.ends_with(unit), "{name}: not a base unit");
+        }
+    }
+    // And every row of the table names a metric the daemon renders (none left behind by a rename).
+    let table = doc
+        .split("## The daemon's Prometheus metrics")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .unwrap_or_else(|| panic!("no daemon table in docs/metrics.md"));
+    for row in table.lines().filter(|l| l.starts_with("| `")) {
+        let name = row
+            .trim_start_matches("| `")
+            .split('`')
+            .next()
+            .unwrap_or("");
+        assert!(
+            names.contains(&name),
+            "docs/metrics.md lists {name}, which is not rendered"
+        );
+    }
 }

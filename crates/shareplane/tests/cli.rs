@@ -161,6 +161,49 @@ fn the_version_is_the_release_version() {
     assert_eq!(stdout.trim(), format!("shareplane {version}"));
 }
 
+/// Every file the help of a command points to is in the repository (issue 34: `sim --help`
+/// named a SIMULATOR.md that is not).
+#[test]
+fn every_file_the_help_names_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let commands: [&[&str]; 11] = [
+        &[],
+        &["sim"],
+        &["validate"],
+        &["run"],
+        &["limits"],
+        &["limits", "apply"],
+        &["limits", "import"],
+        &["limits", "show"],
+        &["demo"],
+        &["local"],
+        &["gateway"],
+    ];
+    let mut named = 0;
+    for args in commands {
+        let out = shareplane().args(args).arg("--help").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {text}");
+        let words = text.split(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c)));
+        for w in words.map(|w| w.trim_end_matches('.')) {
+            let file = [".md", ".toml", ".yaml"].iter().any(|x| w.ends_with(x));
+            // Upper-case placeholders (SCENARIO.toml) name the user's files, not ours; a
+            // Markdown file is always one of ours (a SIMULATOR.md would be checked).
+            let placeholder =
+                !w.ends_with(".md") && w.chars().next().is_some_and(|c| c.is_ascii_uppercase());
+            if !file || placeholder {
+                continue;
+            }
+            named += 1;
+            assert!(
+                root.join(w).is_file(),
+                "{args:?} --help names {w}, which is not in the repository"
+            );
+        }
+    }
+    assert!(named >= 5, "only {named} files named");
+}
+
 /// `validate` needs no secret: without an API token (or an admin token) it checks everything,
 /// says what each one is needed for and exits 0; `run` refuses to start without the API token.
 #[test]

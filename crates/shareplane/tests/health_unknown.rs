@@ -1,5 +1,6 @@
 //! A health verdict that stays unknown is an alarm, one event each way and a gauge (issue 34),
-//! and still never a reason to reclaim: three daemons on paused tokio time over the simulated
+//! `shareplane_health_verdict` says which verdict each Region reads, and unknown is still never
+//! a reason to reclaim: three daemons on paused tokio time over the simulated
 //! table, with a health source the test sets.
 
 use shareplane::clock::Clock;
@@ -72,6 +73,33 @@ fn unknown_s(s: &Shared, region: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// The verdict `shareplane_health_verdict` says this replica reads for `of`: the one `verdict`
+/// label at 1, and checked that the other two are there at 0.
+fn verdict_metric(s: &Shared, of: &str) -> String {
+    let text = s.render_metrics();
+    let prefix = format!(
+        "shareplane_health_verdict{{region=\"{}\",of=\"{of}\",verdict=\"",
+        s.view().region
+    );
+    let series: Vec<(&str, &str)> = (text.lines())
+        .filter_map(|l| l.strip_prefix(&prefix)?.split_once("\"} "))
+        .collect();
+    let mut names: Vec<&str> = series.iter().map(|(v, _)| *v).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["healthy", "unhealthy", "unknown"], "{text}");
+    let on: Vec<&str> = (series.iter())
+        .filter(|(_, x)| *x == "1")
+        .map(|(v, _)| *v)
+        .collect();
+    assert_eq!(on.len(), 1, "one verdict at 1: {series:?}");
+    assert_eq!(
+        series.iter().filter(|(_, x)| *x == "0").count(),
+        2,
+        "{series:?}"
+    );
+    on[0].to_string()
+}
+
 fn has_alarm(s: &Shared, alarm: &str) -> bool {
     s.view().alarms.iter().any(|a| a == alarm)
 }
@@ -85,6 +113,7 @@ async fn a_verdict_unknown_past_the_threshold_is_an_alarm_an_event_and_a_gauge_a
     let (a, c) = (rs[0].shared.clone(), rs[2].shared.clone());
     assert_eq!(peer_state(&a, "B"), "live");
     assert_eq!(unknown_s(&a, "B"), 0.0);
+    assert_eq!(verdict_metric(&a, "B"), "healthy");
 
     // B dies with -9 and its health source answers nothing but unknown (moto, a wrong id).
     rs.remove(1).task.abort();
@@ -106,6 +135,9 @@ async fn a_verdict_unknown_past_the_threshold_is_an_alarm_an_event_and_a_gauge_a
         // Only B's verdict is unknown: no alarm for the Regions whose verdicts are known.
         assert!(!has_alarm(s, "health_unknown:A") && !has_alarm(s, "health_unknown:C"));
         assert_eq!(unknown_s(s, "A"), 0.0);
+        assert_eq!(verdict_metric(s, "B"), "unknown");
+        assert_eq!(verdict_metric(s, "A"), "healthy");
+        assert_eq!(verdict_metric(s, "C"), "healthy");
     }
     // The alarm stays, one event, the gauge rising; and B, silent, is never reclaimed.
     let before = unknown_s(&a, "B");
@@ -132,6 +164,7 @@ async fn a_verdict_unknown_past_the_threshold_is_an_alarm_an_event_and_a_gauge_a
         assert_eq!(events(s, "health_unknown", "B"), 1);
         assert_eq!(unknown_s(s, "B"), 0.0);
         assert_eq!(peer_state(s, "B"), "reclaimed");
+        assert_eq!(verdict_metric(s, "B"), "unhealthy");
     }
 }
 

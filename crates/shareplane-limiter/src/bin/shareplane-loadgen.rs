@@ -1,6 +1,7 @@
 //! `shareplane-loadgen`: one gateway under load. Watches a daemon's rules, reports demand to it,
 //! sends checks for one limit at a demand pattern through the Region's Redis, and writes one JSON
-//! line per second (see `shareplane_limiter::loadgen::SecondStats`) to stdout at the end.
+//! line per second (see `shareplane_limiter::loadgen::SecondStats`) to stdout at the end, and a
+//! summary to stderr among its log lines (`--log-format json`: every stderr line one JSON object).
 //!
 //! Example: `shareplane-loadgen --daemon http://127.0.0.1:8081 --redis redis://127.0.0.1:6391/
 //!   --token T --gateway gw-a --region A --limit k-big --pattern 0:720 --duration-s 60`
@@ -11,8 +12,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use shareplane_limiter::demand::Incarnation;
-use shareplane_limiter::loadgen::{drive_until, Pattern, Run};
-use shareplane_limiter::{http, DemandReporter, Limiter, LimiterConfig, RuleWatcher};
+use shareplane_limiter::loadgen::{drive_until, Pattern, Run, SecondStats};
+use shareplane_limiter::{http, DemandReporter, Limiter, LimiterConfig, LimiterStats, RuleWatcher};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -55,27 +56,23 @@ struct Args {
     /// generators; at once if absent or past.
     #[arg(long)]
     start_at_unix_ms: Option<u64>,
+    #[command(flatten)]
+    log: shareplane_limiter::logging::LogArgs,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_init();
-    match run(Args::parse()).await {
+    let args = Args::parse();
+    // The limiter's own lines from warnings up (it logs every rule set installed at info); this
+    // binary's from info, for its summary.
+    shareplane_limiter::logging::init(args.log.log_format, "warn,shareplane_loadgen=info");
+    match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("shareplane-loadgen: {e}");
+            tracing::error!("shareplane-loadgen: {e}");
             ExitCode::FAILURE
         }
     }
-}
-
-fn tracing_init() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -129,23 +126,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         start_unix_ms: args.start_at_unix_ms,
     };
     // SIGINT or SIGTERM stops the run early; the seconds begun are still printed.
-    let interrupted = async {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let term = async {
-            match term.as_mut() {
-                Some(t) => {
-                    t.recv().await;
-                }
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = term => {}
-        }
-    };
-    let seconds = drive_until(limiter.clone(), run, interrupted).await;
+    let seconds = drive_until(limiter.clone(), run, interrupted()).await;
     let _ = stop_tx.send(true);
     let seconds = seconds?;
     let _ = tokio::time::timeout(Duration::from_secs(10), async {
@@ -156,17 +137,37 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     for s in &seconds {
         println!("{}", serde_json::to_string(s)?);
     }
-    let stats = limiter.stats();
-    eprintln!(
-        "shareplane-loadgen: {} s, sent {}, admitted {}, fallback decisions {}, redis failures {}, \
-         fallback tokens repaid to Redis {} (owed {})",
-        seconds.len(),
-        seconds.iter().map(|s| s.sent).sum::<u64>(),
-        seconds.iter().map(|s| s.admitted).sum::<u64>(),
-        stats.fallback_decisions,
-        stats.redis_failures,
-        stats.fallback_repaid,
-        stats.fallback_owed
-    );
+    summary(&seconds, &limiter.stats());
     Ok(())
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+async fn interrupted() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let term = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}
+
+/// The run's totals as one log line (its figures as fields).
+fn summary(seconds: &[SecondStats], stats: &LimiterStats) {
+    tracing::info!(
+        seconds = seconds.len(),
+        sent = seconds.iter().map(|s| s.sent).sum::<u64>(),
+        admitted = seconds.iter().map(|s| s.admitted).sum::<u64>(),
+        fallback_decisions = stats.fallback_decisions,
+        redis_failures = stats.redis_failures,
+        fallback_repaid = stats.fallback_repaid,
+        fallback_owed = stats.fallback_owed,
+        "shareplane-loadgen: done (fallback tokens repaid to Redis of those owed)"
+    );
 }

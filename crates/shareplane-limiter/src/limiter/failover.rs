@@ -235,7 +235,10 @@ impl Limiter {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if down.is_none() {
-            tracing::warn!(error = %e, "Redis failed: entering the local fallback");
+            tracing::warn!(
+                error = %crate::http::with_causes(e),
+                "Redis failed: entering the local fallback"
+            );
             self.fallback
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)

@@ -456,7 +456,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                     if let Role::Leader(l) = &mut self.role {
                         if let Err(e) = l.coord.observe(r.clone()) {
                             self.shared.metrics.records_rejected.inc(e.cause());
-                            warn!(region = %self.shared.region, peer = j, error = %e, "peer record rejected");
+                            let peer = self.d.region_name(r.region);
+                            warn!(region = %self.shared.region, peer, error = %e, "peer record rejected");
                             continue;
                         }
                     } else if let Err(e) = r.validate(&self.d, me) {
@@ -469,7 +470,9 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 }
                 Fetched::Rejected { region, reason } => {
                     self.shared.metrics.records_rejected.inc(reason.cause());
-                    warn!(region = %self.shared.region, peer = ?region, %reason, "item rejected");
+                    // A peer the item does not name is left out of the line, not written empty.
+                    let peer = region.as_deref().filter(|p| !p.is_empty());
+                    warn!(region = %self.shared.region, peer, %reason, "item rejected");
                 }
             }
         }
