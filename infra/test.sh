@@ -71,23 +71,28 @@ rm -rf dist
 npx tsc -p .
 
 step "cdk synth (offline: --no-lookups, availability zones and prefix lists from cdk.json)"
-rm -rf cdk.out cdk.out.variant
+rm -rf cdk.out cdk.out.variant cdk.out.noecs
 npx cdk synth --quiet --no-lookups >/dev/null
 ls cdk.out/*.template.json
 step "cdk synth of the variant (existing VPC, config in S3, arm64: cdk/test/variant.json)"
 npx cdk synth --quiet --no-lookups -o cdk.out.variant \
   --context shareplane="$(python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))' test/variant.json)" >/dev/null
 ls cdk.out.variant/*.template.json
+step "cdk synth without the ECS service (cdk.json's settings with \"ecsService\": false: the daemon on EKS)"
+npx cdk synth --quiet --no-lookups -o cdk.out.noecs \
+  --context shareplane="$(python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))["context"]["shareplane"]; s["ecsService"] = False; print(json.dumps(s))' cdk.json)" >/dev/null
+ls cdk.out.noecs/*.template.json
 
 step "CDK assertion tests (node --test)"
 node --test dist/test/*.test.js
 
 step "cfn-lint on the synthesized templates"
-"$INFRA/.venv-cfnlint/bin/cfn-lint" cdk.out/*.template.json cdk.out.variant/*.template.json
+"$INFRA/.venv-cfnlint/bin/cfn-lint" cdk.out/*.template.json cdk.out.variant/*.template.json cdk.out.noecs/*.template.json
 
 step "checkov on the synthesized templates (skips are justified in each resource's Metadata)"
 "$INFRA/.venv-checkov/bin/checkov" -d cdk.out --framework cloudformation --skip-download --quiet --compact
 "$INFRA/.venv-checkov/bin/checkov" -d cdk.out.variant --framework cloudformation --skip-download --quiet --compact
+"$INFRA/.venv-checkov/bin/checkov" -d cdk.out.noecs --framework cloudformation --skip-download --quiet --compact
 
 step "checkov on the Terraform modules and example (skips are justified in #checkov:skip comments)"
 "$INFRA/.venv-checkov/bin/checkov" -d "$INFRA/terraform" --framework terraform --skip-download --quiet --compact
@@ -190,7 +195,8 @@ fi
 
 step "Terraform declares the same resources, rules, IAM conditions and config as the CDK app (HCL parse)"
 cd "$INFRA"
-SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_OUT_VARIANT="$INFRA/cdk/cdk.out.variant" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
+SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_OUT_VARIANT="$INFRA/cdk/cdk.out.variant" SHAREPLANE_CDK_OUT_NOECS="$INFRA/cdk/cdk.out.noecs" \
+  SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
   SHAREPLANE_TF_CONFIGS_TABLE="$TF_CONFIGS_TABLE" SHAREPLANE_CDK_CONFIGS_TABLE="$CDK_CONFIGS_TABLE" \
   "$INFRA/.venv-cfnlint/bin/python" -m unittest -v tests/test_parity.py
 
