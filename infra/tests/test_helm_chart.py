@@ -11,9 +11,11 @@ Parity: the chart is rendered with values made from infra/cdk/cdk.json (the sett
 deploy), for every Region, and its daemon config must be the very text the CDK app and the
 Terraform module render for that Region (SHAREPLANE_CDK_CONFIGS, SHAREPLANE_TF_CONFIGS, and the
 same with limits from the table); the gateways get the DaemonUrl the CDK app publishes as --rules
-and the API token only, never the admin token; the alerts and the CloudWatch agent's metric
-declaration name the metrics, statistics, thresholds and periods of the CDK app's gateway alarms
-(which test_parity.py holds equal to Terraform's).
+and the API token only, never the admin token; the alerts name the metrics, statistics,
+thresholds and periods of the CDK app's gateway alarms (which test_parity.py holds equal to
+Terraform's; the CloudWatch agent's config is test_cloudwatch_agent.py's). The daemon on EKS is
+reached through its Service, an optional operator Ingress that carries no token, and (without the
+ECS service) the stacks' target groups (class DaemonReach).
 
 Run: infra/test.sh (in infra/.venv-helm).
 """
@@ -282,25 +284,6 @@ class Chart(unittest.TestCase):
                 self.assertEqual(for_, f"{a['EvaluationPeriods'] * a['Period'] // 60}m")
                 self.assertEqual(alert, f"Shareplane{name}")
         self.assertEqual(set(by_metric), {a["MetricName"] for a in alarms.values()})
-
-    def test_the_cloudwatch_agent_sends_what_the_alarms_read(self):
-        alarms = cdk_gateway_alarms(self.region)
-        cm = one(self.objects, "ConfigMap", f"{RELEASE}-cloudwatch-agent")["data"]
-        agent = json.loads(cm["cwagentconfig.json"])
-        emf = agent["logs"]["metrics_collected"]["prometheus"]["emf_processor"]
-        self.assertEqual(emf["metric_namespace"], self.settings["metricNamespace"])
-        self.assertEqual({a["Namespace"] for a in alarms.values()}, {self.settings["metricNamespace"]})
-        decl = emf["metric_declaration"]
-        self.assertEqual(len(decl), 1)
-        self.assertEqual(decl[0]["dimensions"], [["Region"]])
-        self.assertEqual({d["Name"] for a in alarms.values() for d in a["Dimensions"]}, {"Region"})
-        self.assertEqual(sorted(s.strip("^$") for s in decl[0]["metric_selectors"]), sorted(a["MetricName"] for a in alarms.values()))
-        prom = yaml.safe_load(cm["prometheus.yaml"])
-        job = prom["scrape_configs"][0]
-        self.assertEqual(job["job_name"], "shareplane-gateway")
-        self.assertRegex("shareplane-gateway", decl[0]["label_matcher"])
-        region_label = [r for r in job["relabel_configs"] if r.get("target_label") == "Region"]
-        self.assertEqual(region_label, [{"target_label": "Region", "replacement": self.region}])
 
     def test_service_monitors_scrape_the_metrics_ports(self):
         for part in ("gateway", "daemon"):

@@ -29,8 +29,6 @@ CDK_OUT = Path(os.environ.get("SHAREPLANE_CDK_OUT", INFRA / "cdk" / "cdk.out"))
 # The same app synthesized with the options the example leaves off (infra/cdk/test/variant.json:
 # an existing VPC, the config in S3, arm64), so that their resources are compared too.
 CDK_OUT_VARIANT = Path(os.environ.get("SHAREPLANE_CDK_OUT_VARIANT", INFRA / "cdk" / "cdk.out.variant"))
-# The example's settings with "ecsService": false (the daemon on EKS): no ECS service.
-CDK_OUT_NOECS = Path(os.environ.get("SHAREPLANE_CDK_OUT_NOECS", INFRA / "cdk" / "cdk.out.noecs"))
 CDK_JSON = INFRA / "cdk" / "cdk.json"
 
 # Each CloudFormation type the CDK app emits => the Terraform types that declare the same thing.
@@ -248,67 +246,6 @@ class Parity(unittest.TestCase):
         self.assertEqual(conds["PutMetricsInOwnNamespaceOnly"], [
             {"test": "StringEquals", "variable": "cloudwatch:namespace", "values": ["${var.metric_namespace}"]}])
         self.assertEqual(self.tf("aws_iam_role_policy", "task")["policy"], "${data.aws_iam_policy_document.task.json}")
-
-    def test_same_ecs_switch(self):
-        """ecsService (CDK) and ecs_service (Terraform): the same setting, default on; off, both
-        drop the same kinds of resources (the ECS service, cluster, task definition, its roles and
-        log group), add the same managed policy, keep every alarm, and publish the same outputs."""
-        settings_ts = (INFRA / "cdk" / "lib" / "settings.ts").read_text()
-        self.assertIn("ecsService: p.bool(value, 'ecsService', true)", settings_ts)
-        self.assertEqual(snake("ecsService"), "ecs_service")
-        with (MODULES / "region" / "variables.tf").open() as f:
-            variables = {k: v for block in unquote(hcl2.load(f))["variable"] for k, v in block.items()}
-        self.assertEqual((variables["ecs_service"]["type"], variables["ecs_service"]["default"]), ("bool", True))
-        self.assertEqual(self.tf_region["locals"]["ecs"], "${var.ecs_service}")
-        noecs = load_templates(CDK_OUT_NOECS)[f"Shareplane-{self.region}"]
-
-        def counts(t):
-            out = {}
-            for r in t["Resources"].values():
-                out[r["Type"]] = out.get(r["Type"], 0) + 1
-            return out
-
-        on, off = counts(self.region_tpl), counts(noecs)
-        fewer = {c for c in on if off.get(c, 0) < on[c]}
-        more = {c for c in off if off[c] > on.get(c, 0)}
-        self.assertEqual(fewer, {"AWS::ECS::Cluster", "AWS::ECS::TaskDefinition", "AWS::ECS::Service", "AWS::IAM::Role",
-                                 "AWS::IAM::Policy", "AWS::Logs::LogGroup"})
-        self.assertEqual(more, {"AWS::IAM::ManagedPolicy"})
-        tf_off, tf_only_off, tf_counted = set(), set(), {}
-        for rtype, named in self.tf_region["resource"].items():
-            for name, body in named.items():
-                count = body.get("count")
-                tf_counted[(rtype, name)] = count
-                if count == "${local.ecs ? 1 : 0}":
-                    tf_off.add(rtype)
-                elif count == "${local.ecs ? 0 : 1}":
-                    tf_only_off.add(rtype)
-        self.assertEqual(tf_off, set().union(*(SAME[c] for c in fewer)))
-        self.assertEqual(tf_only_off, set().union(*(SAME[c] for c in more)))
-        self.assertEqual(self.tf_region["data"]["aws_iam_policy_document"]["execution"]["count"], "${local.ecs ? 1 : 0}")
-        # The pods' policy holds the task role's statements, in both.
-        self.assertEqual(self.tf("aws_iam_policy", "daemon")["policy"], "${data.aws_iam_policy_document.task.json}")
-        task = next(iter(resources(self.region_tpl, "AWS::ECS::TaskDefinition").values()))
-        role = self.region_tpl["Resources"][task["Properties"]["TaskRoleArn"]["Fn::GetAtt"][0]]["Properties"]
-        managed = next(iter(resources(noecs, "AWS::IAM::ManagedPolicy").values()))["Properties"]
-        self.assertEqual(managed["PolicyDocument"], role["Policies"][0]["PolicyDocument"])
-        # Every alarm stays (the daemon on EKS publishes the same metrics).
-        names = lambda t: sorted(a["Properties"]["AlarmName"] for a in resources(t, "AWS::CloudWatch::Alarm").values())
-        self.assertEqual(names(noecs), names(self.region_tpl))
-        # The outputs the pods need: in both, only without ECS (null in Terraform otherwise).
-        with (MODULES / "region" / "outputs.tf").open() as f:
-            tf_out = {k: v for block in unquote(hcl2.load(f))["output"] for k, v in block.items()}
-        extra = {"DaemonPolicyArn": ("daemon_policy_arn", "${one(aws_iam_policy.daemon[*].arn)}"),
-                 "DaemonTargetGroupArn": ("daemon_target_group_arn", "${local.ecs ? null : aws_lb_target_group.daemon.arn}"),
-                 "DaemonApiTargetGroupArn": ("daemon_api_target_group_arn", "${local.ecs ? null : aws_lb_target_group.api.arn}"),
-                 "DaemonSecurityGroupId": ("daemon_security_group_id", "${local.ecs ? null : aws_security_group.daemon.id}")}
-        self.assertEqual(set(noecs["Outputs"]) - set(self.region_tpl["Outputs"]), set(extra))
-        for c, (t, value) in extra.items():
-            self.assertEqual(tf_out[t]["value"], value, c)
-        # Which CDK target group is which: the public one forwards the health paths.
-        groups = {o: noecs["Outputs"][o]["Value"]["Ref"] for o in ("DaemonTargetGroupArn", "DaemonApiTargetGroupArn")}
-        self.assertTrue(groups["DaemonTargetGroupArn"].startswith("DaemonTargets"))
-        self.assertTrue(groups["DaemonApiTargetGroupArn"].startswith("DaemonApiTargets"))
 
     def test_same_limits_writer_policy(self):
         """Read and write only the #limits items, of the table each Region's daemons use, in every Region."""
@@ -830,11 +767,6 @@ class ConfigText(unittest.TestCase):
         for region in regions:
             with self.subTest(region=region):
                 self.assertEqual(tf[region], cdk[region])
-
-
-def snake(name: str) -> str:
-    """A CDK setting's name as the Terraform variable spells it (desiredCount -> desired_count)."""
-    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
 
 
 def sid_of(dynamic_statement: dict) -> str:
