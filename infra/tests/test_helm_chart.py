@@ -401,12 +401,22 @@ class DaemonReach(unittest.TestCase):
             "carries no credential": {**base, "annotations": {
                 "nginx.ingress.kubernetes.io/auth-secret": self.values["daemon"]["adminToken"]["existingSecret"]}},
             "daemon.ingress.host is required": {**base, "host": ""},
+            "names the token Secret": {**base, "annotations": {
+                "example.com/secret": f"{NAMESPACE}/{self.values['daemon']['apiToken']['existingSecret']}"}},
         }
         for needle, ingress in cases.items():
             with self.subTest(needle=needle):
                 with self.assertRaises(helm.HelmError) as e:
                     self.changed(lambda d: d.update(ingress=ingress))
                 self.assertIn(needle, str(e.exception))
+
+    def test_an_annotation_that_only_mentions_a_secret_name_renders(self):
+        """Only an annotation whose value is a token's Secret (or namespace/Secret) is refused."""
+        admin = self.values["daemon"]["adminToken"]["existingSecret"]
+        objects = self.changed(lambda d: d.update(ingress={
+            "enabled": True, "host": "ops.example.com", "paths": ["/v1/state"],
+            "annotations": {"example.com/note": f"not {admin}"}}))
+        self.assertEqual(one(objects, "Ingress", self.name)["metadata"]["annotations"], {"example.com/note": f"not {admin}"})
 
     def test_without_ecs_the_pods_join_the_stacks_target_groups(self):
         """With `ecsService: false` the stacks publish their two target groups and the daemon's
