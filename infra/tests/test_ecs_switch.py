@@ -101,6 +101,19 @@ class EcsSwitch(unittest.TestCase):
         self.assertTrue(groups["DaemonTargetGroupArn"].startswith("DaemonTargets"))
         self.assertTrue(groups["DaemonApiTargetGroupArn"].startswith("DaemonApiTargets"))
 
+    def test_a_deployment_made_before_the_switch_keeps_its_service(self):
+        """Every resource that took `count = local.ecs ? 1 : 0` has a `moved` block from its old
+        address, so that upgrading the module does not replace a running ECS service."""
+        counted = sorted(f"{rtype}.{name}" for rtype, named in self.tf_region["resource"].items()
+                         for name, body in named.items() if body.get("count") == "${local.ecs ? 1 : 0}")
+        moved = []
+        for path in sorted((MODULES / "region").glob("*.tf")):
+            with path.open() as f:
+                moved += [unquote(m) for m in hcl2.load(f).get("moved", [])]
+        self.assertEqual(sorted((m["from"], m["to"]) for m in moved),
+                         [(f"${{{c}}}", f"${{{c}[0]}}") for c in counted])
+        self.assertIn("aws_ecs_service.daemon", counted)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -314,3 +314,45 @@ resource "aws_ecs_service" "daemon" {
   depends_on = [aws_lb_listener_rule.health, aws_lb_listener_rule.api, aws_s3_object.config]
   tags       = local.tags
 }
+
+# These resources took a count with var.ecs_service: a deployment made before keeps them (an
+# address without [0] becomes [0]), rather than Terraform replacing the running service.
+moved {
+  from = aws_cloudwatch_log_group.daemon
+  to   = aws_cloudwatch_log_group.daemon[0]
+}
+
+moved {
+  from = aws_iam_role.task
+  to   = aws_iam_role.task[0]
+}
+
+moved {
+  from = aws_iam_role_policy.task
+  to   = aws_iam_role_policy.task[0]
+}
+
+moved {
+  from = aws_iam_role.execution
+  to   = aws_iam_role.execution[0]
+}
+
+moved {
+  from = aws_iam_role_policy.execution
+  to   = aws_iam_role_policy.execution[0]
+}
+
+moved {
+  from = aws_ecs_cluster.main
+  to   = aws_ecs_cluster.main[0]
+}
+
+moved {
+  from = aws_ecs_task_definition.daemon
+  to   = aws_ecs_task_definition.daemon[0]
+}
+
+moved {
+  from = aws_ecs_service.daemon
+  to   = aws_ecs_service.daemon[0]
+}
