@@ -428,7 +428,13 @@ class DaemonReach(unittest.TestCase):
                   for part, o in (("health", "DaemonTargetGroupArn"), ("api", "DaemonApiTargetGroupArn"))}
         arns = {part: f"arn:aws:elasticloadbalancing:{self.region}:123456789012:targetgroup/{part}/0123456789abcdef"
                 for part in groups}
-        objects = self.changed(lambda d: d.update(targetGroups=arns, securityGroupIds=["sg-0daemon00000000000", "sg-0cluster0000000000"]))
+        exposed = lambda d: d.update(targetGroups=arns, securityGroupIds=["sg-0daemon00000000000", "sg-0cluster0000000000"],
+                                     ingress={"enabled": True, "host": "ops.example.com", "paths": ["/v1/state"]})
+        objects = self.changed(exposed)
+        values = json.loads(json.dumps(self.values))
+        exposed(values["daemon"])
+        report = helm.lint(CHART, values, strict=True, kube_version=f"v{KUBE_VERSION}")
+        self.assertEqual((report["errors"], [m for m in report["messages"] if m["severity"] >= 2]), ([], []))
         svc = one(objects, "Service", self.name)
         c = container(objects, "Deployment", self.name)
         for part, tg in groups.items():
