@@ -2,14 +2,17 @@
 # The infrastructure's offline tests (tests/run-all.sh calls this). Installs what it needs on
 # first run: the npm packages pinned in cdk/package-lock.json, cfn-lint and python-hcl2 in
 # infra/.venv-cfnlint, checkov in infra/.venv-checkov (separate: checkov pins an old boto3).
-# Then: TypeScript build, cdk synth of the example and of a variant with the other options
-# (cdk/test/variant.json), the CDK assertion tests, cfn-lint and checkov on both, checkov on the
+# Then: TypeScript build, cdk synth of the example, of a variant with the other options
+# (cdk/test/variant.json) and of the example without the ECS service ("ecsService": false), the
+# CDK assertion tests, cfn-lint and checkov on the three, checkov on the
 # Terraform modules, terraform fmt -check and validate (when terraform and an AWS provider are at
 # hand offline), the test that the Terraform modules declare the same resources, rules and IAM
 # conditions as the CDK app (and render the same daemon config, also with limits from the
 # table), the Helm chart (infra/.venv-helm: rendered and linted by the Helm v4 SDK, validated
-# against the Kubernetes schemas, with the same settings as CDK and Terraform), a real gateway
-# started on the daemon URL both publish (tests/test_gateway_wiring.py), and the image test: the
+# against the Kubernetes schemas, with the same settings as CDK and Terraform), the chart's
+# CloudWatch agent config against both apps' gateway alarms and a real gateway's /metrics
+# (tests/test_cloudwatch_agent.py), a real gateway started on the daemon URL both publish
+# (tests/test_gateway_wiring.py), and the image test: the
 # context the CDK asset stages is the one `docker build` sends, the workspace loads there with
 # --locked --offline, its files are the repository's, and (as root with buildah) the daemon's
 # and the gateway's images are built from the binary tests/run-all.sh built, target/debug/shareplane
@@ -57,7 +60,9 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
 fi
 venv "$INFRA/.venv-cfnlint" "cfn-lint==$CFN_LINT_VERSION" "python-hcl2==$PYTHON_HCL2_VERSION"
 venv "$INFRA/.venv-checkov" "checkov==$CHECKOV_VERSION"
-venv "$INFRA/.venv-helm" "helm-python-sdk==$HELM_PYTHON_SDK_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" "PyYAML==$PYYAML_VERSION"
+# python-hcl2 there too: the chart's CloudWatch agent config is checked against Terraform's alarms.
+venv "$INFRA/.venv-helm" "helm-python-sdk==$HELM_PYTHON_SDK_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" "PyYAML==$PYYAML_VERSION" \
+  "python-hcl2==$PYTHON_HCL2_VERSION"
 
 # No AWS credentials or config for anything below: nothing can reach an account.
 unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_PROFILE AWS_DEFAULT_PROFILE
@@ -71,23 +76,28 @@ rm -rf dist
 npx tsc -p .
 
 step "cdk synth (offline: --no-lookups, availability zones and prefix lists from cdk.json)"
-rm -rf cdk.out cdk.out.variant
+rm -rf cdk.out cdk.out.variant cdk.out.noecs
 npx cdk synth --quiet --no-lookups >/dev/null
 ls cdk.out/*.template.json
 step "cdk synth of the variant (existing VPC, config in S3, arm64: cdk/test/variant.json)"
 npx cdk synth --quiet --no-lookups -o cdk.out.variant \
   --context shareplane="$(python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))' test/variant.json)" >/dev/null
 ls cdk.out.variant/*.template.json
+step "cdk synth without the ECS service (cdk.json's settings with \"ecsService\": false: the daemon on EKS)"
+npx cdk synth --quiet --no-lookups -o cdk.out.noecs \
+  --context shareplane="$(python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))["context"]["shareplane"]; s["ecsService"] = False; print(json.dumps(s))' cdk.json)" >/dev/null
+ls cdk.out.noecs/*.template.json
 
 step "CDK assertion tests (node --test)"
 node --test dist/test/*.test.js
 
 step "cfn-lint on the synthesized templates"
-"$INFRA/.venv-cfnlint/bin/cfn-lint" cdk.out/*.template.json cdk.out.variant/*.template.json
+"$INFRA/.venv-cfnlint/bin/cfn-lint" cdk.out/*.template.json cdk.out.variant/*.template.json cdk.out.noecs/*.template.json
 
 step "checkov on the synthesized templates (skips are justified in each resource's Metadata)"
 "$INFRA/.venv-checkov/bin/checkov" -d cdk.out --framework cloudformation --skip-download --quiet --compact
 "$INFRA/.venv-checkov/bin/checkov" -d cdk.out.variant --framework cloudformation --skip-download --quiet --compact
+"$INFRA/.venv-checkov/bin/checkov" -d cdk.out.noecs --framework cloudformation --skip-download --quiet --compact
 
 step "checkov on the Terraform modules and example (skips are justified in #checkov:skip comments)"
 "$INFRA/.venv-checkov/bin/checkov" -d "$INFRA/terraform" --framework terraform --skip-download --quiet --compact
@@ -190,14 +200,19 @@ fi
 
 step "Terraform declares the same resources, rules, IAM conditions and config as the CDK app (HCL parse)"
 cd "$INFRA"
-SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_OUT_VARIANT="$INFRA/cdk/cdk.out.variant" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
+SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_OUT_VARIANT="$INFRA/cdk/cdk.out.variant" SHAREPLANE_CDK_OUT_NOECS="$INFRA/cdk/cdk.out.noecs" \
+  SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
   SHAREPLANE_TF_CONFIGS_TABLE="$TF_CONFIGS_TABLE" SHAREPLANE_CDK_CONFIGS_TABLE="$CDK_CONFIGS_TABLE" \
-  "$INFRA/.venv-cfnlint/bin/python" -m unittest -v tests/test_parity.py
+  "$INFRA/.venv-cfnlint/bin/python" -m unittest -v tests/test_parity.py tests/test_ecs_switch.py
 
 step "Helm chart: render and lint (Helm v4 SDK), validate (Kubernetes 1.33 schemas of kubernetes-validate $KUBERNETES_VALIDATE_VERSION), same settings as CDK and Terraform"
-SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_CONFIGS="$CDK_CONFIGS" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
+SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_CDK_OUT_NOECS="$INFRA/cdk/cdk.out.noecs" SHAREPLANE_CDK_CONFIGS="$CDK_CONFIGS" SHAREPLANE_TF_CONFIGS="$TF_CONFIGS" \
   SHAREPLANE_CDK_CONFIGS_TABLE="$CDK_CONFIGS_TABLE" SHAREPLANE_TF_CONFIGS_TABLE="$TF_CONFIGS_TABLE" \
   SHAREPLANE_BIN="$ROOT/target/debug/shareplane" "$INFRA/.venv-helm/bin/python" -m unittest -v tests/test_helm_chart.py
+
+step "the gateways' gauges reach the CloudWatch alarms: the chart's CloudWatch agent config against CDK's and Terraform's alarms and a real gateway's /metrics"
+SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_BIN="$ROOT/target/debug/shareplane" \
+  "$INFRA/.venv-helm/bin/python" -m unittest -v tests/test_cloudwatch_agent.py
 
 step "a real gateway on the daemon URL that CDK and Terraform publish loads the rule set (target/debug/shareplane)"
 SHAREPLANE_CDK_OUT="$INFRA/cdk/cdk.out" SHAREPLANE_TF_DAEMON_URLS="$TF_DAEMON_URLS" SHAREPLANE_BIN="$ROOT/target/debug/shareplane" \

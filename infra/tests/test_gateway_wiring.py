@@ -130,11 +130,12 @@ class Wiring(unittest.TestCase):
                 gateway_loads_rules(self, self.settings, region, published, flags)
 
 
-def gateway_loads_rules(test: unittest.TestCase, settings: dict, region: str, published: str, gateway_args) -> None:
+def gateway_loads_rules(test: unittest.TestCase, settings: dict, region: str, published: str, gateway_args) -> str:
     """Starts redis-server and `shareplane run` (memory store, the settings' Regions and limits) on
     127.0.0.1, then `shareplane gateway <gateway_args(rules, redis, http_listen, dir)>`, where rules
     is `published` with the scheme and host swapped for the daemon's; asserts the gateway loads
-    the rule set and admits a check of the first limit. Stops all three."""
+    the rule set and admits a check of the first limit. Stops all three; returns the gateway's
+    /metrics as it was after the check."""
     if not BIN.is_file():
         missing(f"{BIN} is missing: tests/run-all.sh builds it (cargo build -p shareplane)")
     if shutil.which("redis-server") is None:
@@ -167,6 +168,9 @@ def gateway_loads_rules(test: unittest.TestCase, settings: dict, region: str, pu
             limit = settings["limits"][0]["id"]
             status, text = get(f"http://127.0.0.1:{http_port}/v1/check?limit={limit}")
             test.assertEqual(status, 200, f"check of {limit}: {text}")
+            status, body = get(metrics)
+            test.assertEqual(status, 200, "/metrics")
+            return body
         finally:
             for _, p, _ in reversed(procs):
                 p.terminate()

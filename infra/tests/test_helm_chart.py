@@ -11,9 +11,11 @@ Parity: the chart is rendered with values made from infra/cdk/cdk.json (the sett
 deploy), for every Region, and its daemon config must be the very text the CDK app and the
 Terraform module render for that Region (SHAREPLANE_CDK_CONFIGS, SHAREPLANE_TF_CONFIGS, and the
 same with limits from the table); the gateways get the DaemonUrl the CDK app publishes as --rules
-and the API token only, never the admin token; the alerts and the CloudWatch agent's metric
-declaration name the metrics, statistics, thresholds and periods of the CDK app's gateway alarms
-(which test_parity.py holds equal to Terraform's).
+and the API token only, never the admin token; the alerts name the metrics, statistics,
+thresholds and periods of the CDK app's gateway alarms (which test_parity.py holds equal to
+Terraform's; the CloudWatch agent's config is test_cloudwatch_agent.py's). The daemon on EKS is
+reached through its Service, an optional operator Ingress that carries no token, and (without the
+ECS service) the stacks' target groups (class DaemonReach).
 
 Run: infra/test.sh (in infra/.venv-helm).
 """
@@ -36,6 +38,10 @@ INFRA = Path(__file__).resolve().parent.parent
 CHART = INFRA / "helm" / "shareplane"
 CDK_JSON = INFRA / "cdk" / "cdk.json"
 CDK_OUT = Path(os.environ.get("SHAREPLANE_CDK_OUT", INFRA / "cdk" / "cdk.out"))
+# cdk.json's settings with "ecsService": false (infra/test.sh synthesizes it): the daemon on EKS.
+CDK_OUT_NOECS = Path(os.environ.get("SHAREPLANE_CDK_OUT_NOECS", INFRA / "cdk" / "cdk.out.noecs"))
+# The daemon's routes, read from its source: the Ingress may route only paths the daemon serves.
+DAEMON_API = INFRA.parent / "crates" / "shareplane" / "src" / "api.rs"
 KUBE_VERSION = "1.33.0"
 NAMESPACE = "shareplane"
 RELEASE = "sp"
@@ -279,25 +285,6 @@ class Chart(unittest.TestCase):
                 self.assertEqual(alert, f"Shareplane{name}")
         self.assertEqual(set(by_metric), {a["MetricName"] for a in alarms.values()})
 
-    def test_the_cloudwatch_agent_sends_what_the_alarms_read(self):
-        alarms = cdk_gateway_alarms(self.region)
-        cm = one(self.objects, "ConfigMap", f"{RELEASE}-cloudwatch-agent")["data"]
-        agent = json.loads(cm["cwagentconfig.json"])
-        emf = agent["logs"]["metrics_collected"]["prometheus"]["emf_processor"]
-        self.assertEqual(emf["metric_namespace"], self.settings["metricNamespace"])
-        self.assertEqual({a["Namespace"] for a in alarms.values()}, {self.settings["metricNamespace"]})
-        decl = emf["metric_declaration"]
-        self.assertEqual(len(decl), 1)
-        self.assertEqual(decl[0]["dimensions"], [["Region"]])
-        self.assertEqual({d["Name"] for a in alarms.values() for d in a["Dimensions"]}, {"Region"})
-        self.assertEqual(sorted(s.strip("^$") for s in decl[0]["metric_selectors"]), sorted(a["MetricName"] for a in alarms.values()))
-        prom = yaml.safe_load(cm["prometheus.yaml"])
-        job = prom["scrape_configs"][0]
-        self.assertEqual(job["job_name"], "shareplane-gateway")
-        self.assertRegex("shareplane-gateway", decl[0]["label_matcher"])
-        region_label = [r for r in job["relabel_configs"] if r.get("target_label") == "Region"]
-        self.assertEqual(region_label, [{"target_label": "Region", "replacement": self.region}])
-
     def test_service_monitors_scrape_the_metrics_ports(self):
         for part in ("gateway", "daemon"):
             with self.subTest(part=part):
@@ -331,6 +318,144 @@ class Chart(unittest.TestCase):
         values["gateway"]["daemonUrl"] = ""
         toml = one(render(values), "ConfigMap", f"{RELEASE}-gateway")["data"]["gateway.toml"]
         self.assertIn(f'rules = "http://{RELEASE}-daemon.{NAMESPACE}.svc:8080"\n', toml)
+
+
+class DaemonReach(unittest.TestCase):
+    """The daemon on EKS, reached by the release's gateways through its Service, by operators
+    through an optional Ingress that carries no credential, and (without the ECS service) by the
+    stacks' load balancers through their target groups."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.settings = json.loads(CDK_JSON.read_text())["context"]["shareplane"]
+        cls.region = cls.settings["regions"][1]
+        cls.values = values_from_settings(cls.settings, cls.region, "")
+        cls.objects = render(cls.values)
+        cls.name = f"{RELEASE}-daemon"
+
+    def changed(self, change) -> list[dict]:
+        values = json.loads(json.dumps(self.values))
+        change(values["daemon"])
+        return render(values)
+
+    def test_the_gateways_reach_the_daemon_through_its_service(self):
+        toml = one(self.objects, "ConfigMap", f"{RELEASE}-gateway")["data"]["gateway.toml"]
+        rules = re.search(r'(?m)^rules = "http://([^.]+)\.([^.]+)\.svc:(\d+)"$', toml)
+        self.assertIsNotNone(rules, toml)
+        svc = one(self.objects, "Service", rules.group(1))
+        self.assertEqual((rules.group(1), rules.group(2)), (self.name, NAMESPACE))
+        port = [p for p in svc["spec"]["ports"] if p["port"] == int(rules.group(3))]
+        self.assertEqual(len(port), 1)
+        pod = one(self.objects, "Deployment", self.name)["spec"]["template"]
+        c = pod["spec"]["containers"][0]
+        named = {p["name"]: p["containerPort"] for p in c["ports"]}
+        listen = re.search(r'(?m)^listen = "0\.0\.0\.0:(\d+)"$', one(self.objects, "ConfigMap", self.name)["data"]["config.toml"])
+        self.assertEqual(named[port[0]["targetPort"]], int(listen.group(1)), "the Service reaches the port the daemon listens on")
+        selector = svc["spec"]["selector"].items()
+        self.assertLessEqual(set(selector), set(pod["metadata"]["labels"].items()))
+        gw_pod = one(self.objects, "Deployment", f"{RELEASE}-gateway")["spec"]["template"]["metadata"]["labels"]
+        self.assertFalse(set(selector) <= set(gw_pod.items()), "the daemon's Service must not select gateways")
+
+    def test_nothing_is_exposed_by_default(self):
+        kinds = {o["kind"] for o in self.objects}
+        self.assertEqual(kinds & {"Ingress", "TargetGroupBinding", "SecurityGroupPolicy"}, set())
+        self.assertEqual(one(self.objects, "Service", self.name)["spec"]["type"], "ClusterIP")
+
+    def test_the_operator_ingress_routes_the_operator_paths_and_carries_no_token(self):
+        objects = self.changed(lambda d: d.update(ingress={
+            "enabled": True, "className": "alb", "host": "ops.eu-west-1.shareplane.example.com",
+            "annotations": {"alb.ingress.kubernetes.io/scheme": "internal"},
+            "tls": [{"hosts": ["ops.eu-west-1.shareplane.example.com"], "secretName": "ops-tls"}],
+            "paths": ["/v1/state", "/v1/events", "/v1/limits", "/v1/peers", "/dashboard"]}))
+        ing = one(objects, "Ingress", self.name)
+        kubernetes_validate.validate(ing, KUBE_VERSION, strict=True)
+        svc = one(objects, "Service", self.name)
+        rule = ing["spec"]["rules"][0]
+        self.assertEqual(rule["host"], "ops.eu-west-1.shareplane.example.com")
+        backends = {(p["backend"]["service"]["name"], p["backend"]["service"]["port"]["name"]) for p in rule["http"]["paths"]}
+        self.assertEqual(backends, {(self.name, "http")})
+        self.assertIn("http", [p["name"] for p in svc["spec"]["ports"]])
+        # Every path is one the daemon serves, and the operator's: the abandon action among them,
+        # the gateways' demand and rules not (they use the Service).
+        routes = re.findall(r'\.route\("([^"]+)"', DAEMON_API.read_text())
+        self.assertIn("/v1/peers/{region}/abandon", routes)
+        paths = [p["path"] for p in rule["http"]["paths"]]
+        for p in paths:
+            with self.subTest(path=p):
+                self.assertTrue(any(r.startswith(p) for r in routes), f"{p} routes to nothing the daemon serves")
+                self.assertFalse(any(r.startswith(p) for r in ("/v1/demand", "/v1/rules", "/metrics")))
+        self.assertTrue(any("/v1/peers/{region}/abandon".startswith(p) for p in paths))
+        self.assertEqual(paths, self.chart_default_paths())
+        # The admin token: in its Secret, read by the daemon's container alone.
+        admin = self.values["daemon"]["adminToken"]["existingSecret"]
+        holders = [(o["kind"], o["metadata"]["name"]) for o in objects if admin in json.dumps(o)]
+        self.assertEqual(holders, [("Deployment", self.name)])
+        self.assertNotIn("TOKEN", json.dumps(ing).upper())
+
+    def chart_default_paths(self) -> list[str]:
+        return yaml.safe_load((CHART / "values.yaml").read_text())["daemon"]["ingress"]["paths"]
+
+    def test_an_ingress_that_would_carry_a_token_or_has_no_host_does_not_render(self):
+        base = {"enabled": True, "host": "ops.example.com", "paths": ["/v1/state"]}
+        cases = {
+            "carries no credential": {**base, "annotations": {
+                "nginx.ingress.kubernetes.io/auth-secret": self.values["daemon"]["adminToken"]["existingSecret"]}},
+            "daemon.ingress.host is required": {**base, "host": ""},
+            "names the token Secret": {**base, "annotations": {
+                "example.com/secret": f"{NAMESPACE}/{self.values['daemon']['apiToken']['existingSecret']}"}},
+        }
+        for needle, ingress in cases.items():
+            with self.subTest(needle=needle):
+                with self.assertRaises(helm.HelmError) as e:
+                    self.changed(lambda d: d.update(ingress=ingress))
+                self.assertIn(needle, str(e.exception))
+
+    def test_an_annotation_that_only_mentions_a_secret_name_renders(self):
+        """Only an annotation whose value is a token's Secret (or namespace/Secret) is refused."""
+        admin = self.values["daemon"]["adminToken"]["existingSecret"]
+        objects = self.changed(lambda d: d.update(ingress={
+            "enabled": True, "host": "ops.example.com", "paths": ["/v1/state"],
+            "annotations": {"example.com/note": f"not {admin}"}}))
+        self.assertEqual(one(objects, "Ingress", self.name)["metadata"]["annotations"], {"example.com/note": f"not {admin}"})
+
+    def test_without_ecs_the_pods_join_the_stacks_target_groups(self):
+        """With `ecsService: false` the stacks publish their two target groups and the daemon's
+        security group; the chart binds the daemon's Service to both (IP targets on the port the
+        target groups take, healthy on the path they check) and gives the pods that group."""
+        tpl = json.loads((CDK_OUT_NOECS / f"Shareplane-{self.region}.template.json").read_text())
+        outputs = tpl["Outputs"]
+        groups = {part: tpl["Resources"][outputs[o]["Value"]["Ref"]]["Properties"]
+                  for part, o in (("health", "DaemonTargetGroupArn"), ("api", "DaemonApiTargetGroupArn"))}
+        arns = {part: f"arn:aws:elasticloadbalancing:{self.region}:123456789012:targetgroup/{part}/0123456789abcdef"
+                for part in groups}
+        exposed = lambda d: d.update(targetGroups=arns, securityGroupIds=["sg-0daemon00000000000", "sg-0cluster0000000000"],
+                                     ingress={"enabled": True, "host": "ops.example.com", "paths": ["/v1/state"]})
+        objects = self.changed(exposed)
+        values = json.loads(json.dumps(self.values))
+        exposed(values["daemon"])
+        report = helm.lint(CHART, values, strict=True, kube_version=f"v{KUBE_VERSION}")
+        self.assertEqual((report["errors"], [m for m in report["messages"] if m["severity"] >= 2]), ([], []))
+        svc = one(objects, "Service", self.name)
+        c = container(objects, "Deployment", self.name)
+        for part, tg in groups.items():
+            with self.subTest(part=part):
+                b = one(objects, "TargetGroupBinding", f"{self.name}-{part}")
+                self.assertEqual(b["apiVersion"], "elbv2.k8s.aws/v1beta1")
+                self.assertEqual(set(b["spec"]), {"targetGroupARN", "targetType", "serviceRef"})
+                self.assertEqual(b["spec"]["targetGroupARN"], arns[part])
+                self.assertEqual(b["spec"]["targetType"], tg["TargetType"])
+                self.assertEqual(b["spec"]["serviceRef"], {"name": self.name, "port": tg["Port"]})
+                self.assertIn(tg["Port"], [p["port"] for p in svc["spec"]["ports"]])
+                self.assertEqual(c["readinessProbe"]["httpGet"]["path"], tg["HealthCheckPath"])
+                self.assertNotIn("Targets", tg, "the stack registers no ECS task")
+        sgp = one(objects, "SecurityGroupPolicy", self.name)
+        self.assertEqual(sgp["apiVersion"], "vpcresources.k8s.aws/v1beta1")
+        self.assertEqual(sgp["spec"]["podSelector"]["matchLabels"], svc["spec"]["selector"])
+        self.assertEqual(sgp["spec"]["securityGroups"]["groupIds"], ["sg-0daemon00000000000", "sg-0cluster0000000000"])
+        self.assertIn("DaemonSecurityGroupId", outputs)
+        with self.assertRaises(helm.HelmError) as e:
+            self.changed(lambda d: d.update(targetGroups={"public": arns["health"]}))
+        self.assertIn("daemon.targetGroups.public", str(e.exception))
 
 
 if __name__ == "__main__":

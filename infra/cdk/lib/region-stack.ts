@@ -98,8 +98,12 @@ interface ConfigDelivery {
 }
 
 export class RegionStack extends Stack {
-  readonly taskRole: iam.Role;
-  readonly service: ecs.FargateService;
+  /** The ECS tasks' role (settings.ecsService), or undefined. */
+  readonly taskRole?: iam.Role;
+  /** Without the ECS service: the same statements as a managed policy, for the pods' role. */
+  readonly daemonPolicy?: iam.ManagedPolicy;
+  /** The daemons' ECS service, or undefined with `ecsService: false`. */
+  readonly service?: ecs.FargateService;
   /** The security group to attach to this Region's gateways (reaches the API and Valkey). */
   readonly gatewaySecurityGroup: ec2.SecurityGroup;
   private readonly key: kms.Key;
@@ -111,15 +115,20 @@ export class RegionStack extends Stack {
     const region = Stack.of(this).region;
     this.key = this.encryptionKey();
     const net = this.network(s, region);
-    const logGroup = new logs.LogGroup(this, 'DaemonLogs', {
-      logGroupName: `/shareplane/${s.tableName}/daemon`,
-      retention: s.logRetentionDays as logs.RetentionDays,
-      encryptionKey: this.key,
-      removalPolicy: RemovalPolicy.RETAIN,
-    });
     const logBucket = this.logBucket(s);
     const config = this.config(s, region, props.healthCheckIds, logBucket);
-    this.taskRole = taskRole(this, s, region, config, this.key);
+    const statements = daemonStatements(this, s, region, config, this.key);
+    if (s.ecsService) {
+      this.taskRole = new iam.Role(this, 'DaemonTaskRole', {
+        assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
+        description: DAEMON_POLICY_DESCRIPTION,
+        inlinePolicies: { shareplane: new iam.PolicyDocument({ statements }) },
+      });
+    } else {
+      // The daemon runs elsewhere (EKS: IRSA or Pod Identity): its role is the team's; this is
+      // what to attach to it.
+      this.daemonPolicy = new iam.ManagedPolicy(this, 'DaemonPolicy', { description: DAEMON_POLICY_DESCRIPTION, statements });
+    }
     const apiToken = new secretsmanager.Secret(this, 'ApiToken', {
       description: 'shareplane daemon API token (bearer token of the write endpoints)',
       encryptionKey: this.key,
@@ -158,33 +167,20 @@ export class RegionStack extends Stack {
     const publicListener = this.publicEndpoint(s, region, net, publicSg, certificate, logBucket);
     const apiListener = this.apiEndpoint(s, region, net, apiSg, certificate, logBucket);
 
-    const cluster = new ecs.Cluster(this, 'Cluster', {
-      vpc: net.vpc,
-      containerInsightsV2: ecs.ContainerInsights.ENABLED,
-    });
-    const task = this.taskDefinition(s, region, logGroup, { apiToken, adminToken }, config);
-    this.service = new ecs.FargateService(this, 'Daemon', {
-      cluster,
-      taskDefinition: task,
-      desiredCount: s.desiredCount,
-      minHealthyPercent: 100,
-      maxHealthyPercent: 200,
-      circuitBreaker: { enable: true, rollback: true },
-      healthCheckGracePeriod: Duration.seconds(60),
-      vpcSubnets: net.privateSubnets,
-      securityGroups: [taskSg],
-      assignPublicIp: false,
-      propagateTags: ecs.PropagatedTagSource.SERVICE,
-    });
+    if (this.taskRole !== undefined) {
+      this.service = this.ecsService(s, region, net, taskSg, { apiToken, adminToken }, config);
+    }
+    const healthTargets = this.targetGroup('DaemonTargets', net.vpc);
     publicListener.addAction('Health', {
       priority: 10,
       conditions: [elbv2.ListenerCondition.pathPatterns([HEALTH_PATH, '/healthz'])],
-      action: elbv2.ListenerAction.forward([this.targetGroup('DaemonTargets', net.vpc)]),
+      action: elbv2.ListenerAction.forward([healthTargets]),
     });
+    const apiTargets = this.targetGroup('DaemonApiTargets', net.vpc);
     apiListener.addAction('Api', {
       priority: 10,
       conditions: [elbv2.ListenerCondition.pathPatterns([...API_PATHS])],
-      action: elbv2.ListenerAction.forward([this.targetGroup('DaemonApiTargets', net.vpc)]),
+      action: elbv2.ListenerAction.forward([apiTargets]),
     });
 
     const valkeyUrl = s.valkey.enabled ? this.valkey(s, net, gateways) : '';
@@ -218,6 +214,42 @@ export class RegionStack extends Stack {
     if (config.parameter) out('ConfigParameter', config.location, 'The SSM parameter holding the daemon config');
     else out('ConfigObject', config.location, 'The S3 object holding the daemon config');
     if (valkeyUrl !== '') out('ValkeyUrl', valkeyUrl, 'The gateways\' Redis/Valkey (TLS only)');
+    if (this.daemonPolicy !== undefined) {
+      // The daemon runs elsewhere: what its pods need to take the ECS tasks' place.
+      out('DaemonPolicyArn', this.daemonPolicy.managedPolicyArn, 'Attach to the daemon pods\' role (IRSA or Pod Identity): the ECS task role\'s statements');
+      out('DaemonTargetGroupArn', healthTargets.targetGroupArn, 'Register the daemon pods here (IP targets, port 8080): the public endpoint Route 53 probes');
+      out('DaemonApiTargetGroupArn', apiTargets.targetGroupArn, 'Register the daemon pods here (IP targets, port 8080): the internal API load balancer of DaemonUrl');
+      out('DaemonSecurityGroupId', taskSg.securityGroupId, 'Attach to the daemon pods (security groups for pods): both load balancers reach them on 8080');
+    }
+  }
+
+  /** The daemons as an ECS Fargate service of `desiredCount` tasks in the private subnets. */
+  private ecsService(
+    s: Settings, region: string, net: Network, taskSg: ec2.ISecurityGroup, tokens: DaemonTokens, config: ConfigDelivery,
+  ): ecs.FargateService {
+    const logGroup = new logs.LogGroup(this, 'DaemonLogs', {
+      logGroupName: `/shareplane/${s.tableName}/daemon`,
+      retention: s.logRetentionDays as logs.RetentionDays,
+      encryptionKey: this.key,
+      removalPolicy: RemovalPolicy.RETAIN,
+    });
+    const cluster = new ecs.Cluster(this, 'Cluster', {
+      vpc: net.vpc,
+      containerInsightsV2: ecs.ContainerInsights.ENABLED,
+    });
+    return new ecs.FargateService(this, 'Daemon', {
+      cluster,
+      taskDefinition: this.taskDefinition(s, region, logGroup, tokens, config),
+      desiredCount: s.desiredCount,
+      minHealthyPercent: 100,
+      maxHealthyPercent: 200,
+      circuitBreaker: { enable: true, rollback: true },
+      healthCheckGracePeriod: Duration.seconds(60),
+      vpcSubnets: net.privateSubnets,
+      securityGroups: [taskSg],
+      assignPublicIp: false,
+      propagateTags: ecs.PropagatedTagSource.SERVICE,
+    });
   }
 
   /** One key for this Region's logs and alarm topic, with yearly rotation. */
@@ -506,14 +538,17 @@ export class RegionStack extends Stack {
     return listener;
   }
 
-  /** A target group of the daemon tasks, healthy when /readyz says so. */
+  /**
+   * A target group of the daemon tasks, healthy when /readyz says so. Without the ECS service it
+   * starts empty: the daemon pods register into it (the chart's TargetGroupBinding).
+   */
   private targetGroup(tid: string, vpc: ec2.IVpc): elbv2.ApplicationTargetGroup {
     return new elbv2.ApplicationTargetGroup(this, tid, {
       vpc,
       port: DAEMON_PORT,
       protocol: elbv2.ApplicationProtocol.HTTP,
       targetType: elbv2.TargetType.IP,
-      targets: [this.service],
+      targets: this.service === undefined ? [] : [this.service],
       deregistrationDelay: Duration.seconds(30),
       healthCheck: {
         path: HEALTH_PATH,
@@ -667,12 +702,15 @@ export class RegionStack extends Stack {
   }
 }
 
+const DAEMON_POLICY_DESCRIPTION =
+  'shareplane daemon: read the records, write its own Region items, read health, put metrics, read its config';
+
 /**
- * The task role: read the table; write only this Region's own items; read CloudWatch metrics
- * (Route 53's HealthCheckStatus in us-east-1); put metrics only in shareplane's namespace; with
- * the config in S3, read that one object (the init container runs with the same role).
+ * The task role's statements: read the table; write only this Region's own items; read CloudWatch
+ * metrics (Route 53's HealthCheckStatus in us-east-1); put metrics only in shareplane's namespace;
+ * with the config in S3, read that one object (the init container runs with the same role).
  */
-function taskRole(scope: Construct, s: Settings, region: string, config: ConfigDelivery, key: kms.IKey): iam.Role {
+function daemonStatements(scope: Construct, s: Settings, region: string, config: ConfigDelivery, key: kms.IKey): iam.PolicyStatement[] {
   // The same ARN the limits writer's policy names for this Region (global-stack.ts).
   const tableArn = tableArnIn(scope, s.tableName, region);
   const statements = [
@@ -716,11 +754,7 @@ function taskRole(scope: Construct, s: Settings, region: string, config: ConfigD
       }),
     );
   }
-  return new iam.Role(scope, 'DaemonTaskRole', {
-    assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
-    description: 'shareplane daemon: read the records, write its own Region items, read health, put metrics, read its config',
-    inlinePolicies: { shareplane: new iam.PolicyDocument({ statements }) },
-  });
+  return statements;
 }
 
 /** An image URI from the settings, or infra/Dockerfile built at deploy time as a CDK asset. */

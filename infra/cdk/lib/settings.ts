@@ -80,6 +80,15 @@ export interface Settings {
   readonly endpointSubdomain: string;
   /** A container image URI (same tag in every Region); empty: build infra/Dockerfile as a CDK asset. */
   readonly imageUri: string;
+  /**
+   * Whether the daemons run as this stack's ECS Fargate service (the default). `false` is for a
+   * team that runs the daemon elsewhere, e.g. on EKS with infra/helm/shareplane: the stacks then
+   * deploy the table, health checks, alarms, endpoints (load balancers, certificate, names),
+   * tokens, config and Valkey, but no ECS cluster, task definition, service, execution role or
+   * task log group; instead of the task role, a managed policy with its statements (output
+   * DaemonPolicyArn) for the pods' role, and the two target groups' ARNs for the pods.
+   */
+  readonly ecsService: boolean;
   /** The tasks' CPU architecture (and the platform the image asset is built for). */
   readonly cpuArchitecture: 'x86_64' | 'arm64';
   readonly desiredCount: number;
@@ -199,7 +208,7 @@ export function parseSettings(raw: unknown): Settings {
     'account', 'regions', 'tableName', 'billing', 'metricNamespace', 'hostedZoneId', 'hostedZoneName',
     'endpointSubdomain', 'imageUri', 'desiredCount', 'cpu', 'memoryMiB', 'natGateways', 'logRetentionDays',
     'periodSeconds', 'alarmEmail', 'limits', 'daemon', 'cpuArchitecture', 'existingVpcs', 'configSource',
-    'configFetchImage', 'valkey', 'limitsSource',
+    'configFetchImage', 'valkey', 'limitsSource', 'ecsService',
   ];
   p.unknownKeys('shareplane', value, known);
   const regions = parseRegions(p, value.regions);
@@ -216,6 +225,7 @@ export function parseSettings(raw: unknown): Settings {
     endpointSubdomain: p.str(value, 'endpointSubdomain', 'shareplane', DNS_LABELS_RE, 'lower-case DNS labels'),
     imageUri: p.str(value, 'imageUri', '', /^(|[a-z0-9.:/_@-]{1,512})$/, 'an image URI or empty'),
     cpuArchitecture: p.oneOf(value, 'cpuArchitecture', 'x86_64', ['x86_64', 'arm64'] as const),
+    ecsService: p.bool(value, 'ecsService', true),
     desiredCount: p.int(value, 'desiredCount', 2, 1, 10),
     cpu: p.int(value, 'cpu', 256, 256, 1024),
     memoryMiB: p.int(value, 'memoryMiB', 512, 512, 8192),
@@ -447,6 +457,15 @@ class Problems {
     }
     if (new Set(v).size !== v.length) this.add(`${at}${key}: lists an id twice`);
     return v as string[];
+  }
+
+  bool(obj: Record<string, unknown>, key: string, dflt: boolean, at = ''): boolean {
+    const v = obj[key] ?? dflt;
+    if (typeof v !== 'boolean') {
+      this.add(`${at}${key}: expected true or false, got ${JSON.stringify(v)}`);
+      return dflt;
+    }
+    return v;
   }
 
   int(obj: Record<string, unknown>, key: string, dflt: number, min: number, max: number, at = ''): number {

@@ -1,7 +1,8 @@
 # Test fixture: the region module with every option the example leaves at its default (an
 # existing VPC with existing gateway groups, the config in S3, arm64, an image from elsewhere,
-# Valkey with its own limits, the limits from the table), and once with every default (no Valkey), so that `terraform
-# validate` (infra/test.sh, when an AWS provider is at hand offline) evaluates those paths too.
+# Valkey with its own limits, the limits from the table), once with every default (no Valkey),
+# and once without the ECS service (ecs_service = false), so that `terraform validate`
+# (infra/test.sh, when an AWS provider is at hand offline) evaluates those paths too.
 # Never applied.
 
 terraform {
@@ -50,4 +51,18 @@ module "defaults" {
   hosted_zone_name = "example.com"
   image_tag        = "1.0.0"
   limits           = [{ id = "k-big", rate = 10000 }]
+}
+
+# The daemon elsewhere (EKS): no ECS service, a managed policy and the target groups instead.
+module "no_ecs" {
+  source           = "../../terraform/modules/region"
+  region           = "eu-west-1"
+  regions          = ["us-east-1", "eu-west-1"]
+  health_check_ids = { "us-east-1" = "hc-a", "eu-west-1" = "hc-b" }
+  table_name       = "shareplane-records"
+  hosted_zone_id   = "Z0123456789EXAMPLE"
+  hosted_zone_name = "example.com"
+  image_tag        = "1.0.0"
+  limits           = [{ id = "k-big", rate = 10000 }]
+  ecs_service      = false
 }

@@ -69,6 +69,26 @@ output "alarm_topic_arn" {
 }
 
 output "task_role_arn" {
-  description = "ARN of the daemon's task role."
-  value       = aws_iam_role.task.arn
+  description = "ARN of the daemon's task role, or null with ecs_service = false."
+  value       = one(aws_iam_role.task[*].arn)
+}
+
+output "daemon_policy_arn" {
+  description = "With ecs_service = false: the task role's statements as a managed policy, to attach to the daemon pods' role (IRSA or Pod Identity); else null."
+  value       = one(aws_iam_policy.daemon[*].arn)
+}
+
+output "daemon_target_group_arn" {
+  description = "With ecs_service = false: register the daemon pods here (IP targets, port 8080), the public endpoint Route 53 probes; else null."
+  value       = local.ecs ? null : aws_lb_target_group.daemon.arn
+}
+
+output "daemon_api_target_group_arn" {
+  description = "With ecs_service = false: register the daemon pods here (IP targets, port 8080), the internal API load balancer of daemon_url; else null."
+  value       = local.ecs ? null : aws_lb_target_group.api.arn
+}
+
+output "daemon_security_group_id" {
+  description = "With ecs_service = false: attach to the daemon pods (security groups for pods), both load balancers reach them on 8080; else null."
+  value       = local.ecs ? null : aws_security_group.daemon.id
 }

@@ -1,9 +1,11 @@
 # The daemon: an ECS Fargate service of var.desired_count tasks in the private subnets behind
 # both load balancers, its task role of least privilege, its execution role and its log group.
 # With var.config_source = "s3" an init container copies the config from S3 into a volume the
-# daemon reads with --config.
+# daemon reads with --config. With var.ecs_service = false none of these exists (the daemon runs
+# elsewhere, e.g. on EKS): the task role's statements become a managed policy for the pods' role.
 
 locals {
+  ecs               = var.ecs_service
   config_in_s3      = var.config_source == "s3"
   config_object_key = "daemon.toml"
   config_file       = "/etc/shareplane/config.toml"
@@ -11,6 +13,7 @@ locals {
 }
 
 resource "aws_cloudwatch_log_group" "daemon" {
+  count             = local.ecs ? 1 : 0
   name              = "/shareplane/${var.table_name}/daemon"
   retention_in_days = var.log_retention_days
   kms_key_id        = aws_kms_key.main.arn
@@ -87,6 +90,7 @@ data "aws_iam_policy_document" "task" {
 }
 
 resource "aws_iam_role" "task" {
+  count              = local.ecs ? 1 : 0
   name_prefix        = "shareplane-task-"
   description        = "shareplane daemon: read the records, write its own Region items, read health, put metrics, read its config"
   assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
@@ -94,13 +98,25 @@ resource "aws_iam_role" "task" {
 }
 
 resource "aws_iam_role_policy" "task" {
+  count  = local.ecs ? 1 : 0
   name   = "shareplane"
-  role   = aws_iam_role.task.id
+  role   = aws_iam_role.task[0].id
   policy = data.aws_iam_policy_document.task.json
+}
+
+# Without the ECS service: the same statements, attached to nothing; the team attaches the policy
+# to the daemon pods' role (IRSA or EKS Pod Identity), output daemon_policy_arn.
+resource "aws_iam_policy" "daemon" {
+  count       = local.ecs ? 0 : 1
+  name_prefix = "shareplane-daemon-"
+  description = "shareplane daemon: read the records, write its own Region items, read health, put metrics, read its config"
+  policy      = data.aws_iam_policy_document.task.json
+  tags        = local.tags
 }
 
 # The execution role: pull the image, write the log group, read the config and the token.
 data "aws_iam_policy_document" "execution" {
+  count = local.ecs ? 1 : 0
   statement {
     sid       = "PullImage"
     actions   = ["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]
@@ -115,7 +131,7 @@ data "aws_iam_policy_document" "execution" {
   statement {
     sid       = "WriteLogs"
     actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
-    resources = ["${aws_cloudwatch_log_group.daemon.arn}:*"]
+    resources = ["${aws_cloudwatch_log_group.daemon[0].arn}:*"]
   }
   dynamic "statement" {
     for_each = local.config_in_s3 ? [] : ["ReadConfig"]
@@ -143,19 +159,22 @@ data "aws_iam_policy_document" "execution" {
 }
 
 resource "aws_iam_role" "execution" {
+  count              = local.ecs ? 1 : 0
   name_prefix        = "shareplane-exec-"
   assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
   tags               = local.tags
 }
 
 resource "aws_iam_role_policy" "execution" {
+  count  = local.ecs ? 1 : 0
   name   = "shareplane-execution"
-  role   = aws_iam_role.execution.id
-  policy = data.aws_iam_policy_document.execution.json
+  role   = aws_iam_role.execution[0].id
+  policy = data.aws_iam_policy_document.execution[0].json
 }
 
 resource "aws_ecs_cluster" "main" {
-  name = "shareplane"
+  count = local.ecs ? 1 : 0
+  name  = "shareplane"
   setting {
     name  = "containerInsights"
     value = "enabled"
@@ -178,7 +197,7 @@ locals {
     logConfiguration = {
       logDriver = "awslogs"
       options = {
-        awslogs-group         = aws_cloudwatch_log_group.daemon.name
+        awslogs-group         = join("", aws_cloudwatch_log_group.daemon[*].name)
         awslogs-region        = var.region
         awslogs-stream-prefix = "daemon"
       }
@@ -224,7 +243,7 @@ locals {
       logConfiguration = {
         logDriver = "awslogs"
         options = {
-          awslogs-group         = aws_cloudwatch_log_group.daemon.name
+          awslogs-group         = join("", aws_cloudwatch_log_group.daemon[*].name)
           awslogs-region        = var.region
           awslogs-stream-prefix = "fetch-config"
         }
@@ -234,13 +253,14 @@ locals {
 }
 
 resource "aws_ecs_task_definition" "daemon" {
+  count                    = local.ecs ? 1 : 0
   family                   = "shareplane"
   requires_compatibilities = ["FARGATE"]
   network_mode             = "awsvpc"
   cpu                      = var.cpu
   memory                   = var.memory_mib
-  task_role_arn            = aws_iam_role.task.arn
-  execution_role_arn       = aws_iam_role.execution.arn
+  task_role_arn            = aws_iam_role.task[0].arn
+  execution_role_arn       = aws_iam_role.execution[0].arn
   runtime_platform {
     operating_system_family = "LINUX"
     cpu_architecture        = upper(var.cpu_architecture)
@@ -262,9 +282,10 @@ resource "aws_ecs_task_definition" "daemon" {
 }
 
 resource "aws_ecs_service" "daemon" {
+  count                              = local.ecs ? 1 : 0
   name                               = "shareplane"
-  cluster                            = aws_ecs_cluster.main.id
-  task_definition                    = aws_ecs_task_definition.daemon.arn
+  cluster                            = aws_ecs_cluster.main[0].id
+  task_definition                    = aws_ecs_task_definition.daemon[0].arn
   desired_count                      = var.desired_count
   launch_type                        = "FARGATE"
   deployment_minimum_healthy_percent = 100
@@ -292,4 +313,46 @@ resource "aws_ecs_service" "daemon" {
   }
   depends_on = [aws_lb_listener_rule.health, aws_lb_listener_rule.api, aws_s3_object.config]
   tags       = local.tags
+}
+
+# These resources took a count with var.ecs_service: a deployment made before keeps them (an
+# address without [0] becomes [0]), rather than Terraform replacing the running service.
+moved {
+  from = aws_cloudwatch_log_group.daemon
+  to   = aws_cloudwatch_log_group.daemon[0]
+}
+
+moved {
+  from = aws_iam_role.task
+  to   = aws_iam_role.task[0]
+}
+
+moved {
+  from = aws_iam_role_policy.task
+  to   = aws_iam_role_policy.task[0]
+}
+
+moved {
+  from = aws_iam_role.execution
+  to   = aws_iam_role.execution[0]
+}
+
+moved {
+  from = aws_iam_role_policy.execution
+  to   = aws_iam_role_policy.execution[0]
+}
+
+moved {
+  from = aws_ecs_cluster.main
+  to   = aws_ecs_cluster.main[0]
+}
+
+moved {
+  from = aws_ecs_task_definition.daemon
+  to   = aws_ecs_task_definition.daemon[0]
+}
+
+moved {
+  from = aws_ecs_service.daemon
+  to   = aws_ecs_service.daemon[0]
 }

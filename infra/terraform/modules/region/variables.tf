@@ -132,6 +132,13 @@ variable "valkey" {
   }
 }
 
+variable "ecs_service" {
+  description = "Whether the daemons run as this module's ECS Fargate service. false: the daemon runs elsewhere (e.g. on EKS with infra/helm/shareplane); the module then deploys no ECS cluster, task definition, service, ECS roles or task log group, but everything else (replica, endpoints, tokens, config, Valkey, alarms), the task role's statements as a managed policy (daemon_policy_arn) and the target groups' ARNs for the pods."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
 variable "desired_count" {
   description = "Number of daemon tasks (one holds the Region's lease, the others stand by)."
   type        = number
