@@ -29,6 +29,7 @@ pub mod health_watch;
 pub mod import;
 pub mod limits;
 pub mod local;
+pub mod local_gateways;
 pub mod metrics;
 mod problem;
 pub mod reload;

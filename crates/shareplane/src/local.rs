@@ -15,9 +15,14 @@
 //! records stop crossing, both ways), and `/health` with a body `healthy`, `unhealthy` or
 //! `unknown` (what the Region's Route 53 check would report; `unknown` for longer than a minute
 //! raises the `health_unknown` alarm, as a health source that never answers does).
+//!
+//! With a `redis-server` (given, or found on the `PATH`), each Region also gets its Redis and a
+//! gateway (`crate::local_gateways`): the HTTP check and Envoy's rate limit service, limiting at
+//! that Region's share under its lease, as `shareplane gateway` does in a deployment.
 
 use crate::clock::Clock;
 use crate::health::SimHealth;
+use crate::local_gateways::{GatewaySpec, LocalGateway};
 use crate::reload::ConfigSource;
 use crate::table::SimTable;
 use crate::RegionDaemon;
@@ -45,10 +50,14 @@ pub struct LocalOptions {
     /// picks every port.
     pub port: u16,
     pub period_ms: u64,
+    /// The `redis-server` for each Region's gateway; `None`: no gateways.
+    pub redis_server: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum LocalError {
+    #[error(transparent)]
+    Gateway(#[from] crate::local_gateways::StartError),
     #[error("period_ms must be 200 to 60000, got {0}")]
     Period(u64),
     #[error("cannot write {path}: {source}")]
@@ -90,6 +99,10 @@ pub struct Local {
     /// The bearer tokens the files name (gateways' demand reports; the operator's endpoints).
     pub api_token: String,
     pub admin_token: String,
+    /// Each Region's gateway and Redis (none without a `redis-server`).
+    pub gateways: tokio::sync::Mutex<Vec<LocalGateway>>,
+    /// Whether gateways were asked for (a `redis-server` was given or found).
+    pub with_gateways: bool,
 }
 
 /// The configuration file of Region `i` (a `shareplane run` file on the memory store, which
@@ -170,19 +183,52 @@ impl Local {
             control,
             api_token,
             admin_token,
+            gateways: tokio::sync::Mutex::new(Vec::new()),
+            with_gateways: opts.redis_server.is_some(),
         });
         for name in NAMES {
             local.start_region(name).await?;
         }
-        let stopper = local.clone();
-        let mut stop = shutdown;
-        tokio::spawn(async move {
-            let _ = stop.wait_for(|s| *s).await;
-            for name in NAMES {
-                let _ = stopper.stop_region(name).await;
-            }
-        });
+        if let Some(bin) = &opts.redis_server {
+            local.start_gateways(bin, opts.port, &shutdown).await?;
+        }
+        tokio::spawn(local.clone().stop_all_on(shutdown));
         Ok(local)
+    }
+
+    /// Once `shutdown` says so, stops the Regions' daemons and then their redis-servers.
+    async fn stop_all_on(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let _ = shutdown.wait_for(|s| *s).await;
+        for name in NAMES {
+            let _ = self.stop_region(name).await;
+        }
+        for g in self.gateways.lock().await.iter_mut() {
+            g.stop().await;
+        }
+    }
+
+    /// Starts each Region's `redis-server` and gateway; with `port` 0 the system picks their
+    /// ports, else the HTTP checks listen on `port + 11…` and gRPC on `port + 21…`.
+    async fn start_gateways(
+        &self,
+        bin: &FsPath,
+        port: u16,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Result<(), LocalError> {
+        let regions = self.regions().await;
+        let mut gateways = self.gateways.lock().await;
+        for (i, (name, api, _)) in regions.iter().enumerate() {
+            let at = |base: u16| if port == 0 { 0 } else { port + base + i as u16 };
+            let spec = GatewaySpec {
+                region: name,
+                api: *api,
+                http_port: at(11),
+                grpc_port: at(21),
+                demand_token: &self.api_token,
+            };
+            gateways.push(crate::local_gateways::start(bin, spec, shutdown.clone()).await?);
+        }
+        Ok(())
     }
 
     /// Each Region's name, API address and configuration file.
@@ -331,15 +377,27 @@ pub async fn banner(local: &Local, dir: &FsPath) -> String {
     out.push_str(&format!(
         "API token (gateways' demand reports): {}\nadmin token: {}\n\
          faults: curl -X POST http://{c}/regions/B/stop   (and /start, /cut, /heal)\n\
-         \x20       curl -X POST http://{c}/regions/B/health -d unhealthy   (healthy, unknown)\n\
-         a gateway for A (with a redis-server on 6379): shareplane gateway --rules http://{} \
-         --redis redis://127.0.0.1:6379/ --demand-token {}\n\
-         Ctrl-C stops everything.\n",
-        local.api_token,
-        local.admin_token,
-        regions.first().map_or(c, |r| r.1),
-        local.api_token,
+         \x20       curl -X POST http://{c}/regions/B/health -d unhealthy   (healthy, unknown)\n",
+        local.api_token, local.admin_token,
     ));
+    let gateways = local.gateways.lock().await;
+    for g in gateways.iter() {
+        out.push_str(&format!(
+            "  {} gateway: curl -i 'http://{}/v1/check?limit=k-big'   (Envoy's rate limit \
+             service: {}; its redis-server: {})\n",
+            g.region, g.http, g.grpc, g.redis
+        ));
+    }
+    if !local.with_gateways {
+        out.push_str(&format!(
+            "no redis-server found (install one, or pass --redis-server PATH): no gateways \
+             started. One for A, with a redis-server on 6379: shareplane gateway --rules \
+             http://{} --redis redis://127.0.0.1:6379/ --demand-token {}\n",
+            regions.first().map_or(c, |r| r.1),
+            local.api_token,
+        ));
+    }
+    out.push_str("Ctrl-C stops everything.\n");
     out
 }
 

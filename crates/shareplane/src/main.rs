@@ -80,6 +80,13 @@ enum Command {
         /// Rebalance period (production: 5000).
         #[arg(long, default_value_t = 1000)]
         period_ms: u64,
+        /// The redis-server to run one of for each Region's gateway (default: the first on the
+        /// PATH; none found: no gateways).
+        #[arg(long)]
+        redis_server: Option<PathBuf>,
+        /// Start no gateways (nor their redis-servers), even with a redis-server on the PATH.
+        #[arg(long)]
+        no_gateways: bool,
         #[command(flatten)]
         log: shareplane::LogArgs,
     },
@@ -157,12 +164,17 @@ fn main() -> ExitCode {
             dir,
             port,
             period_ms,
+            redis_server,
+            no_gateways,
             log,
         } => local(
             shareplane::local::LocalOptions {
                 dir,
                 port,
                 period_ms,
+                redis_server: (!no_gateways)
+                    .then(|| shareplane::local_gateways::find_redis_server(redis_server))
+                    .flatten(),
             },
             log.log_format,
         ),

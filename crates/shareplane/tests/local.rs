@@ -69,6 +69,7 @@ async fn three_daemons_share_the_limit_and_a_stopped_unhealthy_region_is_reclaim
         dir: dir.clone(),
         port: 0,
         period_ms: 300,
+        redis_server: None,
     };
     let control_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let control = control_listener.local_addr().unwrap();
@@ -176,5 +177,113 @@ async fn three_daemons_share_the_limit_and_a_stopped_unhealthy_region_is_reclaim
         state(a).await
     );
     stop.send(true).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With a `redis-server`, each Region gets its Redis and a gateway: it loads the Region's rule
+/// set, admits at the Region's share, reports its demand to the Region's daemon, and fences once
+/// that daemon stops (its lease runs out); `local`'s shutdown stops the redis-servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_region_gets_a_gateway_that_limits_under_its_daemons_lease() {
+    let Some(bin) = shareplane::local_gateways::find_redis_server(
+        std::env::var_os("SHAREPLANE_TEST_REDIS_SERVER").map(Into::into),
+    ) else {
+        eprintln!("skipped: no redis-server on the PATH (tests/run-all.sh installs one)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("shareplane-local-gw-{}", std::process::id()));
+    let opts = LocalOptions {
+        dir: dir.clone(),
+        port: 0,
+        period_ms: 300,
+        redis_server: Some(bin),
+    };
+    let control_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let control = control_listener.local_addr().unwrap();
+    let (stop, stopped) = watch::channel(false);
+    let l = Local::start(&opts, control, stopped).await.unwrap();
+    let l2 = l.clone();
+    tokio::spawn(async move {
+        axum::serve(control_listener, local::router(l2)).await.ok();
+    });
+    let (gw, redis) = {
+        let gateways = l.gateways.lock().await;
+        assert_eq!(gateways.len(), 3);
+        let a = gateways.iter().find(|g| g.region == "A").unwrap();
+        (a.http, a.redis)
+    };
+    let banner = local::banner(&l, &dir).await;
+    assert!(
+        banner.contains(&format!("A gateway: curl -i 'http://{gw}/v1/check")),
+        "{banner}"
+    );
+    let api_a = l.regions().await[0].1;
+    // Ready once it holds A's rule set; a check of the local limit is admitted.
+    let ready = |want: u16| async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while tokio::time::Instant::now() < deadline {
+            if http(gw, "GET", "/readyz", "")
+                .await
+                .is_some_and(|(c, _)| c == want)
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    };
+    assert!(
+        ready(200).await,
+        "{:?}",
+        http(gw, "GET", "/readyz", "").await
+    );
+    let (code, body) = http(gw, "GET", "/v1/check?limit=k-big", "").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    // It reports its demand to A's daemon, which counts it as A's one gateway.
+    let reporting = async {
+        for _ in 0..200 {
+            let m = http(api_a, "GET", "/metrics", "")
+                .await
+                .map(|r| r.1)
+                .unwrap_or_default();
+            if m.contains("shareplane_demand_gateways{region=\"A\"} 1") {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    };
+    assert!(
+        reporting.await,
+        "{:?}",
+        http(api_a, "GET", "/metrics", "").await
+    );
+    // A's daemon stops: the gateway's lease runs out, it fences and refuses.
+    assert_eq!(
+        http(control, "POST", "/regions/A/stop", "")
+            .await
+            .unwrap()
+            .0,
+        200
+    );
+    assert!(
+        ready(503).await,
+        "{:?}",
+        http(gw, "GET", "/readyz", "").await
+    );
+    let (code, body) = http(gw, "GET", "/v1/check?limit=k-big", "").await.unwrap();
+    assert_ne!(code, 200, "a fenced gateway admits nothing: {body}");
+    // Shutdown stops the Regions' redis-servers.
+    stop.send(true).unwrap();
+    let gone = async {
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(redis).await.is_err() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    };
+    assert!(gone.await, "A's redis-server still answers on {redis}");
     let _ = std::fs::remove_dir_all(&dir);
 }
