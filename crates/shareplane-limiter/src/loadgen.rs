@@ -246,25 +246,11 @@ pub async fn drive_until(
             }
             lock(&stats)[second].sent += 1;
             in_flight.fetch_add(1, Ordering::Relaxed);
-            let (limiter, limit, stats, in_flight) = (
-                limiter.clone(),
-                limit.clone(),
-                stats.clone(),
-                in_flight.clone(),
-            );
+            let (limiter, limit) = (limiter.clone(), limit.clone());
+            let (stats, in_flight) = (stats.clone(), in_flight.clone());
             tasks.spawn(async move {
                 let decision = limiter.check(&[&limit], 1).await;
-                let mut all = lock(&stats);
-                let s = &mut all[second];
-                match decision {
-                    Ok(d) if d.allowed => {
-                        s.admitted += 1;
-                        s.admitted_fallback +=
-                            u64::from(matches!(d.path, DecisionPath::Fallback(_)));
-                    }
-                    Ok(d) => s.fenced += u64::from(d.path == DecisionPath::Fenced),
-                    Err(_) => s.errors += 1,
-                }
+                count(&mut lock(&stats)[second], decision);
                 in_flight.fetch_sub(1, Ordering::Relaxed);
             });
         }
@@ -277,6 +263,18 @@ pub async fn drive_until(
     let mut out = lock(&stats).clone();
     out.truncate(begun);
     Ok(out)
+}
+
+/// Counts one check's decision in its second.
+fn count(s: &mut SecondStats, decision: Result<crate::Decision, crate::CheckError>) {
+    match decision {
+        Ok(d) if d.allowed => {
+            s.admitted += 1;
+            s.admitted_fallback += u64::from(matches!(d.path, DecisionPath::Fallback(_)));
+        }
+        Ok(d) => s.fenced += u64::from(d.path == DecisionPath::Fenced),
+        Err(_) => s.errors += 1,
+    }
 }
 
 /// Notes the running rules in `at`'s second and the enforced share in its tenth (the highest

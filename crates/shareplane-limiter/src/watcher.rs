@@ -131,40 +131,85 @@ impl RuleWatcher {
         }
     }
 
+    /// The URL and timeout of one request, and whether it asks for a delta: without `after` the
+    /// whole rule set at once; with it, a long poll for a version above `after` (a delta against
+    /// the running set when it is that version and deltas are not off).
+    fn request_for(&self, limiter: &Limiter, after: Option<u64>) -> (String, Duration, bool) {
+        let Some(v) = after else {
+            return (
+                format!("{}/v1/rules", self.base_url),
+                Duration::from_secs(10),
+                false,
+            );
+        };
+        let seq = limiter
+            .lease_seq()
+            .map_or(String::new(), |s| format!("&lease_seq={s}"));
+        let whole =
+            self.whole_next.load(Ordering::Relaxed) || self.no_deltas.load(Ordering::Relaxed);
+        let delta = match limiter.rules() {
+            Some(r) if r.version() == v && !whole => format!("&delta={}", digest_hex(r.digest())),
+            _ => String::new(),
+        };
+        let asked_delta = !delta.is_empty();
+        (
+            format!(
+                "{}/v1/rules?after={v}&wait_ms={}{seq}{delta}",
+                self.base_url, self.wait_ms
+            ),
+            Duration::from_millis(self.wait_ms) + Duration::from_secs(10),
+            asked_delta,
+        )
+    }
+
+    /// A 200's body: the rule set it carries (whole, or a delta applied to the running one; a
+    /// delta that does not apply asks for a whole set next time) and its lease.
+    fn install_body(
+        &self,
+        limiter: &Limiter,
+        body: &[u8],
+        terms: Option<LeaseTerms>,
+        sent: tokio::time::Instant,
+        received: tokio::time::Instant,
+    ) -> Result<(RuleSet, Lease, Option<u64>), WatchError> {
+        let wire: RulesWire =
+            serde_json::from_slice(body).map_err(|e| RuleSetError::Malformed(e.to_string()))?;
+        // The body's lease is the one the issue of the rule set names; the headers carry the
+        // same number with the time held.
+        let terms = match (wire.lease_ms, terms) {
+            (Some(ms), t) => Some(LeaseTerms {
+                lease_ms: ms,
+                ..t.unwrap_or_default()
+            }),
+            (None, t) => t,
+        };
+        let cfg = limiter.config();
+        let set = if wire.base.is_some() {
+            let applied = match limiter.rules() {
+                Some(running) => running.apply_delta(wire, cfg.max_cost),
+                None => Err(RuleSetError::Delta("no rule set runs yet".into())),
+            };
+            if applied.is_err() {
+                self.whole_next.store(true, Ordering::Relaxed);
+            }
+            applied?
+        } else {
+            self.whole_next.store(false, Ordering::Relaxed);
+            RuleSet::from_wire(wire, cfg.region.as_deref(), cfg.max_cost)?
+        };
+        let (lease, seq) = terms.map_or((Lease::Unbounded, None), |t| {
+            (t.ends(sent, received), t.seq)
+        });
+        Ok((set, lease, seq))
+    }
+
     /// One request: without `after` it answers at once; with it, it may wait up to `wait_ms`.
     pub async fn fetch(
         &self,
         limiter: &Limiter,
         after: Option<u64>,
     ) -> Result<Fetched, WatchError> {
-        let mut asked_delta = false;
-        let (url, timeout) = match after {
-            Some(v) => {
-                let seq = limiter
-                    .lease_seq()
-                    .map_or(String::new(), |s| format!("&lease_seq={s}"));
-                let whole = self.whole_next.load(Ordering::Relaxed)
-                    || self.no_deltas.load(Ordering::Relaxed);
-                let delta = match limiter.rules() {
-                    Some(r) if r.version() == v && !whole => {
-                        asked_delta = true;
-                        format!("&delta={}", digest_hex(r.digest()))
-                    }
-                    _ => String::new(),
-                };
-                (
-                    format!(
-                        "{}/v1/rules?after={v}&wait_ms={}{seq}{delta}",
-                        self.base_url, self.wait_ms
-                    ),
-                    Duration::from_millis(self.wait_ms) + Duration::from_secs(10),
-                )
-            }
-            None => (
-                format!("{}/v1/rules", self.base_url),
-                Duration::from_secs(10),
-            ),
-        };
+        let (url, timeout, asked_delta) = self.request_for(limiter, after);
         let mut req = self.http.get(url).timeout(timeout);
         if let Some(v) = after.filter(|v| *v > 0) {
             req = req.header(reqwest::header::IF_NONE_MATCH, format!("\"{v}\""));
@@ -179,34 +224,7 @@ impl RuleWatcher {
             )),
             200 => {
                 let body = read_capped(resp, MAX_RULES_BODY).await?;
-                let wire: RulesWire = serde_json::from_slice(&body)
-                    .map_err(|e| RuleSetError::Malformed(e.to_string()))?;
-                // The body's lease is the one the issue of the rule set names; the headers carry
-                // the same number with the time held.
-                let terms = match (wire.lease_ms, terms) {
-                    (Some(ms), t) => Some(LeaseTerms {
-                        lease_ms: ms,
-                        ..t.unwrap_or_default()
-                    }),
-                    (None, t) => t,
-                };
-                let cfg = limiter.config();
-                let set = if wire.base.is_some() {
-                    let applied = match limiter.rules() {
-                        Some(running) => running.apply_delta(wire, cfg.max_cost),
-                        None => Err(RuleSetError::Delta("no rule set runs yet".into())),
-                    };
-                    if applied.is_err() {
-                        self.whole_next.store(true, Ordering::Relaxed);
-                    }
-                    applied?
-                } else {
-                    self.whole_next.store(false, Ordering::Relaxed);
-                    RuleSet::from_wire(wire, cfg.region.as_deref(), cfg.max_cost)?
-                };
-                let (lease, seq) = terms.map_or((Lease::Unbounded, None), |t| {
-                    (t.ends(sent, received), t.seq)
-                });
+                let (set, lease, seq) = self.install_body(limiter, &body, terms, sent, received)?;
                 Ok(Fetched::Rules(set, lease, seq))
             }
             400 if asked_delta => {

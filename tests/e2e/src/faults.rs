@@ -321,19 +321,15 @@ fn episode(rng: &mut SplitMix64, r: usize, start: u64, len: u64, draw: Draw) -> 
         steps.push((end, Action::Health(r, true)));
     };
     match rng.range(0, 7) {
-        0 => {
-            let mut steps = vec![(start, Action::KillDaemon(r))];
+        kind @ (0 | 1) => {
+            // The daemon alone, or the whole Region (daemon, gateways and Redis).
+            let (kill, back) = match kind {
+                0 => (Action::KillDaemon(r), Action::RestartDaemon(r)),
+                _ => (Action::KillRegion(r), Action::RestartRegion(r)),
+            };
+            let mut steps = vec![(start, kill)];
             verdict(rng, &mut steps);
-            steps.push((end, Action::RestartDaemon(r)));
-            Episode {
-                uses: vec![Resource::Procs(r), Resource::Health(r)],
-                steps,
-            }
-        }
-        1 => {
-            let mut steps = vec![(start, Action::KillRegion(r))];
-            verdict(rng, &mut steps);
-            steps.push((end, Action::RestartRegion(r)));
+            steps.push((end, back));
             Episode {
                 uses: vec![Resource::Procs(r), Resource::Health(r)],
                 steps,
