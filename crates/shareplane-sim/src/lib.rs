@@ -30,7 +30,6 @@ pub use scenario::runnable;
 pub mod summary;
 pub mod swarm;
 pub mod sweep;
-mod table;
 pub mod trace;
 
 use engine::{EventLog, Row, SimError};

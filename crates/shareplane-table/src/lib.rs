@@ -1,5 +1,8 @@
 //! The simulated global table: every Region's records, the delay before a record becomes visible
-//! in the other Regions' replicas, and cuts.
+//! in the other Regions' replicas, and cuts. It is sans IO (no clock, no lock, no async): time is
+//! an argument. The simulator drives [`Table`] tick by tick; [`store`] puts it behind the
+//! daemon's [`shareplane_store::RecordStore`] on a wall clock (the daemon's tests, the demo and
+//! `shareplane local`), so both meet the same replication, cuts and collection.
 //!
 //! A record written at tick `w` by Region W is visible to Region R from `w + visibility(W)` unless a
 //! cut separated W and R at some instant in `[w, visible)`: a record not yet visible when a cut
@@ -15,6 +18,12 @@
 //! estate (see `Coordinator::observe`). As the real table's owner does, a writer collects such a
 //! record in a write once every other Region's latest record in its replica has closed that epoch
 //! for good (`shareplane_core::closed_for_good`), so every simulation exercises that rule.
+//!
+//! Time must not go backwards between calls. A long-lived table (a daemon's) calls
+//! [`Table::compact`] now and then: it drops the entries no replica can still be handed, which
+//! changes nothing any call returns (the simulator, whose runs are short, never calls it).
+
+pub mod store;
 
 use shareplane_core::{closed_for_good, RegionId, RegionRecord, MAX_REGIONS};
 use std::sync::Arc;
@@ -29,7 +38,8 @@ struct Entry {
     previous: Vec<Arc<RegionRecord>>,
 }
 
-/// Per (writer, reader): how far the reader's replica has been brought up to date.
+/// Per (writer, reader): how far the reader's replica has been brought up to date. Indices
+/// count every entry the writer ever had, compacted ones included.
 #[derive(Clone, Copy, Default)]
 struct Cursor {
     /// Entries before this index have been considered.
@@ -46,26 +56,43 @@ pub struct Visible {
     pub latest: Arc<RegionRecord>,
 }
 
+/// One writer's entries, oldest first; the first `dropped` were compacted away.
+#[derive(Default)]
+struct Entries {
+    dropped: usize,
+    list: Vec<Entry>,
+}
+
+impl Entries {
+    fn get(&self, i: usize) -> Option<&Entry> {
+        self.list.get(i.checked_sub(self.dropped)?)
+    }
+
+    fn last(&self) -> Option<&Entry> {
+        self.list.last()
+    }
+}
+
 pub struct Table {
     n: usize,
     /// Per writer, the ticks from a write (or the heal) until a record is visible elsewhere.
     delay: Vec<i64>,
-    entries: Vec<Vec<Entry>>,
+    entries: Vec<Entries>,
     cursors: Vec<[Cursor; MAX_REGIONS]>,
-    /// Masks of the groups currently cut off from the rest.
     /// Directed cuts: records written by a Region of `.0` do not reach a Region of `.1`.
     cuts: Vec<(u8, u8)>,
 }
 
 impl Table {
-    /// A table of `delay.len()` Regions, each writer's records visible to the others `delay`
-    /// ticks after they are written.
-    pub fn new(delay: Vec<i64>) -> Table {
+    /// A table of `delay.len()` Regions (at most [`MAX_REGIONS`]; more are not written), each
+    /// writer's records visible to the others `delay` ticks after they are written.
+    pub fn new(mut delay: Vec<i64>) -> Table {
+        delay.truncate(MAX_REGIONS);
         let n = delay.len();
         Table {
             n,
             delay,
-            entries: (0..n).map(|_| Vec::new()).collect(),
+            entries: (0..n).map(|_| Entries::default()).collect(),
             cursors: vec![[Cursor::default(); MAX_REGIONS]; n],
             cuts: Vec::new(),
         }
@@ -82,6 +109,10 @@ impl Table {
         (0..self.n)
             .filter(|&r| !self.connected(w, r))
             .fold(0, |m, r| m | 1 << r)
+    }
+
+    fn all(&self) -> u8 {
+        ((1u16 << self.n) - 1) as u8
     }
 
     /// Writes a record of Region `w` that becomes visible at `visible_tick`.
@@ -101,7 +132,7 @@ impl Table {
         };
         let previous = self.uncollected(w, &record, previous);
         if let Some(list) = self.entries.get_mut(w) {
-            list.push(Entry {
+            list.list.push(Entry {
                 record,
                 visible_tick,
                 blocked,
@@ -136,7 +167,7 @@ impl Table {
     /// A cut starts at `now`: records not yet visible never cross it.
     /// The Regions in `mask` are cut off from the others, both ways.
     pub fn cut(&mut self, mask: u8, now: i64) {
-        let all = ((1u16 << self.n) - 1) as u8;
+        let all = self.all();
         self.cut_one_way(mask, all & !mask, now);
         self.cut_one_way(all & !mask, mask, now);
     }
@@ -146,7 +177,7 @@ impl Table {
         self.cuts.push((from, to));
         for w in 0..self.n {
             let sep = self.separated_from(w);
-            for e in self.entries[w].iter_mut().rev() {
+            for e in self.entries[w].list.iter_mut().rev() {
                 if e.visible_tick <= now {
                     break;
                 }
@@ -159,8 +190,9 @@ impl Table {
     /// readers that a cut kept it from.
     pub fn heal(&mut self, now: i64) {
         self.cuts.clear();
-        let all = ((1u16 << self.n) - 1) as u8;
-        for (w, list) in self.entries.iter_mut().enumerate() {
+        let all = self.all();
+        for (w, entries) in self.entries.iter_mut().enumerate() {
+            let list = &mut entries.list;
             let Some(last) = list.last() else {
                 continue;
             };
@@ -185,6 +217,11 @@ impl Table {
         }
     }
 
+    /// How many Regions write to the table.
+    pub fn regions(&self) -> usize {
+        self.n
+    }
+
     pub fn any_cut(&self) -> bool {
         !self.cuts.is_empty()
     }
@@ -198,11 +235,14 @@ impl Table {
         }
     }
 
-    /// The newest record of `w` in `reader`'s replica at `now` that the reader's coordinator has
-    /// not been handed yet, with the writer's last record of each earlier epoch.
-    pub fn newly_visible(&mut self, w: usize, reader: usize, now: i64) -> Option<Visible> {
-        let list = self.entries.get(w)?;
-        let c = self.cursors.get_mut(w)?.get_mut(reader)?;
+    /// Brings `reader`'s replica of `w` up to `now`.
+    fn advance(&mut self, w: usize, reader: usize, now: i64) {
+        let (Some(list), Some(c)) = (
+            self.entries.get(w),
+            self.cursors.get_mut(w).and_then(|c| c.get_mut(reader)),
+        ) else {
+            return;
+        };
         while let Some(e) = list.get(c.next) {
             if e.visible_tick > now {
                 break;
@@ -213,14 +253,89 @@ impl Table {
             }
             c.next += 1;
         }
+    }
+
+    /// The newest record of `w` in `reader`'s replica at `now` that the reader's coordinator has
+    /// not been handed yet, with the writer's last record of each earlier epoch.
+    pub fn newly_visible(&mut self, w: usize, reader: usize, now: i64) -> Option<Visible> {
+        self.advance(w, reader, now);
+        let c = self.cursors.get_mut(w)?.get_mut(reader)?;
         if c.observed {
             return None;
         }
         c.observed = true;
-        c.latest.and_then(|i| list.get(i)).map(|e| Visible {
-            previous: e.previous.clone(),
-            latest: e.record.clone(),
-        })
+        let i = c.latest?;
+        self.entries.get(w)?.get(i).map(Entry::visible)
+    }
+
+    /// The newest record of `w` in `reader`'s replica at `now`, handed or not (a store's read
+    /// returns the whole replica every time), with the writer's last record of each earlier
+    /// epoch. Whether it was handed is left as it was.
+    pub fn replica(&mut self, w: usize, reader: usize, now: i64) -> Option<Visible> {
+        self.advance(w, reader, now);
+        let i = self.cursors.get(w)?.get(reader)?.latest?;
+        self.entries.get(w)?.get(i).map(Entry::visible)
+    }
+
+    /// Region `w`'s own copy: its last write, with its last record of each earlier epoch that
+    /// it has not collected.
+    pub fn own(&self, w: usize) -> Option<Visible> {
+        self.entries.get(w)?.last().map(Entry::visible)
+    }
+
+    /// Loses the writer's kept last record of its ended epoch `epoch` everywhere, its own copy
+    /// included (a test's stand-in for a record that never replicated and whose owner's copy is
+    /// gone). Returns whether there was one.
+    pub fn lose_previous(&mut self, w: usize, epoch: u64) -> bool {
+        let mut lost = false;
+        for e in self
+            .entries
+            .get_mut(w)
+            .into_iter()
+            .flat_map(|l| &mut l.list)
+        {
+            let before = e.previous.len();
+            e.previous.retain(|p| p.epoch != epoch);
+            lost |= e.previous.len() < before;
+        }
+        lost
+    }
+
+    /// Drops writer `w`'s entries that no reader can be handed any more at `now` or later: those
+    /// before every other reader's newest one (each replica brought up to `now` first). The run
+    /// of entries carrying the newest record stays, which the heal reads.
+    pub fn compact(&mut self, w: usize, now: i64) {
+        for r in (0..self.n).filter(|&r| r != w) {
+            self.advance(w, r, now);
+        }
+        let Some(entries) = self.entries.get(w) else {
+            return;
+        };
+        let Some(last) = entries.last() else {
+            return;
+        };
+        let run = (entries.list.iter().rev())
+            .take_while(|e| Arc::ptr_eq(&e.record, &last.record))
+            .count();
+        let mut keep_from = entries.dropped + entries.list.len() - run;
+        for r in (0..self.n).filter(|&r| r != w) {
+            let c = &self.cursors[w][r];
+            keep_from = keep_from.min(c.latest.unwrap_or(c.next));
+        }
+        if let Some(entries) = self.entries.get_mut(w) {
+            let k = keep_from.saturating_sub(entries.dropped);
+            entries.list.drain(..k);
+            entries.dropped += k;
+        }
+    }
+}
+
+impl Entry {
+    fn visible(&self) -> Visible {
+        Visible {
+            previous: self.previous.clone(),
+            latest: self.record.clone(),
+        }
     }
 }
 
