@@ -497,4 +497,65 @@ mod tests {
         let previous: Vec<_> = v.previous.iter().map(|p| (p.epoch, p.version)).collect();
         assert_eq!(previous, vec![(1, 2)]);
     }
+
+    /// What every reader is handed of every writer, tick by tick, over a seeded schedule of
+    /// writes (some ending an epoch), cuts, one-way cuts and heals.
+    fn handed(compact_every: Option<i64>, seed: u64) -> Vec<(i64, usize, usize, u64, Vec<u64>)> {
+        let mut x = seed;
+        let mut draw = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let mut t = Table::new(vec![3, 5, 2]);
+        let mut version = [0u64; 3];
+        let mut epoch = [1u64; 3];
+        let mut out = Vec::new();
+        for now in 0..600i64 {
+            match draw(40) {
+                0 => t.cut(1 << draw(3), now),
+                1 => t.cut_one_way(1 << draw(3), 1 << draw(3), now),
+                2 | 3 => t.heal(now),
+                _ => {}
+            }
+            let w = draw(3) as usize;
+            if draw(3) == 0 {
+                epoch[w] += u64::from(draw(8) == 0);
+                version[w] += 1;
+                let delay = t.delay[w];
+                t.write(w, rec(w, epoch[w], version[w]), now + delay);
+            }
+            if compact_every.is_some_and(|k| now % k == 0) {
+                (0..3).for_each(|w| t.compact(w, now));
+            }
+            for (w, r) in (0..3).flat_map(|w| (0..3).map(move |r| (w, r))) {
+                if w != r && draw(2) == 0 {
+                    if let Some(v) = t.newly_visible(w, r, now) {
+                        let prev = v.previous.iter().map(|p| p.epoch).collect();
+                        out.push((now, w, r, v.latest.version, prev));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn compacting_changes_nothing_a_reader_is_handed() {
+        for seed in 0..20 {
+            let plain = handed(None, seed);
+            assert!(plain.len() > 100, "seed {seed}: {} handed", plain.len());
+            for k in [1, 7] {
+                assert_eq!(handed(Some(k), seed), plain, "seed {seed}, every {k}");
+            }
+        }
+        let mut t = Table::new(vec![1, 1]);
+        for v in 1..=100 {
+            t.write(0, rec(0, 1, v), v as i64);
+            let _ = t.newly_visible(0, 1, v as i64);
+            t.compact(0, v as i64);
+        }
+        assert!(t.entries[0].list.len() <= 2, "{}", t.entries[0].list.len());
+    }
 }
