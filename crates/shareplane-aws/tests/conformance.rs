@@ -9,10 +9,10 @@ mod support;
 use shareplane_aws::{create_table, DynamoStore};
 use shareplane_core::{Deployment, RegionRecord};
 use shareplane_store::memory::MemoryStore;
-use shareplane_table::store::{SimTable, TableView};
 use shareplane_store::{
     Fetched, LimitsDoc, LimitsRead, RecordStore, StoreError, WriterToken, MAX_LIMITS_DOC_BYTES,
 };
+use shareplane_table::store::{SimTable, TableView};
 use std::sync::Arc;
 use support::{deployment, heir_at, owner_at, record, rid};
 
