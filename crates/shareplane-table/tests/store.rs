@@ -2,7 +2,7 @@
 //! cuts and heals as the simulator's table (the store conformance suite, in
 //! `crates/shareplane-aws/tests/conformance.rs`, runs it with no delay).
 
-use shareplane_core::{PerRegion, RegionId, RegionRecord, MAX_REGIONS};
+use shareplane_core::{PerRegion, ReclaimMark, RegionId, RegionRecord, MAX_REGIONS};
 use shareplane_store::{Fetched, RecordStore, StoreError, WriterToken};
 use shareplane_table::store::{SimTable, TableView};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -132,6 +132,59 @@ async fn an_ended_epochs_last_record_travels_with_the_next_and_can_be_lost() {
     assert!(!t.lose_kept(rid(0), 1), "already lost");
     assert_eq!(of(&b, 0).await, vec![(2, 3)]);
     assert_eq!(of(&a, 0).await, vec![(2, 3)]);
+}
+
+/// Region `w`'s record (version `version`) that accounts with Region 0's epoch `acct` and marks
+/// its epoch 1 as reclaimed.
+fn heir(w: usize, version: u64, acct: u64) -> RegionRecord {
+    let mut r = rec(w, 1, version);
+    r.peer_epochs.0[0] = acct;
+    r.reclaims.0[0] = Some(ReclaimMark {
+        epoch: 1,
+        version: 1,
+        by: 1,
+    });
+    r
+}
+
+#[tokio::test]
+async fn the_owner_collects_an_ended_epoch_once_every_heir_in_its_replica_closed_it() {
+    let (t, now) = table();
+    let (a, b, c) = (t.view(rid(0)), t.view(rid(1)), t.view(rid(2)));
+    put(&a, rec(0, 1, 1)).await;
+    put(&a, rec(0, 2, 2)).await;
+    put(&b, heir(1, 1, 2)).await;
+    put(&c, heir(2, 1, 1)).await;
+    now.store(1_000, Ordering::SeqCst);
+    assert_eq!(of(&a, 2).await, vec![(1, 1)], "the owner reads C's record");
+    put(&a, rec(0, 2, 3)).await;
+    assert_eq!(
+        of(&a, 0).await,
+        vec![(1, 1), (2, 3)],
+        "C still accounts with 1"
+    );
+    put(&c, heir(2, 2, 2)).await;
+    put(&a, rec(0, 2, 4)).await;
+    assert_eq!(
+        of(&a, 0).await,
+        vec![(1, 1), (2, 4)],
+        "the owner's replica does not hold C's switch yet"
+    );
+    now.store(2_000, Ordering::SeqCst);
+    assert_eq!(of(&a, 2).await, vec![(1, 2)]);
+    put(&a, rec(0, 2, 5)).await;
+    assert_eq!(
+        of(&a, 0).await,
+        vec![(2, 5)],
+        "collected in the owner's write"
+    );
+    assert_eq!(
+        of(&b, 0).await,
+        vec![(1, 1), (2, 4)],
+        "B's replica, a delay behind"
+    );
+    now.store(3_000, Ordering::SeqCst);
+    assert_eq!(of(&b, 0).await, vec![(2, 5)]);
 }
 
 #[tokio::test]
