@@ -20,7 +20,7 @@
 //! for good (`shareplane_core::closed_for_good`), so every simulation exercises that rule.
 //!
 //! Time must not go backwards between calls. A long-lived table (a daemon's) calls
-//! [`Table::compact`] now and then: it drops the entries no replica can still be handed, which
+//! [`Table::compact`] after each write: it drops the entries no replica can still be handed, which
 //! changes nothing any call returns (the simulator, whose runs are short, never calls it).
 
 pub mod store;
@@ -38,8 +38,7 @@ struct Entry {
     previous: Vec<Arc<RegionRecord>>,
 }
 
-/// Per (writer, reader): how far the reader's replica has been brought up to date. Indices
-/// count every entry the writer ever had, compacted ones included.
+/// Per (writer, reader): how far the reader's replica has been brought up to date.
 #[derive(Clone, Copy, Default)]
 struct Cursor {
     /// Entries before this index have been considered.
@@ -56,28 +55,11 @@ pub struct Visible {
     pub latest: Arc<RegionRecord>,
 }
 
-/// One writer's entries, oldest first; the first `dropped` were compacted away.
-#[derive(Default)]
-struct Entries {
-    dropped: usize,
-    list: Vec<Entry>,
-}
-
-impl Entries {
-    fn get(&self, i: usize) -> Option<&Entry> {
-        self.list.get(i.checked_sub(self.dropped)?)
-    }
-
-    fn last(&self) -> Option<&Entry> {
-        self.list.last()
-    }
-}
-
 pub struct Table {
     n: usize,
     /// Per writer, the ticks from a write (or the heal) until a record is visible elsewhere.
     delay: Vec<i64>,
-    entries: Vec<Entries>,
+    entries: Vec<Vec<Entry>>,
     cursors: Vec<[Cursor; MAX_REGIONS]>,
     /// Directed cuts: records written by a Region of `.0` do not reach a Region of `.1`.
     cuts: Vec<(u8, u8)>,
@@ -92,7 +74,7 @@ impl Table {
         Table {
             n,
             delay,
-            entries: (0..n).map(|_| Entries::default()).collect(),
+            entries: (0..n).map(|_| Vec::new()).collect(),
             cursors: vec![[Cursor::default(); MAX_REGIONS]; n],
             cuts: Vec::new(),
         }
@@ -132,7 +114,7 @@ impl Table {
         };
         let previous = self.uncollected(w, &record, previous);
         if let Some(list) = self.entries.get_mut(w) {
-            list.list.push(Entry {
+            list.push(Entry {
                 record,
                 visible_tick,
                 blocked,
@@ -177,7 +159,7 @@ impl Table {
         self.cuts.push((from, to));
         for w in 0..self.n {
             let sep = self.separated_from(w);
-            for e in self.entries[w].list.iter_mut().rev() {
+            for e in self.entries[w].iter_mut().rev() {
                 if e.visible_tick <= now {
                     break;
                 }
@@ -191,8 +173,7 @@ impl Table {
     pub fn heal(&mut self, now: i64) {
         self.cuts.clear();
         let all = self.all();
-        for (w, entries) in self.entries.iter_mut().enumerate() {
-            let list = &mut entries.list;
+        for (w, list) in self.entries.iter_mut().enumerate() {
             let Some(last) = list.last() else {
                 continue;
             };
@@ -288,12 +269,7 @@ impl Table {
     /// gone). Returns whether there was one.
     pub fn lose_previous(&mut self, w: usize, epoch: u64) -> bool {
         let mut lost = false;
-        for e in self
-            .entries
-            .get_mut(w)
-            .into_iter()
-            .flat_map(|l| &mut l.list)
-        {
+        for e in self.entries.get_mut(w).into_iter().flatten() {
             let before = e.previous.len();
             e.previous.retain(|p| p.epoch != epoch);
             lost |= e.previous.len() < before;
@@ -301,32 +277,52 @@ impl Table {
         lost
     }
 
-    /// Drops writer `w`'s entries that no reader can be handed any more at `now` or later: those
-    /// before every other reader's newest one (each replica brought up to `now` first). The run
-    /// of entries carrying the newest record stays, which the heal reads.
+    /// Drops writer `w`'s entries that no reader can be handed any more at `now` or later (each
+    /// replica brought up to `now` first): those every reader has gone past, but each reader's
+    /// newest and the run of entries carrying the writer's newest record, which the heal reads.
     pub fn compact(&mut self, w: usize, now: i64) {
-        for r in (0..self.n).filter(|&r| r != w) {
+        let n = self.n;
+        for r in 0..n {
             self.advance(w, r, now);
         }
-        let Some(entries) = self.entries.get(w) else {
+        let (Some(list), Some(cursors)) = (self.entries.get_mut(w), self.cursors.get_mut(w)) else {
             return;
         };
-        let Some(last) = entries.last() else {
+        let Some(last) = list.last() else {
             return;
         };
-        let run = (entries.list.iter().rev())
+        let run = (list.iter().rev())
             .take_while(|e| Arc::ptr_eq(&e.record, &last.record))
             .count();
-        let mut keep_from = entries.dropped + entries.list.len() - run;
-        for r in (0..self.n).filter(|&r| r != w) {
-            let c = &self.cursors[w][r];
-            keep_from = keep_from.min(c.latest.unwrap_or(c.next));
+        let readers = &mut cursors[..n];
+        let boundary = (readers.iter().map(|c| c.next).min())
+            .unwrap_or(0)
+            .min(list.len() - run);
+        let mut held: Vec<usize> = (readers.iter().filter_map(|c| c.latest))
+            .filter(|&i| i < boundary)
+            .collect();
+        held.sort_unstable();
+        held.dedup();
+        let removed = boundary - held.len();
+        if removed == 0 {
+            return;
         }
-        if let Some(entries) = self.entries.get_mut(w) {
-            let k = keep_from.saturating_sub(entries.dropped);
-            entries.list.drain(..k);
-            entries.dropped += k;
+        for c in readers.iter_mut() {
+            c.next -= removed;
+            c.latest = (c.latest).map(|i| {
+                if i >= boundary {
+                    i - removed
+                } else {
+                    held.partition_point(|&h| h < i)
+                }
+            });
         }
+        let mut i = 0;
+        list.retain(|_| {
+            let keep = i >= boundary || held.binary_search(&i).is_ok();
+            i += 1;
+            keep
+        });
     }
 }
 
@@ -550,12 +546,24 @@ mod tests {
                 assert_eq!(handed(Some(k), seed), plain, "seed {seed}, every {k}");
             }
         }
-        let mut t = Table::new(vec![1, 1]);
-        for v in 1..=100 {
-            t.write(0, rec(0, 1, v), v as i64);
-            let _ = t.newly_visible(0, 1, v as i64);
-            t.compact(0, v as i64);
+        // Kept: what is still in flight, and what each reader holds, even one cut off for long.
+        let mut t = Table::new(vec![1, 1, 1]);
+        for v in 1..=200 {
+            let now = v as i64;
+            if v == 100 {
+                t.cut(0b100, now);
+            }
+            t.write(0, rec(0, 1, v), now + 1);
+            let _ = t.newly_visible(0, 1, now);
+            t.compact(0, now);
+            assert!(t.entries[0].len() <= 3, "{v}: {}", t.entries[0].len());
         }
-        assert!(t.entries[0].list.len() <= 2, "{}", t.entries[0].list.len());
+        assert_eq!(
+            version(&mut t, 0, 2, 300),
+            Some(99),
+            "C holds what it had at the cut"
+        );
+        t.heal(300);
+        assert_eq!(version(&mut t, 0, 2, 301), Some(200));
     }
 }

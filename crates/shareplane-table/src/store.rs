@@ -18,16 +18,12 @@ use shareplane_store::{
 };
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// A writer's entries are compacted after this many of its writes.
-const COMPACT_EVERY: u32 = 64;
-
 struct Inner {
     table: Table,
     /// The Regions cut off from all others (bit per Region).
     cut: u8,
     /// The latest time read, so that the table never sees time go backwards.
     now: i64,
-    writes: [u32; MAX_REGIONS],
 }
 
 /// The table. Cloning shares it.
@@ -52,7 +48,6 @@ impl SimTable {
             table: Table::new(vec![delay; regions.min(MAX_REGIONS)]),
             cut: 0,
             now: i64::MIN,
-            writes: [0; MAX_REGIONS],
         };
         SimTable {
             store: MemoryStore::new(),
@@ -172,12 +167,9 @@ impl RecordStore for TableView {
         let now = inner.now();
         let visible = now.saturating_add(i64::try_from(self.table.delay_ms).unwrap_or(0));
         inner.table.write(w, Arc::new(record.clone()), visible);
-        if let Some(count) = inner.writes.get_mut(w) {
-            *count += 1;
-            if *count % COMPACT_EVERY == 0 {
-                inner.table.compact(w, now);
-            }
-        }
+        // What no replica can be handed any more goes at once: a writer keeps about one
+        // record per write in flight, and what each replica holds.
+        inner.table.compact(w, now);
         Ok(())
     }
 
