@@ -1,6 +1,8 @@
-//! The same cases against the in-memory store and the DynamoDB store (on moto), so that the
-//! in-memory stand-in stays honest. Each case is one generic async fn; the macro at the bottom
-//! instantiates it for both stores.
+//! The same cases against the in-memory store, the simulated global table's store (as one
+//! Region reads it, with no replication delay: `shareplane_table::store`, which the demo,
+//! `shareplane local` and the daemon's tests run on) and the DynamoDB store (on moto), so that
+//! the stand-ins stay honest. Each case is one generic async fn; the macro at the bottom
+//! instantiates it for every store.
 
 mod support;
 
@@ -10,6 +12,7 @@ use shareplane_store::memory::MemoryStore;
 use shareplane_store::{
     Fetched, LimitsDoc, LimitsRead, RecordStore, StoreError, WriterToken, MAX_LIMITS_DOC_BYTES,
 };
+use shareplane_table::store::{SimTable, TableView};
 use std::sync::Arc;
 use support::{deployment, heir_at, owner_at, record, rid};
 
@@ -368,12 +371,25 @@ async fn dynamo(test: &str, d: &Arc<Deployment>) -> Option<DynamoStore> {
     Some(DynamoStore::new(client, table, d.clone(), rid(0)))
 }
 
+/// The simulated table as Region 0 reads it: its own records from its own copy, the others'
+/// through its replica (visible at once: no delay, and a clock that stands still).
+fn sim_table(d: &Arc<Deployment>) -> TableView {
+    SimTable::new(d.n(), 0, || 1_000).view(rid(0))
+}
+
 macro_rules! conformance {
     ($($case:ident: $limits:expr;)*) => {
         mod memory {
             $(#[tokio::test]
             async fn $case() {
                 super::$case(super::MemoryStore::new(), super::deployment($limits)).await;
+            })*
+        }
+        mod sim_table {
+            $(#[tokio::test]
+            async fn $case() {
+                let d = super::deployment($limits);
+                super::$case(super::sim_table(&d), d).await;
             })*
         }
         mod dynamodb {

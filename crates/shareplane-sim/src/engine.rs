@@ -7,11 +7,11 @@
 //! force; then conservation is audited. Nothing here reads a clock or draws a random number.
 
 use crate::scenario::{Action, Scenario};
-use crate::table::Table;
 use shareplane_core::{
     audit, Audit, Coordinator, Deployment, Health, Inputs, LimitOutcome, PeerState, PerRegion,
     RegionId, RegionRecord, Room, Truth,
 };
+use shareplane_table::Table;
 use std::sync::Arc;
 
 /// Why a run could not be carried out (an internal failure, exit 1).

@@ -1,8 +1,9 @@
 //! The deterministic partition-test simulator (`shareplane sim`).
 //!
 //! It drives the very same protocol core the daemon runs ([`shareplane_core::Coordinator`], one per
-//! Region) over virtual time, with a simulated global table (visibility delay per writer, cuts), a
-//! simulated outside health check, demand traces and a fluid model of each Region's token bucket.
+//! Region) over virtual time, with a simulated global table (`shareplane_table`: visibility delay
+//! per writer, cuts, heal), a simulated outside health check, demand traces and a fluid model of
+//! each Region's token bucket.
 //! The scenario format, trace and summary are fixed by SIMULATOR.md. Same input, same bytes out:
 //! time is counted in whole ticks and room in exact integer units; nothing reads a clock or draws
 //! an unseeded random number.
@@ -30,7 +31,6 @@ pub use scenario::runnable;
 pub mod summary;
 pub mod swarm;
 pub mod sweep;
-mod table;
 pub mod trace;
 
 use engine::{EventLog, Row, SimError};

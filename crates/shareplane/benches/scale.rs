@@ -39,7 +39,6 @@ use shareplane::daemon::{Daemon, DaemonOptions};
 use shareplane::health::SimHealth;
 use shareplane::reload::{ConfigSource, Reloader};
 use shareplane::state::Shared;
-use shareplane::table::SimTable;
 use shareplane_aws::client::{dynamodb, sdk_config};
 use shareplane_aws::{CallLimits, DynamoStore, Endpoint};
 use shareplane_core::{Deployment, Health, PerRegion, RegionId, MAX_REGIONS};
@@ -498,7 +497,7 @@ async fn main() {
     let rss_before = rss_mib();
 
     let clock = Clock::wall();
-    let table = SimTable::new(clock, 1_000);
+    let table = shareplane::table::on_clock(clock, d.n(), 1_000);
     let (_stop, stop_rx) = watch::channel(false);
     let shareds = start(&d, clock, &stop_rx, |me| table.view(me));
     let a = shareds[0].clone();

@@ -126,7 +126,7 @@ impl Demo {
         shareplane_core::lease_bound(&d).map_err(|e| DemoError::Deployment(e.to_string()))?;
         let clock = Clock::wall();
         let visibility_ms = period_ms / 5;
-        let table = SimTable::new(clock, visibility_ms);
+        let table = crate::table::on_clock(clock, d.n(), visibility_ms);
         let health = SimHealth::new(PerRegion([Health::Healthy; shareplane_core::MAX_REGIONS]));
         let api_token = demo_token();
         let mut regions = Vec::new();

@@ -8,7 +8,8 @@
 //! - [`api`]: the HTTP API (rules, demand, state, events, explain, health, metrics).
 //! - [`events`]: operator events, logged and kept in a bounded ring.
 //! - [`demo`]: three Regions in one process with a web dashboard (`shareplane demo`).
-//! - [`table`]: a simulated global table with visibility delay and cuts (demo and tests).
+//! - [`table`]: the simulated global table (`shareplane_table`, the simulator's) on the daemon's
+//!   clock, with visibility delay, cuts and heal (demo, `shareplane local` and tests).
 //! - [`slow_store`]: the test-only store delay (`test_store_delay_ms`).
 //! - [`state`]: what the loop and the API share; [`view`]: the `GET /v1/state` view it holds.
 //!

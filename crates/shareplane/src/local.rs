@@ -177,7 +177,7 @@ impl Local {
             });
         }
         let local = Arc::new(Local {
-            table: SimTable::new(Clock::wall(), opts.period_ms / 5),
+            table: crate::table::on_clock(Clock::wall(), regions.len(), opts.period_ms / 5),
             health: SimHealth::new(PerRegion([Health::Healthy; MAX_REGIONS])),
             regions: tokio::sync::Mutex::new(regions),
             control,

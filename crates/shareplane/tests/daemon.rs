@@ -53,10 +53,11 @@ impl Cluster {
     fn new() -> Cluster {
         let d = Arc::new(shareplane::demo::deployment(PERIOD_MS).expect("the demo's deployment"));
         let clock = Clock::starting_at(1_000_000);
+        let regions = d.n();
         Cluster {
             d,
             clock,
-            table: SimTable::new(clock, 1_000),
+            table: shareplane::table::on_clock(clock, regions, 1_000),
             health: SimHealth::new(PerRegion([Health::Healthy; MAX_REGIONS])),
             demand: Arc::new(Mutex::new([7_200, 3_600, 1_200])),
             replicas: vec![Vec::new(), Vec::new(), Vec::new()],

@@ -8,7 +8,6 @@ use shareplane::daemon::{Daemon, DaemonOptions};
 use shareplane::health::SimHealth;
 use shareplane::health_watch::default_unknown_after_ms;
 use shareplane::state::Shared;
-use shareplane::table::SimTable;
 use shareplane_core::{Health, PerRegion, RegionId, MAX_REGIONS};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +31,7 @@ struct Replica {
 fn start_three(health: &SimHealth) -> Vec<Replica> {
     let d = Arc::new(shareplane::demo::deployment(PERIOD_MS).unwrap_or_else(|e| panic!("{e}")));
     let clock = Clock::starting_at(1_000_000);
-    let table = SimTable::new(clock, 1_000);
+    let table = shareplane::table::on_clock(clock, d.n(), 1_000);
     (0..3)
         .map(|r| {
             let (stop, rx) = watch::channel(false);

@@ -47,10 +47,11 @@ impl Cluster {
         let d = Arc::new(shareplane::demo::deployment(PERIOD_MS).unwrap_or_else(|e| panic!("{e}")));
         let full_ms = lease_bound(&d).map_or(0, |b| b.lease_ms);
         let clock = Clock::starting_at(1_000_000);
+        let regions = d.n();
         Cluster {
             d,
             clock,
-            table: SimTable::new(clock, 1_000),
+            table: shareplane::table::on_clock(clock, regions, 1_000),
             health: SimHealth::new(PerRegion([Health::Healthy; MAX_REGIONS])),
             full_ms,
         }

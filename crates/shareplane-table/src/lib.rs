@@ -1,5 +1,8 @@
 //! The simulated global table: every Region's records, the delay before a record becomes visible
-//! in the other Regions' replicas, and cuts.
+//! in the other Regions' replicas, and cuts. It is sans IO (no clock, no lock, no async): time is
+//! an argument. The simulator drives [`Table`] tick by tick; [`store`] puts it behind the
+//! daemon's [`shareplane_store::RecordStore`] on a wall clock (the daemon's tests, the demo and
+//! `shareplane local`), so both meet the same replication, cuts and collection.
 //!
 //! A record written at tick `w` by Region W is visible to Region R from `w + visibility(W)` unless a
 //! cut separated W and R at some instant in `[w, visible)`: a record not yet visible when a cut
@@ -15,6 +18,12 @@
 //! estate (see `Coordinator::observe`). As the real table's owner does, a writer collects such a
 //! record in a write once every other Region's latest record in its replica has closed that epoch
 //! for good (`shareplane_core::closed_for_good`), so every simulation exercises that rule.
+//!
+//! Time must not go backwards between calls. A long-lived table (a daemon's) calls
+//! [`Table::compact`] after each write: it drops the entries no replica can still be handed, which
+//! changes nothing any call returns (the simulator, whose runs are short, never calls it).
+
+pub mod store;
 
 use shareplane_core::{closed_for_good, RegionId, RegionRecord, MAX_REGIONS};
 use std::sync::Arc;
@@ -52,15 +61,15 @@ pub struct Table {
     delay: Vec<i64>,
     entries: Vec<Vec<Entry>>,
     cursors: Vec<[Cursor; MAX_REGIONS]>,
-    /// Masks of the groups currently cut off from the rest.
     /// Directed cuts: records written by a Region of `.0` do not reach a Region of `.1`.
     cuts: Vec<(u8, u8)>,
 }
 
 impl Table {
-    /// A table of `delay.len()` Regions, each writer's records visible to the others `delay`
-    /// ticks after they are written.
-    pub fn new(delay: Vec<i64>) -> Table {
+    /// A table of `delay.len()` Regions (at most [`MAX_REGIONS`]; more are not written), each
+    /// writer's records visible to the others `delay` ticks after they are written.
+    pub fn new(mut delay: Vec<i64>) -> Table {
+        delay.truncate(MAX_REGIONS);
         let n = delay.len();
         Table {
             n,
@@ -82,6 +91,10 @@ impl Table {
         (0..self.n)
             .filter(|&r| !self.connected(w, r))
             .fold(0, |m, r| m | 1 << r)
+    }
+
+    fn all(&self) -> u8 {
+        ((1u16 << self.n) - 1) as u8
     }
 
     /// Writes a record of Region `w` that becomes visible at `visible_tick`.
@@ -136,7 +149,7 @@ impl Table {
     /// A cut starts at `now`: records not yet visible never cross it.
     /// The Regions in `mask` are cut off from the others, both ways.
     pub fn cut(&mut self, mask: u8, now: i64) {
-        let all = ((1u16 << self.n) - 1) as u8;
+        let all = self.all();
         self.cut_one_way(mask, all & !mask, now);
         self.cut_one_way(all & !mask, mask, now);
     }
@@ -159,7 +172,7 @@ impl Table {
     /// readers that a cut kept it from.
     pub fn heal(&mut self, now: i64) {
         self.cuts.clear();
-        let all = ((1u16 << self.n) - 1) as u8;
+        let all = self.all();
         for (w, list) in self.entries.iter_mut().enumerate() {
             let Some(last) = list.last() else {
                 continue;
@@ -185,6 +198,11 @@ impl Table {
         }
     }
 
+    /// How many Regions write to the table.
+    pub fn regions(&self) -> usize {
+        self.n
+    }
+
     pub fn any_cut(&self) -> bool {
         !self.cuts.is_empty()
     }
@@ -198,11 +216,14 @@ impl Table {
         }
     }
 
-    /// The newest record of `w` in `reader`'s replica at `now` that the reader's coordinator has
-    /// not been handed yet, with the writer's last record of each earlier epoch.
-    pub fn newly_visible(&mut self, w: usize, reader: usize, now: i64) -> Option<Visible> {
-        let list = self.entries.get(w)?;
-        let c = self.cursors.get_mut(w)?.get_mut(reader)?;
+    /// Brings `reader`'s replica of `w` up to `now`.
+    fn advance(&mut self, w: usize, reader: usize, now: i64) {
+        let (Some(list), Some(c)) = (
+            self.entries.get(w),
+            self.cursors.get_mut(w).and_then(|c| c.get_mut(reader)),
+        ) else {
+            return;
+        };
         while let Some(e) = list.get(c.next) {
             if e.visible_tick > now {
                 break;
@@ -213,14 +234,104 @@ impl Table {
             }
             c.next += 1;
         }
+    }
+
+    /// The newest record of `w` in `reader`'s replica at `now` that the reader's coordinator has
+    /// not been handed yet, with the writer's last record of each earlier epoch.
+    pub fn newly_visible(&mut self, w: usize, reader: usize, now: i64) -> Option<Visible> {
+        self.advance(w, reader, now);
+        let c = self.cursors.get_mut(w)?.get_mut(reader)?;
         if c.observed {
             return None;
         }
         c.observed = true;
-        c.latest.and_then(|i| list.get(i)).map(|e| Visible {
-            previous: e.previous.clone(),
-            latest: e.record.clone(),
-        })
+        let i = c.latest?;
+        self.entries.get(w)?.get(i).map(Entry::visible)
+    }
+
+    /// The newest record of `w` in `reader`'s replica at `now`, handed or not (a store's read
+    /// returns the whole replica every time), with the writer's last record of each earlier
+    /// epoch. Whether it was handed is left as it was.
+    pub fn replica(&mut self, w: usize, reader: usize, now: i64) -> Option<Visible> {
+        self.advance(w, reader, now);
+        let i = self.cursors.get(w)?.get(reader)?.latest?;
+        self.entries.get(w)?.get(i).map(Entry::visible)
+    }
+
+    /// Region `w`'s own copy: its last write, with its last record of each earlier epoch that
+    /// it has not collected.
+    pub fn own(&self, w: usize) -> Option<Visible> {
+        self.entries.get(w)?.last().map(Entry::visible)
+    }
+
+    /// Loses the writer's kept last record of its ended epoch `epoch` everywhere, its own copy
+    /// included (a test's stand-in for a record that never replicated and whose owner's copy is
+    /// gone). Returns whether there was one.
+    pub fn lose_previous(&mut self, w: usize, epoch: u64) -> bool {
+        let mut lost = false;
+        for e in self.entries.get_mut(w).into_iter().flatten() {
+            let before = e.previous.len();
+            e.previous.retain(|p| p.epoch != epoch);
+            lost |= e.previous.len() < before;
+        }
+        lost
+    }
+
+    /// Drops writer `w`'s entries that no reader can be handed any more at `now` or later (each
+    /// replica brought up to `now` first): those every reader has gone past, but each reader's
+    /// newest and the run of entries carrying the writer's newest record, which the heal reads.
+    pub fn compact(&mut self, w: usize, now: i64) {
+        let n = self.n;
+        for r in 0..n {
+            self.advance(w, r, now);
+        }
+        let (Some(list), Some(cursors)) = (self.entries.get_mut(w), self.cursors.get_mut(w)) else {
+            return;
+        };
+        let Some(last) = list.last() else {
+            return;
+        };
+        let run = (list.iter().rev())
+            .take_while(|e| Arc::ptr_eq(&e.record, &last.record))
+            .count();
+        let readers = &mut cursors[..n];
+        let boundary = (readers.iter().map(|c| c.next).min())
+            .unwrap_or(0)
+            .min(list.len() - run);
+        let mut held: Vec<usize> = (readers.iter().filter_map(|c| c.latest))
+            .filter(|&i| i < boundary)
+            .collect();
+        held.sort_unstable();
+        held.dedup();
+        let removed = boundary - held.len();
+        if removed == 0 {
+            return;
+        }
+        for c in readers.iter_mut() {
+            c.next -= removed;
+            c.latest = (c.latest).map(|i| {
+                if i >= boundary {
+                    i - removed
+                } else {
+                    held.partition_point(|&h| h < i)
+                }
+            });
+        }
+        let mut i = 0;
+        list.retain(|_| {
+            let keep = i >= boundary || held.binary_search(&i).is_ok();
+            i += 1;
+            keep
+        });
+    }
+}
+
+impl Entry {
+    fn visible(&self) -> Visible {
+        Visible {
+            previous: self.previous.clone(),
+            latest: self.record.clone(),
+        }
     }
 }
 
@@ -381,5 +492,78 @@ mod tests {
         assert_eq!((v.latest.epoch, v.latest.version), (2, 4));
         let previous: Vec<_> = v.previous.iter().map(|p| (p.epoch, p.version)).collect();
         assert_eq!(previous, vec![(1, 2)]);
+    }
+
+    /// What every reader is handed of every writer, tick by tick, over a seeded schedule of
+    /// writes (some ending an epoch), cuts, one-way cuts and heals.
+    fn handed(compact_every: Option<i64>, seed: u64) -> Vec<(i64, usize, usize, u64, Vec<u64>)> {
+        let mut x = seed;
+        let mut draw = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let mut t = Table::new(vec![3, 5, 2]);
+        let mut version = [0u64; 3];
+        let mut epoch = [1u64; 3];
+        let mut out = Vec::new();
+        for now in 0..600i64 {
+            match draw(40) {
+                0 => t.cut(1 << draw(3), now),
+                1 => t.cut_one_way(1 << draw(3), 1 << draw(3), now),
+                2 | 3 => t.heal(now),
+                _ => {}
+            }
+            let w = draw(3) as usize;
+            if draw(3) == 0 {
+                epoch[w] += u64::from(draw(8) == 0);
+                version[w] += 1;
+                let delay = t.delay[w];
+                t.write(w, rec(w, epoch[w], version[w]), now + delay);
+            }
+            if compact_every.is_some_and(|k| now % k == 0) {
+                (0..3).for_each(|w| t.compact(w, now));
+            }
+            for (w, r) in (0..3).flat_map(|w| (0..3).map(move |r| (w, r))) {
+                if w != r && draw(2) == 0 {
+                    if let Some(v) = t.newly_visible(w, r, now) {
+                        let prev = v.previous.iter().map(|p| p.epoch).collect();
+                        out.push((now, w, r, v.latest.version, prev));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn compacting_changes_nothing_a_reader_is_handed() {
+        for seed in 0..20 {
+            let plain = handed(None, seed);
+            assert!(plain.len() > 100, "seed {seed}: {} handed", plain.len());
+            for k in [1, 7] {
+                assert_eq!(handed(Some(k), seed), plain, "seed {seed}, every {k}");
+            }
+        }
+        // Kept: what is still in flight, and what each reader holds, even one cut off for long.
+        let mut t = Table::new(vec![1, 1, 1]);
+        for v in 1..=200 {
+            let now = v as i64;
+            if v == 100 {
+                t.cut(0b100, now);
+            }
+            t.write(0, rec(0, 1, v), now + 1);
+            let _ = t.newly_visible(0, 1, now);
+            t.compact(0, now);
+            assert!(t.entries[0].len() <= 3, "{v}: {}", t.entries[0].len());
+        }
+        assert_eq!(
+            version(&mut t, 0, 2, 300),
+            Some(99),
+            "C holds what it had at the cut"
+        );
+        t.heal(300);
+        assert_eq!(version(&mut t, 0, 2, 301), Some(200));
     }
 }
