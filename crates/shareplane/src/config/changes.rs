@@ -50,112 +50,62 @@ pub fn plan_reload(old: &Config, new: &Config) -> Result<LimitChanges, ConfigErr
 }
 
 fn fixed_fields(old: &Config, new: &Config, errors: &mut Vec<ConfigError>) {
-    let (a, b) = (&old.deployment, &new.deployment);
-    let secret = |t: &Option<String>| t.as_ref().map(|_| "(set)".to_string());
     // The timeouts default to parts of the period: with a new period only the period is blamed.
-    let timeouts = |c: &Config| match old.period_ms == new.period_ms {
-        true => c.timeouts,
+    let timeouts = match old.period_ms == new.period_ms {
+        true => new.timeouts,
         false => old.timeouts,
     };
-    let fields: [(&str, String, String); 21] = [
+    let same = |name: &'static str, f: &dyn Fn(&Config) -> String| (name, f(old), f(new));
+    let fields = [
         (
             "store_timeout_ms",
             old.timeouts.store_ms.to_string(),
-            timeouts(new).store_ms.to_string(),
+            timeouts.store_ms.to_string(),
         ),
         (
             "health_timeout_ms",
             old.timeouts.health_ms.to_string(),
-            timeouts(new).health_ms.to_string(),
+            timeouts.health_ms.to_string(),
         ),
-        (
-            "limits_source",
-            old.limits_source.name().to_string(),
-            new.limits_source.name().to_string(),
-        ),
-        (
-            "limits_rollout_periods",
-            old.limits_rollout_periods.to_string(),
-            new.limits_rollout_periods.to_string(),
-        ),
-        ("region", old.region.clone(), new.region.clone()),
-        (
-            "regions",
-            format!("{:?}", a.regions),
-            format!("{:?}", b.regions),
-        ),
-        (
-            "phase_ms",
-            old.phase_ms.to_string(),
-            new.phase_ms.to_string(),
-        ),
-        (
-            "period_ms",
-            old.period_ms.to_string(),
-            new.period_ms.to_string(),
-        ),
-        (
-            "policy",
-            format!("{:?}", a.policy),
-            format!("{:?}", b.policy),
-        ),
-        ("fence", format!("{:?}", a.fence), format!("{:?}", b.fence)),
-        (
-            "regions[].health_check_id",
-            format!("{:?}", old.health_check_ids),
-            format!("{:?}", new.health_check_ids),
-        ),
-        ("table", old.table.clone(), new.table.clone()),
-        (
-            "store",
-            format!("{:?}", old.store),
-            format!("{:?}", new.store),
-        ),
-        (
-            "aws_endpoint",
-            format!("{:?}", old.aws_endpoint),
-            format!("{:?}", new.aws_endpoint),
-        ),
-        ("aws_region", old.aws_region.clone(), new.aws_region.clone()),
-        (
-            "metrics_namespace",
-            old.metrics_namespace.clone(),
-            new.metrics_namespace.clone(),
-        ),
-        ("listen", old.listen.to_string(), new.listen.to_string()),
-        ("replica_id", old.replica_id.clone(), new.replica_id.clone()),
-        (
-            "test_store_delay_ms",
-            old.test_store_delay.as_millis().to_string(),
-            new.test_store_delay.as_millis().to_string(),
-        ),
-        (
-            "api_token",
-            format!("{:?}", secret(&old.api_token)),
-            String::new(),
-        ),
-        (
-            "admin_token",
-            format!("{:?}", secret(&old.admin_token)),
-            String::new(),
-        ),
+        same("limits_source", &|c| c.limits_source.name().to_string()),
+        same("limits_rollout_periods", &|c| {
+            c.limits_rollout_periods.to_string()
+        }),
+        same("region", &|c| c.region.clone()),
+        same("regions", &|c| format!("{:?}", c.deployment.regions)),
+        same("phase_ms", &|c| c.phase_ms.to_string()),
+        same("period_ms", &|c| c.period_ms.to_string()),
+        same("policy", &|c| format!("{:?}", c.deployment.policy)),
+        same("fence", &|c| format!("{:?}", c.deployment.fence)),
+        same("regions[].health_check_id", &|c| {
+            format!("{:?}", c.health_check_ids)
+        }),
+        same("table", &|c| c.table.clone()),
+        same("store", &|c| format!("{:?}", c.store)),
+        same("aws_endpoint", &|c| format!("{:?}", c.aws_endpoint)),
+        same("aws_region", &|c| c.aws_region.clone()),
+        same("metrics_namespace", &|c| c.metrics_namespace.clone()),
+        same("listen", &|c| c.listen.to_string()),
+        same("replica_id", &|c| c.replica_id.clone()),
+        same("test_store_delay_ms", &|c| {
+            c.test_store_delay.as_millis().to_string()
+        }),
     ];
-    for (field, was, now) in fields {
-        let token = field.ends_with("_token");
-        let changed = match field {
-            "api_token" => old.api_token != new.api_token,
-            "admin_token" => old.admin_token != new.admin_token,
-            _ => was != now,
-        };
-        if !changed {
-            continue;
-        }
-        let what = if token {
-            "cannot change while the daemon runs; restart it to change the token".to_string()
-        } else {
-            format!("cannot change while the daemon runs (running {was}, file {now}); restart it to change this")
-        };
+    for (field, was, now) in fields.into_iter().filter(|(_, was, now)| was != now) {
+        let what = format!(
+            "cannot change while the daemon runs (running {was}, file {now}); restart it to change this"
+        );
         errors.push(problem(field, what));
+    }
+    // A token is never printed, only said to have changed.
+    for (field, changed) in [
+        ("api_token", old.api_token != new.api_token),
+        ("admin_token", old.admin_token != new.admin_token),
+    ] {
+        if changed {
+            let what = "cannot change while the daemon runs; restart it to change the token";
+            errors.push(problem(field, what.to_string()));
+        }
     }
 }
 
