@@ -5,8 +5,9 @@
 //! Reads Region A's configuration file of LIMITS capacity limits as `shareplane run` does, then
 //! runs one whole daemon per Region (the real `Daemon` loop) in this process on
 //! the simulated global table (each daemon holding its own copy of each peer's record, as on
-//! DynamoDB), feeding every limit's demand into each Region's book every second
-//! so that shares move and grants flow. Prints the process's resident memory (`VmRSS` of
+//! DynamoDB), with a gateway per Region that reports every limit's running total to its
+//! daemon's book every second (in chunks, as gateways send them), so that shares move and grants
+//! flow. Prints the process's resident memory (`VmRSS` of
 //! `/proc/self/status`) at the start, after the configuration, after each period and at the end,
 //! and the figure per daemon: everything the process grew by from its start (the configuration,
 //! the table, every daemon) divided by the Regions. Then the size of one copy of a record's
@@ -26,6 +27,7 @@ use axum::body::{to_bytes, Body};
 use axum::http::Request;
 use shareplane::clock::Clock;
 use shareplane::daemon::{Daemon, DaemonOptions};
+use shareplane::demand::MAX_TOTALS;
 use shareplane::health::SimHealth;
 use shareplane::reload::ConfigSource;
 use shareplane::state::Shared;
@@ -171,9 +173,13 @@ fn start(cfg: &shareplane::config::Config, table: &SimTable, clock: Clock) -> Ve
         shareds.push(shared);
     }
     let feed = shareds.clone();
-    let n_limits = d.limits.len();
+    let ids: Vec<String> = d.limits.iter().map(|l| l.id.clone()).collect();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        // Each Region's gateway's running totals, reported every second in chunks as
+        // `shareplane-limiter`'s reporter sends them: the demand times the time that really
+        // passed (a busy machine wakes this task late).
+        let mut totals = vec![vec![0u64; ids.len()]; feed.len()];
         let mut last: Vec<Option<u64>> = vec![None; feed.len()];
         loop {
             tick.tick().await;
@@ -181,14 +187,27 @@ fn start(cfg: &shareplane::config::Config, table: &SimTable, clock: Clock) -> Ve
                 let now = s.clock.now_ms();
                 let elapsed = now - last[r].unwrap_or(now.saturating_sub(1_000));
                 last[r] = Some(now);
-                let mut book = s.demand();
-                for li in 0..n_limits {
-                    book.add(now, li, demand(r, li) * elapsed / 1_000);
+                for (li, t) in totals[r].iter_mut().enumerate() {
+                    *t += demand(r, li) * elapsed / 1_000;
                 }
+                report(s, now, &ids, &totals[r]);
             }
         }
     });
     shareds
+}
+
+/// One gateway's report of every limit's running total into `s`'s book, in chunks of
+/// [`MAX_TOTALS`].
+fn report(s: &Shared, now: u64, ids: &[String], totals: &[u64]) {
+    let chunks = ids.chunks(MAX_TOTALS).zip(totals.chunks(MAX_TOTALS));
+    for (ids, totals) in chunks {
+        let chunk: BTreeMap<String, u64> =
+            ids.iter().cloned().zip(totals.iter().copied()).collect();
+        if let Err(e) = s.demand().report(now, "gw-bench", 1, &chunk) {
+            println!("a report was refused: {e}");
+        }
+    }
 }
 
 #[tokio::main]
