@@ -319,6 +319,41 @@ async fn a_record_written_in_several_transactions_round_trips_and_stays_fenced()
     assert!(matches!(store.read_one(rid(0)).await, Ok(Some(Fetched::Record(r))) if *r == v2));
 }
 
+async fn read(store: &DynamoStore) -> Arc<shareplane_core::RegionRecord> {
+    match store.read_one(rid(0)).await {
+        Ok(Some(Fetched::Record(r))) => r,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A record read back unchanged is the copy already held: the own one shares its entries with
+/// what was written, a peer's is decoded once while it does not change.
+#[tokio::test]
+async fn an_unchanged_record_is_held_once() {
+    let Some(s) = setup("an_unchanged_record_is_held_once", 1_000).await else {
+        return;
+    };
+    let (own, peer) = (
+        s.store(),
+        DynamoStore::new(s.client.clone(), s.table.clone(), s.d.clone(), rid(1)),
+    );
+    let v1 = record(&s.d, 0, 1);
+    own.put(&v1, WriterToken(5)).await.expect("put v1");
+    let mine = read(&own).await;
+    assert_eq!(*mine, v1);
+    assert!(
+        mine.limits.shares_with(&v1.limits),
+        "the own record is what was written"
+    );
+    let (first, again) = (read(&peer).await, read(&peer).await);
+    assert_eq!(*first, v1);
+    assert!(Arc::ptr_eq(&first, &again), "decoded once while unchanged");
+    let v2 = record(&s.d, 0, 2);
+    own.put(&v2, WriterToken(5)).await.expect("put v2");
+    let newer = read(&peer).await;
+    assert_eq!(*newer, v2, "a new write is read anew");
+}
+
 #[tokio::test]
 async fn an_unreachable_table_is_a_retryable_error() {
     let endpoint = shareplane_aws::Endpoint::Local {

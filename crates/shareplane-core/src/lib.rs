@@ -31,7 +31,9 @@ pub use demand::{
 pub use digest::{fnv1a_64, limits_digest};
 pub use estate::{audit, closed_for_good, estate_debt, estate_room, heir_portion, Audit, Truth};
 pub use lease::{lease_bound, LeaseBound};
-pub use record::{LimitRecord, ReclaimMark, RecordError, RegionRecord, MAX_COUNTER, MAX_EPOCH};
+pub use record::{
+    LimitRecord, Limits, ReclaimMark, RecordError, RegionRecord, MAX_COUNTER, MAX_EPOCH,
+};
 pub use region::{regions, PerRegion, RegionId, MAX_REGIONS};
 pub use room::{even_part, split, Room, RoomError, MAX_RATE_RPS, MILLI_PER_RPS};
 pub use targets::targets;

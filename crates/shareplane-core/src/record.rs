@@ -8,6 +8,8 @@ use crate::config::{Deployment, LimitSpec};
 use crate::region::{PerRegion, RegionId, MAX_REGIONS};
 use crate::room::Room;
 use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 /// Which record of a peer's epoch this Region closed (reclaimed or settled) that epoch's estate
 /// against. An estate is closed once per `(peer, epoch)` by each other Region, whatever epoch that
@@ -57,7 +59,9 @@ pub struct RegionRecord {
     /// that a newer record of an estate exists than its own basis, whether or not the writer
     /// acted on it (docs/PROTOCOL.md, "Reclaim against a causally closed basis").
     pub seen: PerRegion<(u64, u64)>,
-    pub limits: Vec<LimitRecord>,
+    /// One entry per limit, by limit index ([`Limits`]: copies of a record share it until one
+    /// of them changes it).
+    pub limits: Limits,
     /// [`crate::limits_digest`] of the limits the writer runs, so that Regions can see that
     /// they run different limits; `None` when unknown (a record of an older writer, or one the
     /// driver did not stamp). Informational: no protocol decision reads it.
@@ -66,6 +70,76 @@ pub struct RegionRecord {
     /// to zero. The Region comes back in a new epoch when the fence lifts, even after a restart
     /// (docs/PROTOCOL.md, residual risk 1).
     pub fenced: bool,
+}
+
+/// A record's entries for every limit, by limit index: a `Vec<LimitRecord>` (it derefs to one)
+/// whose copies share one allocation until one of them is changed (copy on write).
+///
+/// Representation only, for memory: a daemon keeps the record it wrote, its coordinator's own
+/// record and the record its state view shows, which are equal between rebalances, and at
+/// 100,000 limits each copy of the entries took 32 MB. Mutable access (`DerefMut`) copies the
+/// entries first if they are shared, so a copy never sees another's change.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Limits(Arc<Vec<LimitRecord>>);
+
+impl Limits {
+    /// `Vec::resize`, as an inherent method so that `limits.resize(n.max(limits.len()), …)`
+    /// borrows as it did on a `Vec`.
+    pub fn resize(&mut self, len: usize, value: LimitRecord) {
+        Arc::make_mut(&mut self.0).resize(len, value);
+    }
+
+    /// Whether `self` and `other` share one allocation (a copy not changed since).
+    pub fn shares_with(&self, other: &Limits) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Deref for Limits {
+    type Target = Vec<LimitRecord>;
+    fn deref(&self) -> &Vec<LimitRecord> {
+        &self.0
+    }
+}
+
+impl DerefMut for Limits {
+    fn deref_mut(&mut self) -> &mut Vec<LimitRecord> {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl From<Vec<LimitRecord>> for Limits {
+    fn from(v: Vec<LimitRecord>) -> Limits {
+        Limits(Arc::new(v))
+    }
+}
+
+impl FromIterator<LimitRecord> for Limits {
+    fn from_iter<I: IntoIterator<Item = LimitRecord>>(iter: I) -> Limits {
+        Limits(Arc::new(iter.into_iter().collect()))
+    }
+}
+
+impl<'a> IntoIterator for &'a Limits {
+    type Item = &'a LimitRecord;
+    type IntoIter = std::slice::Iter<'a, LimitRecord>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a mut Limits {
+    type Item = &'a mut LimitRecord;
+    type IntoIter = std::slice::IterMut<'a, LimitRecord>;
+    fn into_iter(self) -> Self::IntoIter {
+        Arc::make_mut(&mut self.0).iter_mut()
+    }
+}
+
+impl fmt::Debug for Limits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 /// One Region's state for one limit. All amounts are rates in milli-requests per second;
@@ -531,6 +605,29 @@ mod tests {
             "epoch 1's account with the peer's epoch 2"
         );
         assert!(!r.accounts_with(rid(0), 2));
+    }
+
+    #[test]
+    fn copies_share_the_limits_until_one_changes_them() {
+        let d = d();
+        let a = RegionRecord::genesis(&d, rid(1));
+        let mut b = a.clone();
+        assert!(b.limits.shares_with(&a.limits));
+        b.limits[0].demand = Room(5);
+        assert!(!b.limits.shares_with(&a.limits), "copied on write");
+        assert_eq!(
+            a.limits[0].demand,
+            Room::ZERO,
+            "the other copy is unchanged"
+        );
+        assert_eq!(b.limits[0].demand, Room(5));
+        let mut c = a.clone();
+        c.limits.resize(2, LimitRecord::default());
+        assert_eq!((a.limits.len(), c.limits.len()), (1, 2));
+        assert_eq!(
+            format!("{:?}", a.limits),
+            format!("{:?}", a.limits.to_vec())
+        );
     }
 
     #[test]

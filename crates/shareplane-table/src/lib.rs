@@ -351,7 +351,7 @@ mod tests {
             account_epochs: PerRegion::default(),
             reclaims: PerRegion([None; MAX_REGIONS]),
             seen: PerRegion::default(),
-            limits: Vec::new(),
+            limits: Default::default(),
             limits_digest: None,
             fenced: false,
         })

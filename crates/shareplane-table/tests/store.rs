@@ -23,7 +23,7 @@ fn rec(w: usize, epoch: u64, version: u64) -> RegionRecord {
         account_epochs: PerRegion::default(),
         reclaims: PerRegion([None; MAX_REGIONS]),
         seen: PerRegion::default(),
-        limits: Vec::new(),
+        limits: Vec::new().into(),
         limits_digest: None,
         fenced: false,
     }

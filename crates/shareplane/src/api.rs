@@ -580,7 +580,8 @@ async fn explain(
 ) -> Result<Response, ApiError> {
     let Path(id) = id.map_err(|e| err(StatusCode::BAD_REQUEST, e.body_text()))?;
     let v = s.view();
-    let Some(limit) = v.limits.iter().find(|l| l.id == id) else {
+    // Builds the view of this limit alone, not of every limit.
+    let Some(limit) = v.limits.selected(|_, l| l == id).into_iter().next() else {
         return Err(err(StatusCode::NOT_FOUND, format!("no limit {id:?}")));
     };
     let published = s.rules();

@@ -80,9 +80,9 @@ impl<'a> StateJson<'a> {
 }
 
 /// The per-limit part of a view ([`LimitJson`] for every limit), built from the records on first
-/// use (a `GET /v1/state`, a metrics scrape, the CloudWatch publisher, an explain) and then kept
-/// with the view, not at every rebalance: at 100,000 limits it is tens of megabytes. Reads as a
-/// slice.
+/// use as a slice and then kept with the view, not at every rebalance: at 100,000 limits it is
+/// some 300 MB. The API asks for what it shows without building the rest: a page or one limit
+/// ([`Limits::selected`]), or all of them written as JSON one at a time (`Serialize`).
 #[derive(Clone)]
 pub struct Limits {
     from: Arc<LimitsInput>,
@@ -146,9 +146,23 @@ impl<'a> IntoIterator for &'a Limits {
     }
 }
 
+/// Written one limit's view at a time, each built and dropped as it is written, unless they are
+/// built already: a `GET /v1/state` of 100,000 limits would otherwise keep some 300 MB of views
+/// until the next rebalance replaces the view (the JSON it writes is some 50 MB).
 impl serde::Serialize for Limits {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.get().serialize(s)
+        if let Some(all) = self.built.get() {
+            return all.serialize(s);
+        }
+        let v = &*self.from;
+        let seen = peers_seen(v);
+        let seen: Vec<PeerSeen<'_>> = seen
+            .iter()
+            .map(|(r, st, rec)| (*r, *st, rec.as_deref()))
+            .collect();
+        s.collect_seq(
+            (v.d.limits.iter().enumerate()).map(|(i, spec)| limit_view(v, i, spec, &seen)),
+        )
     }
 }
 
@@ -614,6 +628,19 @@ mod tests {
         let json = serde_json::to_value(StateJson::all(&view)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(json["limits"][0]["id"], d.limits[0].id.as_str());
         assert_eq!(json["record_version"], own.version);
+    }
+
+    #[test]
+    fn every_limit_is_written_as_json_without_keeping_the_views() {
+        let d = Arc::new(crate::demo::deployment(5_000).unwrap_or_else(|e| panic!("{e}")));
+        let me = RegionId::new(1).unwrap_or_else(|| panic!("region"));
+        let view = leader_view(d.clone(), me, Vec::new());
+        let streamed =
+            serde_json::to_value(StateJson::all(&view)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(view.limits.built.get().is_none(), "kept after writing");
+        assert_eq!(view.limits.len(), d.limits.len());
+        let kept = serde_json::to_value(StateJson::all(&view)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(streamed, kept, "the same JSON whether built or not");
     }
 
     /// A leader's view of `limits` limits `p-0`…, with `p-<above>` alarmed above its rate.

@@ -425,7 +425,7 @@ fn decode_inner(
         account_epochs: h.account_epochs,
         reclaims: h.reclaims,
         seen: parse_seen(header, &h.columns)?,
-        limits,
+        limits: limits.into(),
         limits_digest: match header.get(DIGEST_ATTR) {
             None => None,
             Some(_) => Some(number(header, DIGEST_ATTR)?),

@@ -127,6 +127,8 @@ pub struct DynamoStore {
     max_actions: usize,
     max_collect: usize,
     last_good: Mutex<BTreeMap<RegionId, Arc<RegionRecord>>>,
+    /// The record this store last wrote, served for it when a read returns the same write.
+    own_written: Mutex<Option<Arc<RegionRecord>>>,
     /// The stored sort keys of this Region's kept sets, by ended epoch, as last read or written.
     kept: Mutex<BTreeMap<u64, Vec<String>>>,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
@@ -194,6 +196,7 @@ impl DynamoStore {
             max_actions: MAX_TRANSACTION_ACTIONS,
             max_collect: MAX_COLLECT_PER_WRITE,
             last_good: Mutex::new(BTreeMap::new()),
+            own_written: Mutex::new(None),
             kept: Mutex::new(BTreeMap::new()),
             rejections: Mutex::new(BTreeMap::new()),
             write_units: std::sync::atomic::AtomicU64::new(0),
@@ -439,8 +442,18 @@ impl DynamoStore {
         match codec::decode(&self.d(), self.me, region, items) {
             Decoded::Absent => None,
             Decoded::Record(r) => {
-                let r: Arc<RegionRecord> = Arc::from(r);
-                lock(&self.last_good).insert(region, r.clone());
+                // A copy already held of the same write (a Region's versions rise on every
+                // write) is served and the decoded one dropped: an unchanged record is held
+                // once, and the own record shares its entries with the daemon's (what `put` was
+                // given). At 100,000 limits each copy is 32 MB.
+                let same = |k: &Arc<RegionRecord>| {
+                    k.region == region && (k.epoch, k.version) == (r.epoch, r.version)
+                };
+                let mut last = lock(&self.last_good);
+                let held = (last.get(&region).filter(|k| same(k)).cloned())
+                    .or_else(|| lock(&self.own_written).clone().filter(same));
+                let r = held.unwrap_or_else(|| Arc::from(r));
+                last.insert(region, r.clone());
                 Some(Fetched::Record(r))
             }
             Decoded::Inconsistent(why) => {

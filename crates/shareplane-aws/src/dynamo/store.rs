@@ -40,6 +40,7 @@ impl RecordStore for DynamoStore {
             shards: enc.shards,
         });
         self.wrote_kept(record, carry, &collected);
+        *lock(&self.own_written) = Some(Arc::new(record.clone()));
         Ok(())
     }
 
