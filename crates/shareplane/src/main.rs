@@ -212,7 +212,7 @@ fn validate(path: Option<PathBuf>) -> ExitCode {
                 );
             }
             if let Err(e) = shareplane::require_aws(c.store, shareplane::WITH_AWS) {
-                println!("note: `shareplane run` of this file needs a build with AWS support: {e}");
+                println!("note: `shareplane run` will refuse this file here: {e}");
             }
             if c.admin_token.is_none() {
                 println!(
