@@ -272,6 +272,9 @@ else
   stale=$(find "$ROOT/Cargo.toml" "$ROOT/Cargo.lock" "$ROOT/crates" -type f -newer "$BIN" ! -path '*/target/*' | head -n 5)
   [ -z "$stale" ] || { echo "$BIN is older than $stale: build it again (cargo build -p shareplane)" >&2; exit 1; }
   echo "    $BIN ($("$BIN" --version)) is newer than every source"
+  case "$("$BIN" --version)" in
+    *"without AWS"*) echo "$BIN was built without AWS support (--no-default-features); the daemon's image needs it: cargo build -p shareplane" >&2; exit 1 ;;
+  esac
   step "images (infra/Dockerfile, targets daemon and gateway) from that binary, with buildah, and run"
   if [ "$(id -u)" = 0 ] && command -v buildah >/dev/null 2>&1 && [ "${SHAREPLANE_IMAGE_BUILD:-1}" != 0 ]; then
     "$INFRA/tests/image-build.sh" "$CTX" "$BIN"

@@ -124,6 +124,12 @@ for f in "$CLUSTER_DIR"/redis-*.pid; do PIDS+=("$(cat "$f")"); done
 step "cargo clippy (workspace, all targets, warnings are errors; clippy.toml bans direct clock reads)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "the README's demo build, without AWS (--no-default-features): clippy, and its tests (no AWS crate in its tree; a DynamoDB configuration refused at once)"
+# Before the next step, which links target/debug/shareplane again with AWS support (the default
+# features): the end-to-end tests, the browser test and the images (infra/test.sh) run that one.
+cargo clippy -p shareplane --no-default-features --all-targets --locked -- -D warnings
+cargo test -p shareplane --no-default-features --locked --lib --test light_build
+
 step "binaries the end-to-end tests start (tests/e2e)"
 cargo build -p shareplane -p shareplane-limiter --bins --locked
 export SHAREPLANE_E2E_REPORT="$WORK/e2e-three-regions.txt"

@@ -12,12 +12,15 @@
 //!   clock, with visibility delay, cuts and heal (demo, `shareplane local` and tests).
 //! - [`slow_store`]: the test-only store delay (`test_store_delay_ms`).
 //! - [`state`]: what the loop and the API share; [`view`]: the `GET /v1/state` view it holds.
+//! - `aws` (with the `aws` feature, on by default): the DynamoDB store, CloudWatch health and
+//!   metrics of `shareplane-aws`; without it ([`WITH_AWS`] false) no AWS crate is compiled.
 //!
 //! `main.rs` only parses the command line and calls [`run`] or [`demo::run`]; [`run`] only wires
 //! signals, a listener, a store and a health source to a [`RegionDaemon`], which tests run
 //! in-process on their own.
 
 pub mod api;
+#[cfg(feature = "aws")]
 pub mod aws;
 pub mod clock;
 pub mod config;
@@ -54,6 +57,22 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+/// Whether this binary was built with the `aws` feature (on by default): the DynamoDB store,
+/// CloudWatch health and metrics, `shareplane limits apply|show`. Built with
+/// `--no-default-features` (the README's demo) it compiles no AWS crate, and what needs one
+/// refuses to start ([`require_aws`]).
+pub const WITH_AWS: bool = cfg!(feature = "aws");
+
+/// What `shareplane -V` prints after the name: the version, and whether AWS support is built in.
+pub const VERSION: &str = if WITH_AWS {
+    env!("CARGO_PKG_VERSION")
+} else {
+    concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (built without AWS support: --no-default-features)"
+    )
+};
+
 /// How long requests in flight may take to finish after a shutdown signal.
 pub const DRAIN: Duration = Duration::from_secs(10);
 /// How long the rebalance loop may take to finish its current rebalance after a shutdown signal.
@@ -72,6 +91,28 @@ pub enum RunError {
     Serve(std::io::Error),
     #[error("{0}")]
     NoApiToken(config::ConfigErrors),
+    #[error("{0}")]
+    NoAws(#[from] NoAws),
+}
+
+/// A configuration that needs AWS (`store = "dynamodb"`) in a binary built without it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "store = \"dynamodb\" needs AWS support (the DynamoDB global table, health read from \
+     CloudWatch), and this shareplane was built without it (--no-default-features, as the \
+     README's demo builds it); build it with the default features: cargo build -p shareplane"
+)]
+pub struct NoAws;
+
+/// Refuses `store` unless this binary can reach it: `StoreKind::DynamoDb` needs a build
+/// `with_aws` ([`WITH_AWS`]; a parameter so that tests check both builds). `run` and
+/// `shareplane limits` call it before anything starts, so a light build fails at once and says
+/// why, never later or silently.
+pub fn require_aws(store: StoreKind, with_aws: bool) -> Result<(), NoAws> {
+    match store {
+        StoreKind::DynamoDb if !with_aws => Err(NoAws),
+        _ => Ok(()),
+    }
 }
 
 /// `shareplane run`: one replica of one Region's daemon, until SIGINT or SIGTERM. It reloads
@@ -81,7 +122,8 @@ pub enum RunError {
 pub async fn run(cfg: Config, source: reload::ConfigSource) -> Result<(), RunError> {
     // Fail closed: a daemon that cannot authenticate gateways' demand reports does not start.
     config::require_api_token(&cfg).map_err(RunError::NoApiToken)?;
-    let (tx, mut rx) = watch::channel(false);
+    require_aws(cfg.store, WITH_AWS)?;
+    let (tx, rx) = watch::channel(false);
     tokio::spawn(shutdown_on_signals(tx));
     if !cfg.test_store_delay.is_zero() {
         warn!(
@@ -103,9 +145,13 @@ pub async fn run(cfg: Config, source: reload::ConfigSource) -> Result<(), RunErr
             tokio::spawn(reload::reload_on_sighup(region.reloads()));
             region.serve(listener, store, NoHealth).await
         }
+        #[cfg(not(feature = "aws"))]
+        StoreKind::DynamoDb => Err(RunError::NoAws(NoAws)),
+        #[cfg(feature = "aws")]
         StoreKind::DynamoDb => {
             let aws = aws::connect(&cfg).await.map_err(RunError::Aws)?;
             let store = SlowStore::new(aws.store, cfg.test_store_delay);
+            let mut rx = rx;
             let Some(cfg) = with_table_limits(cfg, &store, &mut rx).await else {
                 return Ok(());
             };
@@ -326,4 +372,28 @@ pub use shareplane_limiter::logging::{LogArgs, LogFormat};
 /// Logs to stderr in `format`; `RUST_LOG` overrides the default `info` level.
 pub fn init_logging_as(format: LogFormat) {
     shareplane_limiter::logging::init(format, "info");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dynamodb_needs_a_build_with_aws_and_memory_runs_in_either() {
+        assert!(require_aws(StoreKind::DynamoDb, true).is_ok());
+        assert!(require_aws(StoreKind::Memory, true).is_ok());
+        assert!(require_aws(StoreKind::Memory, false).is_ok());
+        let why = require_aws(StoreKind::DynamoDb, false)
+            .map_err(|e| e.to_string())
+            .err()
+            .unwrap_or_default();
+        // It names what needs AWS, why this binary lacks it, and how to build it in.
+        for part in [
+            "store = \"dynamodb\"",
+            "--no-default-features",
+            "cargo build -p shareplane",
+        ] {
+            assert!(why.contains(part), "{part:?} in {why:?}");
+        }
+    }
 }

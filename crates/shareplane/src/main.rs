@@ -10,7 +10,7 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(
     name = "shareplane",
-    version,
+    version = shareplane::VERSION,
     about = "Hold one rate limit true across several AWS Regions"
 )]
 struct Cli {
@@ -41,6 +41,9 @@ enum Command {
     /// SHAREPLANE_REGION, SHAREPLANE_LISTEN, SHAREPLANE_API_TOKEN (gateways' demand reports),
     /// SHAREPLANE_ADMIN_TOKEN (operator endpoints: abandon), SHAREPLANE_PHASE_MS,
     /// SHAREPLANE_AWS_ENDPOINT, SHAREPLANE_REPLICA_ID override the file.
+    ///
+    /// store = "dynamodb" needs AWS support, built in by default; a binary built with
+    /// --no-default-features refuses it (exit 2).
     Run {
         /// The TOML file (see crates/shareplane/config.example.toml).
         #[arg(long)]
@@ -220,6 +223,9 @@ fn validate(path: Option<PathBuf>) -> ExitCode {
                     config::ENV_API_TOKEN
                 );
             }
+            if let Err(e) = shareplane::require_aws(c.store, shareplane::WITH_AWS) {
+                println!("note: `shareplane run` will refuse this file here: {e}");
+            }
             if c.admin_token.is_none() {
                 println!(
                     "notice: no admin token ({} or admin_token): the operator endpoints are disabled (POST /v1/peers/{{region}}/abandon answers 403)",
@@ -263,6 +269,10 @@ fn run(path: Option<PathBuf>, log_format: shareplane::LogFormat) -> ExitCode {
     };
     if let Err(e) = config::require_api_token(&cfg) {
         eprintln!("{e}");
+        return ExitCode::from(2);
+    }
+    if let Err(e) = shareplane::require_aws(cfg.store, shareplane::WITH_AWS) {
+        eprintln!("shareplane run: {e}");
         return ExitCode::from(2);
     }
     shareplane::init_logging_as(log_format);
@@ -325,7 +335,6 @@ fn import(files: &[PathBuf], limits_out: Option<&Path>, gateway_out: Option<&Pat
 }
 
 fn limits(command: LimitsCommand) -> ExitCode {
-    use shareplane::limits::{ApplyOptions, LimitsError};
     let path = match &command {
         LimitsCommand::Apply { config, .. } | LimitsCommand::Show { config, .. } => config.clone(),
         LimitsCommand::Import {
@@ -347,12 +356,19 @@ fn limits(command: LimitsCommand) -> ExitCode {
         eprintln!("shareplane limits: the configuration says store = \"memory\", which lives inside one daemon's process; shared limits need store = \"dynamodb\"");
         return ExitCode::from(2);
     }
+    limits_on_table(command, &cfg)
+}
+
+/// `shareplane limits apply|show` on the DynamoDB table `cfg` names.
+#[cfg(feature = "aws")]
+fn limits_on_table(command: LimitsCommand, cfg: &config::Config) -> ExitCode {
+    use shareplane::limits::{ApplyOptions, LimitsError};
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
     let result: Result<(), LimitsError> = rt.block_on(async {
-        let (_, store) = shareplane::aws::table(&cfg)
+        let (_, store) = shareplane::aws::table(cfg)
             .await
             .map_err(LimitsError::Store)?;
         match command {
@@ -366,11 +382,11 @@ fn limits(command: LimitsCommand) -> ExitCode {
                     dry_run,
                     allow_removal,
                 };
-                limits_apply(&store, &cfg, &file, opts).await
+                limits_apply(&store, cfg, &file, opts).await
             }
             // Answered before any configuration is read.
             LimitsCommand::Import { .. } => Ok(()),
-            LimitsCommand::Show { text, .. } => limits_show(&store, &cfg, text).await,
+            LimitsCommand::Show { text, .. } => limits_show(&store, cfg, text).await,
         }
     });
     match result {
@@ -382,7 +398,16 @@ fn limits(command: LimitsCommand) -> ExitCode {
     }
 }
 
+/// Built without AWS support there is no table to reach: a refused configuration (exit 2),
+/// as `run` refuses it.
+#[cfg(not(feature = "aws"))]
+fn limits_on_table(_: LimitsCommand, _: &config::Config) -> ExitCode {
+    eprintln!("shareplane limits: {}", shareplane::NoAws);
+    ExitCode::from(2)
+}
+
 /// `shareplane limits apply`: checks `file` and writes it to the table unless `opts` says a dry run.
+#[cfg(feature = "aws")]
 async fn limits_apply(
     store: &shareplane_aws::DynamoStore,
     cfg: &config::Config,
@@ -419,6 +444,7 @@ async fn limits_apply(
 
 /// `shareplane limits show`: the shared limits' version and where they came from (and, with
 /// `text`, the limits file itself).
+#[cfg(feature = "aws")]
 async fn limits_show(
     store: &shareplane_aws::DynamoStore,
     cfg: &config::Config,
@@ -447,6 +473,7 @@ async fn limits_show(
     Ok(())
 }
 
+#[cfg(feature = "aws")]
 fn now_ms() -> u64 {
     shareplane::clock::unix_ms_now()
 }

@@ -4,10 +4,10 @@
 
 #![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 
+#[cfg(feature = "aws")]
 mod support;
 
 use std::process::Command;
-use support::moto_url;
 
 fn shareplane() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_shareplane"));
@@ -158,7 +158,13 @@ fn the_version_is_the_release_version() {
     assert!(out.status.success(), "{stdout}");
     let version = env!("CARGO_PKG_VERSION");
     assert_ne!(version, "0.0.0", "the binary has a release version");
-    assert_eq!(stdout.trim(), format!("shareplane {version}"));
+    if shareplane::WITH_AWS {
+        assert_eq!(stdout.trim(), format!("shareplane {version}"));
+    } else {
+        let light =
+            format!("shareplane {version} (built without AWS support: --no-default-features)");
+        assert_eq!(stdout.trim(), light);
+    }
 }
 
 /// Every file the help of a command points to is in the repository (issue 34: `sim --help`
@@ -513,6 +519,7 @@ fn sighup_reloads_a_new_rate_within_two_periods_and_the_daemon_runs_on() {
 }
 
 /// `shareplane limits ARGS` against moto: exit code, stdout, stderr.
+#[cfg(feature = "aws")]
 fn limits_cli(url: &str, args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
     let out = shareplane()
         .arg("limits")
@@ -533,11 +540,14 @@ fn limits_cli(url: &str, args: &[&std::ffi::OsStr]) -> (Option<i32>, String, Str
 /// One source of limits (issue 15): two Regions' daemons with `limits_source = "table"` on one
 /// DynamoDB table (moto); a daemon started before any limits exist waits for them; one
 /// `shareplane limits apply` reaches both, and a refused file changes nothing.
+#[cfg(feature = "aws")]
 #[test]
 fn one_limits_apply_reaches_every_region_and_a_refused_file_changes_nothing() {
     use std::time::Duration;
     const PERIOD_MS: u64 = 1_000;
-    let Some(url) = moto_url() else { return };
+    let Some(url) = support::moto_url() else {
+        return;
+    };
     let dir = std::env::temp_dir().join(format!("shareplane-limits-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     let table = format!("limits-apply-{}", std::process::id());

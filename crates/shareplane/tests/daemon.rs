@@ -1221,12 +1221,12 @@ async fn a_limit_added_in_one_region_only_raises_the_mismatch_alarm_in_both_afte
         );
         assert!(s.render_metrics().contains(&line), "{line}");
     }
-    let pts = shareplane::aws::points(&shareds[1].view(), true, 0, 0);
-    let cw = pts
-        .iter()
-        .find(|p| p.name == "LimitsMismatchPeers")
-        .map(|p| p.value);
-    assert_eq!(cw, Some(1.0), "B's CloudWatch point");
+    #[cfg(feature = "aws")]
+    assert_eq!(
+        mismatch_point(&shareds[1]),
+        Some(1.0),
+        "B's CloudWatch point"
+    );
     // The others adopt the limit too: the digests agree again and every alarm clears.
     off_the_poll().await;
     for (r, (path, handle)) in reloaders.iter().enumerate().skip(1) {
@@ -1245,12 +1245,21 @@ async fn a_limit_added_in_one_region_only_raises_the_mismatch_alarm_in_both_afte
             s.view().alarms
         );
     }
-    let pts = shareplane::aws::points(&shareds[1].view(), true, 0, 0);
-    let cw = pts
-        .iter()
+    #[cfg(feature = "aws")]
+    assert_eq!(
+        mismatch_point(&shareds[1]),
+        Some(0.0),
+        "a 0 clears the CloudWatch alarm"
+    );
+}
+
+/// `s`'s `LimitsMismatchPeers` point for CloudWatch (the `aws` feature's points).
+#[cfg(feature = "aws")]
+fn mismatch_point(s: &Shared) -> Option<f64> {
+    let pts = shareplane::aws::points(&s.view(), true, 0, 0);
+    pts.iter()
         .find(|p| p.name == "LimitsMismatchPeers")
-        .map(|p| p.value);
-    assert_eq!(cw, Some(0.0), "a 0 clears the CloudWatch alarm");
+        .map(|p| p.value)
 }
 
 /// The kinds of `s`'s events about `peer` (or about no peer, with `None`), oldest first.
