@@ -156,7 +156,7 @@ impl Local {
             let port = if opts.port == 0 {
                 0
             } else {
-                opts.port + 1 + i as u16
+                opts.port.saturating_add(1 + i as u16)
             };
             // Bind now so that the file names the real port (with --port 0 the system's choice).
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
@@ -218,7 +218,11 @@ impl Local {
         let regions = self.regions().await;
         let mut gateways = self.gateways.lock().await;
         for (i, (name, api, _)) in regions.iter().enumerate() {
-            let at = |base: u16| if port == 0 { 0 } else { port + base + i as u16 };
+            // Past the last port the bind fails and says which address.
+            let at = |base: u16| match port {
+                0 => 0,
+                _ => port.saturating_add(base + i as u16),
+            };
             let spec = GatewaySpec {
                 region: name,
                 api: *api,
@@ -390,9 +394,9 @@ pub async fn banner(local: &Local, dir: &FsPath) -> String {
     }
     if !local.with_gateways {
         out.push_str(&format!(
-            "no redis-server found (install one, or pass --redis-server PATH): no gateways \
-             started. One for A, with a redis-server on 6379: shareplane gateway --rules \
-             http://{} --redis redis://127.0.0.1:6379/ --demand-token {}\n",
+            "no gateways started (--no-gateways, or no redis-server found: install one or pass \
+             --redis-server PATH). One for A, with a redis-server on 6379: shareplane gateway \
+             --rules http://{} --redis redis://127.0.0.1:6379/ --demand-token {}\n",
             regions.first().map_or(c, |r| r.1),
             local.api_token,
         ));
