@@ -91,7 +91,13 @@ pub async fn start(
         gateway_id: Some(format!("local-{}", spec.region.to_lowercase())),
         ..Default::default()
     };
-    let cfg = shareplane_gateway::config::resolve(Default::default(), flags)
+    // Named as a deployed gateway's file names it, so that a rule set of another Region (a
+    // wrong `--rules`) is refused rather than enforced.
+    let file = shareplane_gateway::config::FileConfig {
+        region: Some(spec.region.to_owned()),
+        ..Default::default()
+    };
+    let cfg = shareplane_gateway::config::resolve(file, flags)
         .map_err(|e| gateway_error(spec.region, e.to_string()))?;
     let region = spec.region.to_owned();
     let mut stop = shutdown;
