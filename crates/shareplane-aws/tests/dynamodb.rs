@@ -500,12 +500,12 @@ async fn kept_epochs_are_collected_a_few_items_a_write_once_every_heir_has_moved
     let d = s.d.clone();
     let owner = s.store().with_max_collect_per_write(3);
     heirs(&s, 10, 2, (1, 1)).await;
-    for (e, v, pf) in [(2, 1, 0), (2, 2, 1), (3, 3, 2), (3, 4, 2), (4, 5, 4)] {
+    for (e, v, pf) in [(2, 1, 0), (2, 2, 1), (3, 3, 2), (3, 4, 2), (7, 5, 4)] {
         owner_writes(&owner, &owner_at(&d, e, v, pf)).await;
     }
     let both: Vec<String> = [kept_set(2, 3), kept_set(3, 3)].concat();
     assert_eq!(s.kept_keys("us-east-1").await, both);
-    owner_writes(&owner, &owner_at(&d, 4, 6, 4)).await;
+    owner_writes(&owner, &owner_at(&d, 7, 6, 4)).await;
     assert_eq!(
         s.kept_keys("us-east-1").await,
         both,
@@ -513,7 +513,7 @@ async fn kept_epochs_are_collected_a_few_items_a_write_once_every_heir_has_moved
     );
 
     heirs(&s, 11, 3, (2, 2)).await;
-    owner_writes(&owner, &owner_at(&d, 4, 7, 4)).await;
+    owner_writes(&owner, &owner_at(&d, 7, 7, 4)).await;
     let header_left: Vec<String> = [vec![codec::kept_sk(2)], kept_set(3, 3)].concat();
     assert_eq!(
         s.kept_keys("us-east-1").await,
@@ -522,12 +522,12 @@ async fn kept_epochs_are_collected_a_few_items_a_write_once_every_heir_has_moved
     );
     assert_eq!(
         region_reads(&owner, 0).await,
-        (vec![(3, 4), (4, 7)], vec![]),
+        (vec![(3, 4), (7, 7)], vec![]),
         "a partly collected set is left out, not rejected"
     );
-    owner_writes(&owner, &owner_at(&d, 4, 8, 4)).await;
+    owner_writes(&owner, &owner_at(&d, 7, 8, 4)).await;
     assert_eq!(s.kept_keys("us-east-1").await, kept_set(3, 3));
-    owner_writes(&owner, &owner_at(&d, 4, 9, 4)).await;
+    owner_writes(&owner, &owner_at(&d, 7, 9, 4)).await;
     assert_eq!(
         s.kept_keys("us-east-1").await,
         kept_set(3, 3),
@@ -543,17 +543,17 @@ async fn kept_epochs_are_collected_a_few_items_a_write_once_every_heir_has_moved
         .put(&heir_at(&d, 2, 12, 4, (3, 4)), WriterToken(1))
         .await
         .expect("heir 2 moves on");
-    owner_writes(&owner, &owner_at(&d, 4, 10, 4)).await;
+    owner_writes(&owner, &owner_at(&d, 7, 10, 4)).await;
     assert_eq!(s.kept_keys("us-east-1").await, kept_set(3, 3));
     s.store()
         .put(&heir_at(&d, 1, 13, 4, (3, 4)), WriterToken(1))
         .await
         .expect("heir 1 moves on");
     for v in 11..=12 {
-        owner_writes(&owner, &owner_at(&d, 4, v, 4)).await;
+        owner_writes(&owner, &owner_at(&d, 7, v, 4)).await;
     }
     assert!(s.kept_keys("us-east-1").await.is_empty());
-    assert_eq!(region_reads(&owner, 0).await, (vec![(4, 12)], vec![]));
+    assert_eq!(region_reads(&owner, 0).await, (vec![(7, 12)], vec![]));
     assert!(
         s.kept_keys("eu-west-1").await.is_empty() && s.items("eu-west-1").await.len() == 4,
         "nobody else's items were touched"

@@ -14,19 +14,20 @@
 //! for the heir's next epoch. No Region's view of who is alive enters the rule, so no combination
 //! of views can make the portions add up to more than the estate held.
 //!
-//! Grants in flight between an ended epoch and a live one are settled pairwise: the survivor
-//! that closes the estate takes every grant the estate's record made to it and takes back every
-//! grant of its own that the record shows untaken, which leaves the pair's account exactly as the
-//! estate's record tells it. If the estate later turns out to have a newer record (late
-//! replication), the survivor settles again against it, to the last unit. A settlement made by a
-//! later epoch of the survivor settles its portion and its own grants only: what the closing
-//! epoch took of the estate's grants is all the survivor ever takes, because the estate's Region
-//! may close that ended epoch in turn and take back whatever its last record shows untaken.
+//! # Grants in flight (view-independent)
 //!
-//! Grants between two epochs that both ended before either closed the other are settled by the
-//! successors: each Region's next epoch carries the open account (`account_epochs`) and, once the
-//! other epoch's last record is visible, takes back its earlier epoch's grants that the other
-//! never took (never the other's grants to it: those are the other successor's to take back).
+//! A grant in flight is its **granter's** until its grantee takes it: a running granter takes
+//! it back whole, but only against the grantee epoch's **last** record (until then it cannot rule
+//! out that the grantee took it); a grantee that runs takes all of an ended granter's grants to
+//! it; and an epoch that ended with grants in flight to another ended epoch leaves them in its
+//! own estate, which [`estate_worth`] adds to what its heirs share, once its last record and
+//! the grantee epoch's are known. Nothing else is ever taken whole: a Region's next epoch is not
+//! its earlier epoch's heir and takes back nothing of its grants.
+//!
+//! Each heir settles by difference: its record keeps what it has inherited from the estate it
+//! marks (`reclaimed − debt_taken`), and every rebalance moves the difference to its part of the
+//! estate's worth as it knows it now. An heir's part never grows with what it cannot see
+//! (docs/PROTOCOL.md, "Why no heir takes more than it is owed").
 //!
 //! # The audit (physical truth)
 //!
@@ -35,30 +36,25 @@
 //! from another Region's room:
 //!
 //! - **live**: `share + pool − debt` of every running Region's committed record;
-//! - **estate pieces**: for every ended epoch and every other Region, what that Region is still
-//!   owed by the estate: its fixed portion of the estate's *last* record, less the portion of the
-//!   basis record its mark names (nothing if it has not closed the estate), plus the grants in
-//!   flight between the estate and that Region's live epoch (settled together with the portion,
-//!   as one amount). Each piece is clamped at zero: a heir that took more than it is owed shows as
-//!   room above `L`, never cancelled by another heir's shortfall. A portion taken from an epoch
-//!   that is still live (a false verdict, silence alone under a cut) is room above `L` in full:
-//!   the live Region still holds it. Of that, what the heir took beyond what the epoch's newest
-//!   record would leave it is stale room (`over_stale`), as it will be once the epoch ends; the
-//!   rest is `over_running`;
-//! - **pairs**: for every other pair of epochs, the grants in flight between them in both
-//!   directions, each side read from its own newest record in that epoch or, once it has closed
-//!   the pair, from its own takes and the other side's record it settled against (what that
-//!   record shows taken of its grants); when both closed each other, from each side's own
-//!   counters alone (the newest record of its Region that keeps the pair, in whatever epoch), so
-//!   that neither side's account is read from the other's. Clamped at zero likewise.
+//! - **estates**: for every heir, its part of every ended epoch's worth by the last records
+//!   ([`estate_worth`]), less what its records say it inherited from it; an heir's room is one,
+//!   so its pieces are netted over the estates before any is called room above `L` (an heir that
+//!   closed two estates against records older than their last may hold more of one and less of
+//!   the other than it will: room moved between them out of its sight, held once). A part taken
+//!   from an epoch that is still live (a false verdict, silence alone under a cut) is room above
+//!   `L` in full: the live Region still holds it. Of that, what the heir took beyond what the
+//!   epoch's newest record would leave it is stale room (`over_stale`); the rest is
+//!   `over_running`;
+//! - **pairs**: the grants in flight from or to a running epoch, each side read from its own
+//!   newest record that keeps the pair.
 //!
 //! `expected` is the sum of every Region's static part at the limit version its newest record
 //! has adopted. Every rebalance of the core moves room between these places without creating or
 //! destroying any, so `actual == expected` at every instant, and `over` (the room counted above
-//! `L` because a piece or pair went negative) stays zero.
+//! `L`) stays zero.
 
 use crate::config::{Deployment, LimitKind, LimitSpec};
-use crate::record::{LimitRecord, ReclaimMark, RegionRecord};
+use crate::record::{LimitRecord, RegionRecord, MAX_COUNTER};
 use crate::region::{regions, RegionId};
 use crate::room::{even_part, Room};
 use std::collections::BTreeMap;
@@ -78,17 +74,83 @@ pub fn estate_room(l: &LimitRecord) -> Room {
     (l.share + l.pool).excess_over(l.debt)
 }
 
-/// The debt an estate's record leaves to its heirs: what a lowered limit's debt exceeds
-/// `share + pool` by, never below zero. It is split into the same fixed portions as room.
-pub fn estate_debt(l: &LimitRecord) -> Room {
-    l.debt.excess_over(l.share + l.pool)
+/// What an observer knows of one Region `g` that an estate's epoch accounts with (its epoch
+/// `basis.peer_epochs[g]`), for [`estate_worth`]: once that epoch has ended, all it took of the
+/// estate's grants ([`ended_took`]); `None` while it runs or while the observer does not know.
+pub type Counterpart = Option<Room>;
+
+/// What epoch `ge` of Region `end.region`, which has ended, took of the grants of epoch `epoch`
+/// of Region `x` in all, from `end`, a record that holds that epoch's counters as they ended (its
+/// last record, or a later epoch's that still carries them): its `taken`; everything, if it
+/// moved its account past `epoch` (a switch takes all the last record granted); `None` if the
+/// record no longer says.
+pub fn ended_took(end: &RegionRecord, x: RegionId, epoch: u64, ge: u64, li: usize) -> Option<Room> {
+    if end.peer_epochs[x] == epoch && end.account_epochs[x] == ge {
+        return Some(end.limits.get(li).map_or(Room::ZERO, |l| l.taken[x]));
+    }
+    (end.epoch == ge && end.peer_epochs[x] > epoch).then_some(Room(MAX_COUNTER))
 }
+
+/// The signed room (milli-requests per second) the estate of `basis`'s epoch leaves its heirs,
+/// for limit `li` in a deployment of `n` Regions (docs/PROTOCOL.md, "Grants in flight"). `last`
+/// says `basis` is the epoch's last record; `took(g)` is what the observer knows of each Region
+/// `g` the estate accounts with ([`Counterpart`]). It is `share + pool − debt` plus, once `basis`
+/// is the last record, the estate's grants in flight to epochs that ended without taking them
+/// (`granted − taken`): a grant in flight is its granter's until its grantee takes it, and an
+/// epoch that ended leaves its own in its estate.
+///
+/// An heir's part of it never grows with what the heir cannot see, except by its own grants
+/// and takes: a take by a grantee moves room from a granter's hand into the grantee's pool, and a
+/// grant from the pool into flight, within one estate or between two the heir inherits alike
+/// (docs/PROTOCOL.md, "Why no heir takes more than it is owed").
+pub fn estate_worth(
+    li: usize,
+    basis: &RegionRecord,
+    last: bool,
+    n: usize,
+    took: impl Fn(RegionId) -> Counterpart,
+) -> i128 {
+    let l = basis.limits.get(li).copied().unwrap_or_default();
+    let mut worth = l.held();
+    if !last {
+        return worth;
+    }
+    for g in regions(n).filter(|&g| g != basis.region) {
+        if basis.account_epochs[g] != basis.epoch {
+            // The basis carries counters of an earlier epoch of its Region: not its own pair.
+            continue;
+        }
+        if let Some(t) = took(g) {
+            worth += l.granted[g].excess_over(t).0 as i128;
+        }
+    }
+    worth
+}
+
+/// Region `heir`'s signed part of `worth`, an estate of Region `owner` of `n` Regions: its fixed
+/// portion of the room, or of the debt (negative).
+pub fn heir_part(worth: i128, n: usize, owner: RegionId, heir: RegionId) -> i128 {
+    let amount = Room(worth.unsigned_abs().min(u64::MAX as u128) as u64);
+    let part = heir_portion(amount, n, owner, heir).0 as i128;
+    if worth < 0 {
+        -part
+    } else {
+        part
+    }
+}
+
+/// How many epochs a Region's last record of an ended epoch outlives it, at least: an heir that
+/// closes another estate later (a daemon that restarted with nothing in memory) may need it to
+/// know what that epoch took of the estate's grants in flight ([`estate_worth`]).
+pub const KEEP_ENDED_EPOCHS: u64 = 4;
 
 /// Whether `owner`'s ended epoch `epoch` is closed for good, so that the store may collect its
 /// kept last record: every other Region's (of `n`) latest record (`latest`) accounts with a
-/// later epoch of `owner` and marks `epoch` or a later one. A heir moves its accounting past an
-/// epoch only by closing it against exactly its last record, so none will need it again. A record
-/// that claims an epoch of `owner` beyond `owner_epoch`, the owner's current one, counts as not
+/// later epoch of `owner` and marks `epoch` or a later one, and the owner is at least
+/// [`KEEP_ENDED_EPOCHS`] epochs past it. A heir moves its accounting past an epoch only by
+/// closing it against exactly its last record; the epochs kept after that are for heirs of other
+/// estates that this epoch took grants of (docs/PROTOCOL.md, "Grants in flight"). A record that
+/// claims an epoch of `owner` beyond `owner_epoch`, the owner's current one, counts as not
 /// closed. Every store that keeps ended epochs' records collects them by this rule.
 pub fn closed_for_good<'a>(
     n: usize,
@@ -98,7 +160,7 @@ pub fn closed_for_good<'a>(
     latest: impl Fn(RegionId) -> Option<&'a RegionRecord>,
 ) -> bool {
     let plausible = |e: u64| e >= epoch && e <= owner_epoch;
-    epoch < owner_epoch
+    epoch.saturating_add(KEEP_ENDED_EPOCHS) <= owner_epoch
         && regions(n).filter(|&r| r != owner).all(|r| {
             latest(r).is_some_and(|rec| {
                 let acct = rec.peer_epochs[owner];
@@ -131,13 +193,8 @@ pub struct Audit {
     pub live: i128,
     /// Room of ended epochs that their heirs have not taken yet.
     pub estates: i128,
-    /// Grants in flight between epochs, both directions.
+    /// Grants in flight that belong to no estate: from or to a running epoch.
     pub pairs: i128,
-    /// The part of `pairs` between two epochs that have both ended: each side's successor closed
-    /// the other's epoch without either settling the account between them. Each Region's next
-    /// epoch takes back its earlier one's grants of it once it sees the other's last record
-    /// (docs/PROTOCOL.md, "Accounts between two ended epochs"); until then it waits, under the limit.
-    pub between_ended: i128,
     /// Room that some heir or grantee took beyond what it was owed (pieces that went negative),
     /// plus debts of ended epochs that nobody pays: room above `L`.
     pub over: i128,
@@ -200,16 +257,26 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
     for e in epochs.iter().filter(|e| e.live) {
         a.live += limit_of(e.last(), li).held();
     }
-    let flows = pair_flows(&epochs, &index, li, n, &mut a);
     let scope = Scope {
         index: &index,
+        epochs: &epochs,
         li,
         n,
     };
-    for (xi, x) in epochs.iter().enumerate() {
-        for h in regions(n).filter(|&h| h != x.region) {
-            estate_piece(&scope, x, xi, h, &flows, &mut a);
+    in_flight(&scope, &mut a);
+    for h in regions(n) {
+        let mut owed = Owed::default();
+        for x in epochs.iter().filter(|x| x.region != h) {
+            estate_piece(&scope, x, h, &mut owed, &mut a);
         }
+        // An heir's room is one: what it took beyond its part of one estate, against a record
+        // older than the last, and short of its part of another (the room moved between the two
+        // estates out of its sight) is not room held twice. Its settlements against the last
+        // records move exactly that between them.
+        if owed.net < 0 && owed.stale {
+            a.over_stale += -owed.net;
+        }
+        add_piece(&mut a.estates, &mut a.over, owed.net);
     }
     a.actual = a.live + a.estates + a.pairs;
     a
@@ -219,106 +286,79 @@ fn limit_of(r: &RegionRecord, li: usize) -> LimitRecord {
     r.limits.get(li).copied().unwrap_or_default()
 }
 
-/// What one audit looks at: the marks, the limit and the number of Regions.
+/// What one audit looks at: the records indexed, every epoch, the limit and the number of
+/// Regions.
 #[derive(Clone, Copy)]
 struct Scope<'a> {
     index: &'a Index<'a, 'a>,
+    epochs: &'a [Epoch<'a>],
     li: usize,
     n: usize,
 }
 
-/// Grants in flight between every pair of epochs, per epoch (by index) and other Region.
-struct Flows {
-    /// Between an ended epoch and a live one: what the live Region will settle with that
-    /// estate, netted with its portion.
-    owed: Vec<Vec<i128>>,
-    /// Between two running epochs: what a running epoch's newest record would leave an heir
-    /// that closed it is its portion plus these.
-    in_flight: Vec<Vec<i128>>,
+impl<'a> Scope<'a> {
+    fn epoch(&self, region: RegionId, epoch: u64) -> Option<&'a Epoch<'a>> {
+        self.epochs
+            .iter()
+            .find(|e| e.region == region && e.epoch == epoch)
+    }
+
+    /// The truth about Region `g` for the estate of `basis`'s epoch ([`estate_worth`]): what
+    /// `g`'s epoch that the estate accounts with left it, if that epoch closed it, and that
+    /// epoch's last record once it has ended.
+    fn counterpart(&self, basis: &RegionRecord, g: RegionId) -> Counterpart {
+        let ge = basis.peer_epochs[g];
+        self.epoch(g, ge)
+            .filter(|e| !e.live)
+            .and_then(|e| ended_took(e.last(), basis.region, basis.epoch, ge, self.li))
+    }
+
+    /// The estate's worth by its last record, as every heir will know it in the end.
+    fn worth(&self, x: &Epoch<'_>) -> i128 {
+        estate_worth(self.li, x.last(), true, self.n, |g| {
+            self.counterpart(x.last(), g)
+        })
+    }
 }
 
-/// Counts the grants in flight between every pair of epochs into `a` (pairs of two running or
-/// two ended epochs) or into the returned flows (an ended epoch and a live one).
-fn pair_flows(
-    epochs: &[Epoch<'_>],
-    index: &Index<'_, '_>,
-    li: usize,
-    n: usize,
-    a: &mut Audit,
-) -> Flows {
-    let mut f = Flows {
-        owed: vec![vec![0; n]; epochs.len()],
-        in_flight: vec![vec![0; n]; epochs.len()],
-    };
-    for (i, g) in epochs.iter().enumerate() {
-        for (k, r) in epochs.iter().enumerate().skip(i + 1) {
-            if r.region == g.region {
-                continue;
-            }
-            let flow = side(index, g, r, li, a) + side(index, r, g, li, a);
-            // A pair netted with an heir's portion below is judged there; in any other, a side
-            // that closed the other's epoch against an older record than its last took back
-            // grants that the last record shows taken (residual risk 4).
-            if g.live == r.live
-                && flow < 0
-                && (closed_stale(index, g, r) || closed_stale(index, r, g))
-            {
-                a.over_stale += -flow;
-            }
-            match (g.live, r.live) {
-                (true, true) => {
-                    f.in_flight[i][r.region.index()] += flow.max(0);
-                    f.in_flight[k][g.region.index()] += flow.max(0);
-                    add_piece(&mut a.pairs, &mut a.over, flow)
-                }
-                (false, false) => {
-                    add_piece(&mut a.pairs, &mut a.over, flow);
-                    a.between_ended += flow.max(0);
-                }
-                (false, true) => f.owed[i][r.region.index()] += flow,
-                (true, false) => f.owed[k][g.region.index()] += flow,
+/// Counts the grants in flight that belong to no estate (docs/PROTOCOL.md, "Grants in
+/// flight"): those of a running epoch (its own until it takes them back against the grantee's
+/// last record) and those to a running epoch (it takes them). A grant between two ended epochs
+/// is part of its granter's estate ([`estate_worth`]).
+fn in_flight(at: &Scope<'_>, a: &mut Audit) {
+    for g in at.epochs {
+        for x in at.epochs.iter().filter(|x| x.region != g.region) {
+            if g.live || x.live {
+                add_piece(&mut a.pairs, &mut a.over, at.index.flow(g, x, at.li));
             }
         }
     }
-    f
 }
 
-/// Counts into `a` what heir `h` is still owed by epoch `x` (the `xi`-th): its fixed portion of
-/// the estate's last record less what its mark took, netted with the grants in flight between
-/// them. A live epoch still holds all its room (counted as live): any portion taken from it is
-/// room that exists twice.
-fn estate_piece(
-    at: &Scope<'_>,
-    x: &Epoch<'_>,
-    xi: usize,
-    h: RegionId,
-    flows: &Flows,
-    a: &mut Audit,
-) {
-    let Scope { index, li, n } = *at;
-    let last = limit_of(x.last(), li);
-    // An heir's portion is signed: its part of the room, less its part of the debt (an estate
-    // that owed more than it held after a lowered limit).
-    let signed = |l: &LimitRecord| {
-        heir_portion(estate_room(l), n, x.region, h).0 as i128
-            - heir_portion(estate_debt(l), n, x.region, h).0 as i128
-    };
-    let mark = index.latest_mark(h, x.region, x.epoch).map(|m| m.version);
-    let (took, debt_took) = match mark.map(|v| x.at(v)) {
-        None => (0, 0),
-        Some(Some(basis)) => {
-            let b = limit_of(basis, li);
-            (
-                signed(&b),
-                heir_portion(estate_debt(&b), n, x.region, h).0 as i128,
-            )
-        }
-        Some(None) => {
-            a.missing_basis += 1;
-            (0, 0)
-        }
-    };
-    let stale_basis = mark.is_some_and(|v| v < x.last().version);
+/// What one heir is still owed by the ended estates, net.
+#[derive(Default)]
+struct Owed {
+    net: i128,
+    /// Some estate was closed against an older record than its last.
+    stale: bool,
+}
+
+/// Counts what heir `h` is still owed by epoch `x`: its fixed part of the estate's worth by the
+/// last record, less what its records say it inherited, into `owed`. A live epoch still holds
+/// all its room (counted as live): anything inherited from it is room that exists twice.
+fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: &mut Audit) {
+    let Scope { index, li, n, .. } = *at;
+    let marker = index.marker(h, x.region, x.epoch);
+    let mark = marker.and_then(|r| r.reclaims[x.region]);
+    let took = marker.map_or(0, |r| {
+        let l = limit_of(r, li);
+        l.reclaimed[x.region].0 as i128 - l.debt_taken[x.region].0 as i128
+    });
+    if mark.is_some_and(|m| x.at(m.version).is_none()) {
+        a.missing_basis += 1;
+    }
+    let stale_basis = mark.is_some_and(|m| m.version < x.last().version);
+    let part = heir_part(at.worth(x), n, x.region, h);
     if x.live {
         a.over += took;
         if mark.is_some() {
@@ -327,9 +367,8 @@ fn estate_piece(
         // Against an older record than the newest, the heir may hold more than the newest
         // leaves it (the Region moved room on meanwhile): that part is stale room, as it will
         // be once the epoch ends; the rest the running Region holds too.
-        let leaves = signed(&last) + flows.in_flight[xi][h.index()];
         let stale = if stale_basis {
-            (took - leaves).clamp(0, took.max(0))
+            (took - part).clamp(0, took.max(0))
         } else {
             0
         };
@@ -337,20 +376,16 @@ fn estate_piece(
         a.over_running += took - stale;
         return;
     }
-    let debt_owed = heir_portion(estate_debt(&last), n, x.region, h).0 as i128;
-    let portion = heir_portion(estate_room(&last), n, x.region, h).0 as i128 - debt_owed;
-    let piece = portion - took + flows.owed[xi][h.index()];
+    let piece = part - took;
     // A debt the heir has not taken on yet is room others hold above the limit until it does
     // (as a running Region's debt is): negative, but not room taken twice.
-    let pending = (debt_owed - debt_took).max(0);
+    let pending = (-part).max(0) - (-took).max(0);
     if piece < 0 && -piece <= pending {
         a.estates += piece;
         return;
     }
-    if piece < 0 && stale_basis {
-        a.over_stale += -piece;
-    }
-    add_piece(&mut a.estates, &mut a.over, piece);
+    owed.net += piece;
+    owed.stale |= stale_basis;
 }
 
 fn add_piece(sum: &mut i128, over: &mut i128, piece: i128) {
@@ -397,64 +432,86 @@ fn epochs_of<'a>(world: &[Truth<'a>], n: usize) -> Vec<Epoch<'a>> {
 /// every record (a lookup that scanned them all each time made the audit quadratic in the
 /// records written, and the simulator audits after every rebalance).
 struct Index<'w, 'a> {
-    world: &'w [Truth<'a>],
-    /// Per heir Region: the newest mark any of its records (in any of its epochs) carries for
-    /// each `(owner index, owner epoch)`.
-    marks: Vec<BTreeMap<(usize, u64), ReclaimMark>>,
-    /// Per Region: its newest record by `(epoch, version)`, written or running.
-    newest: Vec<Option<&'w RegionRecord>>,
+    /// Per Region: the newest of its records (in any of its epochs) that marks each
+    /// `(owner index, owner epoch)`; its `reclaimed`, `debt_taken` and `left` for the owner
+    /// refer to that mark.
+    markers: Vec<BTreeMap<(usize, u64), &'w RegionRecord>>,
+    /// Per Region: the newest of its records that keeps the counters of each pair
+    /// `(peer index, own epoch, peer epoch)` (a later epoch carries them frozen until it
+    /// switches to the peer's next epoch).
+    pairs: Vec<BTreeMap<(usize, u64, u64), &'w RegionRecord>>,
+    _world: std::marker::PhantomData<&'a ()>,
 }
 
 impl<'w, 'a> Index<'w, 'a> {
     fn of(world: &'w [Truth<'a>], n: usize) -> Index<'w, 'a> {
-        let mut marks = Vec::with_capacity(n);
-        let mut newest = Vec::with_capacity(n);
+        let mut markers = Vec::with_capacity(n);
+        let mut pairs = Vec::with_capacity(n);
         for region in regions(n) {
             let mut m = BTreeMap::new();
-            // In write order, so that a later record's mark replaces an earlier one's. Most
-            // records carry the marks of the one before unchanged: those change nothing here.
-            let mut before: Option<&RegionRecord> = None;
+            let mut p = BTreeMap::new();
+            // In write order, so that a later record replaces an earlier one.
             for rec in records_of(world, region) {
-                if before.is_some_and(|b| b.reclaims == rec.reclaims) {
-                    continue;
-                }
-                before = Some(rec);
-                for owner in regions(n) {
-                    if let Some(mark) = rec.reclaims[owner] {
-                        m.insert((owner.index(), mark.epoch), mark);
+                for peer in regions(n).filter(|&r| r != region) {
+                    if let Some(mark) = rec.reclaims[peer] {
+                        m.insert((peer.index(), mark.epoch), rec);
                     }
+                    let key = (
+                        peer.index(),
+                        rec.account_epochs[peer],
+                        rec.peer_epochs[peer],
+                    );
+                    p.insert(key, rec);
                 }
             }
-            marks.push(m);
-            newest.push(records_of(world, region).max_by_key(|rec| (rec.epoch, rec.version)));
+            markers.push(m);
+            pairs.push(p);
         }
         Index {
-            world,
-            marks,
-            newest,
+            markers,
+            pairs,
+            _world: std::marker::PhantomData,
         }
     }
 
-    /// The newest mark any record of `heir` (in any of its epochs) carries for `owner`'s epoch
-    /// `epoch`.
-    fn latest_mark(&self, heir: RegionId, owner: RegionId, epoch: u64) -> Option<ReclaimMark> {
-        self.marks
+    /// The newest record of `heir` that marks `owner`'s epoch `epoch`.
+    fn marker(&self, heir: RegionId, owner: RegionId, epoch: u64) -> Option<&'w RegionRecord> {
+        self.markers
             .get(heir.index())?
             .get(&(owner.index(), epoch))
             .copied()
     }
 
-    /// The newest record of `region`, written or running.
-    fn newest(&self, region: RegionId) -> Option<&'w RegionRecord> {
-        self.newest.get(region.index()).copied().flatten()
+    /// The newest record of `g`'s Region that keeps its counters with `x`'s epoch.
+    fn pair(&self, g: &Epoch<'_>, x: &Epoch<'_>) -> Option<&'w RegionRecord> {
+        self.pairs
+            .get(g.region.index())?
+            .get(&(x.region.index(), g.epoch, x.epoch))
+            .copied()
+    }
+
+    /// The grants in flight from epoch `g` to epoch `x`: what `g` granted `x`, less what `x`
+    /// took of it. A switch to the other's next epoch settles the pair against the other's last
+    /// record: the grantee took everything it granted, the granter took back what it never
+    /// took; nothing is in flight after either.
+    fn flow(&self, g: &Epoch<'_>, x: &Epoch<'_>, li: usize) -> i128 {
+        let Some(granter) = self.pair(g, x) else {
+            return 0;
+        };
+        if switched(x, g) || switched(g, x) {
+            return 0;
+        }
+        let granted = limit_of(granter, li).granted[x.region];
+        let took = self
+            .pair(x, g)
+            .map_or(Room::ZERO, |r| limit_of(r, li).taken[g.region]);
+        granted.0 as i128 - took.0 as i128
     }
 }
 
-/// Whether epoch `g` closed epoch `r` against an older record of `r` than its last.
-fn closed_stale(index: &Index<'_, '_>, g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
-    index
-        .latest_mark(g.region, r.region, r.epoch)
-        .is_some_and(|m| m.by == g.epoch && m.version < r.last().version)
+/// Whether epoch `x` itself moved its account past epoch `g` of its peer (a switch).
+fn switched(x: &Epoch<'_>, g: &Epoch<'_>) -> bool {
+    x.last().peer_epochs[g.region] > g.epoch
 }
 
 /// Every record Region `region` wrote, and its running daemon's committed one, oldest first.
@@ -466,125 +523,6 @@ fn records_of<'a>(
         .get(region.index())
         .into_iter()
         .flat_map(|t| t.written.iter().map(|r| &**r).chain(t.running))
-}
-
-/// Whether a later epoch of `g`'s Region settled the account that `g` had with `r` against
-/// `r`'s last record. A new epoch carries every open account of the one before, so a later
-/// epoch that no longer carries it settled it, or dropped it because `r` settled it; `r`'s last
-/// record tells which (it shows the account unsettled on `r`'s side only in the first case).
-fn settled_carried(index: &Index<'_, '_>, g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
-    let carries = |rec: &RegionRecord| {
-        rec.account_epochs[r.region] == g.epoch && rec.peer_epochs[r.region] == r.epoch
-    };
-    let newest = index.newest(g.region);
-    let last = r.last();
-    newest.is_some_and(|n| n.epoch > g.epoch && !carries(n))
-        && last.accounts_with(g.region, g.epoch)
-}
-
-/// Whether `r`'s epoch closed `g`'s as well (both reclaimed each other).
-fn mutual(index: &Index<'_, '_>, g: &Epoch<'_>, r: &Epoch<'_>) -> bool {
-    index
-        .latest_mark(r.region, g.region, g.epoch)
-        .is_some_and(|m| m.by == r.epoch)
-}
-
-/// `g`'s side of a pair that both epochs closed, read from `g`'s own counters: what it still
-/// counts as granted to `r`, less what it took of `r`'s grants. Its takes stop at its closing
-/// epoch (no later epoch takes by settlement), and its grants follow `r`'s takes as it settles;
-/// both are in the newest record of `g`'s Region that keeps the pair, in whatever epoch. Once
-/// `g` no longer keeps it (it settled against `r`'s last record and moved on), it holds its
-/// grants as that record shows them taken. A close made at the switch to `r`'s next epoch left
-/// no counters of the pair at all: it took and took back exactly as `r`'s last record says.
-fn own_side_of_closed_pair(world: &[Truth<'_>], g: &Epoch<'_>, r: &Epoch<'_>, li: usize) -> i128 {
-    let l = |rec: &RegionRecord| rec.limits.get(li).copied().unwrap_or_default();
-    let keeps = |rec: &RegionRecord| {
-        rec.account_epochs[r.region] == g.epoch && rec.peer_epochs[r.region] == r.epoch
-    };
-    let newest = |f: &dyn Fn(&RegionRecord) -> bool| {
-        records_of(world, g.region)
-            .filter(|rec| f(rec))
-            .max_by_key(|rec| (rec.epoch, rec.version))
-    };
-    let closed = |rec: &RegionRecord| {
-        keeps(rec) && rec.reclaims[r.region].is_some_and(|m| m.epoch == r.epoch && m.by == g.epoch)
-    };
-    // `r`'s last record speaks of this pair only if its account with `g`'s Region is with `g`'s
-    // epoch (an account carried from an earlier epoch of `r` is another pair's).
-    let last = if r.last().accounts_with(g.region, g.epoch) {
-        l(r.last())
-    } else {
-        LimitRecord::default()
-    };
-    let Some(kept) = newest(&closed) else {
-        return last.taken[g.region].0 as i128 - last.granted[g.region].0 as i128;
-    };
-    let still_kept = newest(&|_| true).is_some_and(keeps);
-    let granted = if still_kept {
-        l(kept).granted[r.region]
-    } else {
-        last.taken[g.region]
-    };
-    granted.0 as i128 - l(kept).taken[r.region].0 as i128
-}
-
-/// `g`'s side of the account between epochs `g` and `r`: what it sent `r` net (granted to it
-/// less taken from it). Once `g` has closed `r`'s epoch, its side is the settlement it made:
-/// what the basis record shows taken of `g`'s grants, less what `g`'s own counters show it took
-/// of `r`'s (its later epochs settle only the former). Once a later epoch of `g`'s
-/// Region has settled the account carried from `g`, it took back what `r` never took of `g`'s
-/// grants: `g`'s side is then what `r` took, less what `g` took.
-fn side(index: &Index<'_, '_>, g: &Epoch<'_>, r: &Epoch<'_>, li: usize, a: &mut Audit) -> i128 {
-    let out = |rec: &RegionRecord, to: RegionId| {
-        rec.limits
-            .get(li)
-            .map_or(0, |l| l.granted[to].0 as i128 - l.taken[to].0 as i128)
-    };
-    // A close of r's epoch made by g's epoch: the newest mark any record of g carries for it
-    // (a Region that closed an estate and then began a new epoch may still settle it).
-    match index.latest_mark(g.region, r.region, r.epoch) {
-        Some(m) if m.by == g.epoch => {
-            if mutual(index, g, r) {
-                return own_side_of_closed_pair(index.world, g, r, li);
-            }
-            return match r.at(m.version) {
-                Some(basis) if basis.accounts_with(g.region, g.epoch) => {
-                    let l = |rec: &RegionRecord| rec.limits.get(li).copied().unwrap_or_default();
-                    // What `g` took of `r`'s grants is in its own counters: the closing epoch
-                    // took what each basis it settled against granted it, and no later epoch
-                    // takes more. A close at a switch left no counters (the account moved on
-                    // to `r`'s next epoch): it took everything `r`'s last record granted.
-                    let took = match g.last() {
-                        own if own.accounts_with(r.region, r.epoch) => l(own).taken[r.region],
-                        _ => l(basis).granted[g.region],
-                    };
-                    l(basis).taken[g.region].0 as i128 - took.0 as i128
-                }
-                Some(_) => 0,
-                None => {
-                    a.missing_basis += 1;
-                    0
-                }
-            };
-        }
-        // An earlier epoch of g closed r's epoch; the counters g's later epochs keep for r are
-        // that earlier epoch's settlement, not an account of their own.
-        Some(m) if m.by < g.epoch => return 0,
-        _ => {}
-    }
-    let Some(own) = g
-        .records
-        .iter()
-        .rev()
-        .find(|rec| rec.accounts_with(r.region, r.epoch))
-    else {
-        return 0;
-    };
-    if settled_carried(index, g, r) {
-        let l = |rec: &RegionRecord| rec.limits.get(li).copied().unwrap_or_default();
-        return l(r.last()).taken[g.region].0 as i128 - l(own).taken[r.region].0 as i128;
-    }
-    out(own, r.region)
 }
 
 fn expected(d: &Deployment, li: usize, world: &[Truth<'_>], n: usize) -> i128 {
@@ -615,6 +553,7 @@ fn expected(d: &Deployment, li: usize, world: &[Truth<'_>], n: usize) -> i128 {
 mod tests {
     use super::*;
     use crate::config::{Design, Fence, SilentPolicy};
+    use crate::record::ReclaimMark;
     use std::sync::Arc;
 
     fn deployment() -> Deployment {
@@ -658,8 +597,10 @@ mod tests {
         let d = deployment();
         // (heir views, A's current epoch, kept epoch, collectable?)
         let cases: &[(&[View], u64, u64, bool)] = &[
-            (&[(1, 3, Some(2)), (2, 3, Some(2))], 3, 2, true),
-            (&[(1, 3, Some(2)), (2, 4, Some(3))], 4, 2, true),
+            (&[(1, 3, Some(2)), (2, 3, Some(2))], 6, 2, true),
+            (&[(1, 3, Some(2)), (2, 4, Some(3))], 6, 2, true),
+            // Closed by every heir, but kept until the owner is KEEP_ENDED_EPOCHS past it.
+            (&[(1, 3, Some(2)), (2, 3, Some(2))], 5, 2, false),
             // C marks epoch 2 at its last version but still accounts with it.
             (&[(1, 3, Some(2)), (2, 2, Some(2))], 3, 2, false),
             // C never wrote.
@@ -686,7 +627,7 @@ mod tests {
         })
         .unwrap_or_else(|e| panic!("{e:?}"));
         assert!(
-            closed_for_good(single.n(), id(0), 2, 1, |_| None),
+            closed_for_good(single.n(), id(0), 5, 1, |_| None),
             "a lone Region has no heirs to wait for"
         );
     }

@@ -29,7 +29,10 @@ pub use demand::{
     band as demand_band, published_demand, DEMAND_BAND_MIN_PERMILLE_OF_RATE, DEMAND_BAND_PERMILLE,
 };
 pub use digest::{fnv1a_64, limits_digest};
-pub use estate::{audit, closed_for_good, estate_debt, estate_room, heir_portion, Audit, Truth};
+pub use estate::{
+    audit, closed_for_good, estate_room, estate_worth, heir_portion, Audit, Truth,
+    KEEP_ENDED_EPOCHS,
+};
 pub use lease::{lease_bound, LeaseBound};
 pub use record::{
     LimitRecord, Limits, ReclaimMark, RecordError, RegionRecord, MAX_COUNTER, MAX_EPOCH,

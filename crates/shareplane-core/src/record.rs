@@ -44,13 +44,12 @@ pub struct RegionRecord {
     pub prev_final: u64,
     /// The epoch of each peer that this record's grants to it and takes from it refer to.
     pub peer_epochs: PerRegion<u64>,
-    /// This Region's own epoch that its account with each peer (the `granted`, `taken` and
-    /// `reclaimed` counters for it) belongs to: `epoch` itself, or an earlier epoch whose account
-    /// with the peer's epoch in `peer_epochs` was carried into this one when it began. An open
-    /// account is carried until it is settled: by the peer (its record closes the earlier epoch)
-    /// or, once the peer's epoch has ended too, by this Region taking back what the earlier
-    /// epoch granted and the peer never took (docs/PROTOCOL.md, "Accounts between two ended
-    /// epochs"). An account closed by an earlier epoch is kept with that epoch to settle later.
+    /// This Region's own epoch that its account with each peer (the `granted` and `taken`
+    /// counters for it) belongs to: `epoch` itself, or an earlier epoch whose account with the
+    /// peer's epoch in `peer_epochs` was carried into this one when it began. A carried account
+    /// is frozen (no grant, no take): it says what the earlier epoch, now an estate, had in
+    /// flight with the peer, until the peer moves its account to a later epoch of this Region or
+    /// this Region switches to the peer's next epoch (docs/PROTOCOL.md, "Grants in flight").
     pub account_epochs: PerRegion<u64>,
     /// The latest reclaim of each peer's estate made by this Region.
     pub reclaims: PerRegion<Option<ReclaimMark>>,
@@ -168,6 +167,12 @@ pub struct LimitRecord {
     /// an estate whose record owed more than it held (a lowered limit's debt) passes the debt to
     /// its heirs in the same fixed portions as room.
     pub debt_taken: PerRegion<Room>,
+    /// For each peer whose ended epoch this Region switched past (its mark, `RegionRecord::reclaims`,
+    /// names it): all that this Region took of that epoch's grants, kept past the counters the
+    /// switch cleared. Until every epoch it granted to has ended or taken its grants, the
+    /// estate's grants in flight may still be added to what its heirs share, and this Region
+    /// reads its own take here (docs/PROTOCOL.md, "Grants in flight").
+    pub left: PerRegion<Room>,
 }
 
 impl LimitRecord {
@@ -310,7 +315,7 @@ impl RegionRecord {
     }
 
     /// Whether the account with `peer` is one that an earlier epoch of this Region opened and
-    /// nobody has settled yet: carried into this epoch, frozen (no grant, no take) until settled.
+    /// that is still carried, frozen (no grant, no take), into this epoch.
     pub fn carries_open(&self, peer: RegionId) -> bool {
         let acct = self.account_epochs[peer];
         acct < self.epoch && self.mark_on_accounted(peer).is_none_or(|m| m.by != acct)
@@ -426,11 +431,15 @@ impl RegionRecord {
         {
             return Some("a reclaimed amount is out of range");
         }
+        if l.left.0.iter().any(|c| c.0 > MAX_COUNTER) {
+            return Some("a cumulative counter is out of range");
+        }
         let names = |r: usize| {
             !l.granted.0[r].is_zero()
                 || !l.taken.0[r].is_zero()
                 || !l.reclaimed.0[r].is_zero()
                 || !l.debt_taken.0[r].is_zero()
+                || !l.left.0[r].is_zero()
         };
         if names(self.region.index()) {
             return Some("grants to or takes from itself");

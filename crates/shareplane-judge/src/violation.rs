@@ -126,11 +126,10 @@ impl Violation {
             ),
             Violation::RoomOutsideRunning(a) => write!(
                 f,
-                "at the end {} of the limit is outside the running Regions' hands (estates not taken {}, grants in flight {}, of them between two ended epochs {})",
+                "at the end {} of the limit is outside the running Regions' hands (estates not taken {}, grants in flight {})",
                 room(a.outside_live()),
                 room(a.estates),
-                room(a.pairs),
-                room(a.between_ended)
+                room(a.pairs)
             ),
             Violation::NotSettled { what, after_ms, bound_ms, seen } => match after_ms {
                 Some(ms) => write!(

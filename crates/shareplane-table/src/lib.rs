@@ -401,8 +401,14 @@ mod tests {
         t.write(0, rec(0, 2, 7), 11);
         assert_eq!(
             kept_epochs(&mut t, 1, 11),
-            Vec::<u64>::new(),
-            "every heir closed it"
+            vec![1],
+            "every heir closed it, but the owner is not KEEP_ENDED_EPOCHS past it yet"
+        );
+        t.write(0, rec(0, 1 + shareplane_core::KEEP_ENDED_EPOCHS, 8), 12);
+        assert_eq!(
+            kept_epochs(&mut t, 1, 12),
+            vec![2],
+            "epoch 1 collected; epoch 2, which no heir has closed, kept"
         );
     }
 

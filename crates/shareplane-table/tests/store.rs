@@ -175,8 +175,15 @@ async fn the_owner_collects_an_ended_epoch_once_every_heir_in_its_replica_closed
     put(&a, rec(0, 2, 5)).await;
     assert_eq!(
         of(&a, 0).await,
-        vec![(2, 5)],
-        "collected in the owner's write"
+        vec![(1, 1), (2, 5)],
+        "every heir closed it, but the owner is not KEEP_ENDED_EPOCHS past it yet"
+    );
+    let later = 1 + shareplane_core::KEEP_ENDED_EPOCHS;
+    put(&a, rec(0, later, 6)).await;
+    assert_eq!(
+        of(&a, 0).await,
+        vec![(2, 5), (later, 6)],
+        "collected in the owner's write; epoch 2, which no heir closed, kept"
     );
     assert_eq!(
         of(&b, 0).await,
@@ -184,7 +191,7 @@ async fn the_owner_collects_an_ended_epoch_once_every_heir_in_its_replica_closed
         "B's replica, a delay behind"
     );
     now.store(3_000, Ordering::SeqCst);
-    assert_eq!(of(&b, 0).await, vec![(2, 5)]);
+    assert_eq!(of(&b, 0).await, vec![(2, 5), (later, 6)]);
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! The versioned codec between a core [`RegionRecord`] and the DynamoDB items that hold it.
 //!
-//! # Items (schema 3)
+//! # Items (schema 4)
 //!
 //! All items of one Region share the partition key `pk` = the Region's name; only that Region
 //! writes them.
@@ -18,7 +18,8 @@
 //! record version at which that shard was last written; since schema 3 also the own epoch each
 //! peer's account belongs to (`account_epochs`; a schema-2 header derives it: the closing epoch
 //! of a closed account, else the writer's epoch). Schema 3 shards add, per limit, the estate debt
-//! taken on from each peer (none before). Schema 1 (no previous-epoch version, marks
+//! taken on from each peer (none before); schema 4 shards add what the writer took of each
+//! switched-past estate's grants (`left`; zero before). Schema 1 (no previous-epoch version, marks
 //! without the closing epoch) is still read for records of epoch 1; a schema-1 record of a later
 //! epoch is rejected, since the estate of its previous epoch could not be closed exactly. A shard blob `d` holds the limits whose
 //! index in the writer's deployment falls in the shard's range of [`LIMITS_PER_SHARD`], keyed by
@@ -48,7 +49,7 @@ use std::collections::{BTreeMap, HashMap};
 use wire::{decode_shard, parse_header, place, put_limit, put_varint, Reader};
 
 /// The schema this code writes and the newest it reads.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 /// The sort key of a Region's record header.
 pub const HEADER_SK: &str = "rec";
 /// The header attribute holding the digest of the writer's limits (N, optional: a header

@@ -215,6 +215,14 @@ pub(super) fn read_limit(
             place(&mut l.debt_taken, *col, v, Room::ZERO)?;
         }
     }
+    // Schema 4 added what the writer took of each switched-past estate's grants (`left`); an
+    // older record reads as zero (docs/PROTOCOL.md, "Upgrading to schema 4").
+    if schema >= 4 {
+        for col in columns {
+            let v = Room(r.varint()?);
+            place(&mut l.left, *col, v, Room::ZERO)?;
+        }
+    }
     Ok(l)
 }
 
@@ -233,7 +241,7 @@ pub(super) fn put_limit(out: &mut Vec<u8>, id: &str, l: &LimitRecord, n: usize) 
     ] {
         put_varint(out, v);
     }
-    for row in [&l.granted, &l.taken, &l.reclaimed, &l.debt_taken] {
+    for row in [&l.granted, &l.taken, &l.reclaimed, &l.debt_taken, &l.left] {
         for v in &row.0[..n] {
             put_varint(out, v.0);
         }

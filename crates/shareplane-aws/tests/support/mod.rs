@@ -83,6 +83,7 @@ pub fn record(d: &Deployment, region: usize, version: u64) -> RegionRecord {
                 l.taken.0[p] = Room(k / (p as u64 + 2));
                 l.reclaimed.0[p] = Room(if p == victim { k % 77 } else { 0 });
                 l.debt_taken.0[p] = Room(if p == victim { k % 13 } else { 0 });
+                l.left.0[p] = Room(if p == victim { k % 31 } else { 0 });
             }
         }
     }

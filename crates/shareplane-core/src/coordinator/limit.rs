@@ -2,7 +2,7 @@
 //! close and settle estates, pay debt, aim at the target, move the share and grant the pool.
 
 use crate::config::{Deployment, Design, LimitKind, LimitSpec};
-use crate::estate::{estate_debt, estate_room, heir_portion};
+use crate::estate::{ended_took, estate_worth, heir_part, Counterpart};
 use crate::record::{LimitRecord, RegionRecord};
 use crate::region::{RegionId, MAX_REGIONS};
 use crate::room::{split, Room};
@@ -39,6 +39,13 @@ impl LimitCtx<'_> {
             .map_or(NONE, |p| &p.closure)
     }
 
+    fn settle_ended(&self, j: RegionId) -> Option<&RegionRecord> {
+        self.plans
+            .get(j.index())
+            .and_then(|p| p.as_ref())
+            .and_then(|p| p.settle_ended.as_deref())
+    }
+
     fn drops_carried(&self, j: RegionId) -> bool {
         self.plans
             .get(j.index())
@@ -47,18 +54,13 @@ impl LimitCtx<'_> {
     }
 
     /// Whether this Region's account with `j` belongs to its current epoch (after this
-    /// rebalance's drop of a carried account the peer settled).
+    /// rebalance's drop of a carried account the peer closed).
     fn account_is_current(&self, rec: &RegionRecord, j: RegionId) -> bool {
         rec.account_epochs[j] == rec.epoch || self.drops_carried(j)
     }
 
-    /// Whether this Region's account with `j` is carried open from an earlier epoch.
-    fn carries_open(&self, rec: &RegionRecord, j: RegionId) -> bool {
-        rec.carries_open(j) && !self.drops_carried(j)
-    }
-
-    /// Clears every account carried from an earlier epoch that its peer settled. The portion
-    /// this epoch reclaimed of the peer (if any) is kept for later settlements.
+    /// Clears every account carried from an earlier epoch that its peer closed. What this Region
+    /// inherited from the peer (if anything) stays with its mark.
     fn drop_carried(&self, e: &mut LimitRecord) {
         for j in crate::region::regions(self.d.n()).filter(|&r| self.drops_carried(r)) {
             e.granted[j] = Room::ZERO;
@@ -103,7 +105,6 @@ impl LimitCtx<'_> {
                 self.take(li, rec, e, &mut out)
             });
             self.close(li, rec, &mut e, &mut out);
-            self.settle(li, rec, &mut e, &mut out);
             checked(
                 alarms,
                 li,
@@ -182,9 +183,9 @@ impl LimitCtx<'_> {
     fn source(&self, j: RegionId) -> Option<&Arc<RegionRecord>> {
         match self.closure(j) {
             Closure::Reclaim(b) => Some(b),
-            Closure::Switch { last, close: true } => Some(last),
-            Closure::Switch { close: false, .. } => None,
-            Closure::Settle(_) | Closure::Abandon => None,
+            Closure::Switch { last, .. } => Some(last),
+            Closure::Settle(newer) => Some(newer),
+            Closure::Abandon => None,
             Closure::None => match self.state(j) {
                 Some(PeerState::Live | PeerState::Silent) => Some(&self.peers[j.index()].latest),
                 _ => None,
@@ -209,134 +210,158 @@ impl LimitCtx<'_> {
         }
     }
 
-    /// Closes each estate this rebalance closes: this Region's fixed portion of the basis
-    /// record's room, and its own grants that the basis shows untaken back. The counters are left
-    /// as the basis tells them (this Region took everything the estate granted it, and the estate
-    /// took exactly what the basis says), so a settlement later needs only the newer record.
-    /// A switch whose old epoch was closed before starts the account with the next epoch afresh.
-    ///
-    /// An account carried open from an earlier epoch of this Region is settled only against the
-    /// peer epoch's last record, at the switch: this Region takes back what its earlier epoch
-    /// granted and the peer's epoch never took; what the peer's epoch granted the earlier one is
-    /// the peer's successor's to take back in turn. A reclaim takes the portion only and leaves
-    /// the carried account frozen until then.
+    /// Closes, settles and switches each estate this rebalance acts on: this Region's fixed part
+    /// of what the estate leaves its heirs ([`estate_worth`]), settled by difference against
+    /// what it inherited from that estate before, and, against the epoch's last record only, its
+    /// own grants to that epoch that it never took, back whole (docs/PROTOCOL.md, "Grants in
+    /// flight"). A switch to the peer's next epoch starts the pair's counters afresh.
     fn close(&self, li: usize, rec: &RegionRecord, e: &mut LimitRecord, out: &mut LimitOutcome) {
-        let n = self.d.n();
-        for j in crate::region::regions(n).filter(|&r| r != self.me) {
-            let (basis, switch) = match self.closure(j) {
-                Closure::Reclaim(b) => (b, false),
-                Closure::Switch { last, close: true } => (last, true),
-                Closure::Switch { last, close: false } => {
-                    let back = self.carried_back(li, rec, e, j, last);
-                    e.pool += back;
-                    out.reclaimed[j] = back;
-                    reset_account(e, j);
-                    continue;
-                }
+        for j in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
+            let mut came = Room::ZERO;
+            if let Some(last) = self.settle_ended(j) {
+                // An estate this Region closed and switched past: its basis is final, so only
+                // what this Region had not learnt yet can change its part, and that only raises
+                // it. Settled first, before a close of a later epoch moves the mark on.
+                came = self.inherit(li, rec, e, last, true);
+            }
+            out.reclaimed[j] = came;
+            let (basis, closing) = match self.closure(j) {
+                Closure::Reclaim(b) => (b, true),
+                Closure::Switch { last, close } => (last, *close),
+                Closure::Settle(newer) => (newer, false),
                 Closure::Abandon => {
                     // Nothing moves: grants in flight either way stay with nobody.
-                    reset_account(e, j);
+                    e.granted[j] = Room::ZERO;
+                    e.taken[j] = Room::ZERO;
                     continue;
                 }
-                _ => continue,
+                Closure::None => continue,
             };
-            let src = basis.limits.get(li).copied().unwrap_or_default();
-            let portion = heir_portion(estate_room(&src), n, j, self.me);
-            let owed = heir_portion(estate_debt(&src), n, j, self.me);
-            let mut back = Room::ZERO;
-            if self.carries_open(rec, j) {
-                if switch {
-                    back = self.carried_back(li, rec, e, j, basis);
-                }
-            } else if basis.accounts_with(self.me, rec.epoch) && rec.peer_epochs[j] == basis.epoch {
-                back = e.granted[j].excess_over(src.taken[self.me]);
-                e.granted[j] = src.taken[self.me];
-            } else {
-                debug_assert!(e.granted[j].is_zero() && e.taken[j].is_zero());
-                reset_account(e, j);
+            if closing {
+                e.reclaimed[j] = Room::ZERO;
+                e.debt_taken[j] = Room::ZERO;
             }
-            e.pool += portion + back;
-            e.debt += owed;
-            e.reclaimed[j] = portion;
-            e.debt_taken[j] = owed;
-            out.reclaimed[j] = portion + back;
-            if switch {
-                // The old epoch's last record was final: nothing is left to settle.
-                reset_account(e, j);
+            out.reclaimed[j] += self.inherit(li, rec, e, basis, false);
+            if self.is_last(basis) && rec.accounts_with(j, basis.epoch) {
+                // Against the last record only: what the peer's epoch took of this epoch's
+                // grants is final, and the rest is this Region's again.
+                let took = basis
+                    .limits
+                    .get(li)
+                    .map_or(Room::ZERO, |l| l.taken[self.me]);
+                let took = if basis.accounts_with(self.me, rec.epoch) {
+                    took
+                } else {
+                    Room::ZERO
+                };
+                let back = e.granted[j].excess_over(took);
+                e.granted[j] = e.granted[j].min(took);
+                e.pool += back;
+                out.reclaimed[j] += back;
+            }
+            if let Closure::Switch { .. } = self.closure(j) {
+                // What this Region took of the epoch's grants in all (everything its last
+                // record granted, if the account is this epoch's), kept past the counters.
+                e.left[j] = e.taken[j];
+                // The old epoch's last record was final: the pair with the next epoch starts
+                // from zero (what was inherited stays with the mark).
+                e.granted[j] = Room::ZERO;
+                e.taken[j] = Room::ZERO;
             }
         }
     }
 
-    /// What this Region takes back of an account carried open from its earlier epoch, against
-    /// `last`, the last record of the peer's epoch it is with: the earlier epoch's grants that
-    /// the peer's epoch never took. That holds even if the peer's epoch closed the earlier one:
-    /// what it took by then is all it takes (its later epochs never take grants by settlement).
-    fn carried_back(
+    /// Whether `basis` is known to be the last record of its epoch.
+    fn is_last(&self, basis: &RegionRecord) -> bool {
+        self.peers[basis.region.index()].final_version(basis.epoch) == Some(basis.version)
+    }
+
+    /// Whether this Region's part of the ended estate it switched past and still marks
+    /// (`Plan::settle_ended`) would grow now, in any limit.
+    pub(super) fn ended_part_grows(&self, j: RegionId, rec: &RegionRecord) -> bool {
+        let Some(last) = self.settle_ended(j) else {
+            return false;
+        };
+        let n = self.d.n();
+        rec.limits.iter().enumerate().any(|(li, l)| {
+            let worth = estate_worth(li, last, true, n, |g| self.counterpart(li, rec, l, last, g));
+            heir_part(worth, n, j, self.me) > l.reclaimed[j].0 as i128 - l.debt_taken[j].0 as i128
+        })
+    }
+
+    /// Brings this Region's part of the estate of `basis`'s epoch up (or down) to what is known
+    /// now: the difference to what it inherited before goes into the pool, or is paid from it
+    /// (the rest becomes debt). Returns what came in.
+    fn inherit(
+        &self,
+        li: usize,
+        rec: &RegionRecord,
+        e: &mut LimitRecord,
+        basis: &RegionRecord,
+        only_up: bool,
+    ) -> Room {
+        let n = self.d.n();
+        let j = basis.region;
+        let last = self.is_last(basis);
+        let worth = estate_worth(li, basis, last, n, |g| {
+            self.counterpart(li, rec, e, basis, g)
+        });
+        let before = e.reclaimed[j].0 as i128 - e.debt_taken[j].0 as i128;
+        let part = match heir_part(worth, n, j, self.me) {
+            part if only_up => part.max(before),
+            part => part,
+        };
+        e.reclaimed[j] = Room(part.max(0) as u64);
+        e.debt_taken[j] = Room((-part).max(0) as u64);
+        let delta = part - before;
+        if delta >= 0 {
+            let more = Room(delta as u64);
+            e.pool += more;
+            return more;
+        }
+        let owe = Room(delta.unsigned_abs() as u64);
+        let from_pool = owe.min(e.pool);
+        e.pool -= from_pool;
+        e.debt += owe - from_pool;
+        Room::ZERO
+    }
+
+    /// What this Region knows of Region `g` with respect to the estate of `basis`'s epoch: what
+    /// `g`'s epoch that the estate accounts with took of its grants, once that epoch has ended.
+    /// For an earlier epoch of this Region: the counters this epoch carries from it or, once a
+    /// switch has cleared them, what the switch kept (`left`).
+    fn counterpart(
         &self,
         li: usize,
         rec: &RegionRecord,
         e: &LimitRecord,
-        j: RegionId,
-        last: &RegionRecord,
-    ) -> Room {
-        let acct = rec.account_epochs[j];
-        if !self.carries_open(rec, j) || !last.accounts_with(self.me, acct) {
-            return Room::ZERO;
-        }
-        let taken = last.limits.get(li).map_or(Room::ZERO, |l| l.taken[self.me]);
-        e.granted[j].excess_over(taken)
-    }
-
-    /// Settles the last close of a peer's epoch again against a newer record of that epoch: the
-    /// difference in this Region's portion and, when the newer record accounts with the epoch of
-    /// this Region that closed it, in the grants each side took. A negative difference is paid
-    /// from the pool, the rest becomes debt.
-    fn settle(&self, li: usize, rec: &RegionRecord, e: &mut LimitRecord, out: &mut LimitOutcome) {
-        let n = self.d.n();
-        for j in crate::region::regions(n).filter(|&r| r != self.me) {
-            let Closure::Settle(newer) = self.closure(j) else {
-                continue;
-            };
-            let Some(mark) = rec.reclaims[j] else {
-                continue;
-            };
-            let new = newer.limits.get(li).copied().unwrap_or_default();
-            let portion = heir_portion(estate_room(&new), n, j, self.me);
-            let owed = heir_portion(estate_debt(&new), n, j, self.me);
-            let mut delta = portion.0 as i128 - e.reclaimed[j].0 as i128;
-            delta -= owed.0 as i128 - e.debt_taken[j].0 as i128;
-            e.debt_taken[j] = owed;
-            if newer.accounts_with(self.me, mark.by)
-                && (rec.account_epochs[j] == mark.by || self.drops_carried(j))
-            {
-                // If the peer's epoch closed this Region's epoch too (two false verdicts), its
-                // `granted` counter was rewritten by its own close, and its settlements (of what
-                // it took back) happen against this Region's records: only this Region's own
-                // grants are settled here, or both sides would repay the same grants.
-                let closed_me = newer.reclaims[self.me]
-                    .is_some_and(|m| m.epoch == mark.by && m.by == newer.epoch);
-                // Only the epoch that closed takes the peer's grants to it. The peer may close
-                // that epoch in turn once it has ended, against its last record, and settles
-                // its own grants by that record alone: a take by a later epoch would be held
-                // twice (it is the peer's successor that takes back what was never taken).
-                if !closed_me && rec.epoch == mark.by {
-                    delta += new.granted[self.me].0 as i128 - e.taken[j].0 as i128;
-                    e.taken[j] = new.granted[self.me];
-                }
-                delta -= new.taken[self.me].0 as i128 - e.granted[j].0 as i128;
-                e.granted[j] = new.taken[self.me];
+        basis: &RegionRecord,
+        g: RegionId,
+    ) -> Counterpart {
+        let x = basis.region;
+        let ge = basis.peer_epochs[g];
+        if g == self.me {
+            if ge >= rec.epoch {
+                return None;
             }
-            e.reclaimed[j] = portion;
-            if delta >= 0 {
-                e.pool += Room(delta as u64);
-                out.reclaimed[j] = Room(delta as u64);
-            } else {
-                let owe = Room(delta.unsigned_abs() as u64);
-                let from_pool = owe.min(e.pool);
-                e.pool -= from_pool;
-                e.debt += owe - from_pool;
-            }
+            let switched = rec.reclaims[x].is_some_and(|m| m.epoch == basis.epoch)
+                && rec.peer_epochs[x] > basis.epoch;
+            return ended_took(rec, x, basis.epoch, ge, li)
+                .or_else(|| switched.then_some(e.left[x]));
         }
+        let p = &self.peers[g.index()];
+        if !p.seen || p.latest.epoch <= ge {
+            return None;
+        }
+        // The epoch's last record, or a later epoch's that still carries its counters (frozen
+        // copies): never an earlier record of the epoch, whose counters may have grown since.
+        let last = p
+            .final_version(ge)
+            .and_then(|v| p.newest_of(ge).filter(|r| r.version == v));
+        let later = std::iter::once(&p.latest).chain(p.ended.values());
+        last.into_iter()
+            .chain(later.filter(|r| r.epoch > ge))
+            .find_map(|end| ended_took(end, x, basis.epoch, ge, li))
     }
 
     /// Step 2's target: `floor + (L − floor × n_live) × demand_i / Σ demand` over the Regions in
@@ -427,14 +452,6 @@ impl LimitCtx<'_> {
         });
         super::alarms::seen_sum(li, own_share, peers)
     }
-}
-
-/// Clears the account with peer `j` (a new pair of epochs starts from zero).
-fn reset_account(e: &mut LimitRecord, j: RegionId) {
-    e.granted[j] = Room::ZERO;
-    e.taken[j] = Room::ZERO;
-    e.reclaimed[j] = Room::ZERO;
-    e.debt_taken[j] = Room::ZERO;
 }
 
 /// Adopts a new limit version: room arrives or leaves in this Region's static part, so the sum of

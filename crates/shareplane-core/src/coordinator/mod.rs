@@ -231,13 +231,15 @@ impl Coordinator {
         record.validate(&self.d, self.me)?;
         record.validate_towards(&self.own, self.me)?;
         let j = record.region;
-        let keep_from = self.keep_from(j);
+        // Every record of an ended epoch is kept here; the next commit prunes those this Region
+        // no longer needs ([`Self::keep_from`]), once every record handed over with this one
+        // has been seen (the estate that needs one may come later in the same batch).
         let Some(peer) = self.peers.get_mut(j.index()) else {
             return Err(RecordError::UnknownRegion(j.index()));
         };
         let at = (record.epoch, record.version);
         if peer.seen && at <= (peer.latest.epoch, peer.latest.version) {
-            if record.epoch < peer.latest.epoch && record.epoch >= keep_from {
+            if record.epoch < peer.latest.epoch {
                 return Ok(remember(&mut peer.ended, record));
             }
             return Ok(false);
@@ -245,7 +247,7 @@ impl Coordinator {
         if peer.seen {
             record.validate_successor(&peer.latest)?;
         }
-        if record.epoch > peer.latest.epoch && peer.latest.epoch >= keep_from {
+        if record.epoch > peer.latest.epoch {
             // The genesis record stands for an epoch 1 that was never written only when the next
             // epoch says so (its previous epoch ended at version 0).
             if peer.seen || record.prev_final == 0 {
@@ -258,12 +260,21 @@ impl Coordinator {
     }
 
     /// The oldest epoch of peer `j` that this Region may still close or settle.
+    ///
+    /// That includes every epoch of `j` that an estate this Region marks accounts with: once
+    /// that epoch has ended, its last record says what it took of the estate's grants, and so
+    /// what the estate's heirs share of them (`estate_worth`).
     fn keep_from(&self, j: RegionId) -> u64 {
         let acct = self.own.peer_epochs[j];
-        match self.own.reclaims[j] {
+        let own = match self.own.reclaims[j] {
             Some(m) => m.epoch.min(acct),
             None => acct,
-        }
+        };
+        let estates = self.peers.iter().enumerate().filter_map(|(x, p)| {
+            let m = self.own.reclaims.0.get(x).copied().flatten()?;
+            Some(p.newest_of(m.epoch)?.peer_epochs[j])
+        });
+        estates.fold(own, u64::min)
     }
 
     /// Every peer as this Region last saw it.
@@ -356,16 +367,14 @@ impl Coordinator {
             }
         }
         alarms.fenced = fenced;
-        let plans = self.plan(&rec, inputs.health, fenced, &mut alarms);
+        let mut plans = self.plan(&rec, inputs.health, fenced, &mut alarms);
         alarms.stale_view = d.n() > 1
             && crate::region::regions(d.n())
                 .filter(|&r| r != me)
                 .all(|r| self.peers[r.index()].silence.unchanged() > 0);
-        let not_closed: Vec<RegionId> = crate::region::regions(d.n())
-            .filter(|&r| r != me)
-            .filter(|&r| self.peers[r.index()].latest.peer_epochs[me] < rec.epoch)
-            .collect();
+        let not_closed = self.not_closed(rec.epoch);
         let earlier_epochs_closed = not_closed.is_empty();
+        self.defer_mark_moves(&rec, &mut plans, fenced, &mut alarms);
         let ctx = LimitCtx {
             d: &d,
             me,
@@ -399,6 +408,43 @@ impl Coordinator {
         }
     }
 
+    /// The peers whose latest record does not account with this Region's epoch `epoch` yet.
+    fn not_closed(&self, epoch: u64) -> Vec<RegionId> {
+        crate::region::regions(self.d.n())
+            .filter(|&r| r != self.me)
+            .filter(|&r| self.peers[r.index()].latest.peer_epochs[self.me] < epoch)
+            .collect()
+    }
+
+    /// Defers by one rebalance each close that would move this Region's mark off an ended
+    /// estate whose part still grows ([`deferred_mark_moves`]).
+    fn defer_mark_moves(
+        &self,
+        rec: &RegionRecord,
+        plans: &mut [Option<plans::Plan>],
+        fenced: bool,
+        alarms: &mut Alarms,
+    ) {
+        let deferred = {
+            let ctx = LimitCtx {
+                d: &self.d,
+                me: self.me,
+                peers: &self.peers,
+                plans,
+                fenced,
+                earlier_epochs_closed: true,
+            };
+            deferred_mark_moves(&ctx, rec, plans)
+        };
+        for &j in &deferred {
+            if let Some(p) = plans[j.index()].as_mut() {
+                p.closure = plans::Closure::None;
+                p.state = PeerState::Silent;
+            }
+        }
+        alarms.reclaimed.retain(|r| !deferred.contains(r));
+    }
+
     /// Whether a peer's latest record says it reclaimed this Region's current epoch.
     fn was_reclaimed(&self) -> bool {
         let me = self.me;
@@ -419,12 +465,34 @@ impl Coordinator {
     }
 }
 
+/// The peers whose close this rebalance defers by one: a close that would move this Region's
+/// mark off an ended estate whose part still grows. This rebalance settles that estate with the
+/// mark still on it (so that its record says what it inherited from it); the close comes next.
+fn deferred_mark_moves(
+    ctx: &LimitCtx<'_>,
+    rec: &RegionRecord,
+    plans: &[Option<plans::Plan>],
+) -> Vec<RegionId> {
+    plans
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            let j = RegionId::new(i)?;
+            let moves = matches!(
+                p.as_ref()?.closure,
+                plans::Closure::Reclaim(_) | plans::Closure::Switch { close: true, .. }
+            );
+            (moves && ctx.ended_part_grows(j, rec)).then_some(j)
+        })
+        .collect()
+}
+
 /// A Region that may have been reclaimed comes back with nothing (SPEC §6, "Return"). The version
 /// keeps rising; limit versions are kept because the room of those versions is accounted for
-/// (held by the survivors that reclaimed it). Every account with a peer is kept with the epoch it
-/// belongs to (`account_epochs`): one this Region's earlier epoch closed is settled later by this
-/// Region, whatever epoch it is in by then; an open one is carried, frozen, until the peer
-/// settles it or its epoch ends too and this Region takes back what the peer never took.
+/// (held by the survivors that reclaimed it). Every account with a peer is kept, frozen, with the
+/// epoch it belongs to (`account_epochs`): its grants in flight are that epoch's estate's now,
+/// and the counters say what it took; what this Region inherited from each estate it marks
+/// (`reclaimed`, `debt_taken`, `left`) stays with the mark, whatever epoch it is in.
 fn start_new_epoch(rec: &mut RegionRecord, last_version: u64) {
     rec.epoch += 1;
     rec.prev_final = last_version;
@@ -440,6 +508,7 @@ fn start_new_epoch(rec: &mut RegionRecord, last_version: u64) {
             taken: l.taken,
             reclaimed: l.reclaimed,
             debt_taken: l.debt_taken,
+            left: l.left,
             ..LimitRecord::default()
         };
     }

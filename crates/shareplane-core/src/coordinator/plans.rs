@@ -15,17 +15,19 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub(super) enum Closure {
     None,
-    /// Reclaim: take the peer's grants, take own grants back and its fixed portion, from this
-    /// record of the peer's current epoch.
+    /// Reclaim: take the peer's grants and this Region's part of its estate, from this record of
+    /// the peer's current epoch.
     Reclaim(Arc<RegionRecord>),
     /// The peer's accounted epoch ended: close it from `last`, its last record (unless it was
-    /// closed already: `close` false), settle an account carried from an earlier epoch of this
-    /// Region against it, and account with the next epoch.
+    /// closed already: `close` false: settle it against that record), take back this epoch's
+    /// grants to it that it never took, and account with the next epoch.
     Switch {
         last: Arc<RegionRecord>,
         close: bool,
     },
-    /// Settle the last close again against this newer record of the same epoch.
+    /// Settle the close again against this record of the same epoch (newer than the basis, or
+    /// the same with more known of the estate's grants in flight); against its last record,
+    /// take back this epoch's grants to it that it never took.
     Settle(Arc<RegionRecord>),
     /// An operator gave up on the last record of the peer's ended epoch, which never reached
     /// this Region ([`Coordinator::abandon`]): account with the next epoch, taking nothing.
@@ -37,11 +39,16 @@ pub(super) enum Closure {
 pub(super) struct Plan {
     pub(super) state: PeerState,
     pub(super) closure: Closure,
-    /// The account carried from an earlier epoch of this Region was settled by the peer (its
-    /// record closed that epoch): clear it and account from this epoch on.
+    /// The peer's epoch accounts with a later epoch of this Region than the account this Region
+    /// carries: it closed the earlier one. Clear the carried counters and account from this
+    /// epoch on.
     pub(super) drop_carried: bool,
     /// Silent and unhealthy, but not reclaimed: the basis may be stale.
     pub(super) reclaim_waits: bool,
+    /// The last record of an ended epoch of the peer that this Region closed and has switched
+    /// past: its estate's worth may still grow (another heir's close hands it the grants it left
+    /// in flight, an epoch it granted to ends), and this Region takes its part of what grows.
+    pub(super) settle_ended: Option<Arc<RegionRecord>>,
 }
 
 impl Coordinator {
@@ -61,7 +68,11 @@ impl Coordinator {
                 Closure::Reclaim(_) | Closure::Switch { close: true, .. } => {
                     alarms.reclaimed.push(j)
                 }
-                Closure::Settle(_) => alarms.settled.push(j),
+                Closure::Settle(newer)
+                    if rec.reclaims[j].is_some_and(|m| newer.version > m.version) =>
+                {
+                    alarms.settled.push(j)
+                }
                 Closure::Abandon => alarms.abandoned.push(j),
                 _ => {}
             }
@@ -84,37 +95,47 @@ impl Coordinator {
         fenced: bool,
     ) -> Plan {
         let p = &self.peers[j.index()];
-        // The peer's epoch moved on past the epoch whose account this Region carries: it settled
-        // that account against the ended epoch's last record (took what it granted and took back
-        // its own grants), in the epoch the account is with. A mark alone is not enough: the
-        // peer's epoch may end before it settles, and its later epochs never take grants.
+        // The peer's epoch moved on past the epoch whose account this Region carries: it closed
+        // that ended epoch against its last record (it took all that epoch granted it, and
+        // its own grants to it are its own). A mark alone is not enough: the peer's epoch
+        // may end before it switches.
         let drop_carried = p.seen
             && rec.carries_open(j)
             && p.latest.epoch == rec.peer_epochs[j]
             && p.latest.peer_epochs[self.me] > rec.account_epochs[j];
+        let settle_ended = closed_and_passed(p, rec, j);
         let plan = |state, closure| Plan {
             state,
             closure,
             drop_carried,
             reclaim_waits: false,
+            settle_ended: settle_ended.clone(),
         };
         if !p.seen {
             // Never heard of: kept in targets at its genesis demand, never a grantee, never
             // reclaimed.
             return plan(PeerState::Silent, Closure::None);
         }
+        // A close of a later epoch moves this Region's mark off the earlier estate, and with it
+        // the settlement of what that estate may still be handed: wait until it cannot grow.
+        let earlier_open = settle_ended
+            .as_ref()
+            .is_some_and(|last| self.estate_may_grow(last));
         let acct = rec.peer_epochs[j];
         let mark = rec.mark_on_accounted(j);
         if p.latest.epoch > acct {
             let (state, closure) = ended_epoch_closure(p, acct, mark);
+            if earlier_open && matches!(closure, Closure::Switch { close: true, .. }) {
+                return plan(PeerState::Silent, Closure::None);
+            }
             return plan(state, closure);
         }
-        if let Some(m) = mark {
+        if mark.is_some() {
+            // Settled again at every rebalance: against a newer record of the epoch, and with
+            // whatever this Region has learnt since of the grants in flight to it.
             return match p.newest_of(acct) {
-                Some(newer) if newer.version > m.version => {
-                    plan(PeerState::Reclaimed, Closure::Settle(newer.clone()))
-                }
-                _ => plan(PeerState::Reclaimed, Closure::None),
+                Some(newer) => plan(PeerState::Reclaimed, Closure::Settle(newer.clone())),
+                None => plan(PeerState::Reclaimed, Closure::None),
             };
         }
         let silent = p.silence.unchanged() >= self.d.silent_after;
@@ -122,7 +143,7 @@ impl Coordinator {
         // or two Regions cut off from each other and both wrongly called unhealthy would reclaim
         // each other.
         let reclaim = silent && !fenced && reclaimable(self.d.policy, health[j]);
-        if reclaim && !self.basis_in_doubt(j, &p.latest, health) {
+        if reclaim && !earlier_open && !self.basis_in_doubt(j, &p.latest, health) {
             plan(PeerState::Reclaimed, Closure::Reclaim(p.latest.clone()))
         } else if silent {
             Plan {
@@ -160,6 +181,11 @@ impl Coordinator {
             return false;
         }
         let d = &self.d;
+        // This Region's own earlier epochs are evidence too: a record of `j` newer than the basis
+        // that one of them held may have given it room out of this epoch's sight.
+        if self.own.seen[j] > (basis.epoch, basis.version) {
+            return true;
+        }
         crate::region::regions(d.n())
             .filter(|&k| k != self.me && k != j)
             .any(|k| {
@@ -169,6 +195,24 @@ impl Coordinator {
                         || std::iter::once(&q.latest)
                             .chain(q.ended.values())
                             .any(|other| knows_newer(other, j, basis)))
+            })
+    }
+
+    /// Whether the estate of `last`'s epoch (its last record) may still grow: a Region it
+    /// accounts with, other than this one, whose epoch may still end without taking the
+    /// estate's grants in flight to it (it has neither ended, with its last record known here,
+    /// nor moved its account past the estate's epoch, which takes them all). Until then a heir
+    /// that switched past the estate keeps its mark on it, to take its part of what it grows by.
+    fn estate_may_grow(&self, last: &RegionRecord) -> bool {
+        let x = last.region;
+        crate::region::regions(self.d.n())
+            .filter(|&g| g != self.me && g != x && last.account_epochs[g] == last.epoch)
+            .any(|g| {
+                let ge = last.peer_epochs[g];
+                let q = &self.peers[g.index()];
+                let moved_on = q.latest.epoch == ge && q.latest.peer_epochs[x] > last.epoch;
+                let ended = q.latest.epoch > ge;
+                q.seen && !(moved_on || ended)
             })
     }
 
@@ -182,6 +226,14 @@ impl Coordinator {
             && p.final_version(acct)
                 .is_none_or(|v| p.newest_of(acct).is_none_or(|r| r.version != v))
     }
+}
+
+/// The last record of the ended epoch of `p` (Region `j`) that this Region marks and has
+/// switched past, if it holds it (see `Plan::settle_ended`).
+fn closed_and_passed(p: &Peer, rec: &RegionRecord, j: RegionId) -> Option<Arc<RegionRecord>> {
+    let m = rec.reclaims[j].filter(|m| m.epoch < rec.peer_epochs[j])?;
+    let last = p.final_version(m.epoch)?;
+    p.newest_of(m.epoch).filter(|r| r.version == last).cloned()
 }
 
 /// What to do about `p`'s accounted epoch `acct`, which ended (`mark`: this Region's mark on
