@@ -189,24 +189,8 @@ pub async fn drive_until(
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<Vec<SecondStats>, StartTooFar> {
     let seconds = run.duration.as_secs().clamp(1, MAX_DURATION_S) as usize;
-    if let Some(at) = run.start_unix_ms {
-        let ahead = Duration::from_millis(at.saturating_sub(unix_ms_now()));
-        if ahead > MAX_START_DELAY {
-            return Err(StartTooFar(at));
-        }
-        tokio::time::sleep(ahead).await;
-    }
-    let start_unix_ms = unix_ms_now();
-    let stats = Arc::new(Mutex::new(
-        (0..seconds as u64)
-            .map(|second| SecondStats {
-                second,
-                unix_ms: start_unix_ms + second * 1000,
-                ..SecondStats::default()
-            })
-            .collect::<Vec<_>>(),
-    ));
-    let in_flight = Arc::new(AtomicUsize::new(0));
+    wait_for_start(run.start_unix_ms).await?;
+    let counts = Counts::new(seconds, unix_ms_now());
     let limit: Arc<str> = Arc::from(run.limit.as_str());
     let start = crate::clock::now();
     let mut tick = tokio::time::interval(run.tick.max(Duration::from_millis(1)));
@@ -230,39 +214,93 @@ pub async fn drive_until(
             break;
         }
         let slot = (((t - second as f64) * SAMPLES_PER_S as f64) as usize).min(SAMPLES_PER_S - 1);
+        let at = (second, slot);
         record_rules(
             &limiter,
             &limit,
-            (second, slot),
+            at,
             &mut last_slot,
-            &mut lock(&stats),
+            &mut lock(&counts.stats),
         );
         let due = (run.pattern.owed(t).floor() as u64).saturating_sub(offered);
         offered += due;
+        counts.offer(due, second, (&limiter, &limit), &mut tasks);
+        while tasks.try_join_next().is_some() {}
+    }
+    Ok(counts.finish(tasks, begun).await)
+}
+
+/// Sleeps until `start_unix_ms` (at once for none or a time in the past).
+async fn wait_for_start(start_unix_ms: Option<u64>) -> Result<(), StartTooFar> {
+    if let Some(at) = start_unix_ms {
+        let ahead = Duration::from_millis(at.saturating_sub(unix_ms_now()));
+        if ahead > MAX_START_DELAY {
+            return Err(StartTooFar(at));
+        }
+        tokio::time::sleep(ahead).await;
+    }
+    Ok(())
+}
+
+/// What a run has counted so far, shared with the checks in flight.
+struct Counts {
+    stats: Arc<Mutex<Vec<SecondStats>>>,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl Counts {
+    /// `seconds` empty seconds, the first starting at `start_unix_ms`.
+    fn new(seconds: usize, start_unix_ms: u64) -> Self {
+        let stats = (0..seconds as u64)
+            .map(|second| SecondStats {
+                second,
+                unix_ms: start_unix_ms + second * 1000,
+                ..SecondStats::default()
+            })
+            .collect();
+        Self {
+            stats: Arc::new(Mutex::new(stats)),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Sends `due` checks in `second`, each in its own task in `tasks`; those beyond
+    /// [`MAX_IN_FLIGHT`] outstanding are counted as dropped.
+    fn offer(
+        &self,
+        due: u64,
+        second: usize,
+        (limiter, limit): (&Arc<Limiter>, &Arc<str>),
+        tasks: &mut tokio::task::JoinSet<()>,
+    ) {
         for _ in 0..due {
-            if in_flight.load(Ordering::Relaxed) >= MAX_IN_FLIGHT {
-                lock(&stats)[second].dropped += 1;
+            if self.in_flight.load(Ordering::Relaxed) >= MAX_IN_FLIGHT {
+                lock(&self.stats)[second].dropped += 1;
                 continue;
             }
-            lock(&stats)[second].sent += 1;
-            in_flight.fetch_add(1, Ordering::Relaxed);
+            lock(&self.stats)[second].sent += 1;
+            self.in_flight.fetch_add(1, Ordering::Relaxed);
             let (limiter, limit) = (limiter.clone(), limit.clone());
-            let (stats, in_flight) = (stats.clone(), in_flight.clone());
+            let (stats, in_flight) = (self.stats.clone(), self.in_flight.clone());
             tasks.spawn(async move {
                 let decision = limiter.check(&[&limit], 1).await;
                 count(&mut lock(&stats)[second], decision);
                 in_flight.fetch_sub(1, Ordering::Relaxed);
             });
         }
-        while tasks.try_join_next().is_some() {}
     }
-    let _ = tokio::time::timeout(Duration::from_secs(5), async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    let mut out = lock(&stats).clone();
-    out.truncate(begun);
-    Ok(out)
+
+    /// Waits (at most 5 s) for the checks still in `tasks`, then returns the first `begun`
+    /// seconds.
+    async fn finish(self, mut tasks: tokio::task::JoinSet<()>, begun: usize) -> Vec<SecondStats> {
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        let mut out = lock(&self.stats).clone();
+        out.truncate(begun);
+        out
+    }
 }
 
 /// Counts one check's decision in its second.

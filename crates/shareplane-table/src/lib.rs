@@ -336,25 +336,15 @@ impl Entry {
 }
 
 #[cfg(test)]
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[cfg(test)]
 mod tests {
     use super::*;
-    use shareplane_core::{PerRegion, RegionId, MAX_REGIONS};
 
     fn rec(w: usize, epoch: u64, version: u64) -> Arc<RegionRecord> {
-        Arc::new(RegionRecord {
-            region: RegionId::new(w).expect("region"),
-            epoch,
-            version,
-            written_at_ms: 0,
-            prev_final: 0,
-            peer_epochs: PerRegion::default(),
-            account_epochs: PerRegion::default(),
-            reclaims: PerRegion([None; MAX_REGIONS]),
-            seen: PerRegion::default(),
-            limits: Default::default(),
-            limits_digest: None,
-            fenced: false,
-        })
+        Arc::new(support::record(w, epoch, version))
     }
 
     fn version(t: &mut Table, w: usize, r: usize, now: i64) -> Option<u64> {

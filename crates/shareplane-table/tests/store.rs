@@ -2,31 +2,17 @@
 //! cuts and heals as the simulator's table (the store conformance suite, in
 //! `crates/shareplane-aws/tests/conformance.rs`, runs it with no delay).
 
-use shareplane_core::{PerRegion, ReclaimMark, RegionId, RegionRecord, MAX_REGIONS};
+mod support;
+
+use shareplane_core::{ReclaimMark, RegionId, RegionRecord};
 use shareplane_store::{Fetched, RecordStore, StoreError, WriterToken};
 use shareplane_table::store::{SimTable, TableView};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use support::record;
 
 fn rid(i: usize) -> RegionId {
     RegionId::new(i).expect("a Region")
-}
-
-fn rec(w: usize, epoch: u64, version: u64) -> RegionRecord {
-    RegionRecord {
-        region: rid(w),
-        epoch,
-        version,
-        written_at_ms: 0,
-        prev_final: 0,
-        peer_epochs: PerRegion::default(),
-        account_epochs: PerRegion::default(),
-        reclaims: PerRegion([None; MAX_REGIONS]),
-        seen: PerRegion::default(),
-        limits: Vec::new().into(),
-        limits_digest: None,
-        fenced: false,
-    }
 }
 
 /// Three Regions, records visible to the others 1,000 ms after they are written.
@@ -56,7 +42,7 @@ async fn put(view: &TableView, r: RegionRecord) {
 async fn a_record_is_visible_elsewhere_after_the_delay_and_to_its_writer_at_once() {
     let (t, now) = table();
     let (a, b) = (t.view(rid(0)), t.view(rid(1)));
-    put(&a, rec(0, 1, 1)).await;
+    put(&a, record(0, 1, 1)).await;
     assert_eq!(of(&a, 0).await, vec![(1, 1)]);
     now.store(999, Ordering::SeqCst);
     assert_eq!(of(&b, 0).await, vec![]);
@@ -68,15 +54,15 @@ async fn a_record_is_visible_elsewhere_after_the_delay_and_to_its_writer_at_once
 async fn the_newest_record_a_cut_held_back_arrives_the_delay_after_the_heal() {
     let (t, now) = table();
     let (a, b) = (t.view(rid(0)), t.view(rid(1)));
-    put(&a, rec(0, 1, 1)).await;
+    put(&a, record(0, 1, 1)).await;
     now.store(500, Ordering::SeqCst);
-    put(&a, rec(0, 1, 2)).await;
+    put(&a, record(0, 1, 2)).await;
     now.store(1_200, Ordering::SeqCst);
     t.set_cut(rid(0), true);
     assert!(t.is_cut(rid(0)));
-    put(&a, rec(0, 1, 3)).await;
+    put(&a, record(0, 1, 3)).await;
     now.store(2_000, Ordering::SeqCst);
-    put(&a, rec(0, 1, 4)).await;
+    put(&a, record(0, 1, 4)).await;
     now.store(6_000, Ordering::SeqCst);
     assert_eq!(
         of(&b, 0).await,
@@ -97,8 +83,8 @@ async fn healing_one_region_leaves_another_cut_off() {
     let (a, b, c) = (t.view(rid(0)), t.view(rid(1)), t.view(rid(2)));
     t.set_cut(rid(0), true);
     t.set_cut(rid(2), true);
-    put(&a, rec(0, 1, 1)).await;
-    put(&c, rec(2, 1, 1)).await;
+    put(&a, record(0, 1, 1)).await;
+    put(&c, record(2, 1, 1)).await;
     now.store(500, Ordering::SeqCst);
     t.set_cut(rid(0), false);
     assert!(!t.is_cut(rid(0)) && t.is_cut(rid(2)));
@@ -116,9 +102,9 @@ async fn healing_one_region_leaves_another_cut_off() {
 async fn an_ended_epochs_last_record_travels_with_the_next_and_can_be_lost() {
     let (t, now) = table();
     let (a, b) = (t.view(rid(0)), t.view(rid(1)));
-    put(&a, rec(0, 1, 1)).await;
-    put(&a, rec(0, 1, 2)).await;
-    put(&a, rec(0, 2, 3)).await;
+    put(&a, record(0, 1, 1)).await;
+    put(&a, record(0, 1, 2)).await;
+    put(&a, record(0, 2, 3)).await;
     assert_eq!(of(&a, 0).await, vec![(1, 2), (2, 3)], "the owner's copy");
     now.store(500, Ordering::SeqCst);
     assert_eq!(
@@ -137,7 +123,7 @@ async fn an_ended_epochs_last_record_travels_with_the_next_and_can_be_lost() {
 /// Region `w`'s record (version `version`) that accounts with Region 0's epoch `acct` and marks
 /// its epoch 1 as reclaimed.
 fn heir(w: usize, version: u64, acct: u64) -> RegionRecord {
-    let mut r = rec(w, 1, version);
+    let mut r = record(w, 1, version);
     r.peer_epochs.0[0] = acct;
     r.reclaims.0[0] = Some(ReclaimMark {
         epoch: 1,
@@ -151,20 +137,20 @@ fn heir(w: usize, version: u64, acct: u64) -> RegionRecord {
 async fn the_owner_collects_an_ended_epoch_once_every_heir_in_its_replica_closed_it() {
     let (t, now) = table();
     let (a, b, c) = (t.view(rid(0)), t.view(rid(1)), t.view(rid(2)));
-    put(&a, rec(0, 1, 1)).await;
-    put(&a, rec(0, 2, 2)).await;
+    put(&a, record(0, 1, 1)).await;
+    put(&a, record(0, 2, 2)).await;
     put(&b, heir(1, 1, 2)).await;
     put(&c, heir(2, 1, 1)).await;
     now.store(1_000, Ordering::SeqCst);
     assert_eq!(of(&a, 2).await, vec![(1, 1)], "the owner reads C's record");
-    put(&a, rec(0, 2, 3)).await;
+    put(&a, record(0, 2, 3)).await;
     assert_eq!(
         of(&a, 0).await,
         vec![(1, 1), (2, 3)],
         "C still accounts with 1"
     );
     put(&c, heir(2, 2, 2)).await;
-    put(&a, rec(0, 2, 4)).await;
+    put(&a, record(0, 2, 4)).await;
     assert_eq!(
         of(&a, 0).await,
         vec![(1, 1), (2, 4)],
@@ -172,7 +158,7 @@ async fn the_owner_collects_an_ended_epoch_once_every_heir_in_its_replica_closed
     );
     now.store(2_000, Ordering::SeqCst);
     assert_eq!(of(&a, 2).await, vec![(1, 2)]);
-    put(&a, rec(0, 2, 5)).await;
+    put(&a, record(0, 2, 5)).await;
     assert_eq!(
         of(&a, 0).await,
         vec![(1, 1), (2, 5)],
@@ -200,7 +186,7 @@ async fn many_writes_read_as_few_and_a_silent_reader_still_gets_the_newest() {
     let (a, b) = (t.view(rid(0)), t.view(rid(1)));
     for v in 1..=1_000 {
         now.store(v * 10, Ordering::SeqCst);
-        put(&a, rec(0, 1 + v / 400, v)).await;
+        put(&a, record(0, 1 + v / 400, v)).await;
         if v % 3 == 0 {
             assert_eq!(
                 of(&b, 0).await.last().map(|r| r.1),
@@ -223,12 +209,12 @@ async fn a_store_set_down_fails_reads_and_writes_and_a_region_outside_is_refused
         Err(StoreError::Unavailable(_))
     ));
     assert!(matches!(
-        a.put(&rec(0, 1, 1), WriterToken(1)).await,
+        a.put(&record(0, 1, 1), WriterToken(1)).await,
         Err(StoreError::Unavailable(_))
     ));
     t.store().set_down(false);
     assert!(matches!(
-        t.view(rid(3)).put(&rec(3, 1, 1), WriterToken(1)).await,
+        t.view(rid(3)).put(&record(3, 1, 1), WriterToken(1)).await,
         Err(StoreError::Fatal(_))
     ));
     assert_eq!(of(&a, 3).await, vec![]);

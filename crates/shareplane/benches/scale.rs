@@ -31,8 +31,12 @@
 
 #![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 
+#[path = "support/many_limits.rs"]
+mod many_limits;
+
 use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
+use many_limits::{demand, ManyLimits};
 use shareplane::clock::Clock;
 use shareplane::config;
 use shareplane::daemon::{Daemon, DaemonOptions};
@@ -59,31 +63,23 @@ fn env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-const NAMES: [&str; 8] = ["A", "B", "C", "D", "E", "F", "G", "H"];
-
-/// A Region's configuration file: `regions` Regions, `limits` capacity limits of 1,000 to
-/// 10,600 requests/s (floor 10, step cap and burst by default: 10% of the rate, 2 s); with
-/// `changed`, that limit's rate lowered by 20% at version 2.
-fn config_text(regions: usize, region: &str, limits: usize, changed: Option<usize>) -> String {
-    use std::fmt::Write;
-    let mut t = format!(
-        "region = \"{region}\"\nstore = \"memory\"\nperiod_ms = {PERIOD_MS}\napi_token = \"bench-token-0123456789\"\n"
-    );
-    for name in &NAMES[..regions] {
-        let _ = write!(t, "[[regions]]\nname = \"{name}\"\n");
-    }
-    for i in 0..limits {
-        let rate = 1_000 + (i as u64 % 97) * 100;
-        let (rate, version) = match changed {
-            Some(c) if c == i => (rate as f64 * 0.8, 2),
-            _ => (rate as f64, 1),
-        };
-        let _ = write!(
-            t,
-            "[[limits]]\nid = \"partner-{i}\"\nrate = {rate}\nfloor = 10\nversion = {version}\n"
-        );
-    }
-    t
+/// Region `region`'s file of `limits` limits, each stating its version; with `lowered`, that
+/// limit's rate lowered by 20% at version 2.
+fn config_text(
+    regions: usize,
+    region: &'static str,
+    limits: usize,
+    lowered: Option<usize>,
+) -> String {
+    many_limits::config_text(&ManyLimits {
+        region,
+        regions,
+        period_ms: PERIOD_MS,
+        limits,
+        flat_rps: None,
+        state_versions: true,
+        lowered,
+    })
 }
 
 fn deployment(regions: usize, limits: usize) -> Arc<Deployment> {
@@ -91,12 +87,6 @@ fn deployment(regions: usize, limits: usize) -> Arc<Deployment> {
     let cfg = config::parse(&text, &BTreeMap::new())
         .unwrap_or_else(|e| panic!("the bench's configuration is invalid: {e}"));
     cfg.deployment
-}
-
-/// Demand in requests/s of limit `li` at Region `r`: differs per Region and limit, so that
-/// shares move and grants flow before they settle; constant in time.
-fn demand(r: usize, li: usize) -> u64 {
-    ((li * 7 + r * 13) % 50) as u64 * 40
 }
 
 fn rss_mib() -> f64 {

@@ -23,8 +23,12 @@
 
 #![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 
+#[path = "../benches/support/many_limits.rs"]
+mod many_limits;
+
 use axum::body::{to_bytes, Body};
 use axum::http::Request;
+use many_limits::{config_text, demand, ManyLimits};
 use shareplane::clock::Clock;
 use shareplane::daemon::{Daemon, DaemonOptions};
 use shareplane::demand::MAX_TOTALS;
@@ -37,13 +41,10 @@ use shareplane_store::{
     Fetched, Lease, LimitsDoc, LimitsRead, RecordStore, StoreError, WriterToken,
 };
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tower::ServiceExt;
-
-const NAMES: [&str; 8] = ["A", "B", "C", "D", "E", "F", "G", "H"];
 
 /// `VmRSS` and `VmHWM` (the peak) of this process, in MiB.
 fn rss_mib() -> (f64, f64) {
@@ -56,31 +57,6 @@ fn rss_mib() -> (f64, f64) {
             .map_or(f64::NAN, |kb| kb / 1024.0)
     };
     (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// Region A's configuration: `regions` Regions and `limits` capacity limits of 1,000 to 10,600
-/// requests/s (floor 10; step cap and burst by default).
-fn config_text(regions: usize, limits: usize, period_ms: u64) -> String {
-    let mut t = format!(
-        "region = \"A\"\nstore = \"memory\"\nperiod_ms = {period_ms}\napi_token = \"bench-token-0123456789\"\n"
-    );
-    for name in &NAMES[..regions] {
-        let _ = write!(t, "[[regions]]\nname = \"{name}\"\n");
-    }
-    for i in 0..limits {
-        let rate = 1_000 + (i as u64 % 97) * 100;
-        let _ = write!(
-            t,
-            "[[limits]]\nid = \"partner-{i}\"\nrate = {rate}\nfloor = 10\n"
-        );
-    }
-    t
-}
-
-/// Demand in requests/s of limit `li` at Region `r`: differs per Region and limit, so that
-/// shares move and grants flow; 1 limit in 50 has none.
-fn demand(r: usize, li: usize) -> u64 {
-    ((li * 7 + r * 13) % 50) as u64 * 40
 }
 
 /// Region `me`'s replica of the table as a daemon on DynamoDB holds what it reads: a copy of
@@ -225,7 +201,15 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("shareplane-bench-memory-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let path = dir.join("a.toml");
-    let text = config_text(n, n_limits, period_ms);
+    let text = config_text(&ManyLimits {
+        region: "A",
+        regions: n,
+        period_ms,
+        limits: n_limits,
+        flat_rps: None,
+        state_versions: false,
+        lowered: None,
+    });
     std::fs::write(&path, &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let source = ConfigSource {
         path: Some(path),

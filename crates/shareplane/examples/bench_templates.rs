@@ -27,6 +27,11 @@
 
 #![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 
+#[path = "../benches/support/many_limits.rs"]
+#[allow(dead_code)] // its `demand`: this bench's checks come from values, not from it
+mod many_limits;
+
+use many_limits::{config_text, ManyLimits};
 use redis::aio::MultiplexedConnection;
 use shareplane::clock::Clock;
 use shareplane::config::Config;
@@ -56,17 +61,15 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 type Pick = Box<dyn Fn(usize) -> (String, Option<String>)>;
 
 fn config() -> Config {
-    let mut t = format!(
-        "region = \"A\"\nstore = \"memory\"\nperiod_ms = {PERIOD_MS}\napi_token = \"bench-token-0123456789\"\n"
-    );
-    for name in ["A", "B", "C"] {
-        t.push_str(&format!("[[regions]]\nname = \"{name}\"\n"));
-    }
-    for i in 0..LISTED {
-        t.push_str(&format!(
-            "[[limits]]\nid = \"partner-{i}\"\nrate = 1000000\n"
-        ));
-    }
+    let mut t = config_text(&ManyLimits {
+        region: "A",
+        regions: REGIONS,
+        period_ms: PERIOD_MS,
+        limits: LISTED,
+        flat_rps: Some(1_000_000),
+        state_versions: false,
+        lowered: None,
+    });
     t.push_str(&format!(
         "[[templates]]\nid = \"{TEMPLATE}\"\nentry = \"api_key\"\nrate = {VALUE_RPS}\nburst_s = {BURST_S}\nkind = \"capacity\"\n"
     ));

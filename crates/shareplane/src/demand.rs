@@ -183,6 +183,104 @@ struct Gateway {
     would_refuse: BTreeMap<String, u64>,
 }
 
+impl Gateway {
+    fn new(incarnation: Incarnation, now: u64) -> Gateway {
+        Gateway {
+            incarnation,
+            last_seen_ms: now,
+            warned: false,
+            slots: BTreeMap::new(),
+            would_refuse: BTreeMap::new(),
+        }
+    }
+
+    /// Whether a report of `incarnation` received at `now` is to be applied. One of another
+    /// incarnation than the gateway's starts a new baseline: its slots leave the book's count
+    /// `slots` and its `would_refuse` counts are retired into `retired`, while what the old
+    /// incarnation reported stays on the timelines.
+    fn follow_incarnation(
+        &mut self,
+        incarnation: Incarnation,
+        now: u64,
+        slots: &mut usize,
+        retired: &mut BTreeMap<String, u64>,
+    ) -> bool {
+        if incarnation == self.incarnation {
+            return true;
+        }
+        // An older incarnation is a late report of a gateway that restarted, unless the
+        // newer one has gone quiet: then a gateway whose clock was once far ahead (or one
+        // bogus report) cannot lock the real one out for longer than a window.
+        let quiet = now.saturating_sub(self.last_seen_ms) > WINDOW_MS + GRACE_MS;
+        if incarnation < self.incarnation && !quiet {
+            return false;
+        }
+        *slots = slots.saturating_sub(self.slots.len());
+        self.slots.clear();
+        DemandBook::retire_would_refuse(retired, self);
+        self.incarnation = incarnation;
+        true
+    }
+
+    /// Judges each `(limit index, total)` of `indexed`, received at `now`, against the
+    /// gateway's last accepted total: a first total is the baseline (one more of the book's
+    /// `slots`), an equal one moves the time it was known, a refused one goes to `refused`.
+    /// Returns the adopted rises as `(limit index, from ms, rise)`.
+    fn take_totals(
+        &mut self,
+        limits: &[TrackedLimit],
+        indexed: Vec<(usize, u64)>,
+        now: u64,
+        slots: &mut usize,
+        refused: &mut Vec<(String, Refusal)>,
+    ) -> Vec<(usize, u64, u64)> {
+        let mut adopted = Vec::new();
+        for (li, total) in indexed {
+            let known = Slot {
+                total,
+                known_ms: now,
+            };
+            let Some(s) = self.slots.get_mut(&li) else {
+                self.slots.insert(li, known);
+                *slots += 1;
+                continue;
+            };
+            let limit = limits.get(li);
+            let plausible = limit.map_or(Room::ZERO, |l| l.plausible_rate);
+            match judge(s, total, now, plausible) {
+                Judged::Same => s.known_ms = now,
+                Judged::Rise(rise) => {
+                    adopted.push((li, s.known_ms, rise));
+                    *s = known;
+                }
+                Judged::Refused(r) => {
+                    refused.push((limit.map(|l| l.id.clone()).unwrap_or_default(), r));
+                }
+            }
+        }
+        adopted
+    }
+}
+
+/// Refuses a report whole: a gateway id that is empty, longer than [`MAX_GATEWAY_ID_CHARS`] or
+/// has control characters, or more than [`MAX_TOTALS`] totals and counts together.
+fn check_report(
+    gateway: &str,
+    totals: &BTreeMap<String, u64>,
+    would_refuse: &BTreeMap<String, u64>,
+) -> Result<(), DemandError> {
+    if gateway.is_empty()
+        || gateway.chars().count() > MAX_GATEWAY_ID_CHARS
+        || gateway.chars().any(char::is_control)
+    {
+        return Err(DemandError::BadGateway);
+    }
+    if totals.len().saturating_add(would_refuse.len()) > MAX_TOTALS {
+        return Err(DemandError::TooManyTotals);
+    }
+    Ok(())
+}
+
 /// One limit's received requests over time, per bucket: a ring of at most [`RING`] buckets,
 /// allocated at the limit's first count (a limit nobody asks for costs no buckets). A
 /// `VecDeque<u64>` grown bucket by bucket to 77 took 128 (1 KB a limit, 100 MB a daemon at
@@ -343,82 +441,28 @@ impl DemandBook {
         would_refuse: &BTreeMap<String, u64>,
     ) -> Result<ReportOutcome, DemandError> {
         let incarnation = incarnation.into();
-        if gateway.is_empty()
-            || gateway.chars().count() > MAX_GATEWAY_ID_CHARS
-            || gateway.chars().any(char::is_control)
-        {
-            return Err(DemandError::BadGateway);
-        }
-        if totals.len().saturating_add(would_refuse.len()) > MAX_TOTALS {
-            return Err(DemandError::TooManyTotals);
-        }
+        check_report(gateway, totals, would_refuse)?;
         let now = self.advance(now_ms);
         let mut out = ReportOutcome::default();
-        let mut indexed = Vec::with_capacity(totals.len());
-        for (id, &t) in totals {
-            match self.index.get(id) {
-                Some(&i) => indexed.push((i, t)),
-                None => out.unknown.push(id.clone()),
-            }
-        }
+        let indexed = self.indexed(totals, &mut out.unknown);
         self.make_room(gateway, indexed.len());
         let g = self
             .gateways
             .entry(gateway.to_string())
-            .or_insert_with(|| Gateway {
-                incarnation,
-                last_seen_ms: now,
-                warned: false,
-                slots: BTreeMap::new(),
-                would_refuse: BTreeMap::new(),
-            });
-        if incarnation != g.incarnation {
-            // An older incarnation is a late report of a gateway that restarted, unless the
-            // newer one has gone quiet: then a gateway whose clock was once far ahead (or one
-            // bogus report) cannot lock the real one out for longer than a window.
-            let quiet = now.saturating_sub(g.last_seen_ms) > WINDOW_MS + GRACE_MS;
-            if incarnation < g.incarnation && !quiet {
-                out.stale = true;
-                return Ok(out);
-            }
-            // A new baseline: what the old incarnation reported stays on the timelines.
-            self.slots = self.slots.saturating_sub(g.slots.len());
-            g.slots.clear();
-            Self::retire_would_refuse(&mut self.would_refuse_retired, g);
-            g.incarnation = incarnation;
+            .or_insert_with(|| Gateway::new(incarnation, now));
+        let retired = &mut self.would_refuse_retired;
+        if !g.follow_incarnation(incarnation, now, &mut self.slots, retired) {
+            out.stale = true;
+            return Ok(out);
         }
         g.last_seen_ms = now;
-        let mut adopted = Vec::new();
-        for (li, total) in indexed {
-            let id = self
-                .limits
-                .get(li)
-                .map(|l| l.id.clone())
-                .unwrap_or_default();
-            let plausible = self.limits.get(li).map_or(Room::ZERO, |l| l.plausible_rate);
-            let Some(s) = g.slots.get_mut(&li) else {
-                g.slots.insert(
-                    li,
-                    Slot {
-                        total,
-                        known_ms: now,
-                    },
-                );
-                self.slots += 1;
-                continue;
-            };
-            match judge(s, total, now, plausible) {
-                Judged::Same => s.known_ms = now,
-                Judged::Rise(rise) => {
-                    adopted.push((li, s.known_ms, rise));
-                    *s = Slot {
-                        total,
-                        known_ms: now,
-                    };
-                }
-                Judged::Refused(r) => out.refused.push((id, r)),
-            }
-        }
+        let adopted = g.take_totals(
+            &self.limits,
+            indexed,
+            now,
+            &mut self.slots,
+            &mut out.refused,
+        );
         if !out.refused.is_empty() && !g.warned {
             g.warned = true;
             out.first_refusal = true;
@@ -429,6 +473,23 @@ impl DemandBook {
         }
         self.count_would_refuse(gateway, would_refuse);
         Ok(out)
+    }
+
+    /// The report's totals by limit index, in the report's order; ids the book does not track
+    /// go to `unknown`.
+    fn indexed(
+        &self,
+        totals: &BTreeMap<String, u64>,
+        unknown: &mut Vec<String>,
+    ) -> Vec<(usize, u64)> {
+        let mut indexed = Vec::with_capacity(totals.len());
+        for (id, &t) in totals {
+            match self.index.get(id) {
+                Some(&i) => indexed.push((i, t)),
+                None => unknown.push(id.clone()),
+            }
+        }
+        indexed
     }
 
     /// Counts `count` requests received for the limit at `limit_index` since the previous call

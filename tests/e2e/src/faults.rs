@@ -310,43 +310,14 @@ struct Episode {
     steps: Vec<(u64, Action)>,
 }
 
+/// One fault of a kind drawn from `rng` (see [`random`]) on Region `r` or a link from it, from
+/// `start` for `len` ms.
 fn episode(rng: &mut SplitMix64, r: usize, start: u64, len: u64, draw: Draw) -> Episode {
     let end = start + len;
-    let verdict = |rng: &mut SplitMix64, steps: &mut Vec<(u64, Action)>| {
-        let at = start + draw.verdict_after_kill_ms;
-        if at < end && rng.chance(67) {
-            steps.push((at, Action::Health(r, false)));
-        }
-        // Healthy again as it comes back (also when no unhealthy verdict was put: a no-op).
-        steps.push((end, Action::Health(r, true)));
-    };
     match rng.range(0, 7) {
-        kind @ (0 | 1) => {
-            // The daemon alone, or the whole Region (daemon, gateways and Redis).
-            let (kill, back) = match kind {
-                0 => (Action::KillDaemon(r), Action::RestartDaemon(r)),
-                _ => (Action::KillRegion(r), Action::RestartRegion(r)),
-            };
-            let mut steps = vec![(start, kill)];
-            verdict(rng, &mut steps);
-            steps.push((end, back));
-            Episode {
-                uses: vec![Resource::Procs(r), Resource::Health(r)],
-                steps,
-            }
-        }
-        2 => {
-            let to = (r + 1 + rng.range(0, 2) as usize) % 3;
-            let both = rng.chance(50);
-            let link = Resource::Link(r.min(to), r.max(to));
-            Episode {
-                uses: vec![link],
-                steps: vec![
-                    (start, Action::Cut { from: r, to, both }),
-                    (end, Action::Heal { from: r, to, both }),
-                ],
-            }
-        }
+        0 => outage(rng, r, (start, end), draw, false),
+        1 => outage(rng, r, (start, end), draw, true),
+        2 => cut(rng, r, (start, end)),
         3 => Episode {
             uses: vec![Resource::Health(r)],
             steps: vec![
@@ -366,19 +337,63 @@ fn episode(rng: &mut SplitMix64, r: usize, start: u64, len: u64, draw: Draw) -> 
             uses: vec![Resource::Redis(r)],
             steps: vec![(start, Action::RestartRedis(r))],
         },
-        _ => {
-            let pct =
-                LIMIT_CHANGES_PERCENT[rng.range(0, LIMIT_CHANGES_PERCENT.len() as u64) as usize];
-            let changed = draw.limit_rps * pct / 100;
-            let mut steps = rollout(rng, start, changed);
-            // Back to the starting rate at the end: a rollout takes under 1 s, less than the
-            // shortest episode, so the way back starts after the way out has reached everyone.
-            steps.extend(rollout(rng, end, draw.limit_rps));
-            Episode {
-                uses: vec![Resource::Limit],
-                steps,
-            }
-        }
+        _ => limit_change(rng, (start, end), draw),
+    }
+}
+
+/// Region `r`'s daemon alone, or the whole Region (daemon, gateways and Redis), killed at
+/// `start` and back at `end`, with a true unhealthy verdict from `verdict_after_kill_ms` on 2
+/// times in 3.
+fn outage(
+    rng: &mut SplitMix64,
+    r: usize,
+    (start, end): (u64, u64),
+    draw: Draw,
+    whole_region: bool,
+) -> Episode {
+    let (kill, back) = match whole_region {
+        false => (Action::KillDaemon(r), Action::RestartDaemon(r)),
+        true => (Action::KillRegion(r), Action::RestartRegion(r)),
+    };
+    let mut steps = vec![(start, kill)];
+    let verdict_at = start + draw.verdict_after_kill_ms;
+    if verdict_at < end && rng.chance(67) {
+        steps.push((verdict_at, Action::Health(r, false)));
+    }
+    // Healthy again as it comes back (also when no unhealthy verdict was put: a no-op).
+    steps.push((end, Action::Health(r, true)));
+    steps.push((end, back));
+    Episode {
+        uses: vec![Resource::Procs(r), Resource::Health(r)],
+        steps,
+    }
+}
+
+/// The link from Region `r` to another drawn one cut from `start` to `end`, one way or both.
+fn cut(rng: &mut SplitMix64, r: usize, (start, end): (u64, u64)) -> Episode {
+    let to = (r + 1 + rng.range(0, 2) as usize) % 3;
+    let both = rng.chance(50);
+    Episode {
+        uses: vec![Resource::Link(r.min(to), r.max(to))],
+        steps: vec![
+            (start, Action::Cut { from: r, to, both }),
+            (end, Action::Heal { from: r, to, both }),
+        ],
+    }
+}
+
+/// The limit changed by a drawn percentage from `start`, and back to the starting rate at `end`,
+/// each rolled out Region by Region.
+fn limit_change(rng: &mut SplitMix64, (start, end): (u64, u64), draw: Draw) -> Episode {
+    let pct = LIMIT_CHANGES_PERCENT[rng.range(0, LIMIT_CHANGES_PERCENT.len() as u64) as usize];
+    let changed = draw.limit_rps * pct / 100;
+    let mut steps = rollout(rng, start, changed);
+    // Back to the starting rate at the end: a rollout takes under 1 s, less than the shortest
+    // episode, so the way back starts after the way out has reached everyone.
+    steps.extend(rollout(rng, end, draw.limit_rps));
+    Episode {
+        uses: vec![Resource::Limit],
+        steps,
     }
 }
 
