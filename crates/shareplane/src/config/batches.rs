@@ -2,12 +2,12 @@
 //! rather than as one document: a span-keeping document of 100,000 limits takes some 150 MB
 //! while it lives, a batch of [`LIMITS_PER_BATCH`] about 1.5 MB.
 //!
-//! The split is a fast path, never a second meaning: each batch and the rest of the file (the
-//! same text with the batches blanked out, so that every offset and line stays where it was)
-//! are parsed by the same parser, and the reader goes back to parsing the whole file whenever
+//! The split is a fast path, never a second meaning: each batch and the rest of the file (its
+//! other lines, with where each piece of them is in the file, so that every problem keeps its
+//! line) are parsed by the same parser, and the reader goes back to parsing the whole file whenever
 //! the split could read differently from it (see [`Split::rest_is_whole`] and the reader's
 //! checks of each batch): a syntax error anywhere, a `limits` key outside the batches, or a
-//! value of the rest that runs over a blanked batch (a `[[limits]]` line inside a multi-line
+//! value of the rest that runs over a batch taken out (a `[[limits]]` line inside a multi-line
 //! string or array).
 
 use toml_edit::{Item, TableLike};
@@ -29,9 +29,11 @@ pub struct Batch {
 #[derive(Debug)]
 pub struct Split {
     pub batches: Vec<Batch>,
-    /// The file with every batch's bytes blanked (spaces, newlines kept): the same length and
-    /// lines, so the spans read from it are the file's.
+    /// The file without its batches: the lines outside them, in order.
     pub rest: String,
+    /// Where each piece of `rest` starts, in `rest` and in the file, in order: the spans read
+    /// from `rest` are the file's through them.
+    pub pieces: Vec<(usize, usize)>,
     /// Entries in all.
     pub entries: usize,
 }
@@ -80,10 +82,11 @@ pub fn split(text: &str, per_batch: usize) -> Option<Split> {
     if batches.is_empty() {
         return None;
     }
-    let rest = blank(text, &batches)?;
+    let (rest, pieces) = without(text, &batches)?;
     Some(Split {
         batches,
         rest,
+        pieces,
         entries,
     })
 }
@@ -96,23 +99,28 @@ fn is_limits_header(head: &str) -> bool {
     })
 }
 
-/// `text` with every byte of `batches` but newlines turned into spaces.
-fn blank(text: &str, batches: &[Batch]) -> Option<String> {
-    let mut bytes = text.as_bytes().to_vec();
-    for b in batches {
-        for c in bytes.get_mut(b.start..b.end)? {
-            if *c != b'\n' {
-                *c = b' ';
-            }
+/// `text` without `batches` (each runs from a line start to a line start), and where each
+/// piece left starts in it and in `text`.
+fn without(text: &str, batches: &[Batch]) -> Option<(String, Vec<(usize, usize)>)> {
+    let mut rest = String::new();
+    let mut pieces = Vec::new();
+    let mut from = 0;
+    let ends = batches.iter().map(|b| (b.start, b.end));
+    for (to, next) in ends.chain(std::iter::once((text.len(), text.len()))) {
+        let piece = text.get(from..to)?;
+        if !piece.is_empty() {
+            pieces.push((rest.len(), from));
+            rest.push_str(piece);
         }
+        from = next;
     }
-    String::from_utf8(bytes).ok()
+    Some((rest, pieces))
 }
 
 impl Split {
     /// Whether the rest, as parsed into `root`, reads as the whole file would outside the
     /// batches: no `limits` key of its own, and no value that starts before a batch and ends
-    /// after its start (only then can a blanked `[[limits]]` line have been inside a value).
+    /// after it (only then can a `[[limits]]` line taken out have been inside a value).
     pub fn rest_is_whole(&self, root: &dyn TableLike) -> bool {
         root.get("limits").is_none() && !self.a_value_spans_a_batch(root)
     }
@@ -126,10 +134,11 @@ impl Split {
         })
     }
 
-    /// Whether some batch starts inside `start..end`.
+    /// Whether a batch was taken out strictly inside `start..end` of the rest: where a piece
+    /// other than the first starts.
     fn crosses(&self, start: usize, end: usize) -> bool {
-        let i = self.batches.partition_point(|b| b.start < start);
-        self.batches.get(i).is_some_and(|b| b.start < end)
+        let i = self.pieces.partition_point(|&(at, _)| at <= start);
+        self.pieces.get(i).is_some_and(|&(at, _)| at < end)
     }
 }
 
@@ -159,10 +168,8 @@ mod tests {
         assert_eq!(s.batches[1].end, at("[[templates]]"));
         assert_eq!(s.batches[2].end, text.len());
         assert_eq!(s.entries, 4);
-        assert_eq!(s.rest.len(), text.len());
-        assert_eq!(s.rest.lines().count(), text.lines().count());
-        assert!(s.rest.starts_with("a = 1\n") && s.rest.contains("[[templates]]\nid = \"t\"\n"));
-        assert!(!s.rest.contains("limits"), "{}", s.rest);
+        assert_eq!(s.rest, "a = 1\n[[templates]]\nid = \"t\"\n");
+        assert_eq!(s.pieces, vec![(0, 0), (6, at("[[templates]]"))]);
     }
 
     #[test]

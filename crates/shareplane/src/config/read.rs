@@ -105,9 +105,10 @@ pub struct Located {
     limit_at: Vec<[Option<usize>; LIMIT_FIELDS.len() + 1]>,
     /// Byte offset of the start of every line after the first.
     line_starts: Vec<usize>,
-    /// Where the document being read starts in the file (a batch of `[[limits]]` entries is
-    /// parsed on its own: its spans count from its start).
-    base: usize,
+    /// Where each piece of the document being read starts, in it and in the file (a batch of
+    /// `[[limits]]` entries and the rest of a file are parsed on their own); empty when the
+    /// document is the whole file.
+    pieces: Vec<(usize, usize)>,
     /// Type problems and unknown fields, already with their lines.
     pub errors: Vec<ConfigError>,
 }
@@ -148,7 +149,12 @@ impl Located {
 
     /// Where `item` starts in the file.
     fn start(&self, item: &Item) -> Option<usize> {
-        item.span().map(|s| s.start + self.base)
+        let at = item.span()?.start;
+        let i = self.pieces.partition_point(|&(d, _)| d <= at);
+        match i.checked_sub(1).and_then(|i| self.pieces.get(i)) {
+            Some(&(d, f)) => Some(f + (at - d)),
+            None => Some(at),
+        }
     }
 
     /// Forgets where `field` was written (an environment variable overrode it).
@@ -251,6 +257,7 @@ fn read_by<T>(
     if let Some(split) = split {
         if let Ok(rest) = ImDocument::parse(split.rest.as_str()) {
             let mut r = Reader(Located::new(text), None);
+            r.0.pieces = split.pieces.clone();
             let from = LimitsFrom::Batches(text, &split);
             if let Some(v) = read(&mut r, rest.as_table(), &from) {
                 return Ok((v, r.0));
@@ -539,6 +546,7 @@ impl Reader {
         }
         let mut out = Vec::with_capacity(split.entries);
         self.0.limit_at = vec![[None; LIMIT_FIELDS.len() + 1]; split.entries];
+        let rest_pieces = std::mem::take(&mut self.0.pieces);
         for b in &split.batches {
             let doc = ImDocument::parse(text.get(b.start..b.end)?).ok()?;
             let t = doc.as_table();
@@ -548,7 +556,7 @@ impl Reader {
             if t.len() != 1 || entries.len() != b.entries {
                 return None;
             }
-            self.0.base = b.start;
+            self.0.pieces = vec![(0, b.start)];
             if b.first == 0 {
                 // Where the whole file's `limits` starts, as [`Reader::entries`] notes it.
                 self.value(t, "", "limits");
@@ -559,8 +567,8 @@ impl Reader {
                 out.push(self.limit(e, &format!("limits[{i}]")));
             }
             self.1 = None;
-            self.0.base = 0;
         }
+        self.0.pieces = rest_pieces;
         Some(out)
     }
 
@@ -656,6 +664,7 @@ pub(super) fn read_in_batches(text: &str, per_batch: usize) -> bool {
         return false;
     };
     let mut r = Reader(Located::new(text), None);
+    r.0.pieces = split.pieces.clone();
     let from = LimitsFrom::Batches(text, &split);
     r.config(rest.as_table(), &from).is_some()
 }
