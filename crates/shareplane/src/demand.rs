@@ -44,7 +44,7 @@
 
 use shareplane_core::{Deployment, LimitKind, Room, MAX_RATE_RPS, MILLI_PER_RPS};
 use shareplane_limiter::demand::Incarnation;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// The demand averaging window (SPEC §2: the last 5 s).
 pub const WINDOW_MS: u64 = 5_000;
@@ -313,9 +313,10 @@ const MAX_SHIFT: u32 = 32;
 /// Running totals of every gateway and the Region's demand derived from them.
 pub struct DemandBook {
     limits: Vec<TrackedLimit>,
-    /// Each limit's position in `limits` by id: a report of 1,024 totals against 100,000 limits
-    /// would otherwise compare 10^8 ids.
-    index: HashMap<String, usize>,
+    /// Every limit's position in `limits`, ordered by id (then position): a report of 1,024
+    /// totals against 100,000 limits finds each by a binary search instead of comparing 10^8
+    /// ids, and the index holds no copy of an id (a map by id took 7 MB at 100,000 limits).
+    index: Vec<usize>,
     created_ms: u64,
     /// The latest time the book was told; times told later but lower are raised to it.
     latest_ms: u64,
@@ -330,11 +331,9 @@ pub struct DemandBook {
 }
 
 /// Ids are unique in a configuration; were one not, the first would win, as a scan finds it.
-fn index_of(limits: &[TrackedLimit]) -> HashMap<String, usize> {
-    let mut index = HashMap::with_capacity(limits.len());
-    for (i, l) in limits.iter().enumerate() {
-        index.entry(l.id.clone()).or_insert(i);
-    }
+fn index_of(limits: &[TrackedLimit]) -> Vec<usize> {
+    let mut index: Vec<usize> = (0..limits.len()).collect();
+    index.sort_by(|&a, &b| limits[a].id.cmp(&limits[b].id).then(a.cmp(&b)));
     index
 }
 
@@ -373,13 +372,13 @@ impl DemandBook {
     /// Takes a gateway's `would_refuse` counts, for limits the book tracks; a count below the
     /// last one of the same incarnation is ignored (it never lowers the Region's).
     fn count_would_refuse(&mut self, gateway: &str, counts: &BTreeMap<String, u64>) {
-        let Some(g) = self.gateways.get_mut(gateway) else {
-            return;
-        };
         for (id, &n) in counts {
-            if !self.index.contains_key(id) {
+            if self.position(id).is_none() {
                 continue;
             }
+            let Some(g) = self.gateways.get_mut(gateway) else {
+                return;
+            };
             let t = g.would_refuse.entry(id.clone()).or_default();
             *t = (*t).max(n);
         }
@@ -390,6 +389,13 @@ impl DemandBook {
             let t = retired.entry(id).or_default();
             *t = t.saturating_add(n);
         }
+    }
+
+    /// The position of limit `id` in `limits` (the first, were ids not unique).
+    fn position(&self, id: &str) -> Option<usize> {
+        let id_at = |i: usize| self.limits.get(i).map_or("", |l| l.id.as_str());
+        let at = self.index.partition_point(|&i| id_at(i) < id);
+        self.index.get(at).copied().filter(|&i| id_at(i) == id)
     }
 
     /// Follows a configuration reload: `limits` lists the book's limits first, in their order
@@ -484,8 +490,8 @@ impl DemandBook {
     ) -> Vec<(usize, u64)> {
         let mut indexed = Vec::with_capacity(totals.len());
         for (id, &t) in totals {
-            match self.index.get(id) {
-                Some(&i) => indexed.push((i, t)),
+            match self.position(id) {
+                Some(i) => indexed.push((i, t)),
                 None => unknown.push(id.clone()),
             }
         }

@@ -5,6 +5,7 @@
 //! or every problem found, each naming its field, so that `shareplane validate` and `shareplane
 //! run` refuse an invalid file the same way.
 
+mod batches;
 mod changes;
 mod limits_check;
 pub mod read;

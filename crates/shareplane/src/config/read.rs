@@ -4,8 +4,10 @@
 //! reported with the line the field is on ([`Located::annotate`]).
 //!
 //! The parser keeps no serde layer between the text and the fields: a 5 MB file of 100,000
-//! limits is parsed once into a span-keeping document and read straight from it.
+//! limits is parsed into span-keeping documents and read straight from them, its `[[limits]]`
+//! entries a batch at a time ([`super::batches`]) so that no document of them all is ever held.
 
+use super::batches::{self, Split, LIMITS_PER_BATCH};
 use super::{problem, ConfigErrors};
 use crate::templates::RawTemplate;
 use shareplane_core::ConfigError;
@@ -103,6 +105,10 @@ pub struct Located {
     limit_at: Vec<[Option<usize>; LIMIT_FIELDS.len() + 1]>,
     /// Byte offset of the start of every line after the first.
     line_starts: Vec<usize>,
+    /// Where each piece of the document being read starts, in it and in the file (a batch of
+    /// `[[limits]]` entries and the rest of a file are parsed on their own); empty when the
+    /// document is the whole file.
+    pieces: Vec<(usize, usize)>,
     /// Type problems and unknown fields, already with their lines.
     pub errors: Vec<ConfigError>,
 }
@@ -141,6 +147,16 @@ impl Located {
         }
     }
 
+    /// Where `item` starts in the file.
+    fn start(&self, item: &Item) -> Option<usize> {
+        let at = item.span()?.start;
+        let i = self.pieces.partition_point(|&(d, _)| d <= at);
+        match i.checked_sub(1).and_then(|i| self.pieces.get(i)) {
+            Some(&(d, f)) => Some(f + (at - d)),
+            None => Some(at),
+        }
+    }
+
     /// Forgets where `field` was written (an environment variable overrode it).
     pub fn forget(&mut self, field: &str) {
         self.at.remove(field);
@@ -170,7 +186,7 @@ impl Located {
 
     fn wrong(&mut self, field: &str, item: &Item, want: &str) {
         let found = shown(item);
-        let line = item.span().map(|s| self.line(s.start));
+        let line = self.start(item).map(|s| self.line(s));
         let at = line.map(|l| format!(" (at line {l})")).unwrap_or_default();
         self.errors
             .push(problem(field, format!("{found}: expected {want}{at}")));
@@ -208,40 +224,91 @@ fn parse_document(text: &str) -> Result<ImDocument<&str>, ConfigErrors> {
 
 /// Reads a daemon configuration: every field of the right type, every problem with its line.
 pub fn read_config(text: &str) -> Result<(RawConfig, Located), ConfigErrors> {
+    read_config_by(text, LIMITS_PER_BATCH)
+}
+
+/// [`read_config`] with `per_batch` `[[limits]]` entries parsed at a time (0: the whole file
+/// at once).
+pub(super) fn read_config_by(
+    text: &str,
+    per_batch: usize,
+) -> Result<(RawConfig, Located), ConfigErrors> {
+    read_by(text, per_batch, |r, t, from| r.config(t, from))
+}
+
+/// How the `[[limits]]` entries of a file are read: from the document of the whole file, or a
+/// batch at a time from `text` as split.
+enum LimitsFrom<'a> {
+    Whole,
+    Batches(&'a str, &'a Split),
+}
+
+/// Reads `text` by `read` from its root table: first split into batches of `per_batch`
+/// `[[limits]]` entries (0: never), then whole when that split could read otherwise than the
+/// whole file (`read` says so with `None`) or does not parse.
+fn read_by<T>(
+    text: &str,
+    per_batch: usize,
+    read: impl Fn(&mut Reader, &dyn TableLike, &LimitsFrom<'_>) -> Option<T>,
+) -> Result<(T, Located), ConfigErrors> {
+    let split = (per_batch > 0)
+        .then(|| batches::split(text, per_batch))
+        .flatten();
+    if let Some(split) = split {
+        if let Ok(rest) = ImDocument::parse(split.rest.as_str()) {
+            let mut r = Reader(Located::new(text), None);
+            r.0.pieces = split.pieces.clone();
+            let from = LimitsFrom::Batches(text, &split);
+            if let Some(v) = read(&mut r, rest.as_table(), &from) {
+                return Ok((v, r.0));
+            }
+        }
+    }
     let doc = parse_document(text)?;
     let mut r = Reader(Located::new(text), None);
-    let t = doc.as_table();
-    r.unknown(t, "", CONFIG_FIELDS);
-    let raw = RawConfig {
-        region: r.string(t, "", "region"),
-        phase_ms: r.whole(t, "", "phase_ms").unwrap_or(0),
-        period_ms: r.whole(t, "", "period_ms"),
-        regions: r
-            .entries(t, "", "regions")
-            .into_iter()
-            .map(|(at, e)| r.region(e, &at))
-            .collect(),
-        table: r.string(t, "", "table"),
-        store: r.string(t, "", "store"),
-        aws_endpoint: r.string(t, "", "aws_endpoint"),
-        health_endpoint: r.string(t, "", "health_endpoint"),
-        aws_region: r.string(t, "", "aws_region"),
-        metrics_namespace: r.string(t, "", "metrics_namespace"),
-        policy: r.string(t, "", "policy"),
-        fence: r.string(t, "", "fence"),
-        listen: r.string(t, "", "listen"),
-        api_token: r.string(t, "", "api_token"),
-        admin_token: r.string(t, "", "admin_token"),
-        replica_id: r.string(t, "", "replica_id"),
-        limits_rollout_periods: r.whole(t, "", "limits_rollout_periods").map(clamp_u32),
-        test_store_delay_ms: r.whole(t, "", "test_store_delay_ms"),
-        limits_source: r.string(t, "", "limits_source"),
-        store_timeout_ms: r.whole(t, "", "store_timeout_ms"),
-        health_timeout_ms: r.whole(t, "", "health_timeout_ms"),
-        limits: r.limits(t),
-        templates: r.templates(t),
-    };
-    Ok((raw, r.0))
+    match read(&mut r, doc.as_table(), &LimitsFrom::Whole) {
+        Some(v) => Ok((v, r.0)),
+        // Reading a whole file always gives its fields.
+        None => Err(ConfigErrors(vec![problem("config", "could not be read")])),
+    }
+}
+
+impl Reader {
+    /// Every field of a configuration from its root table `t` (`None`: its `[[limits]]` entries
+    /// cannot be read `from` there, see [`Reader::limits_from`]).
+    fn config(&mut self, t: &dyn TableLike, from: &LimitsFrom<'_>) -> Option<RawConfig> {
+        let r = self;
+        r.unknown(t, "", CONFIG_FIELDS);
+        Some(RawConfig {
+            region: r.string(t, "", "region"),
+            phase_ms: r.whole(t, "", "phase_ms").unwrap_or(0),
+            period_ms: r.whole(t, "", "period_ms"),
+            regions: r
+                .entries(t, "", "regions")
+                .into_iter()
+                .map(|(at, e)| r.region(e, &at))
+                .collect(),
+            table: r.string(t, "", "table"),
+            store: r.string(t, "", "store"),
+            aws_endpoint: r.string(t, "", "aws_endpoint"),
+            health_endpoint: r.string(t, "", "health_endpoint"),
+            aws_region: r.string(t, "", "aws_region"),
+            metrics_namespace: r.string(t, "", "metrics_namespace"),
+            policy: r.string(t, "", "policy"),
+            fence: r.string(t, "", "fence"),
+            listen: r.string(t, "", "listen"),
+            api_token: r.string(t, "", "api_token"),
+            admin_token: r.string(t, "", "admin_token"),
+            replica_id: r.string(t, "", "replica_id"),
+            limits_rollout_periods: r.whole(t, "", "limits_rollout_periods").map(clamp_u32),
+            test_store_delay_ms: r.whole(t, "", "test_store_delay_ms"),
+            limits_source: r.string(t, "", "limits_source"),
+            store_timeout_ms: r.whole(t, "", "store_timeout_ms"),
+            health_timeout_ms: r.whole(t, "", "health_timeout_ms"),
+            limits: r.limits_from(t, from)?,
+            templates: r.templates(t),
+        })
+    }
 }
 
 /// A limits file as read: its `[[limits]]` and `[[templates]]`.
@@ -249,12 +316,12 @@ pub type RawLimitsFile = (Vec<RawLimit>, Vec<RawTemplate>, Located);
 
 /// Reads a limits file: `[[limits]]` and `[[templates]]` entries and nothing else.
 pub fn read_limits(text: &str) -> Result<RawLimitsFile, ConfigErrors> {
-    let doc = parse_document(text)?;
-    let mut r = Reader(Located::new(text), None);
-    r.unknown(doc.as_table(), "", &["limits", "templates"]);
-    let limits = r.limits(doc.as_table());
-    let templates = r.templates(doc.as_table());
-    Ok((limits, templates, r.0))
+    let read = read_by(text, LIMITS_PER_BATCH, |r, t, from| {
+        r.unknown(t, "", &["limits", "templates"]);
+        let limits = r.limits_from(t, from)?;
+        Some((limits, r.templates(t)))
+    });
+    read.map(|((limits, templates), located)| (limits, templates, located))
 }
 
 /// Above `u32::MAX` reads as `u32::MAX`, which every range check refuses by its value.
@@ -319,7 +386,7 @@ impl Reader {
     fn unknown(&mut self, t: &dyn TableLike, at: &str, known: &[&str]) {
         for (key, item) in t.iter() {
             if !known.contains(&key) {
-                let line = item.span().map(|s| self.0.line(s.start));
+                let line = self.0.start(item).map(|s| self.0.line(s));
                 let line = line.map(|l| format!(" (at line {l})")).unwrap_or_default();
                 self.0.errors.push(problem(
                     Self::field(at, key),
@@ -335,7 +402,7 @@ impl Reader {
     /// The value of `key` if it is written, its place noted.
     fn value<'a>(&mut self, t: &'a dyn TableLike, at: &str, key: &str) -> Option<&'a Item> {
         let item = t.get(key)?;
-        let start = item.span()?.start;
+        let start = self.0.start(item)?;
         let in_limit = self.1.and_then(|i| {
             let k = LIMIT_FIELDS.iter().position(|f| *f == key)?;
             self.0.limit_at.get_mut(i).map(|spans| (spans, k))
@@ -456,6 +523,55 @@ impl Reader {
         out
     }
 
+    /// The `[[limits]]` entries of the file whose root (or, split, the rest's root) is `t`.
+    fn limits_from(&mut self, t: &dyn TableLike, from: &LimitsFrom<'_>) -> Option<Vec<RawLimit>> {
+        match from {
+            LimitsFrom::Whole => Some(self.limits(t)),
+            LimitsFrom::Batches(text, split) => self.limits_in_batches(text, split, t),
+        }
+    }
+
+    /// The `[[limits]]` entries of `split`, a batch at a time, read as [`Reader::limits`] reads
+    /// them from the whole file; `rest` is the root of the rest of the file. `None` when the
+    /// split could read otherwise than the whole file (see [`super::batches`]): the file is then
+    /// read whole.
+    fn limits_in_batches(
+        &mut self,
+        text: &str,
+        split: &Split,
+        rest: &dyn TableLike,
+    ) -> Option<Vec<RawLimit>> {
+        if !split.rest_is_whole(rest) {
+            return None;
+        }
+        let mut out = Vec::with_capacity(split.entries);
+        self.0.limit_at = vec![[None; LIMIT_FIELDS.len() + 1]; split.entries];
+        let rest_pieces = std::mem::take(&mut self.0.pieces);
+        for b in &split.batches {
+            let doc = ImDocument::parse(text.get(b.start..b.end)?).ok()?;
+            let t = doc.as_table();
+            let Some(Item::ArrayOfTables(entries)) = t.get("limits") else {
+                return None;
+            };
+            if t.len() != 1 || entries.len() != b.entries {
+                return None;
+            }
+            self.0.pieces = vec![(0, b.start)];
+            if b.first == 0 {
+                // Where the whole file's `limits` starts, as [`Reader::entries`] notes it.
+                self.value(t, "", "limits");
+            }
+            for (k, e) in entries.iter().enumerate() {
+                let i = b.first + k;
+                self.1 = Some(i);
+                out.push(self.limit(e, &format!("limits[{i}]")));
+            }
+            self.1 = None;
+        }
+        self.0.pieces = rest_pieces;
+        Some(out)
+    }
+
     fn limit(&mut self, t: &dyn TableLike, at: &str) -> RawLimit {
         self.note_entry(t, at);
         self.unknown(t, at, LIMIT_FIELDS);
@@ -516,11 +632,7 @@ impl Reader {
     /// Notes where an entry starts: its first field's line (a `[[limits]]` header has no span
     /// of its own in every form).
     fn note_entry(&mut self, t: &dyn TableLike, at: &str) {
-        let first = t
-            .iter()
-            .filter_map(|(_, i)| i.span())
-            .map(|s| s.start)
-            .min();
+        let first = t.iter().filter_map(|(_, i)| self.0.start(i)).min();
         let limit = self.1.and_then(|i| self.0.limit_at.get_mut(i));
         match (first, limit) {
             (Some(start), Some(spans)) => spans[0] = Some(start),
@@ -530,4 +642,29 @@ impl Reader {
             (None, _) => {}
         }
     }
+}
+
+#[cfg(test)]
+impl Located {
+    /// Everything noted, in a fixed order: two reads of one file compare by it.
+    pub(super) fn noted(&self) -> String {
+        let at: std::collections::BTreeMap<_, _> = self.at.iter().collect();
+        format!("{at:?} {:?} {:?}", self.limit_at, self.errors)
+    }
+}
+
+/// Whether a configuration is read a batch of `per_batch` `[[limits]]` entries at a time, rather
+/// than whole.
+#[cfg(test)]
+pub(super) fn read_in_batches(text: &str, per_batch: usize) -> bool {
+    let Some(split) = batches::split(text, per_batch) else {
+        return false;
+    };
+    let Ok(rest) = ImDocument::parse(split.rest.as_str()) else {
+        return false;
+    };
+    let mut r = Reader(Located::new(text), None);
+    r.0.pieces = split.pieces.clone();
+    let from = LimitsFrom::Batches(text, &split);
+    r.config(rest.as_table(), &from).is_some()
 }

@@ -160,3 +160,90 @@ fn a_value_out_of_range_or_of_another_shape_is_named_with_the_value() {
         "{p:#?}"
     );
 }
+
+/// `text` read a `[[limits]]` entry at a time and read whole: fields, places and problems.
+fn read_both_ways(text: &str) -> (String, String) {
+    let show = |r: Result<(read::RawConfig, read::Located), ConfigErrors>| match r {
+        Ok((raw, located)) => format!("{raw:?} {}", located.noted()),
+        Err(e) => format!("error: {e}"),
+    };
+    (
+        show(read::read_config_by(text, 1)),
+        show(read::read_config_by(text, 0)),
+    )
+}
+
+/// Seven limits; the fourth's rate is of the wrong type.
+fn seven_limits() -> String {
+    (0..7)
+        .map(|i| {
+            let rate = if i == 3 {
+                "\"x\"".to_string()
+            } else {
+                (i + 1).to_string()
+            };
+            format!("[[limits]]\nid = \"l{i}\"\nrate = {rate}\n")
+        })
+        .collect()
+}
+
+#[test]
+fn a_file_read_in_batches_of_limits_reads_as_the_whole_file() {
+    let limits = seven_limits();
+    let text = format!(
+        "period_ms = \"x\"\n{HEAD}{limits}[[templates]]\nid = \"t\"\nentry = \"k\"\nrate = 5\n\
+         odd = 1\n  [[limits]] # again\nid = \"m\"\nrate = 1\nsurprise = true\n{limits}"
+    );
+    assert!(read::read_in_batches(&text, 1));
+    let (batched, whole) = read_both_ways(&text);
+    assert_eq!(batched, whole);
+    assert!(whole.contains("limits[11].rate"), "{whole}");
+    // Many limits, by the batch size a daemon uses, with a problem in the middle.
+    let many: String = (0..2_500)
+        .map(|i| format!("[[limits]]\nid = \"p{i}\"\nrate = {}\n", 1_250 - i as i64))
+        .collect();
+    let text = format!("{HEAD}{many}");
+    assert!(read::read_in_batches(&text, batches::LIMITS_PER_BATCH));
+    let batched = read::read_config_by(&text, batches::LIMITS_PER_BATCH);
+    let whole = read::read_config_by(&text, 0);
+    let show = |r: &Result<(read::RawConfig, read::Located), ConfigErrors>| match r {
+        Ok((raw, located)) => format!("{raw:?} {}", located.noted()),
+        Err(e) => format!("error: {e}"),
+    };
+    assert_eq!(show(&batched), show(&whole));
+    let problems = problems(&text);
+    assert!(
+        problems.contains(&"limits[1250].rate: 0 must be positive (at line 3759)".to_string()),
+        "{problems:#?}"
+    );
+}
+
+#[test]
+fn a_split_that_could_read_otherwise_than_the_whole_file_is_not_used() {
+    let limits = seven_limits();
+    let cases = [
+        // `[[limits]]` lines inside a multi-line string or array are no entries.
+        format!("note = \"\"\"\n{limits}\"\"\"\n{HEAD}{limits}"),
+        format!("note = '''\n{limits}'''\n{HEAD}"),
+        format!("x = [\n{limits}[1]]\n{HEAD}"),
+        // `limits` outside the entries, in any form.
+        format!("limits = [{{ id = \"i\", rate = 1 }}]\n{HEAD}{limits}"),
+        format!("{HEAD}{limits}[limits.extra]\na = 1\n"),
+        format!("{HEAD}{limits}[[limits.extra]]\na = 1\n"),
+        // A syntax error, in an entry or elsewhere.
+        format!("{HEAD}{limits}[[limits]]\nid = \n"),
+        format!("{HEAD}{limits}[[templates]]\nid = \n"),
+    ];
+    for text in cases {
+        assert!(!read::read_in_batches(&text, 1), "{text}");
+        let (batched, whole) = read_both_ways(&text);
+        assert_eq!(batched, whole, "{text}");
+    }
+    // What a multi-line string holds is not read as entries.
+    let text = format!("note = \"\"\"\n{limits}\"\"\"\n{HEAD}{limits}");
+    let (batched, _) = read_both_ways(&text);
+    assert!(
+        batched.contains("l6") && !batched.contains("limits[7]"),
+        "{batched}"
+    );
+}

@@ -709,6 +709,10 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                     .event(kind, peer.as_deref(), limit.as_deref(), detail);
             }
         }
+        // The record just written is the own record as the store now holds it: this replica
+        // does not hold the one read before this rebalance (a whole record's entries, 30 MB at
+        // 100,000 limits) for another period.
+        self.own_seen = Some(Arc::new(decision.record.clone()));
         self.fenced = decision.alarms.fenced;
         self.stalled = false;
         self.shared.metrics.writes.inc();
