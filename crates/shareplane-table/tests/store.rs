@@ -165,7 +165,7 @@ async fn the_owner_collects_an_ended_epoch_once_every_heir_in_its_replica_closed
         "every heir closed it, but the owner is not KEEP_ENDED_EPOCHS past it yet"
     );
     let later = 1 + shareplane_core::KEEP_ENDED_EPOCHS;
-    put(&a, rec(0, later, 6)).await;
+    put(&a, record(0, later, 6)).await;
     assert_eq!(
         of(&a, 0).await,
         vec![(2, 5), (later, 6)],
