@@ -45,8 +45,9 @@
 //!   `L` in full: the live Region still holds it. Of that, what the heir took beyond what the
 //!   epoch's newest record would leave it is stale room (`over_stale`); the rest is
 //!   `over_running`;
-//! - **pairs**: the grants in flight from or to a running epoch, each side read from its own
-//!   newest record that keeps the pair.
+//! - **pairs**: the grants in flight between two running epochs, each side read from its own
+//!   newest record that keeps the pair; those between a running epoch and an ended one are the
+//!   running Region's to settle, and are netted with its parts of the estates.
 //!
 //! `expected` is the sum of every Region's static part at the limit version its newest record
 //! has adopted. Every rebalance of the core moves room between these places without creating or
@@ -193,7 +194,8 @@ pub struct Audit {
     pub live: i128,
     /// Room of ended epochs that their heirs have not taken yet.
     pub estates: i128,
-    /// Grants in flight that belong to no estate: from or to a running epoch.
+    /// Grants in flight between two running epochs (those between a running and an ended epoch
+    /// are netted into the running Region's part of `estates`).
     pub pairs: i128,
     /// Room that some heir or grantee took beyond what it was owed (pieces that went negative),
     /// plus debts of ended epochs that nobody pays: room above `L`.
@@ -263,9 +265,13 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
         li,
         n,
     };
-    in_flight(&scope, &mut a);
+    let mut settles = vec![0; n];
+    in_flight(&scope, &mut a, &mut settles);
     for h in regions(n) {
-        let mut owed = Owed::default();
+        let mut owed = Owed {
+            net: settles[h.index()],
+            stale: false,
+        };
         for x in epochs.iter().filter(|x| x.region != h) {
             estate_piece(&scope, x, h, &mut owed, &mut a);
         }
@@ -322,14 +328,19 @@ impl<'a> Scope<'a> {
 }
 
 /// Counts the grants in flight that belong to no estate (docs/PROTOCOL.md, "Grants in
-/// flight"): those of a running epoch (its own until it takes them back against the grantee's
-/// last record) and those to a running epoch (it takes them). A grant between two ended epochs
-/// is part of its granter's estate ([`estate_worth`]).
-fn in_flight(at: &Scope<'_>, a: &mut Audit) {
+/// flight"): between two running epochs into `a.pairs`; between a running epoch and an ended one
+/// into the running Region's part of `settles` (it takes them all, or takes its own back against
+/// the last record, and settles that with its parts of the estates as one amount). A grant
+/// between two ended epochs is part of its granter's estate ([`estate_worth`]).
+fn in_flight(at: &Scope<'_>, a: &mut Audit, settles: &mut [i128]) {
     for g in at.epochs {
         for x in at.epochs.iter().filter(|x| x.region != g.region) {
-            if g.live || x.live {
-                add_piece(&mut a.pairs, &mut a.over, at.index.flow(g, x, at.li));
+            let flow = at.index.flow(g, x, at.li);
+            match (g.live, x.live) {
+                (true, true) => add_piece(&mut a.pairs, &mut a.over, flow),
+                (true, false) => settles[g.region.index()] += flow,
+                (false, true) => settles[x.region.index()] += flow,
+                (false, false) => {}
             }
         }
     }
