@@ -115,6 +115,24 @@ fn a_one_way_cut_then_the_heir_that_took_the_grants_lost_too() {
     );
 }
 
+/// Issue 31's survivor class (`simulations/scenarios/survivor-takeback.toml`): behind a one-way
+/// cut B took A's grant out of A's sight, then B is lost and A closes B against the record it
+/// holds. The class must be reached, and every state of it conserve room exactly: A takes its
+/// grant back only against B's last record.
+#[test]
+fn a_survivor_whose_grant_was_taken_out_of_its_sight() {
+    let s = model::Settings::survivor_takeback(depth("SHAREPLANE_MODEL_DEPTH_SURVIVOR", 5), 4);
+    let r = check(&s);
+    assert!(
+        r.witness_states > 0,
+        "the run never reached the class (A closed B against a record older than B's take)"
+    );
+    assert_eq!(
+        r.witness_exact, r.witness_states,
+        "a state of the class counts room twice"
+    );
+}
+
 /// Limit versions rolled out Region by Region among the faults: the limit lowered from 12 to 4
 /// and raised to 16, from the state where Region 1 has granted its room to Region 0.
 #[test]

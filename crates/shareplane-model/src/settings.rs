@@ -114,6 +114,43 @@ impl Settings {
         }
     }
 
+    /// The survivor's take-back of issue 31 (docs/PROTOCOL.md, "Grants in flight";
+    /// `simulations/scenarios/survivor-takeback.toml`), 3 Regions as [`Settings::small`] with A
+    /// (Region 0) idle and B (Region 1) busy, from the state where a one-way cut keeps B's and
+    /// C's records from A, A has granted its room to B and B has taken it: A holds only B's
+    /// record from before the take. The exploration adds losses and health flips (`max_faults`
+    /// of them), every rebalance and delivery; only true verdicts. The run must reach
+    /// [`survivor_takeback_witness`]: A has closed B against that record while B's last one shows
+    /// the take (under the rules before, A took its grant back as untaken and held it twice).
+    pub fn survivor_takeback(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        Settings {
+            demands_rps: vec![1, 9, 2],
+            prefix: vec![
+                Rebalance(0),
+                Rebalance(1),
+                Rebalance(2),
+                Deliver(0, 1),
+                Deliver(0, 2),
+                Deliver(1, 0),
+                Deliver(1, 2),
+                Deliver(2, 0),
+                Deliver(2, 1),
+                OneWayCut(1, 0),
+                OneWayCut(2, 0),
+                Rebalance(0),
+                Deliver(0, 1),
+                Deliver(0, 2),
+                Rebalance(1),
+                Deliver(1, 2),
+            ],
+            witness: Some(survivor_takeback_witness),
+            true_verdicts_only: true,
+            faults: |a| matches!(a, Action::Lose(_) | Action::Flip(_)),
+            ..Settings::small(depth, max_faults)
+        }
+    }
+
     /// The restore race of issue 11 (docs/PROTOCOL.md, "Why fixed portions"), 3 Regions as
     /// [`Settings::small`], explored from the state where Region 1 (B) is lost, its health check
     /// reads unhealthy, and both Region 0 (A) and Region 2 (C) have closed its epoch. The race
@@ -293,6 +330,20 @@ pub fn heir_lost_witness(c: &[Coordinator], lost: &[bool], unhealthy: &[bool]) -
         && b_at_a.version < b_last.version
         && (c_at_a.seen[rb] > (b_at_a.epoch, b_at_a.version)
             || c_at_a.limits[0].taken[rb] > b_at_a.limits[0].granted[rc])
+}
+
+/// Issue 31's survivor class: Region 0 (A) has closed the epoch of Region 1 (B) against a record
+/// older than B's newest, and B's newest shows that B took more of A's grants than that record
+/// did (a take out of A's sight).
+pub fn survivor_takeback_witness(c: &[Coordinator], lost: &[bool], _unhealthy: &[bool]) -> bool {
+    let (ra, rb) = (rid(0), rid(1));
+    let Some(b_at_a) = c[0].latest(rb) else {
+        return false;
+    };
+    let b_last = c[1].own();
+    let closed_stale = c[0].own().reclaims[rb]
+        .is_some_and(|m| m.epoch == b_last.epoch && m.version < b_last.version);
+    lost[1] && !lost[0] && closed_stale && b_last.limits[0].taken[ra] > b_at_a.limits[0].taken[ra]
 }
 
 /// The restore race of issue 11 (docs/PROTOCOL.md, "Why fixed portions"): Region 0 (A) has closed
