@@ -116,6 +116,12 @@ for target in "${IMAGES[@]}"; do
 done
 expect daemon "$(inspect daemon '{{.OCIv1.Config.Cmd}}')" "[run --config /etc/shareplane/config.toml]" "command"
 expect gateway "$(inspect gateway '{{.OCIv1.Config.Cmd}}')" "[gateway --config /etc/shareplane/gateway.toml]" "command"
+# The daemon's allocator setting (README, "a daemon's resident memory"): freed records unmapped.
+daemon_env=$(inspect daemon '{{.OCIv1.Config.Env}}')
+case " ${daemon_env//[\[\]]/ } " in
+  *" MALLOC_MMAP_THRESHOLD_=1048576 "*) ;;
+  *) echo "the daemon image: expected MALLOC_MMAP_THRESHOLD_=1048576 in its environment, found $daemon_env" >&2; exit 1 ;;
+esac
 
 CONTAINERS=()
 PIDS=()
