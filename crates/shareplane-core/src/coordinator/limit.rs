@@ -271,6 +271,21 @@ impl LimitCtx<'_> {
         }
     }
 
+    /// Whether `basis`, a record of an estate, shows that its writer held a newer record of
+    /// another estate than the one this Region last closed or settled that estate against (its
+    /// mark), which is not known to be final: room may have moved from that estate into this one
+    /// out of this Region's sight, and its part of the other is still the older record's.
+    fn newer_elsewhere(&self, rec: &RegionRecord, basis: &RegionRecord) -> bool {
+        crate::region::regions(self.d.n())
+            .filter(|&x| x != self.me && x != basis.region)
+            .any(|x| {
+                rec.reclaims[x].is_some_and(|m| {
+                    basis.seen[x] > (m.epoch, m.version)
+                        && self.peers[x.index()].final_version(m.epoch) != Some(m.version)
+                })
+            })
+    }
+
     /// Whether `basis` is known to be the last record of its epoch.
     fn is_last(&self, basis: &RegionRecord) -> bool {
         self.peers[basis.region.index()].final_version(basis.epoch) == Some(basis.version)
@@ -307,10 +322,15 @@ impl LimitCtx<'_> {
             self.counterpart(li, rec, e, basis, g)
         });
         let before = e.reclaimed[j].0 as i128 - e.debt_taken[j].0 as i128;
-        let part = match heir_part(worth, n, j, self.me) {
-            part if only_up => part.max(before),
-            part => part,
-        };
+        let mut part = heir_part(worth, n, j, self.me);
+        if self.newer_elsewhere(rec, basis) {
+            // Room may have moved into this estate from another that this Region closed against
+            // an older record: until it sees that one's newer record (and settles it down), its
+            // part here only goes down.
+            part = part.min(before);
+        } else if only_up {
+            part = part.max(before);
+        }
         e.reclaimed[j] = Room(part.max(0) as u64);
         e.debt_taken[j] = Room((-part).max(0) as u64);
         let delta = part - before;
