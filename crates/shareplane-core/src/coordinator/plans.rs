@@ -46,8 +46,8 @@ pub(super) struct Plan {
     /// Silent and unhealthy, but not reclaimed: the basis may be stale.
     pub(super) reclaim_waits: bool,
     /// The last record of an ended epoch of the peer that this Region closed and has switched
-    /// past: its estate's worth may still grow (another heir's close hands it the grants it left
-    /// in flight, an epoch it granted to ends), and this Region takes its part of what grows.
+    /// past: its estate's worth may still grow (an epoch it granted to ends without taking the
+    /// grants, which are then the estate's), and this Region takes its part of what it grows by.
     pub(super) settle_ended: Option<Arc<RegionRecord>>,
 }
 
@@ -200,9 +200,12 @@ impl Coordinator {
 
     /// Whether the estate of `last`'s epoch (its last record) may still grow: a Region it
     /// accounts with, other than this one, whose epoch may still end without taking the
-    /// estate's grants in flight to it (it has neither ended, with its last record known here,
-    /// nor moved its account past the estate's epoch, which takes them all). Until then a heir
-    /// that switched past the estate keeps its mark on it, to take its part of what it grows by.
+    /// estate's grants in flight to it (it has neither ended nor moved its account past the
+    /// estate's epoch, which takes them all). Until then a heir that switched past the estate
+    /// keeps its mark on it, to take its part of what it grows by. An ended epoch whose last
+    /// record this Region does not hold counts as known: waiting would not bring it (the stores
+    /// keep it `KEEP_ENDED_EPOCHS` epochs), and what it would add is left with nobody, under the
+    /// limit.
     fn estate_may_grow(&self, last: &RegionRecord) -> bool {
         let x = last.region;
         crate::region::regions(self.d.n())
