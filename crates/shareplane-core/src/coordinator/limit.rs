@@ -322,15 +322,16 @@ impl LimitCtx<'_> {
             self.counterpart(li, rec, e, basis, g)
         });
         let before = e.reclaimed[j].0 as i128 - e.debt_taken[j].0 as i128;
-        let mut part = heir_part(worth, n, j, self.me);
-        if self.newer_elsewhere(rec, basis) {
-            // Room may have moved into this estate from another that this Region closed against
-            // an older record: until it sees that one's newer record (and settles it down), its
-            // part here only goes down.
-            part = part.min(before);
-        } else if only_up {
-            part = part.max(before);
-        }
+        let part = heir_part(worth, n, j, self.me);
+        // Room may have moved into this estate from another that this Region closed against an
+        // older record: until it sees that one's newer record (and settles it down), its part
+        // here only goes down. A settlement against a final basis only goes up.
+        let part = match (self.newer_elsewhere(rec, basis), only_up) {
+            (true, true) => before,
+            (true, false) => part.min(before),
+            (false, true) => part.max(before),
+            (false, false) => part,
+        };
         e.reclaimed[j] = Room(part.max(0) as u64);
         e.debt_taken[j] = Room((-part).max(0) as u64);
         let delta = part - before;
