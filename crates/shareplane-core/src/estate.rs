@@ -296,7 +296,7 @@ fn limit_of(r: &RegionRecord, li: usize) -> LimitRecord {
 /// Regions.
 #[derive(Clone, Copy)]
 struct Scope<'a> {
-    index: &'a Index<'a, 'a>,
+    index: &'a Index<'a>,
     epochs: &'a [Epoch<'a>],
     li: usize,
     n: usize,
@@ -442,7 +442,7 @@ fn epochs_of<'a>(world: &[Truth<'a>], n: usize) -> Vec<Epoch<'a>> {
 /// What the audit looks up for every pair of epochs and every heir, gathered in one pass over
 /// every record (a lookup that scanned them all each time made the audit quadratic in the
 /// records written, and the simulator audits after every rebalance).
-struct Index<'w, 'a> {
+struct Index<'w> {
     /// Per Region: the newest of its records (in any of its epochs) that marks each
     /// `(owner index, owner epoch)`; its `reclaimed`, `debt_taken` and `left` for the owner
     /// refer to that mark.
@@ -451,11 +451,10 @@ struct Index<'w, 'a> {
     /// `(peer index, own epoch, peer epoch)` (a later epoch carries them frozen until it
     /// switches to the peer's next epoch).
     pairs: Vec<BTreeMap<(usize, u64, u64), &'w RegionRecord>>,
-    _world: std::marker::PhantomData<&'a ()>,
 }
 
-impl<'w, 'a> Index<'w, 'a> {
-    fn of(world: &'w [Truth<'a>], n: usize) -> Index<'w, 'a> {
+impl<'w> Index<'w> {
+    fn of(world: &'w [Truth<'w>], n: usize) -> Index<'w> {
         let mut markers = Vec::with_capacity(n);
         let mut pairs = Vec::with_capacity(n);
         for region in regions(n) {
@@ -478,11 +477,7 @@ impl<'w, 'a> Index<'w, 'a> {
             markers.push(m);
             pairs.push(p);
         }
-        Index {
-            markers,
-            pairs,
-            _world: std::marker::PhantomData,
-        }
+        Index { markers, pairs }
     }
 
     /// The newest record of `heir` that marks `owner`'s epoch `epoch`.

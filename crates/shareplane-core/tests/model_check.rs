@@ -39,6 +39,17 @@ fn check(s: &model::Settings) -> model::Report {
     r
 }
 
+/// Runs `s`, which must reach its witness class (`class` says which) and find every state of it
+/// conserving room exactly.
+fn reaches_exactly(s: &model::Settings, class: &str) {
+    let r = check(s);
+    assert!(r.witness_states > 0, "the run never reached {class}");
+    assert_eq!(
+        r.witness_exact, r.witness_states,
+        "a state of {class} counts room twice"
+    );
+}
+
 /// The depth of a run: `var` (tests/run-all.sh sets the CI depths on a release build), or
 /// `quick` for a plain `cargo test` on a debug build.
 fn depth(var: &str, quick: usize) -> usize {
@@ -104,14 +115,9 @@ fn grants_between_two_ended_epochs_come_back() {
 #[test]
 fn a_one_way_cut_then_the_heir_that_took_the_grants_lost_too() {
     let s = model::Settings::one_way_heir_lost(depth("SHAREPLANE_MODEL_DEPTH_ONE_WAY", 7), 4);
-    let r = check(&s);
-    assert!(
-        r.witness_states > 0,
-        "the run never reached issue 31's class (B and C lost and unhealthy, A holding a record of C that says B wrote on)"
-    );
-    assert_eq!(
-        r.witness_exact, r.witness_states,
-        "a state of the class counts room twice"
+    reaches_exactly(
+        &s,
+        "issue 31's class (B and C lost and unhealthy, A holding a record of C that says B wrote on)",
     );
 }
 
@@ -122,14 +128,9 @@ fn a_one_way_cut_then_the_heir_that_took_the_grants_lost_too() {
 #[test]
 fn a_survivor_whose_grant_was_taken_out_of_its_sight() {
     let s = model::Settings::survivor_takeback(depth("SHAREPLANE_MODEL_DEPTH_SURVIVOR", 5), 4);
-    let r = check(&s);
-    assert!(
-        r.witness_states > 0,
-        "the run never reached the class (A closed B against a record older than B's take)"
-    );
-    assert_eq!(
-        r.witness_exact, r.witness_states,
-        "a state of the class counts room twice"
+    reaches_exactly(
+        &s,
+        "the class (A closed B against a record older than B's take)",
     );
 }
 

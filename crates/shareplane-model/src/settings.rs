@@ -38,6 +38,23 @@ pub fn every_fault(_: &Action) -> bool {
     true
 }
 
+/// Every Region of three rebalances once and every record reaches every peer: the opening of the
+/// runs that start from a settled deployment.
+fn every_region_heard() -> Vec<Action> {
+    use Action::*;
+    vec![
+        Rebalance(0),
+        Rebalance(1),
+        Rebalance(2),
+        Deliver(0, 1),
+        Deliver(0, 2),
+        Deliver(1, 0),
+        Deliver(1, 2),
+        Deliver(2, 0),
+        Deliver(2, 1),
+    ]
+}
+
 /// Whether a state (every Region's coordinator, which Regions are lost, which read unhealthy)
 /// belongs to the class a run must reach.
 pub type Witness = fn(&[Coordinator], &[bool], &[bool]) -> bool;
@@ -87,26 +104,21 @@ impl Settings {
         use Action::*;
         Settings {
             demands_rps: vec![4, 1, 7],
-            prefix: vec![
-                Rebalance(0),
-                Rebalance(1),
-                Rebalance(2),
-                Deliver(0, 1),
-                Deliver(0, 2),
-                Deliver(1, 0),
-                Deliver(1, 2),
-                Deliver(2, 0),
-                Deliver(2, 1),
-                OneWayCut(1, 0),
-                Rebalance(1),
-                Deliver(1, 2),
-                Rebalance(2),
-                Deliver(2, 0),
-                Deliver(2, 1),
-                Rebalance(0),
-                Deliver(0, 1),
-                Deliver(0, 2),
-            ],
+            prefix: [
+                every_region_heard(),
+                vec![
+                    OneWayCut(1, 0),
+                    Rebalance(1),
+                    Deliver(1, 2),
+                    Rebalance(2),
+                    Deliver(2, 0),
+                    Deliver(2, 1),
+                    Rebalance(0),
+                    Deliver(0, 1),
+                    Deliver(0, 2),
+                ],
+            ]
+            .concat(),
             witness: Some(heir_lost_witness),
             true_verdicts_only: true,
             faults: |a| matches!(a, Action::Lose(_) | Action::Flip(_)),
@@ -126,24 +138,19 @@ impl Settings {
         use Action::*;
         Settings {
             demands_rps: vec![1, 9, 2],
-            prefix: vec![
-                Rebalance(0),
-                Rebalance(1),
-                Rebalance(2),
-                Deliver(0, 1),
-                Deliver(0, 2),
-                Deliver(1, 0),
-                Deliver(1, 2),
-                Deliver(2, 0),
-                Deliver(2, 1),
-                OneWayCut(1, 0),
-                OneWayCut(2, 0),
-                Rebalance(0),
-                Deliver(0, 1),
-                Deliver(0, 2),
-                Rebalance(1),
-                Deliver(1, 2),
-            ],
+            prefix: [
+                every_region_heard(),
+                vec![
+                    OneWayCut(1, 0),
+                    OneWayCut(2, 0),
+                    Rebalance(0),
+                    Deliver(0, 1),
+                    Deliver(0, 2),
+                    Rebalance(1),
+                    Deliver(1, 2),
+                ],
+            ]
+            .concat(),
             witness: Some(survivor_takeback_witness),
             true_verdicts_only: true,
             faults: |a| matches!(a, Action::Lose(_) | Action::Flip(_)),
