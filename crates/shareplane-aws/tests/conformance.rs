@@ -234,7 +234,8 @@ async fn ended_epochs_kept_until_every_heir_has_closed_them<S: RecordStore>(
         got, expect,
         "epoch 3 is kept: heir 1 still accounts with it"
     );
-    // Once heir 1 accounts with epoch 4 too, a store may drop epoch 3; the current record stays.
+    // Heir 1 accounts with epoch 4 too, still marking epoch 3 (it may still settle it up): a
+    // store keeps epoch 3; the current record stays last.
     s.put(&heir_at(&d, 1, 12, 4, (3, 4)), WriterToken(1))
         .await
         .expect("heir 1 switches");

@@ -147,12 +147,14 @@ pub const KEEP_ENDED_EPOCHS: u64 = 4;
 
 /// Whether `owner`'s ended epoch `epoch` is closed for good, so that the store may collect its
 /// kept last record: every other Region's (of `n`) latest record (`latest`) accounts with a
-/// later epoch of `owner` and marks `epoch` or a later one, and the owner is at least
-/// [`KEEP_ENDED_EPOCHS`] epochs past it. A heir moves its accounting past an epoch only by
-/// closing it against exactly its last record; the epochs kept after that are for heirs of other
-/// estates that this epoch took grants of (docs/PROTOCOL.md, "Grants in flight"). A record that
-/// claims an epoch of `owner` beyond `owner_epoch`, the owner's current one, counts as not
-/// closed. Every store that keeps ended epochs' records collects them by this rule.
+/// later epoch of `owner` and marks a later one, and the owner is at least [`KEEP_ENDED_EPOCHS`]
+/// epochs past it. A heir moves its accounting past an epoch only by closing it against exactly
+/// its last record, and its mark past it only by closing a later epoch, which it does not do while
+/// it may still have to settle the earlier estate up (`Plan::settle_ended`): a heir lost while it
+/// still marks the epoch needs the record when it comes back. The epochs kept after that are for
+/// heirs of other estates that this epoch took grants of (docs/PROTOCOL.md, "Grants in flight").
+/// A record that claims an epoch of `owner` beyond `owner_epoch`, the owner's current one, counts
+/// as not closed. Every store that keeps ended epochs' records collects them by this rule.
 pub fn closed_for_good<'a>(
     n: usize,
     owner: RegionId,
@@ -167,7 +169,7 @@ pub fn closed_for_good<'a>(
                 let acct = rec.peer_epochs[owner];
                 acct > epoch
                     && plausible(acct)
-                    && rec.reclaims[owner].is_some_and(|m| plausible(m.epoch))
+                    && rec.reclaims[owner].is_some_and(|m| m.epoch > epoch && plausible(m.epoch))
             })
         })
 }
@@ -599,14 +601,18 @@ mod tests {
     }
 
     #[test]
-    fn an_epoch_is_closed_for_good_only_when_every_heir_accounts_past_it_and_marks_it() {
+    fn an_epoch_is_closed_for_good_only_when_every_heir_accounts_and_marks_past_it() {
         let d = deployment();
         // (heir views, A's current epoch, kept epoch, collectable?)
         let cases: &[(&[View], u64, u64, bool)] = &[
-            (&[(1, 3, Some(2)), (2, 3, Some(2))], 6, 2, true),
-            (&[(1, 3, Some(2)), (2, 4, Some(3))], 6, 2, true),
+            (&[(1, 4, Some(3)), (2, 4, Some(3))], 6, 2, true),
+            (&[(1, 4, Some(3)), (2, 6, Some(5))], 6, 2, true),
+            // Both switched past epoch 2 but still mark it: they may still settle it up (a
+            // heir lost now needs the record when it comes back).
+            (&[(1, 3, Some(2)), (2, 3, Some(2))], 6, 2, false),
+            (&[(1, 4, Some(3)), (2, 3, Some(2))], 6, 2, false),
             // Closed by every heir, but kept until the owner is KEEP_ENDED_EPOCHS past it.
-            (&[(1, 3, Some(2)), (2, 3, Some(2))], 5, 2, false),
+            (&[(1, 4, Some(3)), (2, 4, Some(3))], 5, 2, false),
             // C marks epoch 2 at its last version but still accounts with it.
             (&[(1, 3, Some(2)), (2, 2, Some(2))], 3, 2, false),
             // C never wrote.

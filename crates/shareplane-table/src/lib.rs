@@ -377,28 +377,31 @@ mod tests {
         t.write(0, rec(0, 1, 3), 1);
         t.write(0, rec(0, 2, 4), 2);
         assert_eq!(kept_epochs(&mut t, 1, 2), vec![1]);
-        // Only B has closed epoch 1 (and accounts with epoch 2); C still accounts with epoch 1.
-        t.write(1, heir(1, 2, 1), 3);
+        // Only B has closed epoch 1 and marks a later one; C still accounts with epoch 1.
+        t.write(1, heir(1, 2, 2), 3);
         t.write(2, heir(2, 1, 1), 3);
         let _ = (version(&mut t, 1, 0, 3), version(&mut t, 2, 0, 3));
         t.write(0, rec(0, 2, 5), 4);
         assert_eq!(kept_epochs(&mut t, 1, 4), vec![1], "C may still need it");
-        // C closes it too, but the writer's replica has not seen that yet: kept.
+        // C switches past it but still marks it (it may still settle it up); the writer's
+        // replica has not seen that yet.
         t.write(2, heir(2, 2, 1), 10);
         t.write(0, rec(0, 2, 6), 5);
         assert_eq!(kept_epochs(&mut t, 1, 5), vec![1]);
         let _ = version(&mut t, 2, 0, 10);
-        t.write(0, rec(0, 2, 7), 11);
+        t.write(0, rec(0, 1 + shareplane_core::KEEP_ENDED_EPOCHS, 7), 11);
         assert_eq!(
             kept_epochs(&mut t, 1, 11),
-            vec![1],
-            "every heir closed it, but the owner is not KEEP_ENDED_EPOCHS past it yet"
+            vec![1, 2],
+            "C still marks epoch 1: kept however far the owner is past it"
         );
-        t.write(0, rec(0, 1 + shareplane_core::KEEP_ENDED_EPOCHS, 8), 12);
+        t.write(2, heir(2, 2, 2), 12);
+        let _ = version(&mut t, 2, 0, 13);
+        t.write(0, rec(0, 1 + shareplane_core::KEEP_ENDED_EPOCHS, 8), 14);
         assert_eq!(
-            kept_epochs(&mut t, 1, 12),
+            kept_epochs(&mut t, 1, 14),
             vec![2],
-            "epoch 1 collected; epoch 2, which no heir has closed, kept"
+            "epoch 1 collected; epoch 2, which no heir accounts past, kept"
         );
     }
 

@@ -121,12 +121,12 @@ async fn an_ended_epochs_last_record_travels_with_the_next_and_can_be_lost() {
 }
 
 /// Region `w`'s record (version `version`) that accounts with Region 0's epoch `acct` and marks
-/// its epoch 1 as reclaimed.
+/// the same epoch as reclaimed (it closed every earlier one).
 fn heir(w: usize, version: u64, acct: u64) -> RegionRecord {
     let mut r = record(w, 1, version);
     r.peer_epochs.0[0] = acct;
     r.reclaims.0[0] = Some(ReclaimMark {
-        epoch: 1,
+        epoch: acct,
         version: 1,
         by: 1,
     });
