@@ -42,11 +42,11 @@
 //! [`MAX_COLLECT_PER_WRITE`] deletes per write (shards first, the header last, so a partly
 //! collected set reads as inconsistent and is left out), once **every other configured Region's
 //! latest record** (as this store last read it) accounts with a later epoch of the owner and marks
-//! that epoch or a later one (the core's rule, [`shareplane_core::closed_for_good`], which the
-//! simulated tables apply too). Accounting with a later epoch is the stricter test and the one that
-//! matters: a heir moves its accounting past epoch `E` only by closing `E` against exactly its
-//! last record, whereas a heir that reclaimed `E`'s last record before it saw the next epoch
-//! marks `E` but, after a restart, still needs the kept record to switch its accounting. A Region
+//! a later one (the core's rule, [`shareplane_core::closed_for_good`], which the simulated tables
+//! apply too), and the owner is `KEEP_ENDED_EPOCHS` epochs past it. A heir moves its accounting
+//! past epoch `E` only by closing `E` against exactly its last record, and its mark past `E` only
+//! by closing a later epoch, which it defers while it may still have to settle `E` up: until
+//! then, after a restart, it still needs the kept record. A Region
 //! that never wrote, or whose record is rejected, has marked nothing: its peers' kept epochs stay.
 //! A record claiming an epoch of the owner beyond the owner's current one counts as not marking.
 //!
