@@ -158,6 +158,45 @@ impl Settings {
         }
     }
 
+    /// Two estates seen out of order (fresh swarm seed 40044107; docs/PROTOCOL.md, "Why no heir
+    /// takes more than it is owed"), 3 Regions as [`Settings::small`] with demands 4, 1 and 7:
+    /// a one-way cut keeps B's and C's records from A; B grants its room to C and C takes it;
+    /// both are lost and read unhealthy, and A closes both against its records from before the
+    /// cut (a consistent cut: the grant is in neither). The exploration adds heals and health
+    /// flips (`max_faults` of them), every rebalance and delivery, versions skipped or not; only
+    /// true verdicts. The run must reach [`out_of_order_witness`]: A holds C's newer record,
+    /// which shows the take, while its mark on B is older than the record C took from. Settling
+    /// C up first would hand A its portion of the grant while its part of B still holds it too.
+    pub fn estates_out_of_order(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        Settings {
+            demands_rps: vec![4, 1, 7],
+            prefix: [
+                every_region_heard(),
+                vec![
+                    OneWayCut(1, 0),
+                    OneWayCut(2, 0),
+                    Rebalance(1),
+                    Deliver(1, 2),
+                    Rebalance(2),
+                    Deliver(2, 1),
+                    Lose(1),
+                    Lose(2),
+                    Flip(1),
+                    Flip(2),
+                    Rebalance(0),
+                    Rebalance(0),
+                    Rebalance(0),
+                ],
+            ]
+            .concat(),
+            witness: Some(out_of_order_witness),
+            true_verdicts_only: true,
+            faults: |a| matches!(a, Action::Heal | Action::Flip(_)),
+            ..Settings::small(depth, max_faults)
+        }
+    }
+
     /// The restore race of issue 11 (docs/PROTOCOL.md, "Why fixed portions"), 3 Regions as
     /// [`Settings::small`], explored from the state where Region 1 (B) is lost, its health check
     /// reads unhealthy, and both Region 0 (A) and Region 2 (C) have closed its epoch. The race
@@ -351,6 +390,23 @@ pub fn survivor_takeback_witness(c: &[Coordinator], lost: &[bool], _unhealthy: &
     let closed_stale = c[0].own().reclaims[rb]
         .is_some_and(|m| m.epoch == b_last.epoch && m.version < b_last.version);
     lost[1] && !lost[0] && closed_stale && b_last.limits[0].taken[ra] > b_at_a.limits[0].taken[ra]
+}
+
+/// Two estates seen out of order: B (Region 1) and C (Region 2) are lost, A (Region 0) marks both,
+/// and the newest record of C that A holds says its writer had seen a newer record of B than the
+/// one A's mark on B names (room moved from B's estate into C's out of A's sight).
+pub fn out_of_order_witness(c: &[Coordinator], lost: &[bool], _unhealthy: &[bool]) -> bool {
+    let (rb, rc) = (rid(1), rid(2));
+    let a = c[0].own();
+    let (Some(mb), Some(mc), Some(c_at_a)) = (a.reclaims[rb], a.reclaims[rc], c[0].latest(rc))
+    else {
+        return false;
+    };
+    lost[1]
+        && lost[2]
+        && !lost[0]
+        && mc.epoch == c_at_a.epoch
+        && c_at_a.seen[rb] > (mb.epoch, mb.version)
 }
 
 /// The restore race of issue 11 (docs/PROTOCOL.md, "Why fixed portions"): Region 0 (A) has closed
