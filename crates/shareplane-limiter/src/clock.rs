@@ -1,9 +1,11 @@
 //! The limiter's clocks, read here and nowhere else in the limiter, the gateway or the load
 //! generator (`clippy.toml` bans direct reads elsewhere), so that every read is in one place:
-//! - tokio's monotonic clock ([`now`], [`since`]), which tests pause and advance: leases, fences,
-//!   the watcher's round trips, the load generator's schedule;
-//! - std's monotonic clock ([`std_now`], [`std_since`]): the local fallback buckets, the back-off
-//!   from an unreachable Redis, and the durations the gateway reports;
+//! - tokio's monotonic clock ([`now`], [`since`]), which tests pause and advance: the limiter's
+//!   state (leases, the fence, the local fallback's buckets, the back-off from an unreachable
+//!   Redis: `limiter/state.rs` takes it as `now`), the watcher's round trips, the load
+//!   generator's schedule;
+//! - std's monotonic clock ([`std_now`], [`std_since`]): the durations the gateway reports and
+//!   the time a Redis connection takes to set up;
 //! - the wall clock ([`system_now`], [`unix_ms`], [`time_ordered_id`]): stamps that other
 //!   processes read (start times, incarnations) and seeds.
 #![allow(clippy::disallowed_methods)]

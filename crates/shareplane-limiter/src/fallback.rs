@@ -27,7 +27,6 @@
 //! values that already have one.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 /// A token bucket on a caller-given clock (seconds), the same arithmetic as the Redis script:
 /// elapsed clamped at zero, tokens clamped to a lower burst, never reset.
@@ -106,11 +105,11 @@ pub enum FallbackVerdict {
     NotChecked,
 }
 
-/// The local buckets of one gateway.
+/// The local buckets of one gateway, on a clock in seconds that the caller gives (the limiter's
+/// state counts it from when the limiter was made).
 #[derive(Debug)]
 pub struct Fallback {
     gateways: f64,
-    origin: Instant,
     buckets: BTreeMap<String, LocalBucket>,
     /// How many of `buckets` are per-value buckets of templates.
     values: usize,
@@ -123,7 +122,6 @@ impl Fallback {
     pub fn new(gateways_per_region: u32) -> Self {
         Self {
             gateways: f64::from(gateways_per_region.max(1)),
-            origin: crate::clock::std_now(),
             buckets: BTreeMap::new(),
             values: 0,
             values_refused: 0,
@@ -142,17 +140,8 @@ impl Fallback {
         self.values_refused
     }
 
-    /// Checks `limits` at cost `cost`, spending the local buckets only if every enforced limit admits.
-    pub fn check(
-        &mut self,
-        limits: &[FallbackLimit<'_>],
-        cost: f64,
-    ) -> (bool, Vec<FallbackVerdict>) {
-        let now_s = crate::clock::std_since(self.origin).as_secs_f64();
-        self.check_at(now_s, limits, cost)
-    }
-
-    /// [`Fallback::check`] at an explicit time (seconds since this fallback was made).
+    /// Checks `limits` at cost `cost` at `now_s` (seconds on the caller's clock), spending the
+    /// local buckets only if every enforced limit admits.
     pub fn check_at(
         &mut self,
         now_s: f64,

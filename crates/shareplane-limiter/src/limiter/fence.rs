@@ -1,31 +1,13 @@
-//! The running rule set's lease and the fence it implies: installing and renewing rule sets,
-//! and noting (once each way) when capacity limits are fenced.
+//! Installing and renewing rule sets, their lease and the fence it implies, as the driver does
+//! them: the decisions are [`LimiterState`](super::state::LimiterState)'s; this reads the clock
+//! for them and logs what they return (a fence once each way).
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
+use super::state::{FenceChange, LeaseNotes};
 use super::{Install, Limiter};
 use crate::lease::Lease;
 use crate::rules::{LimitKind, RuleSet};
-
-/// The running rule set's lease and the fence it implies.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct LeaseState {
-    lease: Lease,
-    seq: Option<u64>,
-    /// Since when capacity limits are fenced (`None`: not fenced).
-    fenced_since: Option<tokio::time::Instant>,
-}
-
-impl Default for LeaseState {
-    fn default() -> Self {
-        LeaseState {
-            lease: Lease::Unbounded,
-            seq: None,
-            fenced_since: None,
-        }
-    }
-}
 
 impl Limiter {
     /// Runs `set` if its version is greater than the one running; otherwise ignores it. A set
@@ -38,77 +20,61 @@ impl Limiter {
     /// Runs `set` under `lease` (renewal `seq`) if its version is greater than the one running.
     /// An equal version renews the running set's lease instead; an older one changes nothing.
     pub fn install_leased(&self, set: RuleSet, lease: Lease, seq: Option<u64>) -> Install {
-        let mut slot = self.rules.write().unwrap_or_else(PoisonError::into_inner);
-        let running = slot.as_ref().map_or(0, |r| r.version());
-        if set.version() <= running {
-            self.ignored.fetch_add(1, Ordering::Relaxed);
-            if set.version() == running {
-                self.set_lease(lease, seq, running);
-            } else {
-                tracing::warn!(
-                    running,
-                    offered = set.version(),
-                    "ignored a rule set that is not newer"
-                );
+        let set = Arc::new(set);
+        let (install, notes) = self
+            .state()
+            .install(crate::clock::now(), set.clone(), lease, seq);
+        match install {
+            Install::Installed { version } => {
+                for (id, reason) in set.rejected() {
+                    tracing::error!(limit = id, reason, version, "limit held closed");
+                }
+                tracing::info!(version, "rule set installed");
             }
-            return Install::Ignored {
-                running,
-                offered: set.version(),
-            };
+            Install::Ignored { running, offered } if offered < running => {
+                tracing::warn!(running, offered, "ignored a rule set that is not newer");
+            }
+            Install::Ignored { .. } => {}
         }
-        for (id, reason) in set.rejected() {
-            tracing::error!(
-                limit = id,
-                reason,
-                version = set.version(),
-                "limit held closed"
-            );
-        }
-        let version = set.version();
-        *slot = Some(Arc::new(set));
-        self.installed.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(version, "rule set installed");
-        self.set_lease(lease, seq, version);
-        Install::Installed { version }
+        self.log_lease(notes);
+        install
     }
 
     /// Renews the lease of the running rule set if it is still version `version` (a 304 answer to
     /// a poll for what comes after it). Returns whether it did.
     pub fn renew(&self, version: u64, lease: Lease, seq: Option<u64>) -> bool {
-        let renewed = self.version() == version && version > 0;
-        if renewed {
-            self.set_lease(lease, seq, version);
-        }
-        renewed
+        let notes = self.state().renew(crate::clock::now(), version, lease, seq);
+        notes.map(|n| self.log_lease(n)).is_some()
     }
 
     /// The running rule set's lease (unbounded before the first rule set).
     pub fn lease(&self) -> Lease {
-        self.lease_state().lease
+        self.state().lease()
     }
 
     /// The renewal the running lease stands on, as the daemon numbered it.
     pub fn lease_seq(&self) -> Option<u64> {
-        self.lease_state().seq
+        self.state().lease_seq()
     }
 
     /// Whether capacity limits are fenced now. Notes (and logs, once) a change of state.
     pub fn is_fenced(&self) -> bool {
-        let ran_out = self.lease().ran_out(crate::clock::now());
-        self.note_fence(ran_out, self.version());
-        ran_out
+        let (fenced, change) = self.state().fence(crate::clock::now());
+        self.log_fence(change);
+        fenced
     }
 
     /// Completes when the running lease runs out (never while it is unbounded or already out),
     /// having noted the fence: the watcher awaits it so that the fence is logged when it starts,
     /// not at the next check.
     pub async fn lease_runs_out(&self) {
-        match self.lease() {
-            Lease::Until(t) if !self.fenced.load(Ordering::Acquire) => {
+        let end = self.state().lease_end();
+        match end {
+            Some(t) => {
                 tokio::time::sleep_until(t).await;
                 self.is_fenced();
             }
-            _ => std::future::pending().await,
+            None => std::future::pending().await,
         }
     }
 
@@ -125,50 +91,28 @@ impl Limiter {
         })
     }
 
-    fn lease_state(&self) -> LeaseState {
-        *self.lease.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn set_lease(&self, lease: Lease, seq: Option<u64>, version: u64) {
-        {
-            let mut st = self.lease.lock().unwrap_or_else(PoisonError::into_inner);
-            st.lease = lease;
-            st.seq = seq.or(st.seq);
-        }
-        if lease == Lease::Unbounded && !self.warned_unbounded.swap(true, Ordering::Relaxed) {
+    fn log_lease(&self, notes: LeaseNotes) {
+        if notes.first_unbounded {
             tracing::warn!(
-                version,
+                version = notes.version,
                 "the daemon sent no lease with its rule set: it is enforced until replaced"
             );
         }
-        self.note_fence(lease.ran_out(crate::clock::now()), version);
+        self.log_fence(notes.fence);
     }
 
-    /// Records whether the fence is up; a change is counted and logged exactly once.
-    fn note_fence(&self, fenced: bool, version: u64) {
-        if self.fenced.load(Ordering::Acquire) == fenced {
-            return;
-        }
-        let mut st = self.lease.lock().unwrap_or_else(PoisonError::into_inner);
-        if st.fenced_since.is_some() == fenced {
-            return; // another caller noted it first
-        }
-        let now = crate::clock::now();
-        if fenced {
-            st.fenced_since = Some(now);
-            self.fences.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
+    /// Logs a change of the fence (the state returns each exactly once).
+    pub(super) fn log_fence(&self, change: Option<FenceChange>) {
+        match change {
+            None => {}
+            Some(FenceChange::Up { version }) => tracing::warn!(
                 version,
                 "rule-set lease ran out: fencing capacity limits (every request refused with a \
                  Retry-After) until a rule set or a renewal with a lease arrives"
-            );
-        } else {
-            let fenced_ms = st
-                .fenced_since
-                .take()
-                .map_or(0, |s| now.saturating_duration_since(s).as_millis() as u64);
-            tracing::info!(version, fenced_ms, "rule-set lease renewed: fencing ended");
+            ),
+            Some(FenceChange::Down { version, fenced_ms }) => {
+                tracing::info!(version, fenced_ms, "rule-set lease renewed: fencing ended");
+            }
         }
-        self.fenced.store(fenced, Ordering::Release);
     }
 }

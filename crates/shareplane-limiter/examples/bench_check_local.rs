@@ -1,0 +1,98 @@
+//! Throughput and latency of `Limiter::check` without Redis: the limiter's own part of a check
+//! (rules, demand, fence, the switch to the fallback, the fallback), which the Redis round trip
+//! hides in `bench_check`. Redis is a port where nothing listens and every limit fails open, so
+//! after the first call every check is decided in this process and admitted. Prints figures,
+//! asserts nothing.
+//!
+//! `cargo run -p shareplane-limiter --example bench_check_local -- [N] [CONCURRENCY]`
+
+#![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shareplane_limiter::{
+    FailurePolicy, LimitKind, LimitWire, Limiter, LimiterConfig, RuleSet, RulesWire,
+};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let n: usize = args.next().map_or(Ok(200_000), |s| s.parse())?;
+    let concurrency: usize = args.next().map_or(Ok(64), |s| s.parse())?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let ids: Vec<String> = (0..3).map(|i| format!("local-{i}")).collect();
+    let mut cfg = LimiterConfig::new(format!("redis://127.0.0.1:{port}/"));
+    // Redis is not probed again within the run.
+    cfg.probe_after = Duration::from_secs(60);
+    for id in &ids {
+        cfg.failure.insert(id.clone(), FailurePolicy::FailOpen);
+    }
+    let limiter = Arc::new(Limiter::new(cfg)?);
+    let limit = |id: &String| LimitWire {
+        id: id.clone(),
+        rate: 1e9,
+        burst: 2e9,
+        shadow: false,
+        kind: LimitKind::Capacity,
+    };
+    let wire = RulesWire {
+        version: 1,
+        region: "A".into(),
+        limits: ids.iter().map(limit).collect(),
+        lease_ms: None,
+        digest: None,
+        base: None,
+        templates: Vec::new(),
+    };
+    limiter.install(RuleSet::from_wire(wire, None, 1)?);
+    // The first call finds Redis away: from then on the fallback decides.
+    let _ = limiter.check(&[ids[0].as_str()], 1).await?;
+    for k in [1, 3] {
+        let names: Arc<Vec<String>> = Arc::new(ids[..k].to_vec());
+        let start = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..concurrency {
+            let (limiter, names) = (limiter.clone(), names.clone());
+            let share = n / concurrency + usize::from(w < n % concurrency);
+            tasks.spawn(async move {
+                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                let mut lat = Vec::with_capacity(share);
+                for i in 0..share {
+                    let t = Instant::now();
+                    let d = limiter.check(&refs, 1).await;
+                    lat.push(t.elapsed());
+                    if !matches!(d, Ok(ref d) if d.allowed) {
+                        return Err(format!("check failed: {d:?}"));
+                    }
+                    if i % 64 == 63 {
+                        tokio::task::yield_now().await; // let the other tasks in
+                    }
+                }
+                Ok(lat)
+            });
+        }
+        let mut lat = Vec::with_capacity(n);
+        while let Some(r) = tasks.join_next().await {
+            lat.extend(r??);
+        }
+        let secs = start.elapsed().as_secs_f64();
+        lat.sort();
+        let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
+        println!(
+            "limits/check={k} checks={} concurrency={concurrency} checks/s={:.0} p50={:?} p99={:?}",
+            lat.len(),
+            lat.len() as f64 / secs,
+            pct(0.5),
+            pct(0.99),
+        );
+    }
+    let s = limiter.stats();
+    println!(
+        "redis decisions {}, fallback {}, redis failures {}",
+        s.redis_decisions, s.fallback_decisions, s.redis_failures
+    );
+    Ok(())
+}
