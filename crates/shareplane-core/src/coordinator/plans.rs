@@ -165,12 +165,14 @@ impl Coordinator {
     ///   Region that wrote it (fresh, silent or lost: a record lost with its writer is evidence
     ///   all the same), no record marks a newer version of the epoch, accounts with a newer epoch
     ///   of `j`, or, on an account open on both sides, took more from `j` than `basis` granted it;
-    /// - no Region whose records it may not hold may be alive: another peer silent here whose
-    ///   verdict is not unhealthy (healthy or unknown) may be on the far side of a cut, where the
+    /// - no Region whose records it may not hold may be alive: another peer whose record did not
+    ///   change at this Region's last read (silent, or about to be: one cut off with the estate
+    ///   is counted silent a read or two after it) and whose verdict is not unhealthy (healthy or
+    ///   unknown) may be on the far side of a cut, where the
     ///   estate's later records went. (A peer never heard of holds nothing and is not counted.)
     ///
     /// Waiting leaves the estate's room unheld (under the limit, never over) until the records
-    /// arrive or the other silent peer reads unhealthy too.
+    /// arrive or the other peer reads unhealthy too.
     fn basis_in_doubt(
         &self,
         j: RegionId,
@@ -191,7 +193,7 @@ impl Coordinator {
             .any(|k| {
                 let q = &self.peers[k.index()];
                 q.seen
-                    && ((q.silence.unchanged() >= d.silent_after && health[k] != Health::Unhealthy)
+                    && ((q.silence.unchanged() >= 1 && health[k] != Health::Unhealthy)
                         || std::iter::once(&q.latest)
                             .chain(q.ended.values())
                             .any(|other| knows_newer(other, j, basis)))
