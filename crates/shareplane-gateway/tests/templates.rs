@@ -31,6 +31,7 @@ fn per_key(template: &str) -> TemplateWire {
             rate: 2.0,
             burst: 10.0,
         }],
+        slots: 0,
     }
 }
 

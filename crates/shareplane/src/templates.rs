@@ -79,6 +79,7 @@ pub fn wire(templates: &[TemplateSpec], n: usize, me: RegionId) -> Vec<TemplateW
                         }
                     })
                     .collect(),
+                slots: 0,
             }
         })
         .collect()

@@ -10,6 +10,7 @@ use std::time::Instant;
 use crate::fallback::Fallback;
 use crate::keys::KeyPlan;
 use crate::rules::{LimitKind, LimitRule, RuleSet, MAX_LIMITS};
+use crate::slots::slot_id;
 use crate::store::{RedisBuckets, MAX_BUCKETS_PER_CALL};
 use crate::templates::{check_value, instance_parts};
 
@@ -191,7 +192,7 @@ impl Limiter {
     /// a listed limit of its template's kind. Its [`LimitDecision::id`] is the per-value id
     /// ([`crate::templates::instance_id`]). No per-value state is kept in this process beyond
     /// the bounded fallback ([`crate::templates::MAX_FALLBACK_VALUES`]); values count no demand
-    /// (their split is static).
+    /// of their own (a value in a coordination slot counts as its slot's, [`crate::slots`]).
     pub async fn check_buckets(
         &self,
         buckets: &[BucketRef<'_>],
@@ -206,7 +207,7 @@ impl Limiter {
         let set = self.rules().ok_or(CheckError::NoRules)?;
         let owned = self.resolve(&set, buckets, cost)?;
         let rules: Vec<&LimitRule> = owned.iter().map(AsRef::as_ref).collect();
-        self.count_demand(&rules, cost);
+        self.count_demand(&set, &rules, cost);
         if rules.iter().any(|r| r.rejected.is_some() && !r.shadow) {
             return Ok(held_closed(&rules));
         }
@@ -281,7 +282,7 @@ impl Limiter {
                         template: b.limit.to_owned(),
                         problem,
                     })?;
-                    Cow::Owned(t.instance(value))
+                    Cow::Owned(set.instance(t, value))
                 }
             };
             if rules.iter().any(|r| r.id == rule.id) {
@@ -292,15 +293,26 @@ impl Limiter {
         Ok(rules)
     }
 
-    fn count_demand(&self, rules: &[&LimitRule], cost: u32) {
+    fn count_demand(&self, set: &RuleSet, rules: &[&LimitRule], cost: u32) {
         let mut totals = self.demand.lock().unwrap_or_else(PoisonError::into_inner);
-        // A value's bucket reports no demand: its split is static, and a total per value would
-        // grow with the values seen.
-        for r in rules.iter().filter(|r| instance_parts(&r.id).is_none()) {
-            if let Some(t) = totals.get_mut(&r.id) {
+        for r in rules {
+            // A value's bucket reports no demand of its own (a total per value would grow with
+            // the values seen): a value in a slot counts as demand of its slot's limit, so that
+            // the slot's room follows its busy values; any other value's split is static.
+            let id = match instance_parts(&r.id) {
+                None => Cow::Borrowed(r.id.as_str()),
+                Some((template, hash)) => {
+                    let slot = set.template(template).and_then(|t| t.slot_of(hash));
+                    match slot {
+                        Some(k) => Cow::Owned(slot_id(template, k)),
+                        None => continue,
+                    }
+                }
+            };
+            if let Some(t) = totals.get_mut(id.as_ref()) {
                 *t = t.saturating_add(u64::from(cost));
             } else if totals.len() < MAX_LIMITS {
-                totals.insert(r.id.clone(), u64::from(cost));
+                totals.insert(id.into_owned(), u64::from(cost));
             }
         }
     }
