@@ -74,7 +74,7 @@ impl Plan {
             list(&self.changes.added),
             list(&versioned),
             list(&self.changes.tuned),
-            list(&self.removed)
+            list(&crate::templates::compact_ids(&self.removed))
         )
     }
 }
@@ -155,7 +155,7 @@ pub fn plan(
                  write it anyway, add --allow-removal",
                 current.map_or(0, |d| d.version),
                 removed.len(),
-                removed.join(", ")
+                crate::templates::compact_ids(&removed).join(", ")
             ),
         });
     }
@@ -163,7 +163,8 @@ pub fn plan(
         .into_iter()
         .filter(|o| new_ids.contains(o.id.as_str()))
         .collect();
-    let changes = config::limit_changes(&kept, &new, &mut errors);
+    crate::templates::slot_changes(&old_templates, &running.templates, &mut errors);
+    let changes = config::limit_changes(&kept, &new, &running.templates, &mut errors);
     if !errors.is_empty() {
         return Err(LimitsError::Invalid(ConfigErrors(errors)));
     }
