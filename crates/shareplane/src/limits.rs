@@ -421,6 +421,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_slotted_template_keeps_its_slots_and_leaves_only_with_a_removal() {
+        let store = MemoryStore::new();
+        let with = |slots: u32| {
+            format!("{V1}[[templates]]\nid = \"per_key\"\nentry = \"api_key\"\nrate = 100\nslots = {slots}\n")
+        };
+        let (plan, written) = apply_text(&store, &with(4), ApplyOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(written, Some(1));
+        assert_eq!(plan.limits, 6, "two listed limits and four slots");
+        assert!(
+            plan.describe().contains("added: k, s, per_key#slot*;"),
+            "{}",
+            plan.describe()
+        );
+        match apply_text(&store, &with(8), ApplyOptions::default()).await {
+            Err(e @ LimitsError::Invalid(_)) => {
+                assert!(e.to_string().contains("templates[0].slots:"), "{e}");
+                assert!(e.to_string().contains("new template id"), "{e}");
+            }
+            other => panic!("another number of slots gave {other:?}"),
+        }
+        let e = apply_text(&store, V1, ApplyOptions::default()).await.err();
+        assert!(
+            e.is_some_and(|e| e
+                .to_string()
+                .contains("4 that this file leaves out (per_key#slot* (4 slots))")),
+            "the removal names the slots once"
+        );
+        let removal = ApplyOptions {
+            allow_removal: true,
+            ..ApplyOptions::default()
+        };
+        let (plan, written) = apply_text(&store, V1, removal)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(written, Some(2));
+        assert!(
+            plan.describe().contains("removed: per_key#slot* (4 slots)"),
+            "{}",
+            plan.describe()
+        );
+    }
+
+    #[tokio::test]
     async fn a_store_that_fails_or_a_table_still_replicating_is_an_error_not_a_write() {
         let store = MemoryStore::new();
         store.set_down(true);
