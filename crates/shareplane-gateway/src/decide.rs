@@ -60,7 +60,7 @@ impl<'a> Target<'a> {
         match self {
             Target::Limit(l) => set.get(l).map_or((0.0, 0.0), |r| (r.rate, r.burst)),
             Target::Value { template, value } => set.template(template).map_or((0.0, 0.0), |t| {
-                let r = t.instance(value);
+                let r = set.instance(t, value);
                 (r.rate, r.burst)
             }),
         }

@@ -102,6 +102,7 @@ async fn a_templates_values_share_its_key_group_with_the_listed_limits_of_that_g
         shadow: false,
         kind: shareplane_limiter::LimitKind::Capacity,
         overrides: Vec::new(),
+        slots: 0,
     };
     let daemon = FakeDaemon::start(shareplane_limiter::RulesWire {
         templates: vec![template(&tpl), template(&apart)],

@@ -492,6 +492,7 @@ async fn envoy_limits_each_api_key_on_its_own_through_a_template() {
             shadow: false,
             kind: shareplane_limiter::LimitKind::Capacity,
             overrides: Vec::new(),
+            slots: 0,
         }],
         ..rules(1, Vec::new())
     })

@@ -31,6 +31,7 @@ fn per_key(template: &str) -> TemplateWire {
             rate: 2.0,
             burst: 10.0,
         }],
+        slots: 0,
     }
 }
 
@@ -356,4 +357,90 @@ async fn a_reload_changes_the_value_policy_live_and_refuses_what_takes_a_restart
     assert_eq!(get(without_entry).await.0, 400, "the running policy stays");
     let _ = stop.send(());
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), served).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_of_a_slotted_template_are_held_at_their_slots_shares_and_counted_as_their_demand() {
+    let test =
+        "values_of_a_slotted_template_are_held_at_their_slots_shares_and_counted_as_their_demand";
+    let Some(redis) = redis_url(test) else {
+        return;
+    };
+    use shareplane_limiter::slots::{slot_id, slot_of};
+    const K: u32 = 8;
+    let (tpl, listed) = (unique("per_key_slots"), unique("k"));
+    let slot = |v: &str| slot_of(v, K).unwrap_or(u32::MAX);
+    let bob = (0..)
+        .map(|i| format!("bob-{i}"))
+        .find(|v| slot(v) != slot("alice"))
+        .unwrap_or_default();
+    // Alice's slot has a burst of 2 in this Region, bob's 4, the others 1; every share refills
+    // less than a token over the test (as the daemon publishes a slot: burst_s × the share).
+    let burst = |k: u32| match k {
+        k if k == slot("alice") => 2.0,
+        k if k == slot(&bob) => 4.0,
+        _ => 1.0,
+    };
+    let mut set = rules(
+        1,
+        (0..K)
+            .map(|k| limit(&slot_id(&tpl, k), burst(k) / 1_000.0, burst(k)))
+            .chain([limit(&listed, 100.0, 200.0)])
+            .collect(),
+    );
+    let mut t = per_key(&tpl);
+    (t.rate, t.burst, t.slots) = (0.0, 0.0, K);
+    set.templates = vec![t];
+    let daemon = FakeDaemon::start(set).await;
+    let file = FileConfig {
+        demand_every_ms: Some(100),
+        ..FileConfig::default()
+    };
+    let gw = Gateway::start(file, flags(&daemon, &redis)).await;
+    gw.ready().await;
+    let http = reqwest::Client::new();
+    let check = |query: String| {
+        let http = http.clone();
+        let url = format!("{}/v1/check?{query}", gw.http);
+        async move {
+            http.get(url)
+                .send()
+                .await
+                .map_or(0, |r| r.status().as_u16())
+        }
+    };
+    let mut alice = Vec::new();
+    let mut bobs = Vec::new();
+    for _ in 0..4 {
+        alice.push(check(format!("limit={tpl}&entry=api_key%3Dalice")).await);
+    }
+    for _ in 0..6 {
+        bobs.push(check(format!("limit={tpl}&entry=api_key%3D{bob}")).await);
+    }
+    assert_eq!(alice, [200, 200, 429, 429], "alice at her slot's share");
+    assert_eq!(bobs, [200, 200, 200, 200, 429, 429], "bob at his");
+    // The partner's override keeps its static numbers (burst 10), not a slot's.
+    let mut partner = 0;
+    for _ in 0..10 {
+        partner += usize::from(check(format!("limit={tpl}&entry=api_key%3Dpartner")).await == 200);
+    }
+    assert_eq!(partner, 10);
+    // A slot limit is not a listed limit a descriptor may name.
+    let direct = check(format!("limit={}", slot_id(&tpl, slot("alice")))).await;
+    assert_ne!(direct, 200, "a slot is not addressable");
+    // The values' calls arrive at the daemon as their slots' demand, nothing per value.
+    let (a, b) = (slot_id(&tpl, slot("alice")), slot_id(&tpl, slot(&bob)));
+    for _ in 0..100 {
+        if daemon.demand(&a) >= 4 && daemon.demand(&b) >= 6 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!((daemon.demand(&a), daemon.demand(&b)), (4, 6));
+    assert_eq!(
+        daemon.demand(&tpl),
+        0,
+        "no demand under the template's own id"
+    );
+    gw.stop().await;
 }

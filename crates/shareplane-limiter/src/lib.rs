@@ -5,7 +5,8 @@
 //! - [`keys`]: each limit's bucket key and hash tag (its key group), so that one check is one
 //!   call on a cluster-mode Redis/Valkey too.
 //! - [`rules`]: rule sets as the daemon publishes them, validated when loaded; [`limit`]: one
-//!   limit of them (its wire form, its kind, its checks), shared with [`templates`].
+//!   limit of them (its wire form, its kind, its checks), shared with [`templates`]; [`slots`]:
+//!   a template's coordination slots (their limit ids and the value-to-slot mapping).
 //! - [`Limiter`]: runs the newest rule set, answers [`Limiter::check`] (several limits, all or
 //!   nothing; shadow limits evaluated but never refusing), counts demand, and falls back to the
 //!   local policy of [`fallback`] when Redis does not answer.
@@ -48,6 +49,7 @@ pub mod limiter;
 pub mod loadgen;
 pub mod logging;
 pub mod rules;
+pub mod slots;
 pub mod store;
 pub mod templates;
 pub mod watcher;

@@ -277,8 +277,46 @@ impl RuleSet {
         &self.region
     }
 
+    /// The listed limit `id`, as a descriptor may name it: a template's slot limit
+    /// ([`crate::slots`]) is not one (its room serves the template's values only).
     pub fn get(&self, id: &str) -> Option<&LimitRule> {
+        if crate::slots::slot_parts(id).is_some() {
+            return None;
+        }
         self.limits.get(id)
+    }
+
+    /// The rule of `value`'s bucket under template `t` (the caller checked the value with
+    /// [`crate::templates::check_value`]): see [`RuleSet::by_hash`].
+    pub fn instance(&self, t: &TemplateRule, value: &str) -> LimitRule {
+        self.by_hash(t, &crate::templates::value_hash(value))
+    }
+
+    /// The rule of the bucket of the value whose hash is `hash` under template `t`, with the
+    /// per-value id: in a slot ([`TemplateRule::slot_of`]), the slot limit's rate, burst and
+    /// state (held closed with it; its share 0 admits nothing); otherwise the template's own
+    /// numbers or the value's override.
+    pub fn by_hash(&self, t: &TemplateRule, hash: &str) -> LimitRule {
+        let Some(k) = t.slot_of(hash) else {
+            return t.by_hash(hash);
+        };
+        let id = format!("{}{INSTANCE_SEP}{hash}", t.id());
+        match self.limits.get(&crate::slots::slot_id(t.id(), k)) {
+            Some(s) => LimitRule {
+                id,
+                rate: s.rate,
+                burst: s.burst,
+                shadow: s.shadow,
+                kind: s.kind,
+                rejected: s.rejected.clone(),
+            },
+            // `templates_of` held such a template closed; kept closed here too.
+            None => LimitRule {
+                id,
+                rejected: Some(format!("the rule set lacks slot {k}")),
+                ..t.base.clone()
+            },
+        }
     }
 
     /// The template `id`, if this set has one.
@@ -299,7 +337,7 @@ impl RuleSet {
         }
         let (template, hash) = crate::templates::instance_parts(id)?;
         let t = self.templates.get(template)?;
-        Some(std::borrow::Cow::Owned(t.by_hash(hash)))
+        Some(std::borrow::Cow::Owned(self.by_hash(t, hash)))
     }
 
     /// The limits in id order.
@@ -319,7 +357,8 @@ impl RuleSet {
 impl LimitRule {
     fn of_wire(l: LimitWire, max_cost: u32) -> Self {
         let mut rejected = limit_problem(&l, max_cost);
-        if rejected.is_none() && l.id.contains(INSTANCE_SEP) {
+        let slot = crate::slots::slot_parts(&l.id).is_some();
+        if rejected.is_none() && l.id.contains(INSTANCE_SEP) && !slot {
             rejected = Some(format!(
                 "id may not hold {INSTANCE_SEP:?}: it names the per-value buckets of templates"
             ));
@@ -354,10 +393,28 @@ fn templates_of(
         if limits.contains_key(&t.id) || out.contains_key(&t.id) {
             return Err(RuleSetError::DuplicateId(t.id));
         }
-        let rule = TemplateRule::of_wire(t, max_cost);
+        let mut rule = TemplateRule::of_wire(t, max_cost);
+        if let Some(why) = missing_slot(&rule, limits) {
+            rule.hold_closed(why);
+        }
         out.insert(rule.id().to_owned(), rule);
     }
     Ok(out)
+}
+
+/// Why a template's slots cannot serve its values: a slot limit the set lacks, or one that is
+/// not a capacity limit.
+fn missing_slot(t: &TemplateRule, limits: &BTreeMap<String, LimitRule>) -> Option<String> {
+    (0..t.slots()).find_map(|k| {
+        let id = crate::slots::slot_id(t.id(), k);
+        match limits.get(&id) {
+            None => Some(format!("the rule set lacks its slot limit {id:?}")),
+            Some(l) if l.kind != LimitKind::Capacity => {
+                Some(format!("its slot limit {id:?} is not a capacity limit"))
+            }
+            Some(_) => None,
+        }
+    })
 }
 
 #[cfg(test)]
@@ -374,6 +431,110 @@ mod tests {
             base: None,
             templates: Vec::new(),
         }
+    }
+
+    fn slotted(id: &str, slots: u32) -> TemplateWire {
+        TemplateWire {
+            id: id.into(),
+            entry: "api_key".into(),
+            rate: 0.0,
+            burst: 0.0,
+            shadow: false,
+            kind: LimitKind::Capacity,
+            overrides: vec![crate::templates::OverrideWire {
+                value: "partner".into(),
+                rate: 7.0,
+                burst: 14.0,
+            }],
+            slots,
+        }
+    }
+
+    /// Two values in different slots of one template, found by the mapping.
+    fn two_values_in_slots(slots: u32) -> ((String, u32), (String, u32)) {
+        let of = |v: &str| crate::slots::slot_of(v, slots).unwrap_or(u32::MAX);
+        let a = "key-0".to_string();
+        let b = (1..)
+            .map(|i| format!("key-{i}"))
+            .find(|v| of(v) != of(&a))
+            .unwrap_or_default();
+        let (sa, sb) = (of(&a), of(&b));
+        ((a, sa), (b, sb))
+    }
+
+    #[test]
+    fn a_value_in_a_slot_takes_its_slots_numbers_and_a_slot_is_no_listed_limit() {
+        use crate::slots::slot_id;
+        let ((a, sa), (b, sb)) = two_values_in_slots(4);
+        let limits: Vec<LimitWire> = (0..4)
+            .map(|k| {
+                limit(
+                    &slot_id("per_key", k),
+                    10.0 * f64::from(k + 1),
+                    20.0 * f64::from(k + 1),
+                )
+            })
+            .collect();
+        let set = RuleSet::from_wire(
+            RulesWire {
+                templates: vec![slotted("per_key", 4)],
+                ..wire(limits.clone())
+            },
+            None,
+            1,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            set.rejected().count(),
+            0,
+            "{:?}",
+            set.rejected().collect::<Vec<_>>()
+        );
+        let t = set.template("per_key").unwrap_or_else(|| panic!("per_key"));
+        for (value, slot) in [(&a, sa), (&b, sb)] {
+            let r = set.instance(t, value);
+            let want = 10.0 * f64::from(slot + 1);
+            assert_eq!((r.rate, r.burst), (want, 2.0 * want), "{value}");
+            assert_eq!(r.id, crate::templates::instance_id("per_key", value));
+            assert_eq!(r.rejected, None);
+            // The repayment path finds the same numbers by the per-value id.
+            assert_eq!(set.resolve_id(&r.id).map(|c| c.rate), Some(want));
+        }
+        // An override keeps its own (static) numbers.
+        assert_eq!(set.instance(t, "partner").rate, 7.0);
+        // No descriptor can name a slot limit as a listed limit.
+        assert!(set.get(&slot_id("per_key", sa)).is_none());
+
+        // A set without one of the slot limits holds the template closed.
+        let short = RuleSet::from_wire(
+            RulesWire {
+                templates: vec![slotted("per_key", 4)],
+                ..wire(limits[..3].to_vec())
+            },
+            None,
+            1,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let t = short
+            .template("per_key")
+            .unwrap_or_else(|| panic!("per_key"));
+        assert!(short.instance(t, &a).rejected.is_some());
+        assert!(short.instance(t, "partner").rejected.is_some());
+        // A slot at share 0 admits nothing: held closed, as a listed limit at 0 is.
+        let mut zero = limits.clone();
+        zero[sa as usize] = limit(&slot_id("per_key", sa), 0.0, 0.0);
+        let set = RuleSet::from_wire(
+            RulesWire {
+                templates: vec![slotted("per_key", 4)],
+                ..wire(zero)
+            },
+            None,
+            1,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let t = set.template("per_key").unwrap_or_else(|| panic!("per_key"));
+        assert!(set.instance(t, &a).rejected.is_some());
+        assert_eq!(set.instance(t, &b).rejected, None);
     }
 
     fn digest_of(limits: &[LimitWire]) -> String {

@@ -19,7 +19,12 @@
 //!   only in Redis, and the local fallback holds at most [`MAX_FALLBACK_VALUES`] of them.
 //!
 //! Per-value ids (`<template>#<hash>`) are the limiter's internal names of those buckets: `#` is
-//! reserved for them, so no listed limit or template id may hold one.
+//! reserved for them and for a template's slot limits (`<template>#slot<k>`, [`crate::slots`]),
+//! so no listed limit or template id may hold one.
+//!
+//! A template with `slots` > 0 is published with rate and burst 0: its values take their
+//! numbers from their slots' limits ([`crate::rules::RuleSet::instance`]), and a gateway that
+//! predates slots holds such a template closed rather than admitting a static part.
 
 use std::collections::HashMap;
 
@@ -58,6 +63,14 @@ pub struct TemplateWire {
     /// Values with numbers of their own (this Region's parts too).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overrides: Vec<OverrideWire>,
+    /// Coordination slots ([`crate::slots`]); 0: every value at `rate` and `burst` (the static
+    /// split).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub slots: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One value's own numbers.
@@ -77,6 +90,8 @@ pub struct TemplateRule {
     pub entry: String,
     /// Per value hash: the override's rate, burst and, if it was rejected, why.
     overrides: HashMap<String, (f64, f64, Option<String>)>,
+    /// Coordination slots (0: none; the values use `base`'s numbers).
+    slots: u32,
 }
 
 /// Why a value cannot select a bucket.
@@ -114,9 +129,11 @@ pub fn instance_id(template: &str, value: &str) -> String {
     format!("{template}{INSTANCE_SEP}{}", value_hash(value))
 }
 
-/// `(template, hash)` of a per-value id; `None` for any other id.
+/// `(template, hash)` of a per-value id (the hash 32 hex digits); `None` for any other id, a
+/// slot limit's included.
 pub fn instance_parts(id: &str) -> Option<(&str, &str)> {
     id.split_once(INSTANCE_SEP)
+        .filter(|(_, h)| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The template (or listed limit) id a limiter id belongs to.
@@ -135,7 +152,11 @@ impl TemplateRule {
             shadow: t.shadow,
             kind: t.kind,
         };
-        let mut rejected = limit_problem(&as_limit, max_cost);
+        let mut rejected = if t.slots == 0 {
+            limit_problem(&as_limit, max_cost)
+        } else {
+            slotted_problem(&t, max_cost)
+        };
         if rejected.is_none() && t.id.contains(INSTANCE_SEP) {
             rejected = Some(format!("id may not hold {INSTANCE_SEP:?}"));
         }
@@ -174,6 +195,7 @@ impl TemplateRule {
             },
             entry: t.entry,
             overrides,
+            slots: t.slots,
         }
     }
 
@@ -181,18 +203,35 @@ impl TemplateRule {
         &self.base.id
     }
 
+    /// Its coordination slots (0: none).
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// The slot of the value whose hash is `hash`, when its numbers come from a slot: the
+    /// template has slots, is not held closed, and the value has no override (overrides keep
+    /// their static split).
+    pub fn slot_of(&self, hash: &str) -> Option<u32> {
+        if self.slots == 0 || self.base.rejected.is_some() || self.overrides.contains_key(hash) {
+            return None;
+        }
+        crate::slots::slot_of_hash(hash, self.slots)
+    }
+
+    /// Holds the whole template closed for `why` (a slot limit the rule set lacks).
+    pub(crate) fn hold_closed(&mut self, why: String) {
+        self.base.rejected.get_or_insert(why);
+    }
+
     /// How many values have numbers of their own.
     pub fn override_count(&self) -> usize {
         self.overrides.len()
     }
 
-    /// The rule of `value`'s bucket (the caller checked the value with [`check_value`]).
-    pub fn instance(&self, value: &str) -> LimitRule {
-        self.by_hash(&value_hash(value))
-    }
-
-    /// The rule of the bucket of the value whose hash is `hash`.
-    pub fn by_hash(&self, hash: &str) -> LimitRule {
+    /// The rule of the bucket of the value whose hash is `hash` by the template's own numbers
+    /// (its override's where it has one). A value in a slot ([`TemplateRule::slot_of`]) takes
+    /// its slot's numbers instead: [`crate::rules::RuleSet::instance`] knows both.
+    pub(crate) fn by_hash(&self, hash: &str) -> LimitRule {
         let id = format!("{}{INSTANCE_SEP}{hash}", self.base.id);
         let mut rule = LimitRule {
             id,
@@ -211,8 +250,13 @@ impl TemplateRule {
     /// What the rule-set digest covers of this template, in a fixed order.
     pub(crate) fn digest_parts(&self) -> Vec<(String, f64, f64, bool, LimitKind)> {
         let b = &self.base;
+        // Without slots, the digest a template had before slots existed.
+        let slots = match self.slots {
+            0 => String::new(),
+            k => format!("\u{0}slots={k}"),
+        };
         let mut parts = vec![(
-            format!("{}\u{0}{}", b.id, self.entry),
+            format!("{}\u{0}{}{slots}", b.id, self.entry),
             b.rate,
             b.burst,
             b.shadow,
@@ -230,6 +274,30 @@ impl TemplateRule {
             ));
         }
         parts
+    }
+}
+
+/// Why a template with slots cannot run (its own numbers are 0 by design and not checked).
+fn slotted_problem(t: &TemplateWire, max_cost: u32) -> Option<String> {
+    let id_only = LimitWire {
+        id: t.id.clone(),
+        rate: 0.0,
+        burst: f64::from(max_cost),
+        shadow: t.shadow,
+        kind: t.kind,
+    };
+    if let Some(why) = limit_problem(&id_only, max_cost) {
+        Some(why)
+    } else if t.slots > crate::slots::MAX_SLOTS {
+        Some(format!(
+            "{} slots: at most {}",
+            t.slots,
+            crate::slots::MAX_SLOTS
+        ))
+    } else if t.kind != LimitKind::Capacity {
+        Some("a security template has no slots".to_owned())
+    } else {
+        None
     }
 }
 
@@ -251,6 +319,7 @@ mod tests {
             shadow: false,
             kind: LimitKind::Capacity,
             overrides,
+            slots: 0,
         }
     }
 
@@ -277,6 +346,16 @@ mod tests {
     }
 
     #[test]
+    fn a_values_slot_is_the_same_from_the_value_and_from_its_hash() {
+        use crate::slots::{slot_of, slot_of_hash, SLOT_MARK};
+        assert!(SLOT_MARK.starts_with(INSTANCE_SEP));
+        for (i, k) in (0..500).zip([1u32, 3, 64, 4096].into_iter().cycle()) {
+            let v = format!("value-{i}");
+            assert_eq!(slot_of(&v, k), slot_of_hash(&value_hash(&v), k), "{v} {k}");
+        }
+    }
+
+    #[test]
     fn values_are_bounded_and_overrides_give_their_own_numbers() {
         assert_eq!(check_value(""), Err(ValueProblem::Missing));
         assert_eq!(check_value(&"v".repeat(MAX_VALUE_LEN)), Ok(()));
@@ -289,14 +368,14 @@ mod tests {
             1,
         );
         assert_eq!(t.base.rejected, None);
-        let anyone = t.instance("someone");
+        let anyone = t.by_hash(&value_hash("someone"));
         assert_eq!((anyone.rate, anyone.burst), (100.0, 200.0));
         assert_eq!(anyone.id, instance_id("per_api_key", "someone"));
-        let partner = t.instance("partner");
+        let partner = t.by_hash(&value_hash("partner"));
         assert_eq!((partner.rate, partner.burst), (1_000.0, 2_000.0));
         assert_eq!(partner.rejected, None);
         // A bad override holds only its own value closed.
-        assert!(t.instance("broke").rejected.is_some());
+        assert!(t.by_hash(&value_hash("broke")).rejected.is_some());
         assert_eq!(
             t.by_hash(&value_hash("partner")).rate,
             1_000.0,
@@ -324,7 +403,7 @@ mod tests {
             1,
         );
         assert!(
-            closed.instance("p").rejected.is_some(),
+            closed.by_hash(&value_hash("p")).rejected.is_some(),
             "an override does not reopen a closed template"
         );
     }

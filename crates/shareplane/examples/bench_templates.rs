@@ -2,8 +2,8 @@
 //! Regions and 10,000 of them active in more than one, cost the daemons, the table, Redis and a
 //! gateway's check, on real parts in one process.
 //!
-//! `cargo run -p shareplane --example bench_templates -- REDIS_URL [VALUES] [MULTI] [CHECKS] [IN_FLIGHT]`
-//! (defaults 1,000,000, 10,000, 20,000 and 32), with `REDIS_URL` a redis-server of its own
+//! `cargo run -p shareplane --example bench_templates -- REDIS_URL [VALUES] [MULTI] [CHECKS] [IN_FLIGHT] [SLOTS]`
+//! (defaults 1,000,000, 10,000, 20,000, 32 and 0), with `REDIS_URL` a redis-server of its own
 //! (`redis://127.0.0.1:PORT`; Region r uses its database r; the figures are the whole server's,
 //! and the run resets its command statistics):
 //!
@@ -19,11 +19,13 @@
 //! lives, and a gateway's check cost (checks/s and redis-server's µs per script call) for a
 //! listed limit and a template side by side, with their ratio.
 //!
-//! What it covers: the static split of templates as built (each Region enforces its part of each
-//! value's rate; docs/PROTOCOL.md, "Templates"). Promotion of hot values to named grants is not
-//! built, so nothing here measures it: a value active in several Regions costs one bucket in
-//! each of their Redis servers and nothing in the daemons, exactly as a value active in one.
-//! A debug build's times are a debug build's; memory barely depends on the profile.
+//! What it covers: the static split of templates (each Region enforces its part of each value's
+//! rate; docs/PROTOCOL.md, "Templates"), or with SLOTS > 0 a template of that many coordination
+//! slots: their K slot limits in every record and rebalance, and a value's check at its slot's
+//! share. No demand is reported here, so the slots stay at the static split: how their room
+//! moves is `crates/shareplane/tests/slots.rs`'s. A value active in several Regions costs one
+//! bucket in each of their Redis servers and nothing per value in the daemons, exactly as a value
+//! active in one. A debug build's times are a debug build's; memory barely depends on the profile.
 
 #![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 
@@ -60,7 +62,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 /// The limit (and value) of check `i`.
 type Pick = Box<dyn Fn(usize) -> (String, Option<String>)>;
 
-fn config() -> Config {
+fn config(slots: usize) -> Config {
     let mut t = config_text(&ManyLimits {
         region: "A",
         regions: REGIONS,
@@ -71,7 +73,7 @@ fn config() -> Config {
         lowered: None,
     });
     t.push_str(&format!(
-        "[[templates]]\nid = \"{TEMPLATE}\"\nentry = \"api_key\"\nrate = {VALUE_RPS}\nburst_s = {BURST_S}\nkind = \"capacity\"\n"
+        "[[templates]]\nid = \"{TEMPLATE}\"\nentry = \"api_key\"\nrate = {VALUE_RPS}\nburst_s = {BURST_S}\nkind = \"capacity\"\nslots = {slots}\n"
     ));
     shareplane::config::parse(&t, &BTreeMap::new())
         .unwrap_or_else(|e| panic!("the bench's configuration is invalid: {e}"))
@@ -335,17 +337,21 @@ async fn check_cost(
 #[tokio::main]
 async fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: bench_templates REDIS_URL [VALUES] [MULTI] [CHECKS] [IN_FLIGHT]";
+    let usage = "usage: bench_templates REDIS_URL [VALUES] [MULTI] [CHECKS] [IN_FLIGHT] [SLOTS]";
     let url = args.next().ok_or(usage)?;
     let mut num = |default: usize| args.next().and_then(|a| a.parse().ok()).unwrap_or(default);
     let (n_values, multi, checks, in_flight) = (num(1_000_000), num(10_000), num(20_000), num(32));
+    let slots = num(0);
+    let held = match slots {
+        0 => "static split per value".to_string(),
+        k => format!("{k} coordination slots (at their static split: no demand is reported)"),
+    };
     println!(
         "template {TEMPLATE} ({VALUE_RPS}/s per value across {REGIONS} Regions, burst {BURST_S} s) \
-         beside {LISTED} listed limits; static split per value (promotion of hot values to named \
-         grants is not built and not measured)"
+         beside {LISTED} listed limits; {held}"
     );
     let rss_start = rss_mib();
-    let cfg = config();
+    let cfg = config(slots);
     let clock = Clock::wall();
     let table = shareplane::table::on_clock(clock, cfg.deployment.regions.len(), 1_000);
     let shareds = daemons(&cfg, &table, clock);
@@ -370,7 +376,7 @@ async fn main() -> Result<()> {
     println!(
         "after the values: RSS {:.0} MiB for the process; A's rebalance {ms:.1} ms (mean of {n} \
          while they arrived); the daemons hold nothing per value (no record entry, grant, demand \
-         or write: gateways report no demand of template values)",
+         or write per value)",
         rss_mib()
     );
     match write_units(&cfg, &table).await {

@@ -145,7 +145,9 @@ pub struct ReportOutcome {
 pub struct TrackedLimit {
     pub id: String,
     /// The rate the rise bound is taken from: the limit's rate for a capacity limit; the largest
-    /// rate for a security limit, whose demand moves no room.
+    /// rate for a security limit, whose demand moves no room, and for a template's slot limit,
+    /// whose demand is the calls of every value of the slot, each up to the rate (so no multiple
+    /// of the rate bounds it: a bound would refuse a busy slot's totals and move its room away).
     pub plausible_rate: Room,
 }
 
@@ -156,6 +158,7 @@ impl TrackedLimit {
             .map(|l| TrackedLimit {
                 id: l.id.clone(),
                 plausible_rate: match l.kind {
+                    _ if shareplane_limiter::slots::slot_parts(&l.id).is_some() => max_rate(),
                     LimitKind::Capacity => l.rate,
                     LimitKind::Security { .. } => max_rate(),
                 },
@@ -967,6 +970,24 @@ mod tests {
         let _ = b.report(0, "g", 1, &t(0));
         let o = b.report(1_000, "g", 1, &t(1_000_000_000));
         assert_eq!(o.map(|o| o.refused.len()), Ok(0));
+    }
+
+    #[test]
+    fn a_slots_demand_sums_its_values_and_is_not_bounded_by_its_rate() {
+        let mut d = crate::demo::deployment(5_000).unwrap_or_else(|e| panic!("{e}"));
+        let mut slot = d.limits[0].clone();
+        slot.id = shareplane_limiter::slots::slot_id("per_api_key", 3);
+        slot.rate = Room::rps(100);
+        d.limits.push(slot.clone());
+        let mut b = DemandBook::new(TrackedLimit::of(&d), 0);
+        // 1,000 busy values of one slot: 100,000 calls in a second, 1,000 × the slot's rate;
+        // the same of the listed limit k-big (10,000/s) is refused, as more than 4 × its rate.
+        for (id, refused) in [(slot.id.as_str(), 0), ("k-big", 1)] {
+            let t = |v: u64| BTreeMap::from([(id.to_string(), v)]);
+            let _ = b.report(0, id, 1, &t(0));
+            let o = b.report(1_000, id, 1, &t(100_000));
+            assert_eq!(o.map(|o| o.refused.len()), Ok(refused), "{id}");
+        }
     }
 
     #[test]

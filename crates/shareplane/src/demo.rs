@@ -83,6 +83,8 @@ pub fn per_api_key() -> crate::templates::TemplateSpec {
         kind: shareplane_limiter::LimitKind::Capacity,
         shadow: false,
         overrides: vec![("partner-x".into(), Room::rps(1_000))],
+        slots: 0,
+        version: 1,
     }
 }
 

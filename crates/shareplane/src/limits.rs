@@ -74,7 +74,7 @@ impl Plan {
             list(&self.changes.added),
             list(&versioned),
             list(&self.changes.tuned),
-            list(&self.removed)
+            list(&crate::templates::compact_ids(&self.removed))
         )
     }
 }
@@ -155,7 +155,7 @@ pub fn plan(
                  write it anyway, add --allow-removal",
                 current.map_or(0, |d| d.version),
                 removed.len(),
-                removed.join(", ")
+                crate::templates::compact_ids(&removed).join(", ")
             ),
         });
     }
@@ -163,7 +163,8 @@ pub fn plan(
         .into_iter()
         .filter(|o| new_ids.contains(o.id.as_str()))
         .collect();
-    let changes = config::limit_changes(&kept, &new, &mut errors);
+    crate::templates::slot_changes(&old_templates, &running.templates, &mut errors);
+    let changes = config::limit_changes(&kept, &new, &running.templates, &mut errors);
     if !errors.is_empty() {
         return Err(LimitsError::Invalid(ConfigErrors(errors)));
     }
@@ -416,6 +417,51 @@ mod tests {
             (written, plan.templates),
             (Some(3), vec!["per_key".to_string()]),
             "removed"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_slotted_template_keeps_its_slots_and_leaves_only_with_a_removal() {
+        let store = MemoryStore::new();
+        let with = |slots: u32| {
+            format!("{V1}[[templates]]\nid = \"per_key\"\nentry = \"api_key\"\nrate = 100\nslots = {slots}\n")
+        };
+        let (plan, written) = apply_text(&store, &with(4), ApplyOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(written, Some(1));
+        assert_eq!(plan.limits, 6, "two listed limits and four slots");
+        assert!(
+            plan.describe().contains("added: k, s, per_key#slot*;"),
+            "{}",
+            plan.describe()
+        );
+        match apply_text(&store, &with(8), ApplyOptions::default()).await {
+            Err(e @ LimitsError::Invalid(_)) => {
+                assert!(e.to_string().contains("templates[0].slots:"), "{e}");
+                assert!(e.to_string().contains("new template id"), "{e}");
+            }
+            other => panic!("another number of slots gave {other:?}"),
+        }
+        let e = apply_text(&store, V1, ApplyOptions::default()).await.err();
+        assert!(
+            e.is_some_and(|e| e
+                .to_string()
+                .contains("4 that this file leaves out (per_key#slot* (4 slots))")),
+            "the removal names the slots once"
+        );
+        let removal = ApplyOptions {
+            allow_removal: true,
+            ..ApplyOptions::default()
+        };
+        let (plan, written) = apply_text(&store, V1, removal)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(written, Some(2));
+        assert!(
+            plan.describe().contains("removed: per_key#slot* (4 slots)"),
+            "{}",
+            plan.describe()
         );
     }
 

@@ -8,9 +8,18 @@
 //! parts add up to the rate exactly and the promise (the Regions together admit at most the rate
 //! per value) holds without any coordination: no record, no grant, no write per value. The cost:
 //! one Region cannot borrow another's idle part for one value (docs/PROTOCOL.md, "Templates").
-//! Promotion of a hot value to named-grant coordination by the core is not built.
+//!
+//! A capacity template may declare `slots = K` (coordination slots): it then runs as K
+//! ordinary listed limits, [`slot_limits`], `<template>#slot<k>`, each of the template's rate,
+//! whose room the core moves between Regions by named grants like any listed limit's. Each
+//! value belongs to one slot (`shareplane_limiter::slots`) and is limited at its slot's share, so
+//! a slot whose values are busy in one Region gets room there and gives it back when they cool;
+//! per value, the Regions' rates add up to the slot's shares, at most the rate. Overrides keep
+//! the static split.
 
-use shareplane_core::{ConfigError, LimitSpec, RegionId, Room};
+use shareplane_core::{ConfigError, LimitKind, LimitSpec, RegionId, Room};
+use shareplane_limiter::rules::{MAX_ID_LEN, MAX_LIMITS};
+use shareplane_limiter::slots::{slot_id, slot_parts, MAX_SLOTS};
 use shareplane_limiter::templates::{valid_template_id, MAX_ENTRY_LEN, MAX_TEMPLATES};
 use shareplane_limiter::{LimitKind as WireKind, OverrideWire, TemplateWire};
 
@@ -30,6 +39,11 @@ pub struct TemplateSpec {
     pub shadow: bool,
     /// Values with a rate of their own (across all Regions).
     pub overrides: Vec<(String, Room)>,
+    /// Coordination slots (0: the static split only); see [`slot_limits`].
+    pub slots: u32,
+    /// The version of its slot limits: with slots, the rate changes live only at a higher
+    /// version, as a listed limit's does (1 when not written).
+    pub version: u64,
 }
 
 /// `[[templates]]` as written, before checks.
@@ -43,6 +57,8 @@ pub struct RawTemplate {
     pub kind: Option<String>,
     pub shadow: bool,
     pub overrides: Vec<(String, f64)>,
+    pub slots: Option<u64>,
+    pub version: Option<u64>,
 }
 
 /// This Region's part of `rate`: the static split listed limits use for new room.
@@ -59,7 +75,12 @@ pub fn wire(templates: &[TemplateSpec], n: usize, me: RegionId) -> Vec<TemplateW
                 let part = region_part(rate, n, me);
                 (part.as_rps(), part.mul_div(t.burst_ms, 1000).as_rps())
             };
-            let (rate, burst) = numbers(t.rate);
+            // With slots a value's numbers are its slot's: the template's own are 0, so that a
+            // gateway that predates slots holds it closed rather than admitting a static part.
+            let (rate, burst) = match t.slots {
+                0 => numbers(t.rate),
+                _ => (0.0, 0.0),
+            };
             TemplateWire {
                 id: t.id.clone(),
                 entry: t.entry.clone(),
@@ -79,6 +100,7 @@ pub fn wire(templates: &[TemplateSpec], n: usize, me: RegionId) -> Vec<TemplateW
                         }
                     })
                     .collect(),
+                slots: t.slots,
             }
         })
         .collect()
@@ -97,18 +119,121 @@ pub fn check_templates(
             format!("{} templates: at most {MAX_TEMPLATES}", raw.len()),
         ));
     }
+    // Listed ids shaped as slot ids (refused on their own too: `#` is not a listed id's).
+    let slot_shaped: Vec<(&str, u32)> = limit_ids.iter().filter_map(|id| slot_parts(id)).collect();
     let mut out: Vec<TemplateSpec> = Vec::with_capacity(raw.len());
     for (i, t) in raw.iter().enumerate() {
         let at = format!("templates[{i}]");
+        let before = errors.len();
         if limit_ids.contains(&t.id.as_str()) || out.iter().any(|o| o.id == t.id) {
             errors.push(problem(
                 format!("{at}.id"),
                 format!("{:?} is already a limit's or a template's id", t.id),
             ));
         }
-        out.push(check_template(t, &at, errors));
+        let mut spec = check_template(t, &at, errors);
+        if let Some((_, k)) = slot_shaped
+            .iter()
+            .find(|(tid, k)| *tid == spec.id && *k < spec.slots)
+        {
+            errors.push(problem(
+                format!("{at}.slots"),
+                format!(
+                    "its slot limit {:?} is already a listed limit's id",
+                    slot_id(&spec.id, *k)
+                ),
+            ));
+        }
+        if errors.len() > before {
+            // Refused anyway: no slot limits of it, so that nothing blames them.
+            spec.slots = 0;
+        }
+        out.push(spec);
+    }
+    let slots: usize = out.iter().map(|t| t.slots as usize).sum();
+    if slots > 0 && limit_ids.len() + slots > MAX_LIMITS {
+        errors.push(problem(
+            "templates",
+            format!(
+                "{} listed limits and {slots} slot limits: at most {MAX_LIMITS} in all (what \
+                 a gateway's rule set carries)",
+                limit_ids.len()
+            ),
+        ));
     }
     out
+}
+
+/// The listed limits the templates' coordination slots run as, in template order then slot
+/// order: `<template>#slot<k>` for `k` in `0..slots`, each of the template's rate, burst and
+/// shadow flag, kind capacity, at the template's version, with the floor and step cap a listed
+/// limit gets by default (5% and 10% of the rate; the floor at most an `n`th of it, so that `n`
+/// Regions' floors fit). The core moves their room like any listed limit's, starting from the
+/// static split.
+pub fn slot_limits(templates: &[TemplateSpec], n: usize) -> Vec<LimitSpec> {
+    let n = n.max(1) as u64;
+    templates
+        .iter()
+        .flat_map(|t| {
+            (0..t.slots).map(move |k| LimitSpec {
+                id: slot_id(&t.id, k),
+                version: t.version,
+                rate: t.rate,
+                burst_ms: t.burst_ms,
+                floor: t.rate.mul_div(5, 100).min(t.rate.mul_div(1, n)),
+                step_cap: t.rate.mul_div(10, 100).max(Room(1)),
+                kind: LimitKind::Capacity,
+                shadow: t.shadow,
+            })
+        })
+        .collect()
+}
+
+/// `ids` for people: the slot limits of one template as `<id>#slot* (N slots)`, in the place
+/// of the first, every other id as it is.
+pub fn compact_ids(ids: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut counts: Vec<(usize, &str, usize)> = Vec::new();
+    for id in ids {
+        match slot_parts(id) {
+            Some((t, _)) => match counts.iter_mut().find(|c| c.1 == t) {
+                Some(c) => c.2 += 1,
+                None => {
+                    counts.push((out.len(), t, 1));
+                    out.push(String::new());
+                }
+            },
+            None => out.push(id.clone()),
+        }
+    }
+    for (at, t, n) in counts {
+        out[at] = format!("{t}#slot* ({n} slots)");
+    }
+    out
+}
+
+/// Refuses what a reload (or `shareplane limits apply`) cannot change in templates: the number
+/// of slots of a template that stays. A value's slot is its hash modulo the number, so another
+/// number would move most values to other slots, whose room the Regions hold apart: a new
+/// number of slots needs a new template id. (Removing a slotted template removes its slot
+/// limits: [`crate::config::limit_changes`] refuses that as it refuses removing any limit.)
+pub fn slot_changes(old: &[TemplateSpec], new: &[TemplateSpec], errors: &mut Vec<ConfigError>) {
+    for (j, n) in new.iter().enumerate() {
+        let Some(o) = old.iter().find(|o| o.id == n.id) else {
+            continue;
+        };
+        if o.slots != n.slots {
+            errors.push(problem(
+                format!("templates[{j}].slots"),
+                format!(
+                    "{:?}: slots cannot change while the daemon runs (running {}, file {}): a \
+                     value's slot is fixed by their number; a new number of slots needs a new \
+                     template id (and the old template's removal a restart)",
+                    n.id, o.slots, n.slots
+                ),
+            ));
+        }
+    }
 }
 
 fn check_template(t: &RawTemplate, at: &str, errors: &mut Vec<ConfigError>) -> TemplateSpec {
@@ -152,6 +277,7 @@ fn check_template(t: &RawTemplate, at: &str, errors: &mut Vec<ConfigError>) -> T
             WireKind::Capacity
         }
     };
+    let (slots, version) = check_slots(t, at, kind, errors);
     TemplateSpec {
         id: t.id.clone(),
         entry: t.entry.clone(),
@@ -160,7 +286,54 @@ fn check_template(t: &RawTemplate, at: &str, errors: &mut Vec<ConfigError>) -> T
         kind,
         shadow: t.shadow,
         overrides,
+        slots,
+        version,
     }
+}
+
+/// `slots` (at most [`MAX_SLOTS`], capacity templates only, slot ids that fit [`MAX_ID_LEN`])
+/// and `version`.
+fn check_slots(
+    t: &RawTemplate,
+    at: &str,
+    kind: WireKind,
+    errors: &mut Vec<ConfigError>,
+) -> (u32, u64) {
+    let version = t.version.unwrap_or(1);
+    if version == 0 {
+        errors.push(problem(format!("{at}.version"), "must be at least 1"));
+    }
+    let slots = match u32::try_from(t.slots.unwrap_or(0)) {
+        Ok(k) if k <= MAX_SLOTS => k,
+        _ => {
+            errors.push(problem(
+                format!("{at}.slots"),
+                format!(
+                    "{}: at most {MAX_SLOTS} (0 or absent: the static split only)",
+                    t.slots.unwrap_or(0)
+                ),
+            ));
+            0
+        }
+    };
+    if slots > 0 && kind == WireKind::Security {
+        errors.push(problem(
+            format!("{at}.slots"),
+            "a security template is never moved between Regions: slots are for capacity \
+             templates",
+        ));
+    }
+    let longest = slot_id(&t.id, slots.saturating_sub(1));
+    if slots > 0 && longest.len() > MAX_ID_LEN {
+        errors.push(problem(
+            format!("{at}.slots"),
+            format!(
+                "its slot limits' ids (up to {longest:?}) would be longer than {MAX_ID_LEN} \
+                 characters: shorten the template id"
+            ),
+        ));
+    }
+    (slots, version.max(1))
 }
 
 /// The template's id and descriptor entry key.

@@ -139,7 +139,7 @@ impl Limiter {
     /// a listed limit of its template's kind. Its [`LimitDecision::id`] is the per-value id
     /// ([`crate::templates::instance_id`]). No per-value state is kept in this process beyond
     /// the bounded fallback ([`crate::templates::MAX_FALLBACK_VALUES`]); values count no demand
-    /// (their split is static).
+    /// of their own (a value in a coordination slot counts as its slot's, [`crate::slots`]).
     pub async fn check_buckets(
         &self,
         buckets: &[BucketRef<'_>],
@@ -221,7 +221,7 @@ impl Limiter {
                         template: b.limit.to_owned(),
                         problem,
                     })?;
-                    Cow::Owned(t.instance(value))
+                    Cow::Owned(set.instance(t, value))
                 }
             };
             if rules.iter().any(|r| r.id == rule.id) {

@@ -37,7 +37,9 @@ use super::{Decision, DecisionPath, Install, LimitDecision, Verdict};
 use crate::fallback::{FailurePolicy, Fallback, FallbackLimit, FallbackVerdict};
 use crate::lease::Lease;
 use crate::rules::{LimitKind, LimitRule, RuleSet, MAX_LIMITS};
+use crate::slots::slot_id;
 use crate::templates::instance_parts;
+use std::borrow::Cow;
 
 #[cfg(test)]
 mod tests;
@@ -403,13 +405,27 @@ impl LimiterState {
     }
 
     fn count_demand(&mut self, rules: &[&LimitRule], cost: u32) {
-        // A value's bucket reports no demand: its split is static, and a total per value would
-        // grow with the values seen.
-        for r in rules.iter().filter(|r| instance_parts(&r.id).is_none()) {
-            if let Some(t) = self.demand.get_mut(&r.id) {
+        let set = self.rules.clone();
+        for r in rules {
+            // A value's bucket reports no demand of its own (a total per value would grow with
+            // the values seen): a value in a slot counts as demand of its slot's limit, so that
+            // the slot's room follows its busy values; any other value's split is static.
+            let id = match instance_parts(&r.id) {
+                None => Cow::Borrowed(r.id.as_str()),
+                Some((template, hash)) => {
+                    let slot = (set.as_deref())
+                        .and_then(|s| s.template(template))
+                        .and_then(|t| t.slot_of(hash));
+                    match slot {
+                        Some(k) => Cow::Owned(slot_id(template, k)),
+                        None => continue,
+                    }
+                }
+            };
+            if let Some(t) = self.demand.get_mut(id.as_ref()) {
                 *t = t.saturating_add(u64::from(cost));
             } else if self.demand.len() < MAX_LIMITS {
-                self.demand.insert(r.id.clone(), u64::from(cost));
+                self.demand.insert(id.into_owned(), u64::from(cost));
             }
         }
     }

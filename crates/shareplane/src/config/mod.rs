@@ -16,7 +16,7 @@ pub use read::{RawConfig, RawLimit, RawRegion};
 pub use timeouts::Timeouts;
 
 pub(crate) use crate::problem::problem;
-use crate::templates::{check_templates, TemplateSpec};
+use crate::templates::{check_templates, slot_limits, TemplateSpec};
 use limits_check::check_limits;
 use shareplane_core::{ConfigError, Deployment, Design, Fence, LimitSpec, RegionId, SilentPolicy};
 use std::collections::{BTreeMap, HashSet};
@@ -99,7 +99,8 @@ pub struct Config {
     /// With [`LimitsSource::Table`]: the version of the shared limits document the limits come
     /// from (`None` until one is adopted; always `None` with [`LimitsSource::File`]).
     pub limits_version: Option<u64>,
-    /// Limits per value of a descriptor entry, held by a static split ([`crate::templates`]).
+    /// Limits per value of a descriptor entry, held by a static split or, with slots, by their
+    /// slot limits (in `deployment.limits`, after the listed ones: [`crate::templates`]).
     pub templates: Arc<Vec<TemplateSpec>>,
 }
 
@@ -271,9 +272,10 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     );
     let limits_source = check_limits_source(&raw, store, errors);
     check_region_names(&names, errors);
-    let limits = check_limits(&raw.limits, &names, errors);
+    let mut limits = check_limits(&raw.limits, &names, errors);
     let limit_ids: Vec<&str> = raw.limits.iter().map(|l| l.id.as_str()).collect();
     let templates = check_templates(&raw.templates, &limit_ids, errors);
+    limits.extend(slot_limits(&templates, names.len()));
     let d = check_deployment(names, limits, policy, fence, period_ms, errors);
     let timeouts = timeouts::check_timeouts(&raw, period_ok, errors);
     let test_store_delay_ms =
@@ -462,6 +464,7 @@ fn entry_of(field: &str) -> &str {
 /// What a limits file holds: its limits and its templates.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LimitsFile {
+    /// The listed limits, then the templates' slot limits ([`slot_limits`]).
     pub limits: Vec<LimitSpec>,
     pub templates: Vec<TemplateSpec>,
 }
@@ -478,9 +481,10 @@ pub fn parse_limits(text: &str, regions: &[String]) -> Result<LimitsFile, Config
     let (raw, raw_templates, mut located) = read::read_limits(text)?;
     let misread = located.misread();
     let mut errors = Vec::new();
-    let limits = check_limits(&raw, regions, &mut errors);
+    let mut limits = check_limits(&raw, regions, &mut errors);
     let ids: Vec<&str> = raw.iter().map(|l| l.id.as_str()).collect();
     let templates = check_templates(&raw_templates, &ids, &mut errors);
+    limits.extend(slot_limits(&templates, regions.len()));
     errors.retain(|e| !misread.contains(&e.field));
     if raw.is_empty() && raw_templates.is_empty() {
         errors.push(problem("limits", "no [[limits]] or [[templates]] entry"));
@@ -603,6 +607,8 @@ pub fn default_replica_id() -> String {
 
 #[cfg(test)]
 mod read_tests;
+#[cfg(test)]
+mod slot_tests;
 
 #[cfg(test)]
 mod tests;

@@ -362,6 +362,8 @@ const TEMPLATE_FIELDS: &[&str] = &[
     "burst_s",
     "kind",
     "shadow",
+    "slots",
+    "version",
     "overrides",
 ];
 const OVERRIDE_FIELDS: &[&str] = &["value", "rate"];
@@ -623,6 +625,8 @@ impl Reader {
                 burst_s: self.number(e, &at, "burst_s"),
                 kind: self.string(e, &at, "kind"),
                 shadow: self.boolean(e, &at, "shadow").unwrap_or(false),
+                slots: self.whole(e, &at, "slots"),
+                version: self.whole(e, &at, "version"),
                 overrides,
             });
         }
