@@ -6,7 +6,7 @@
 
 use crate::config::{Deployment, LimitSpec};
 use crate::region::{PerRegion, RegionId, MAX_REGIONS};
-use crate::room::Room;
+use crate::room::{Delta, Room};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -177,8 +177,8 @@ pub struct LimitRecord {
 
 impl LimitRecord {
     /// Room this Region holds for the limit: share + pool − debt (may be negative only in debt).
-    pub fn held(&self) -> i128 {
-        self.share.0 as i128 + self.pool.0 as i128 - self.debt.0 as i128
+    pub fn held(&self) -> Delta {
+        Delta::of(self.share) + self.pool - self.debt
     }
 }
 

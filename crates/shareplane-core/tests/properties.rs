@@ -299,10 +299,10 @@ proptest! {
             for i in 0..n { net.rebalance(i); net.deliver_all(); }
         }
         let recs: Vec<&RegionRecord> = net.coords.iter().map(|c| c.own()).collect();
-        let held: i128 = recs.iter().map(|r| r.limits[0].held()).sum();
+        let held: Delta = recs.iter().map(|r| r.limits[0].held()).sum();
         let debts: Room = recs.iter().map(|r| r.limits[0].debt).sum();
         prop_assert_eq!(debts, Room::ZERO);
-        prop_assert_eq!(held, new.0 as i128, "room held after the change");
+        prop_assert_eq!(held, Delta::of(new), "room held after the change");
     }
 }
 

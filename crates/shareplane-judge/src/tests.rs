@@ -2,10 +2,16 @@
 
 use crate::*;
 use shareplane_core::{
-    Deployment, Design, Fence, LimitKind, LimitSpec, RegionId, RegionRecord, Room, SilentPolicy,
+    Delta, Deployment, Design, Fence, LimitKind, LimitSpec, RegionId, RegionRecord, Room,
+    SilentPolicy,
 };
 
 const L: Room = Room(12_000);
+
+/// A signed amount of the audit, in milli-requests per second.
+fn d(milli: i128) -> Delta {
+    Delta::from_milli(milli)
+}
 
 fn allow() -> Allowances {
     Allowances {
@@ -31,9 +37,9 @@ fn running(shares: &[u64]) -> Vec<Region> {
 
 fn exact() -> Audit {
     Audit {
-        expected: L.0 as i128,
-        actual: L.0 as i128,
-        live: L.0 as i128,
+        expected: Delta::of(L),
+        actual: Delta::of(L),
+        live: Delta::of(L),
         ..Audit::default()
     }
 }
@@ -41,9 +47,9 @@ fn exact() -> Audit {
 /// An audit whose only excess is `stale` room counted twice by stale heirs.
 fn stale(stale: i128) -> Audit {
     Audit {
-        actual: L.0 as i128 + stale,
-        over: stale,
-        over_stale: stale,
+        actual: Delta::of(L) + d(stale),
+        over: d(stale),
+        over_stale: d(stale),
         ..exact()
     }
 }
@@ -60,7 +66,7 @@ fn at<'a>(regions: &'a [Region], audit: &'a Audit) -> Instant<'a> {
 fn shares_within_the_limit_with_exact_conservation_pass() {
     let r = running(&[6_000, 6_000]);
     let m = judge(&at(&r, &exact()), &allow()).expect("passes");
-    assert_eq!((m.sum, m.limit, m.excess()), (L, L, 0));
+    assert_eq!((m.sum, m.limit, m.excess()), (L, L, Delta::ZERO));
 }
 
 #[test]
@@ -98,7 +104,7 @@ fn regions_not_running_enforce_nothing() {
 fn a_broken_audit_fails_first_and_only_a_false_verdict_measures_it() {
     let r = running(&[7_000, 6_000]);
     let broken = Audit {
-        actual: L.0 as i128 - 1,
+        actual: Delta::of(L) - d(1),
         ..exact()
     };
     assert_eq!(
@@ -117,7 +123,7 @@ fn a_broken_audit_fails_first_and_only_a_false_verdict_measures_it() {
 fn stale_room_is_excused_in_the_audit_but_never_reaches_the_shares_within_the_assumptions() {
     let s = stale(2_000);
     let m = judge(&at(&running(&[6_000, 6_000]), &s), &allow()).expect("excused");
-    assert_eq!(m.stale, Some(2_000));
+    assert_eq!(m.stale, Some(d(2_000)));
     let over = running(&[7_000, 6_000]);
     assert!(matches!(
         judge(&at(&over, &s), &allow()),
@@ -127,7 +133,7 @@ fn stale_room_is_excused_in_the_audit_but_never_reaches_the_shares_within_the_as
     let mut outside = allow();
     outside.assumptions = Assumptions::Outside;
     let m = judge(&at(&over, &s), &outside).expect("within the stale room");
-    assert_eq!(m.outside_excess, Some(1_000));
+    assert_eq!(m.outside_excess, Some(d(1_000)));
     let far = running(&[9_000, 6_000]);
     assert!(matches!(
         judge(&at(&far, &s), &outside),
@@ -154,7 +160,7 @@ fn a_debt_the_whole_unit_split_of_portions_leaves_is_excused_only_up_to_its_boun
     let mut rounding = allow();
     rounding.portion_rounding = Room(2);
     let m = judge(&at(&one, &exact()), &rounding).expect("one unit, owed as a debt");
-    assert_eq!(m.rounding_excess, Some(1));
+    assert_eq!(m.rounding_excess, Some(d(1)));
     // More than the debts, or more than the bound: not rounding.
     let beyond_debt = [debtor(6_002, 1), debtor(6_000, 0)];
     assert!(judge(&at(&beyond_debt, &exact()), &rounding).is_err());
@@ -176,9 +182,9 @@ fn stale_room_is_not_excused_once_faults_no_longer_linger() {
 #[test]
 fn room_taken_from_a_running_epoch_is_excused_only_while_it_enforces_nothing() {
     let s = Audit {
-        actual: L.0 as i128 + 3_000,
-        over: 3_000,
-        over_running: 1_000,
+        actual: Delta::of(L) + d(3_000),
+        over: d(3_000),
+        over_running: d(1_000),
         running_reclaimed: 1 << 1,
         ..stale(2_000)
     };
@@ -223,12 +229,12 @@ fn the_room_the_running_regions_hold_is_held_to_the_limit_beyond_the_stale_room(
     let r = running(&[6_000, 6_000]);
     let s = stale(2_000);
     let i = Instant {
-        held: Some(L.0 as i128 + 2_000),
+        held: Some(Delta::of(L) + d(2_000)),
         ..at(&r, &s)
     };
     assert!(judge(&i, &allow()).is_ok());
     let i = Instant {
-        held: Some(L.0 as i128 + 2_001),
+        held: Some(Delta::of(L) + d(2_001)),
         ..i
     };
     assert!(matches!(
@@ -321,8 +327,8 @@ fn the_end_holds_every_unit_in_running_hands_and_settles_within_its_bound() {
         [Violation::NotSettled { .. }]
     ));
     let outside = Audit {
-        live: L.0 as i128 - 500,
-        estates: 500,
+        live: Delta::of(L) - d(500),
+        estates: d(500),
         ..exact()
     };
     assert_eq!(

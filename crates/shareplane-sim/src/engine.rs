@@ -8,8 +8,8 @@
 
 use crate::scenario::{Action, Scenario};
 use shareplane_core::{
-    audit, Audit, Coordinator, Deployment, Health, Inputs, LimitOutcome, PeerState, PerRegion,
-    RegionId, RegionRecord, Room, Truth,
+    audit, Audit, Coordinator, Delta, Deployment, Health, Inputs, LimitOutcome, PeerState,
+    PerRegion, RegionId, RegionRecord, Room, Truth,
 };
 use shareplane_table::Table;
 use std::sync::Arc;
@@ -109,7 +109,7 @@ pub struct Outcome {
     pub not_conserved: Vec<String>,
     pub conservation_violations: u64,
     /// The largest room above the limit the audit counted at any tick (taken twice).
-    pub max_over: i128,
+    pub max_over: Delta,
     /// The audit at the end: room outside the running Regions' own hands is in
     /// `end.outside_live()`, the part nobody can take any more in `end.between_ended`.
     pub end: Audit,
@@ -233,7 +233,7 @@ struct Sim<'a> {
     /// `i64::MIN` if it never did): a daemon that starts afresh reads only the recent periods.
     unhealthy_until: Vec<i64>,
     last_audit: Audit,
-    max_over: i128,
+    max_over: Delta,
     /// The gateways' lease in ticks (`shareplane_core::lease_bound`), or why there is none.
     lease_ticks: Option<i64>,
     lease_problem: String,
@@ -328,7 +328,7 @@ impl<'a> Sim<'a> {
             unhealthy_since_read: vec![0; n],
             unhealthy_until: vec![i64::MIN; n],
             last_audit: Audit::default(),
-            max_over: 0,
+            max_over: Delta::ZERO,
             lease_ticks: lease
                 .as_ref()
                 .ok()

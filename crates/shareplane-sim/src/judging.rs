@@ -59,15 +59,16 @@ impl Report {
             self.false_excess_s += tick_ms as f64 / 1000.0;
         }
         if let Some(stale) = m.stale {
-            self.stale_over_rps = self.stale_over_rps.max(stale as f64 / 1000.0);
+            self.stale_over_rps = self.stale_over_rps.max(stale.milli() as f64 / 1000.0);
             self.stale_over_s += tick_ms as f64 / 1000.0;
         }
         if let Some(excess) = m.outside_excess {
-            self.outside_stale_excess_rps =
-                self.outside_stale_excess_rps.max(excess as f64 / 1000.0);
+            self.outside_stale_excess_rps = self
+                .outside_stale_excess_rps
+                .max(excess.milli() as f64 / 1000.0);
         }
         if let Some(excess) = m.rounding_excess {
-            self.rounding_excess = self.rounding_excess.max(excess);
+            self.rounding_excess = self.rounding_excess.max(excess.milli());
         }
     }
 }

@@ -5,7 +5,7 @@ use crate::config::{Deployment, Design, LimitKind, LimitSpec};
 use crate::estate::{ended_took, estate_worth, heir_part, Counterpart};
 use crate::record::{LimitRecord, RegionRecord};
 use crate::region::{RegionId, MAX_REGIONS};
-use crate::room::{split, Room};
+use crate::room::{split, Delta, Room};
 use crate::targets::targets;
 use std::sync::Arc;
 
@@ -300,7 +300,7 @@ impl LimitCtx<'_> {
         let n = self.d.n();
         rec.limits.iter().enumerate().any(|(li, l)| {
             let worth = estate_worth(li, last, true, n, |g| self.counterpart(li, rec, l, last, g));
-            heir_part(worth, n, j, self.me) > l.reclaimed[j].0 as i128 - l.debt_taken[j].0 as i128
+            heir_part(worth, n, j, self.me) > Delta::of(l.reclaimed[j]) - l.debt_taken[j]
         })
     }
 
@@ -321,7 +321,7 @@ impl LimitCtx<'_> {
         let worth = estate_worth(li, basis, last, n, |g| {
             self.counterpart(li, rec, e, basis, g)
         });
-        let before = e.reclaimed[j].0 as i128 - e.debt_taken[j].0 as i128;
+        let before = Delta::of(e.reclaimed[j]) - e.debt_taken[j];
         let part = heir_part(worth, n, j, self.me);
         // Room may have moved into this estate from another that this Region closed against an
         // older record: until it sees that one's newer record (and settles it down), its part
@@ -332,15 +332,15 @@ impl LimitCtx<'_> {
             (false, true) => part.max(before),
             (false, false) => part,
         };
-        e.reclaimed[j] = Room(part.max(0) as u64);
-        e.debt_taken[j] = Room((-part).max(0) as u64);
-        let delta = part - before;
-        if delta >= 0 {
-            let more = Room(delta as u64);
+        e.reclaimed[j] = part.clamp_to_room();
+        e.debt_taken[j] = (-part).clamp_to_room();
+        let change = part - before;
+        if !change.is_negative() {
+            let more = change.clamp_to_room();
             e.pool += more;
             return more;
         }
-        let owe = Room(delta.unsigned_abs() as u64);
+        let owe = change.magnitude();
         let from_pool = owe.min(e.pool);
         e.pool -= from_pool;
         e.debt += owe - from_pool;
