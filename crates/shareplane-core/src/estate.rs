@@ -89,7 +89,7 @@ pub fn ended_took(end: &RegionRecord, x: RegionId, epoch: u64, ge: u64, li: usiz
     if end.peer_epochs[x] == epoch && end.account_epochs[x] == ge {
         return Some(end.limits.get(li).map_or(Room::ZERO, |l| l.taken[x]));
     }
-    (end.epoch == ge && end.peer_epochs[x] > epoch).then_some(Room(MAX_COUNTER))
+    (end.epoch == ge && end.peer_epochs[x] > epoch).then_some(Room::from_milli(MAX_COUNTER))
 }
 
 /// The signed room (milli-requests per second) the estate of `basis`'s epoch leaves its heirs,

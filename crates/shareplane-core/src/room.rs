@@ -18,7 +18,7 @@ pub const MAX_RATE_RPS: f64 = 1e12;
 
 /// An amount of rate (or room) in milli-requests per second.
 #[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Room(pub u64);
+pub struct Room(u64);
 
 /// Why a number from outside could not become [`Room`].
 #[derive(Debug, Clone, PartialEq)]

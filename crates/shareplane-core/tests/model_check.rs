@@ -337,8 +337,8 @@ fn the_restore_race_by_hand_splits_c_once() {
         "restore race by hand: C's estate {estate}, A's portion {}, B's portion {}; by the divisors A would have taken {estate} and B {}, {} of L = {} held",
         portions[0],
         portions[1],
-        Room(estate.0 / 2),
-        Room::rps(s.rate_rps) + Room(estate.0 / 2),
+        Room::from_milli(estate.milli() / 2),
+        Room::rps(s.rate_rps) + Room::from_milli(estate.milli() / 2),
         Room::rps(s.rate_rps)
     );
     assert!(estate > Room::ZERO);

@@ -91,8 +91,8 @@ fn recover(w: &World, s: &Settings) -> World {
             apply(&mut w, s, Action::Adopt(i));
         }
     }
-    let largest = s.largest_to(s.last_version()).0;
-    let rounds = (largest.div_ceil(Room::rps(s.step_rps).0) + 8) as usize;
+    let largest = s.largest_to(s.last_version()).milli();
+    let rounds = (largest.div_ceil(Room::rps(s.step_rps).milli()) + 8) as usize;
     run_rounds(&mut w, s, rounds);
     w
 }

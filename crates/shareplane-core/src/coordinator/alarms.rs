@@ -80,8 +80,11 @@ pub fn seen_sum<'a>(
     let kept = peers
         .into_iter()
         .filter(|(state, _)| *state != PeerState::Reclaimed);
-    kept.fold(u128::from(own_share.0), |sum, (_, rec)| {
-        sum + rec.limits.get(li).map_or(0, |l| u128::from(l.share.0))
+    kept.fold(u128::from(own_share.milli()), |sum, (_, rec)| {
+        sum + rec
+            .limits
+            .get(li)
+            .map_or(0, |l| u128::from(l.share.milli()))
     })
 }
 

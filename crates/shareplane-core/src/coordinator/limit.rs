@@ -115,7 +115,7 @@ impl LimitCtx<'_> {
             );
             e.target = self.target(li, &e, demand);
             self.move_share(li, spec, rec, &mut e, &mut out, alarms);
-            if self.seen_sum(li, e.share) > u128::from(e.rate.0) {
+            if self.seen_sum(li, e.share) > u128::from(e.rate.milli()) {
                 alarms.sum_above_limit.push(li);
             }
         }
@@ -394,12 +394,12 @@ impl LimitCtx<'_> {
         for r in crate::region::regions(self.d.n()) {
             let w = if r == self.me {
                 mine = members;
-                demand.0
+                demand.milli()
             } else {
                 match self.state(r) {
                     Some(PeerState::Live | PeerState::Silent) => {
                         let latest = &self.peers[r.index()].latest;
-                        latest.limits.get(li).map_or(0, |l| l.demand.0)
+                        latest.limits.get(li).map_or(0, |l| l.demand.milli())
                     }
                     _ => continue,
                 }
@@ -439,17 +439,17 @@ impl LimitCtx<'_> {
             }
             let in_flight = e.granted[j].excess_over(pl.taken[self.me]);
             let need = pl.unmet.excess_over(in_flight);
-            needs[j.index()] = need.0;
-            total += need.0 as u128;
+            needs[j.index()] = need.milli();
+            total += need.milli() as u128;
         }
         if total == 0 {
             return;
         }
         let n = self.d.n();
         let mut amounts = [Room::ZERO; MAX_REGIONS];
-        if total <= e.pool.0 as u128 {
+        if total <= e.pool.milli() as u128 {
             for i in 0..n {
-                amounts[i] = Room(needs[i]);
+                amounts[i] = Room::from_milli(needs[i]);
             }
         } else {
             split(e.pool, &needs[..n], &mut amounts[..n]);
