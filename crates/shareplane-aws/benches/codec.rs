@@ -38,7 +38,7 @@ fn changed_shards(d: &Deployment, r: &RegionRecord, changed: usize) -> usize {
     let step = (LIMITS / changed.max(1)).max(1);
     for i in (0..LIMITS).step_by(step).take(changed) {
         if next.limits[i].limit_version != 0 {
-            next.limits[i].demand.0 += 1;
+            next.limits[i].demand += shareplane_core::Room::from_milli(1);
         }
     }
     let after = codec::encode(d, &next);

@@ -152,7 +152,7 @@ async fn ten_thousand_limits_round_trip<S: RecordStore>(s: S, d: Arc<Deployment>
     for r in expect.iter_mut() {
         r.version = 2;
         for i in [0, 4_321, 9_998] {
-            r.limits[i].demand.0 += 17;
+            r.limits[i].demand += shareplane_core::Room::from_milli(17);
         }
         s.put(r, WriterToken(1)).await.expect("second put");
     }

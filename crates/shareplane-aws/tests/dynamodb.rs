@@ -156,7 +156,7 @@ async fn foreign_garbage_is_rejected_with_its_cause_and_counted() {
     }
     // A self-contradictory record: the share above the limit's rate.
     let mut bad = record(&s.d, 1, 1);
-    bad.limits[0].share = shareplane_core::Room(bad.limits[0].rate.0 + 1);
+    bad.limits[0].share = shareplane_core::Room::from_milli(bad.limits[0].rate.milli() + 1);
     let enc = codec::encode(&s.d, &bad);
     s.raw_put(enc.shard_item(0, 1).expect("shard 0")).await;
     s.raw_put(enc.header_item(1, &[1])).await;
@@ -241,7 +241,7 @@ async fn ten_thousand_limits_pack_into_few_items_and_unchanged_shards_are_not_re
     );
     let mut v2 = v1.clone();
     v2.version = 2;
-    v2.limits[5_000].demand.0 += 1;
+    v2.limits[5_000].demand += shareplane_core::Room::from_milli(1);
     store.put(&v2, WriterToken(1)).await.expect("put v2");
     // The second write wrote one shard and the header.
     let second_units = store.write_units() - first_units;

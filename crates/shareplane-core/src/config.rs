@@ -240,7 +240,7 @@ impl LimitSpec {
                 "must be positive, or no share could rise",
             ));
         }
-        if self.floor.0.saturating_mul(n as u64) > self.rate.0 {
+        if self.floor.milli().saturating_mul(n as u64) > self.rate.milli() {
             errors.push(err(
                 format!("{at}.floor"),
                 format!(

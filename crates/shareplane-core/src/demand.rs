@@ -33,7 +33,7 @@ pub const DEMAND_BAND_MIN_PERMILLE_OF_RATE: u64 = 1;
 /// The demand to publish: `previous` (the demand in the Region's last record) while `measured`
 /// stays within the band around it, else `measured`.
 pub fn published_demand(previous: Room, measured: Room, rate: Room) -> Room {
-    if measured.0.abs_diff(previous.0) <= band(previous, rate).0 {
+    if measured.milli().abs_diff(previous.milli()) <= band(previous, rate).milli() {
         previous
     } else {
         measured
@@ -55,7 +55,7 @@ pub fn band(published: Room, rate: Room) -> Room {
 mod tests {
     use super::*;
 
-    const L: Room = Room(10_000_000); // 10,000/s
+    const L: Room = Room::from_milli(10_000_000); // 10,000/s
 
     #[test]
     fn noise_within_one_percent_keeps_the_published_demand() {
@@ -96,17 +96,23 @@ mod tests {
         // Slow drift: each step is small, but the published value never falls behind the band.
         let mut p = Room::rps(1_000);
         for step in 0..400u64 {
-            let m = Room(1_000_000 + step * 2_500); // +2.5/s per rebalance
+            let m = Room::from_milli(1_000_000 + step * 2_500); // +2.5/s per rebalance
             p = published_demand(p, m, L);
-            assert!(m.0.abs_diff(p.0) <= band(p, L).0, "step {step}: {p} vs {m}");
+            assert!(
+                m.milli().abs_diff(p.milli()) <= band(p, L).milli(),
+                "step {step}: {p} vs {m}"
+            );
         }
     }
 
     #[test]
     fn arithmetic_does_not_overflow_at_the_largest_rates() {
-        let max = Room(u64::MAX);
+        let max = Room::from_milli(u64::MAX);
         assert_eq!(published_demand(max, Room::ZERO, max), Room::ZERO);
-        assert_eq!(published_demand(max, Room(u64::MAX - 1), max), max);
+        assert_eq!(
+            published_demand(max, Room::from_milli(u64::MAX - 1), max),
+            max
+        );
         assert_eq!(published_demand(Room::ZERO, max, L), max);
     }
 }

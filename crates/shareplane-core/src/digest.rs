@@ -39,7 +39,7 @@ pub fn limits_digest(limits: &[LimitSpec]) -> u64 {
             LimitKind::Security { home: None } => 1,
             LimitKind::Security { home: Some(r) } => 2 + r.index() as u64,
         };
-        for v in [kind, l.version, l.rate.0] {
+        for v in [kind, l.version, l.rate.milli()] {
             h = fnv_more(h, &v.to_le_bytes());
         }
     }

@@ -57,7 +57,7 @@
 use crate::config::{Deployment, LimitKind, LimitSpec};
 use crate::record::{LimitRecord, RegionRecord, MAX_COUNTER};
 use crate::region::{regions, RegionId};
-use crate::room::{even_part, Room};
+use crate::room::{even_part, Delta, Room};
 use std::collections::BTreeMap;
 
 /// Region `heir`'s fixed portion of `room`, an estate of Region `owner` in a deployment of `n`
@@ -89,7 +89,7 @@ pub fn ended_took(end: &RegionRecord, x: RegionId, epoch: u64, ge: u64, li: usiz
     if end.peer_epochs[x] == epoch && end.account_epochs[x] == ge {
         return Some(end.limits.get(li).map_or(Room::ZERO, |l| l.taken[x]));
     }
-    (end.epoch == ge && end.peer_epochs[x] > epoch).then_some(Room(MAX_COUNTER))
+    (end.epoch == ge && end.peer_epochs[x] > epoch).then_some(Room::from_milli(MAX_COUNTER))
 }
 
 /// The signed room (milli-requests per second) the estate of `basis`'s epoch leaves its heirs,
@@ -110,7 +110,7 @@ pub fn estate_worth(
     last: bool,
     n: usize,
     took: impl Fn(RegionId) -> Counterpart,
-) -> i128 {
+) -> Delta {
     let l = basis.limits.get(li).copied().unwrap_or_default();
     let mut worth = l.held();
     if !last {
@@ -122,7 +122,7 @@ pub fn estate_worth(
             continue;
         }
         if let Some(t) = took(g) {
-            worth += l.granted[g].excess_over(t).0 as i128;
+            worth += l.granted[g].excess_over(t);
         }
     }
     worth
@@ -130,10 +130,9 @@ pub fn estate_worth(
 
 /// Region `heir`'s signed part of `worth`, an estate of Region `owner` of `n` Regions: its fixed
 /// portion of the room, or of the debt (negative).
-pub fn heir_part(worth: i128, n: usize, owner: RegionId, heir: RegionId) -> i128 {
-    let amount = Room(worth.unsigned_abs().min(u64::MAX as u128) as u64);
-    let part = heir_portion(amount, n, owner, heir).0 as i128;
-    if worth < 0 {
+pub fn heir_part(worth: Delta, n: usize, owner: RegionId, heir: RegionId) -> Delta {
+    let part = Delta::of(heir_portion(worth.magnitude(), n, owner, heir));
+    if worth.is_negative() {
         -part
     } else {
         part
@@ -188,30 +187,30 @@ pub struct Truth<'a> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Audit {
     /// Σ static parts at the limit version each Region's newest record adopted.
-    pub expected: i128,
+    pub expected: Delta,
     /// live + estates + pairs, each piece clamped at zero: the room that exists. Room taken
     /// twice is in `live` (someone holds it) and shows as `actual − over == expected`.
-    pub actual: i128,
+    pub actual: Delta,
     /// Room held by running Regions (share + pool − debt).
-    pub live: i128,
+    pub live: Delta,
     /// Room of ended epochs that their heirs have not taken yet.
-    pub estates: i128,
+    pub estates: Delta,
     /// Grants in flight between two running epochs (those between a running and an ended epoch
     /// are netted into the running Region's part of `estates`).
-    pub pairs: i128,
+    pub pairs: Delta,
     /// Room that some heir or grantee took beyond what it was owed (pieces that went negative),
     /// plus debts of ended epochs that nobody pays: room above `L`.
-    pub over: i128,
+    pub over: Delta,
     /// The part of `over` held by heirs that closed an epoch against an older record than its
     /// newest one and hold more than that newest record leaves them, whether the epoch has ended
     /// (its last record) or still runs (a false verdict: what its newest record would leave them
     /// if it ended now). Their settlement against the last record (once they see it) pays it
     /// back; docs/PROTOCOL.md, residual risks.
-    pub over_stale: i128,
+    pub over_stale: Delta,
     /// The rest of what heirs took from epochs that still run: the portions the running Region's
     /// newest record would leave them, which that Region holds too until it sees the mark and
     /// comes back in a new epoch (a false verdict's aftermath; SPEC §6, "Fence").
-    pub over_running: i128,
+    pub over_running: Delta,
     /// The Regions (bit `i` for Region `i`) whose running epoch some heir has closed.
     pub running_reclaimed: u32,
     /// Records a mark names that no Region wrote (an observer's or the core's bug).
@@ -221,12 +220,12 @@ pub struct Audit {
 impl Audit {
     /// Exact conservation: the room that exists is the limit, to the last unit.
     pub fn holds(&self) -> bool {
-        self.expected == self.actual && self.over == 0 && self.missing_basis == 0
+        self.expected == self.actual && self.over.is_zero() && self.missing_basis == 0
     }
 
     /// Room that exists outside running Regions' own hands: estates and grants that involve an
     /// ended epoch. After every fault has healed and every heir has acted, this is zero.
-    pub fn outside_live(&self) -> i128 {
+    pub fn outside_live(&self) -> Delta {
         self.actual - self.live
     }
 }
@@ -267,7 +266,7 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
         li,
         n,
     };
-    let mut settles = vec![0; n];
+    let mut settles = vec![Delta::ZERO; n];
     in_flight(&scope, &mut a, &mut settles);
     for h in regions(n) {
         let mut owed = Owed {
@@ -281,7 +280,7 @@ pub fn audit(d: &Deployment, li: usize, world: &[Truth<'_>]) -> Audit {
         // older than the last, and short of its part of another (the room moved between the two
         // estates out of its sight) is not room held twice. Its settlements against the last
         // records move exactly that between them.
-        if owed.net < 0 && owed.stale {
+        if owed.net.is_negative() && owed.stale {
             a.over_stale += -owed.net;
         }
         add_piece(&mut a.estates, &mut a.over, owed.net);
@@ -322,7 +321,7 @@ impl<'a> Scope<'a> {
     }
 
     /// The estate's worth by its last record, as every heir will know it in the end.
-    fn worth(&self, x: &Epoch<'_>) -> i128 {
+    fn worth(&self, x: &Epoch<'_>) -> Delta {
         estate_worth(self.li, x.last(), true, self.n, |g| {
             self.counterpart(x.last(), g)
         })
@@ -334,7 +333,7 @@ impl<'a> Scope<'a> {
 /// into the running Region's part of `settles` (it takes them all, or takes its own back against
 /// the last record, and settles that with its parts of the estates as one amount). A grant
 /// between two ended epochs is part of its granter's estate ([`estate_worth`]).
-fn in_flight(at: &Scope<'_>, a: &mut Audit, settles: &mut [i128]) {
+fn in_flight(at: &Scope<'_>, a: &mut Audit, settles: &mut [Delta]) {
     for g in at.epochs {
         for x in at.epochs.iter().filter(|x| x.region != g.region) {
             let flow = at.index.flow(g, x, at.li);
@@ -351,7 +350,7 @@ fn in_flight(at: &Scope<'_>, a: &mut Audit, settles: &mut [i128]) {
 /// What one heir is still owed by the ended estates, net.
 #[derive(Default)]
 struct Owed {
-    net: i128,
+    net: Delta,
     /// Some estate was closed against an older record than its last.
     stale: bool,
 }
@@ -363,9 +362,9 @@ fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: 
     let Scope { index, li, n, .. } = *at;
     let marker = index.marker(h, x.region, x.epoch);
     let mark = marker.and_then(|r| r.reclaims[x.region]);
-    let took = marker.map_or(0, |r| {
+    let took = marker.map_or(Delta::ZERO, |r| {
         let l = limit_of(r, li);
-        l.reclaimed[x.region].0 as i128 - l.debt_taken[x.region].0 as i128
+        Delta::of(l.reclaimed[x.region]) - l.debt_taken[x.region]
     });
     if mark.is_some_and(|m| x.at(m.version).is_none()) {
         a.missing_basis += 1;
@@ -381,9 +380,9 @@ fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: 
         // leaves it (the Region moved room on meanwhile): that part is stale room, as it will
         // be once the epoch ends; the rest the running Region holds too.
         let stale = if stale_basis {
-            (took - part).clamp(0, took.max(0))
+            (took - part).clamp(Delta::ZERO, took.max(Delta::ZERO))
         } else {
-            0
+            Delta::ZERO
         };
         a.over_stale += stale;
         a.over_running += took - stale;
@@ -392,8 +391,8 @@ fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: 
     let piece = part - took;
     // A debt the heir has not taken on yet is room others hold above the limit until it does
     // (as a running Region's debt is): negative, but not room taken twice.
-    let pending = (-part).max(0) - (-took).max(0);
-    if piece < 0 && -piece <= pending {
+    let pending = (-part).max(Delta::ZERO) - (-took).max(Delta::ZERO);
+    if piece.is_negative() && -piece <= pending {
         a.estates += piece;
         return;
     }
@@ -401,8 +400,8 @@ fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: 
     owed.stale |= stale_basis;
 }
 
-fn add_piece(sum: &mut i128, over: &mut i128, piece: i128) {
-    if piece >= 0 {
+fn add_piece(sum: &mut Delta, over: &mut Delta, piece: Delta) {
+    if !piece.is_negative() {
         *sum += piece;
     } else {
         *over += -piece;
@@ -502,18 +501,18 @@ impl<'w> Index<'w> {
     /// took of it. A switch to the other's next epoch settles the pair against the other's last
     /// record: the grantee took everything it granted, the granter took back what it never
     /// took; nothing is in flight after either.
-    fn flow(&self, g: &Epoch<'_>, x: &Epoch<'_>, li: usize) -> i128 {
+    fn flow(&self, g: &Epoch<'_>, x: &Epoch<'_>, li: usize) -> Delta {
         let Some(granter) = self.pair(g, x) else {
-            return 0;
+            return Delta::ZERO;
         };
         if switched(x, g) || switched(g, x) {
-            return 0;
+            return Delta::ZERO;
         }
         let granted = limit_of(granter, li).granted[x.region];
         let took = self
             .pair(x, g)
             .map_or(Room::ZERO, |r| limit_of(r, li).taken[g.region]);
-        granted.0 as i128 - took.0 as i128
+        Delta::of(granted) - took
     }
 }
 
@@ -533,8 +532,8 @@ fn records_of<'a>(
         .flat_map(|t| t.written.iter().map(|r| &**r).chain(t.running))
 }
 
-fn expected(d: &Deployment, li: usize, world: &[Truth<'_>], n: usize) -> i128 {
-    let mut sum = 0;
+fn expected(d: &Deployment, li: usize, world: &[Truth<'_>], n: usize) -> Delta {
+    let mut sum = Delta::ZERO;
     for r in regions(n) {
         let t = &world[r.index()];
         let newest = t
@@ -552,7 +551,7 @@ fn expected(d: &Deployment, li: usize, world: &[Truth<'_>], n: usize) -> i128 {
                 .map_or(Room::ZERO, |s| s.security_share(n, r)),
             _ => LimitSpec::static_part(l.rate, n, r),
         };
-        sum += part.0 as i128;
+        sum += part;
     }
     sum
 }

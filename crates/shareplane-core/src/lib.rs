@@ -38,6 +38,6 @@ pub use record::{
     LimitRecord, Limits, ReclaimMark, RecordError, RegionRecord, MAX_COUNTER, MAX_EPOCH,
 };
 pub use region::{regions, PerRegion, RegionId, MAX_REGIONS};
-pub use room::{even_part, split, Room, RoomError, MAX_RATE_RPS, MILLI_PER_RPS};
+pub use room::{even_part, split, Delta, Room, RoomError, MAX_RATE_RPS, MILLI_PER_RPS};
 pub use targets::targets;
 pub use why::{why, PeerSeen, Why};

@@ -6,7 +6,7 @@
 
 use crate::config::{Deployment, LimitSpec};
 use crate::region::{PerRegion, RegionId, MAX_REGIONS};
-use crate::room::Room;
+use crate::room::{Delta, Room};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -177,8 +177,8 @@ pub struct LimitRecord {
 
 impl LimitRecord {
     /// Room this Region holds for the limit: share + pool − debt (may be negative only in debt).
-    pub fn held(&self) -> i128 {
-        self.share.0 as i128 + self.pool.0 as i128 - self.debt.0 as i128
+    pub fn held(&self) -> Delta {
+        Delta::of(self.share) + self.pool - self.debt
     }
 }
 
@@ -245,7 +245,9 @@ impl RegionRecord {
         let mut rec = RegionRecord::genesis(d, region);
         rec.version = 1;
         let n = d.n();
-        let weights: Vec<u64> = (0..n).map(|i| demands.get(i).map_or(0, |r| r.0)).collect();
+        let weights: Vec<u64> = (0..n)
+            .map(|i| demands.get(i).map_or(0, |r| r.milli()))
+            .collect();
         let mut parts = vec![Room::ZERO; n];
         for (spec, l) in d.limits.iter().zip(rec.limits.iter_mut()) {
             l.demand = demands.get(region.index()).copied().unwrap_or_default();
@@ -420,7 +422,7 @@ impl RegionRecord {
             return Some("an amount is out of range");
         }
         let counters = l.granted.0.iter().chain(l.taken.0.iter());
-        if counters.copied().any(|c| c.0 > MAX_COUNTER) {
+        if counters.copied().any(|c| c.milli() > MAX_COUNTER) {
             return Some("a cumulative counter is out of range");
         }
         if l.reclaimed
@@ -431,7 +433,7 @@ impl RegionRecord {
         {
             return Some("a reclaimed amount is out of range");
         }
-        if l.left.0.iter().any(|c| c.0 > MAX_COUNTER) {
+        if l.left.0.iter().any(|c| c.milli() > MAX_COUNTER) {
             return Some("a cumulative counter is out of range");
         }
         let names = |r: usize| {
@@ -556,7 +558,14 @@ mod tests {
             .collect();
         let shares: Vec<Room> = recs.iter().map(|r| r.limits[0].share).collect();
         // 10 each, and the other 970 by demand: 2/3 and 1/3.
-        assert_eq!(shares, [Room(656_667), Room(333_333), Room::rps(10)]);
+        assert_eq!(
+            shares,
+            [
+                Room::from_milli(656_667),
+                Room::from_milli(333_333),
+                Room::rps(10)
+            ]
+        );
         assert_eq!(shares.iter().copied().sum::<Room>(), d.limits[0].rate);
         for (i, r) in recs.iter().enumerate() {
             assert_eq!((r.version, r.epoch), (1, 1));
@@ -622,14 +631,14 @@ mod tests {
         let a = RegionRecord::genesis(&d, rid(1));
         let mut b = a.clone();
         assert!(b.limits.shares_with(&a.limits));
-        b.limits[0].demand = Room(5);
+        b.limits[0].demand = Room::from_milli(5);
         assert!(!b.limits.shares_with(&a.limits), "copied on write");
         assert_eq!(
             a.limits[0].demand,
             Room::ZERO,
             "the other copy is unchanged"
         );
-        assert_eq!(b.limits[0].demand, Room(5));
+        assert_eq!(b.limits[0].demand, Room::from_milli(5));
         let mut c = a.clone();
         c.limits.resize(2, LimitRecord::default());
         assert_eq!((a.limits.len(), c.limits.len()), (1, 2));
@@ -645,7 +654,7 @@ mod tests {
         let mut prev = RegionRecord::genesis(&d, rid(1));
         prev.epoch = 2;
         prev.version = 5;
-        prev.limits[0].granted.0[0] = Room(700);
+        prev.limits[0].granted.0[0] = Room::from_milli(700);
         let mut next = prev.clone();
         next.version = 6;
         next.limits[0].granted.0[0] = Room::ZERO;

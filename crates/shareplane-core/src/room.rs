@@ -3,10 +3,11 @@
 //! Room is counted in milli-requests per second as an unsigned integer, so that conservation
 //! (`Σ shares + Σ pools + Σ grants in flight = L`) holds to the last unit rather than to within a
 //! floating-point epsilon. Proportional splits use largest-remainder rounding ([`split`]), which
-//! always hands out exactly the amount it was given.
+//! always hands out exactly the amount it was given. A difference of amounts that may rightly be
+//! negative (what an estate leaves, an heir's part of a debt, the audit's pieces) is a [`Delta`].
 
 use std::fmt;
-use std::ops::{Add, AddAssign, Sub, SubAssign};
+use std::ops::{Add, AddAssign, Neg, Sub, SubAssign};
 
 /// Units of room per request per second.
 pub const MILLI_PER_RPS: u64 = 1_000;
@@ -17,7 +18,7 @@ pub const MAX_RATE_RPS: f64 = 1e12;
 
 /// An amount of rate (or room) in milli-requests per second.
 #[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Room(pub u64);
+pub struct Room(u64);
 
 /// Why a number from outside could not become [`Room`].
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +43,11 @@ impl std::error::Error for RoomError {}
 impl Room {
     pub const ZERO: Room = Room(0);
 
+    /// An exact amount in milli-requests per second (the codec's and the tests' constructor).
+    pub const fn from_milli(milli: u64) -> Room {
+        Room(milli)
+    }
+
     /// Parses a rate given in requests per second, rounding to the nearest milli-request.
     pub fn from_rps(rps: f64) -> Result<Room, RoomError> {
         if !rps.is_finite() {
@@ -65,7 +71,8 @@ impl Room {
         self.0 as f64 / MILLI_PER_RPS as f64
     }
 
-    pub fn milli(self) -> u64 {
+    /// The amount in milli-requests per second.
+    pub const fn milli(self) -> u64 {
         self.0
     }
 
@@ -154,6 +161,144 @@ impl fmt::Display for Room {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let whole = self.0 / MILLI_PER_RPS;
         let frac = self.0 % MILLI_PER_RPS;
+        if frac == 0 {
+            write!(f, "{whole}")
+        } else {
+            write!(f, "{whole}.{frac:03}")
+        }
+    }
+}
+
+/// A signed amount of room in milli-requests per second: a difference of [`Room`]s that may rightly
+/// be negative (what an estate leaves when it is in debt, an heir's part of that debt, the audit's
+/// pieces). Its operators are exact i128 arithmetic; it becomes [`Room`] again only through
+/// [`Delta::clamp_to_room`] or [`Delta::magnitude`], which say how they treat a negative amount.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Delta(i128);
+
+impl Delta {
+    pub const ZERO: Delta = Delta(0);
+
+    /// An amount of room as a (non-negative) delta.
+    pub const fn of(room: Room) -> Delta {
+        Delta(room.0 as i128)
+    }
+
+    /// A signed amount in milli-requests per second (for tests and sums kept as numbers).
+    pub const fn from_milli(milli: i128) -> Delta {
+        Delta(milli)
+    }
+
+    /// The signed amount in milli-requests per second.
+    pub const fn milli(self) -> i128 {
+        self.0
+    }
+
+    pub const fn is_negative(self) -> bool {
+        self.0 < 0
+    }
+
+    pub const fn is_positive(self) -> bool {
+        self.0 > 0
+    }
+
+    pub const fn is_zero(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The amount as room: zero when negative, `u64::MAX` milli when larger than room can be.
+    pub fn clamp_to_room(self) -> Room {
+        Room(self.0.clamp(0, u64::MAX as i128) as u64)
+    }
+
+    /// The size of the amount whatever its sign, as room (`u64::MAX` milli at most).
+    pub fn magnitude(self) -> Room {
+        Room(self.0.unsigned_abs().min(u64::MAX as u128) as u64)
+    }
+
+    pub fn abs(self) -> Delta {
+        Delta(self.0.abs())
+    }
+}
+
+impl From<Room> for Delta {
+    fn from(room: Room) -> Delta {
+        Delta::of(room)
+    }
+}
+
+impl Add for Delta {
+    type Output = Delta;
+    fn add(self, other: Delta) -> Delta {
+        Delta(self.0 + other.0)
+    }
+}
+
+impl Add<Room> for Delta {
+    type Output = Delta;
+    fn add(self, other: Room) -> Delta {
+        self + Delta::of(other)
+    }
+}
+
+impl AddAssign for Delta {
+    fn add_assign(&mut self, other: Delta) {
+        *self = *self + other;
+    }
+}
+
+impl AddAssign<Room> for Delta {
+    fn add_assign(&mut self, other: Room) {
+        *self = *self + other;
+    }
+}
+
+impl Sub for Delta {
+    type Output = Delta;
+    fn sub(self, other: Delta) -> Delta {
+        Delta(self.0 - other.0)
+    }
+}
+
+impl Sub<Room> for Delta {
+    type Output = Delta;
+    fn sub(self, other: Room) -> Delta {
+        self - Delta::of(other)
+    }
+}
+
+impl SubAssign for Delta {
+    fn sub_assign(&mut self, other: Delta) {
+        *self = *self - other;
+    }
+}
+
+impl Neg for Delta {
+    type Output = Delta;
+    fn neg(self) -> Delta {
+        Delta(-self.0)
+    }
+}
+
+impl std::iter::Sum for Delta {
+    fn sum<I: Iterator<Item = Delta>>(iter: I) -> Delta {
+        iter.fold(Delta::ZERO, |a, b| a + b)
+    }
+}
+
+impl fmt::Debug for Delta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Delta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 < 0 {
+            write!(f, "-")?;
+        }
+        let size = self.0.unsigned_abs();
+        let (whole, frac) = (size / MILLI_PER_RPS as u128, size % MILLI_PER_RPS as u128);
         if frac == 0 {
             write!(f, "{whole}")
         } else {
@@ -252,6 +397,27 @@ mod tests {
         let mut r = Room(7);
         r -= Room(7);
         assert_eq!(r, Room::ZERO);
+    }
+
+    #[test]
+    fn a_delta_is_exact_and_says_how_it_becomes_room() {
+        let d = Delta::of(Room(5)) - Room(7);
+        assert_eq!(d, Delta::from_milli(-2));
+        assert!(d.is_negative() && !d.is_positive());
+        assert_eq!(d.clamp_to_room(), Room::ZERO);
+        assert_eq!(d.magnitude(), Room(2));
+        assert_eq!(-d, Delta::from_milli(2));
+        assert_eq!((-d).clamp_to_room(), Room(2));
+        assert_eq!(Delta::from_milli(i128::MAX).clamp_to_room(), Room(u64::MAX));
+        assert_eq!(Delta::from_milli(i128::MIN + 1).magnitude(), Room(u64::MAX));
+        let sum: Delta = [Delta::from_milli(3), d, Delta::of(Room(1))]
+            .into_iter()
+            .sum();
+        assert_eq!(sum, Delta::from_milli(2));
+        assert_eq!(
+            format!("{:?} {}", Delta::from_milli(-1_500), Delta::of(Room(2_000))),
+            "-1.500 2"
+        );
     }
 
     #[test]

@@ -11,12 +11,12 @@ pub fn targets(rate: Room, floor: Room, weights: &[u64], out: &mut [Room]) {
     if n == 0 {
         return;
     }
-    let floor = if floor.0.saturating_mul(n as u64) > rate.0 {
-        Room(rate.0 / n as u64)
+    let floor = if floor.milli().saturating_mul(n as u64) > rate.milli() {
+        Room::from_milli(rate.milli() / n as u64)
     } else {
         floor
     };
-    let rest = Room(rate.0 - floor.0 * n as u64);
+    let rest = Room::from_milli(rate.milli() - floor.milli() * n as u64);
     split(rest, &weights[..n], &mut out[..n]);
     for t in out[..n].iter_mut() {
         *t += floor;

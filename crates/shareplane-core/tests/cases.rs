@@ -89,7 +89,10 @@ fn raise_is_capped_at_the_step_even_with_more_in_the_pool() {
     // C takes 1,265.4 + 633 and raises by the step cap only.
     check(&w.rebalance(2, 7_200.0), expect!["demand 7200 target 3900 share 1350 -> 2350 pool 898.1 unmet 1550 taken [A:1265.4,B:632.7] granted [] reclaimed []"]);
     // 4,334.6 + 2,417.3 + 2,350 (the spec rounds the first two to 4,335 and 2,417).
-    assert_eq!(w.sum_shares(), Room(4_334_587 + 2_417_293 + 2_350_000));
+    assert_eq!(
+        w.sum_shares(),
+        Room::from_milli(4_334_587 + 2_417_293 + 2_350_000)
+    );
     assert!(w.conservation().holds());
 }
 
@@ -129,7 +132,10 @@ fn jump_to_target_overshoots_while_views_disagree() {
     let recs = initial_records(&d, &[5_600, 3_050, 1_350], &[7_200, 3_600, 1_200]);
     let mut w = World::new(d, recs);
     w.rebalance(2, 5_160.0);
-    assert_eq!(w.sum_shares(), Room(5_600_000 + 3_050_000 + 3_248_120));
+    assert_eq!(
+        w.sum_shares(),
+        Room::from_milli(5_600_000 + 3_050_000 + 3_248_120)
+    );
 }
 
 /// [`why`] for Region `i` of `w`, from its own record and its coordinator's view of the peers.

@@ -49,7 +49,7 @@ fn a_new_epoch_adopts_a_raise_only_once_its_ended_epochs_debt_is_taken() {
     w.rebalance(1, 9_000.0);
     assert_eq!(w.coords[1].own().limits[0].limit_version, 3);
 
-    let largest = Room::rps(12_000).0 as i128;
+    let largest = Delta::of(Room::rps(12_000));
     // A's last record reaches B only now (B never granted to A's debt).
     w.publish(0);
     w.restart(0, 60_000, at(&d, 3, 12_000));

@@ -297,7 +297,7 @@ fn the_restore_race_runs_start_with_b_reclaimed_by_both() {
 #[test]
 fn the_restore_race_by_hand_splits_c_once() {
     use model::Action::*;
-    use shareplane_core::{estate_room, Room};
+    use shareplane_core::{estate_room, Delta, Room};
     let s = model::Settings::restore_race(0, 3);
     let race = [
         Flip(1),
@@ -353,8 +353,8 @@ fn the_restore_race_by_hand_splits_c_once() {
         "restore race by hand: C's estate {estate}, A's portion {}, B's portion {}; by the divisors A would have taken {estate} and B {}, {} of L = {} held",
         portions[0],
         portions[1],
-        Room(estate.0 / 2),
-        Room::rps(s.rate_rps) + Room(estate.0 / 2),
+        Room::from_milli(estate.milli() / 2),
+        Room::rps(s.rate_rps) + Room::from_milli(estate.milli() / 2),
         Room::rps(s.rate_rps)
     );
     assert!(estate > Room::ZERO);
@@ -363,10 +363,10 @@ fn the_restore_race_by_hand_splits_c_once() {
 
     assert_eq!(model::replay_and_recover(&s, &trace), None);
     let o = model::replay_to(&s, &trace, true);
-    let held: i128 = o.own.iter().map(|r| r.limits[l].held()).sum();
-    assert_eq!(held, Room::rps(s.rate_rps).0 as i128, "{:?}", o.own);
+    let held: Delta = o.own.iter().map(|r| r.limits[l].held()).sum();
+    assert_eq!(held, Delta::of(Room::rps(s.rate_rps)), "{:?}", o.own);
     assert!(
-        o.audit.holds() && o.audit.outside_live() == 0,
+        o.audit.holds() && o.audit.outside_live().is_zero(),
         "{:?}",
         o.audit
     );

@@ -120,7 +120,7 @@ fn cut_off_region_under_silence_alone_breaks_the_limit() {
     // Why silence-alone is wrong: B reclaims A and C while they reclaim B.
     let mut w = settled(SilentPolicy::SilenceAlone);
     let mut worst = Room::ZERO;
-    let mut over = 0;
+    let mut over = Delta::ZERO;
     for _ in 0..10 {
         round(&mut w, &[A, C], &[A, C]);
         round(&mut w, &[B], &[]);
@@ -132,7 +132,10 @@ fn cut_off_region_under_silence_alone_breaks_the_limit() {
         "expected the sum of shares to pass the limit, got {worst}"
     );
     // The physical audit sees the room that was taken twice.
-    assert!(over > 0, "the audit must count the duplicated room");
+    assert!(
+        over.is_positive(),
+        "the audit must count the duplicated room"
+    );
 }
 
 #[test]
@@ -370,7 +373,7 @@ fn a_survivor_holding_a_lost_heirs_record_of_a_take_it_cannot_see_waits_for_the_
             "A closed B against a basis C's record contradicts"
         );
         assert!(
-            w.live_room() <= 10_000_000,
+            w.live_room() <= Delta::from_milli(10_000_000),
             "A alone holds more than L: {}",
             w.live_room()
         );
@@ -525,17 +528,17 @@ fn an_operator_can_give_up_on_a_lost_record_and_the_room_it_would_have_settled_s
     let c = w.conservation();
     assert_eq!(
         (c.actual, c.over, c.missing_basis),
-        (c.expected, 0, 0),
+        (c.expected, Delta::ZERO, 0),
         "{c:?}"
     );
     // What A would have settled of B's two ended epochs (its portions) is held by nobody.
-    assert!(c.outside_live() > 0, "{c:?}");
+    assert!(c.outside_live().is_positive(), "{c:?}");
     assert_eq!(
-        Room::rps(10_000).0 as i128 - w.sum_shares().0 as i128,
+        Delta::of(Room::rps(10_000)) - w.sum_shares(),
         c.outside_live()
             + (0..3)
-                .map(|i| w.coords[i].own().limits[0].pool.0 as i128)
-                .sum::<i128>(),
+                .map(|i| Delta::of(w.coords[i].own().limits[0].pool))
+                .sum::<Delta>(),
         "every unit of the limit is either held or stranded, once"
     );
 }
@@ -581,7 +584,10 @@ fn a_heir_with_a_slow_view_of_a_fresh_peer_takes_stale_room_and_the_audit_splits
     assert!(mark.version < w.coords[B].own().version);
     let a = w.conservation();
     assert_eq!(a.running_reclaimed, 1 << B, "{a:?}");
-    assert!(a.over_stale > 0 && a.over_running > 0, "{a:?}");
+    assert!(
+        a.over_stale.is_positive() && a.over_running.is_positive(),
+        "{a:?}"
+    );
     assert_eq!(a.over, a.over_stale + a.over_running, "{a:?}");
     assert_eq!(a.actual - a.over, a.expected, "{a:?}");
     // B reads its own verdict (it fences) and then C's mark: it comes back in a new epoch, and

@@ -43,7 +43,7 @@ fn deployment(p: &Params) -> Arc<Deployment> {
                 rate,
                 burst_ms: 2_000,
                 floor: rate.mul_div(p.floor_pct, 100 * p.n as u64),
-                step_cap: rate.mul_div(p.step_pct, 100).max(Room(1)),
+                step_cap: rate.mul_div(p.step_pct, 100).max(Room::from_milli(1)),
                 kind: LimitKind::Capacity,
                 shadow: false,
             }],
@@ -234,8 +234,8 @@ proptest! {
             net.check();
         }
         // Liveness: constant demands, full rounds with every record delivered.
-        let rate = d.limits[0].rate.0;
-        let bound = rate.div_ceil(d.limits[0].step_cap.0) + 4;
+        let rate = d.limits[0].rate.milli();
+        let bound = rate.div_ceil(d.limits[0].step_cap.milli()) + 4;
         let mut settled = None;
         for round in 0..bound {
             for i in 0..n {
@@ -266,12 +266,12 @@ proptest! {
             net.deliver_all();
         }
         let old = d.limits[0].rate;
-        let new = Room(old.mul_div(new_pct, 100).0.max(1_000 * n as u64));
+        let new = Room::from_milli(old.mul_div(new_pct, 100).milli().max(1_000 * n as u64));
         let mut spec = d.limits[0].clone();
         spec.version = 2;
         spec.rate = new;
         spec.floor = new.mul_div(p.floor_pct, 100 * n as u64);
-        spec.step_cap = new.mul_div(p.step_pct, 100).max(Room(1));
+        spec.step_cap = new.mul_div(p.step_pct, 100).max(Room::from_milli(1));
         let larger = old.max(new);
         let mut adopted = vec![false; n];
         for _ in 0..(40 * n) {
@@ -295,14 +295,14 @@ proptest! {
         for (i, done) in adopted.iter_mut().enumerate() {
             if !*done { net.coords[i].set_limits(vec![spec.clone()]).expect("valid"); *done = true; }
         }
-        for _ in 0..(new.0.div_ceil(spec.step_cap.0) + 6) {
+        for _ in 0..(new.milli().div_ceil(spec.step_cap.milli()) + 6) {
             for i in 0..n { net.rebalance(i); net.deliver_all(); }
         }
         let recs: Vec<&RegionRecord> = net.coords.iter().map(|c| c.own()).collect();
-        let held: i128 = recs.iter().map(|r| r.limits[0].held()).sum();
+        let held: Delta = recs.iter().map(|r| r.limits[0].held()).sum();
         let debts: Room = recs.iter().map(|r| r.limits[0].debt).sum();
         prop_assert_eq!(debts, Room::ZERO);
-        prop_assert_eq!(held, new.0 as i128, "room held after the change");
+        prop_assert_eq!(held, Delta::of(new), "room held after the change");
     }
 }
 

@@ -84,7 +84,7 @@ pub fn judge_end(e: &End<'_>, a: &EndAllowances) -> EndVerdict {
     }
     let l = e.liveness;
     let settled = l.settled_after_ms.is_some_and(|ms| ms <= l.bound_ms);
-    if let Some(audit) = e.audit.filter(|x| x.outside_live() != 0) {
+    if let Some(audit) = e.audit.filter(|x| !x.outside_live().is_zero()) {
         if a.stranded == Stranded::Forbidden || !settled {
             v.violations
                 .push(Violation::RoomOutsideRunning(Box::new(*audit)));

@@ -2,8 +2,8 @@
 //! allowances in force.
 
 use crate::allowances::{Allowances, Assumptions, Excess, RunningReclaimed};
-use crate::violation::{room, Violation};
-use shareplane_core::{Audit, RegionRecord, Room};
+use crate::violation::Violation;
+use shareplane_core::{Audit, Delta, RegionRecord, Room};
 
 /// What one Region's gateways enforced at an instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub struct Instant<'a> {
     pub audit: Option<&'a Audit>,
     /// The room the running Regions may raise to without a grant (Σ share + pool − debt of their
     /// committed records), where the checker has it: held to the limit beyond the stale room.
-    pub held: Option<i128>,
+    pub held: Option<Delta>,
     /// Every Region's newest record, where the checker has them: no Region may have taken more
     /// of a pair's grants than the granter's record shows granted. Empty: not judged.
     pub newest: &'a [&'a RegionRecord],
@@ -47,19 +47,19 @@ pub struct Measured {
     pub false_verdict_excess: Option<Room>,
     /// The stale room (the audit's `over_stale`) excused at this instant, if the stale allowance
     /// applied (the records count room twice; the shares were judged against it).
-    pub stale: Option<i128>,
+    pub stale: Option<Delta>,
     /// Outside the assumptions: how far the shares passed the limit, within the stale room and
     /// the running Regions' debts.
-    pub outside_excess: Option<i128>,
+    pub outside_excess: Option<Delta>,
     /// Within the assumptions, an excess of the shares over the limit that the whole-unit split
     /// of fixed portions left as a running Region's debt ([`Allowances::portion_rounding`]).
-    pub rounding_excess: Option<i128>,
+    pub rounding_excess: Option<Delta>,
 }
 
 impl Measured {
     /// `Σ shares − limit`: above zero when the shares passed the limit.
-    pub fn excess(&self) -> i128 {
-        self.sum.0 as i128 - self.limit.0 as i128
+    pub fn excess(&self) -> Delta {
+        Delta::of(self.sum) - self.limit
     }
 }
 
@@ -87,12 +87,12 @@ pub fn judge(i: &Instant<'_>, a: &Allowances) -> Result<Measured, Violation> {
     }
     shares?;
     if a.false_verdict.excess == Excess::None {
-        let over_stale = i.audit.map_or(0, |x| x.over_stale);
-        if let Some(held) = i.held.filter(|h| h - over_stale > limit.0 as i128) {
+        let over_stale = i.audit.map_or(Delta::ZERO, |x| x.over_stale);
+        if let Some(held) = i.held.filter(|&h| h - over_stale > Delta::of(limit)) {
             return Err(Violation::HeldAboveLimit {
-                held: room(held),
+                held: held.clamp_to_room(),
                 limit,
-                stale: room(over_stale),
+                stale: over_stale.clamp_to_room(),
             });
         }
     }
@@ -102,13 +102,13 @@ pub fn judge(i: &Instant<'_>, a: &Allowances) -> Result<Measured, Violation> {
 
 /// The limit the shares are judged against, and the running Regions' debts that count as stale
 /// room (none once the limit was raised for them: they are not counted twice).
-fn limit_and_debts(i: &Instant<'_>, a: &Allowances) -> (Room, i128) {
+fn limit_and_debts(i: &Instant<'_>, a: &Allowances) -> (Room, Delta) {
     let rolled_out = a.limit.rolled_out;
     let mut limit = (i.regions.iter())
         .map(|r| r.rate.min(rolled_out))
         .fold(a.limit.in_force, Room::max);
-    let in_debt =
-        i.audit.is_some_and(|x| x.estates < 0) || i.regions.iter().any(|r| r.debt > Room::ZERO);
+    let in_debt = i.audit.is_some_and(|x| x.estates.is_negative())
+        || i.regions.iter().any(|r| r.debt > Room::ZERO);
     let mut raised_for_debt = false;
     if in_debt && a.faults_may_linger {
         // A lowered limit's debt is still owed (by an ended epoch no heir has taken on yet, or by
@@ -122,7 +122,7 @@ fn limit_and_debts(i: &Instant<'_>, a: &Allowances) -> (Room, i128) {
     let live_debt = (i.regions.iter())
         .filter(|_| !raised_for_debt)
         .filter(|r| r.running)
-        .map(|r| r.debt.0 as i128)
+        .map(|r| Delta::of(r.debt))
         .sum();
     (limit, live_debt)
 }
@@ -130,7 +130,7 @@ fn limit_and_debts(i: &Instant<'_>, a: &Allowances) -> (Room, i128) {
 /// Whether the audit's only excess is room stale heirs count twice (and, where allowed, room
 /// taken from running epochs whose gateways enforce nothing), with the running Regions' debts:
 /// measured while faults linger, outside a false verdict's window.
-fn stale_excused(i: &Instant<'_>, a: &Allowances, live_debt: i128) -> bool {
+fn stale_excused(i: &Instant<'_>, a: &Allowances, live_debt: Delta) -> bool {
     let Some(x) = i.audit else {
         return false;
     };
@@ -145,7 +145,7 @@ fn stale_excused(i: &Instant<'_>, a: &Allowances, live_debt: i128) -> bool {
     };
     a.false_verdict.excess == Excess::None
         && a.faults_may_linger
-        && (x.over_stale > 0 || live_debt > 0)
+        && (x.over_stale.is_positive() || live_debt.is_positive())
         && shape
         && x.actual - x.over == x.expected
         && x.missing_basis == 0
@@ -157,7 +157,7 @@ fn shares(
     a: &Allowances,
     m: &mut Measured,
     stale: bool,
-    live_debt: i128,
+    live_debt: Delta,
 ) -> Result<(), Violation> {
     let excess = m.excess();
     if let (true, Some(x)) = (stale, audit) {
@@ -165,26 +165,26 @@ fn shares(
         // Room the records count twice may never reach what gateways enforce within the
         // assumptions (docs/PROTOCOL.md, "Reclaim against a causally closed basis"). Outside
         // them the shares are held to the stale room and the running Regions' debts.
-        if excess > 0 && a.assumptions == Assumptions::Within {
-            if excess <= live_debt && excess <= a.portion_rounding.0 as i128 {
+        if excess.is_positive() && a.assumptions == Assumptions::Within {
+            if excess <= live_debt && excess <= Delta::of(a.portion_rounding) {
                 m.rounding_excess = Some(excess);
                 return Ok(());
             }
             return Err(Violation::StaleRoomEnforced {
-                excess: room(excess),
+                excess: excess.clamp_to_room(),
                 limit: m.limit,
-                stale: room(x.over_stale),
+                stale: x.over_stale.clamp_to_room(),
             });
         }
         if excess > x.over_stale + live_debt {
             return Err(Violation::StaleRoomBeyondBound {
                 sum: m.sum,
                 limit: m.limit,
-                stale: room(x.over_stale),
-                debts: room(live_debt),
+                stale: x.over_stale.clamp_to_room(),
+                debts: live_debt.clamp_to_room(),
             });
         }
-        if excess > 0 {
+        if excess.is_positive() {
             m.outside_excess = Some(excess);
         }
         return Ok(());
@@ -200,7 +200,7 @@ fn shares(
         Excess::UpTo(r) => Some(r),
         Excess::None => None,
     };
-    let bound = allowed.unwrap_or(Room::ZERO).0 as i128 + a.rounding.0 as i128;
+    let bound = Delta::of(allowed.unwrap_or(Room::ZERO)) + a.rounding;
     if excess > bound {
         return Err(Violation::SharesAboveLimit {
             sum: m.sum,

@@ -2,10 +2,16 @@
 
 use crate::*;
 use shareplane_core::{
-    Deployment, Design, Fence, LimitKind, LimitSpec, RegionId, RegionRecord, Room, SilentPolicy,
+    Delta, Deployment, Design, Fence, LimitKind, LimitSpec, RegionId, RegionRecord, Room,
+    SilentPolicy,
 };
 
-const L: Room = Room(12_000);
+const L: Room = Room::from_milli(12_000);
+
+/// A signed amount of the audit, in milli-requests per second.
+fn d(milli: i128) -> Delta {
+    Delta::from_milli(milli)
+}
 
 fn allow() -> Allowances {
     Allowances {
@@ -22,7 +28,7 @@ fn allow() -> Allowances {
 fn running(shares: &[u64]) -> Vec<Region> {
     (shares.iter())
         .map(|&s| Region {
-            share: Room(s),
+            share: Room::from_milli(s),
             running: true,
             ..Region::default()
         })
@@ -31,9 +37,9 @@ fn running(shares: &[u64]) -> Vec<Region> {
 
 fn exact() -> Audit {
     Audit {
-        expected: L.0 as i128,
-        actual: L.0 as i128,
-        live: L.0 as i128,
+        expected: Delta::of(L),
+        actual: Delta::of(L),
+        live: Delta::of(L),
         ..Audit::default()
     }
 }
@@ -41,9 +47,9 @@ fn exact() -> Audit {
 /// An audit whose only excess is `stale` room counted twice by stale heirs.
 fn stale(stale: i128) -> Audit {
     Audit {
-        actual: L.0 as i128 + stale,
-        over: stale,
-        over_stale: stale,
+        actual: Delta::of(L) + d(stale),
+        over: d(stale),
+        over_stale: d(stale),
         ..exact()
     }
 }
@@ -60,7 +66,7 @@ fn at<'a>(regions: &'a [Region], audit: &'a Audit) -> Instant<'a> {
 fn shares_within_the_limit_with_exact_conservation_pass() {
     let r = running(&[6_000, 6_000]);
     let m = judge(&at(&r, &exact()), &allow()).expect("passes");
-    assert_eq!((m.sum, m.limit, m.excess()), (L, L, 0));
+    assert_eq!((m.sum, m.limit, m.excess()), (L, L, Delta::ZERO));
 }
 
 #[test]
@@ -70,7 +76,7 @@ fn shares_above_the_limit_fail_unless_a_false_verdict_allows_them() {
     assert_eq!(
         judge(&at(&r, &a), &allow()),
         Err(Violation::SharesAboveLimit {
-            sum: Room(13_000),
+            sum: Room::from_milli(13_000),
             limit: L,
             allowed: None
         })
@@ -78,11 +84,11 @@ fn shares_above_the_limit_fail_unless_a_false_verdict_allows_them() {
     let mut measured = allow();
     measured.false_verdict.excess = Excess::Measured;
     let m = judge(&at(&r, &a), &measured).expect("measured");
-    assert_eq!(m.false_verdict_excess, Some(Room(1_000)));
+    assert_eq!(m.false_verdict_excess, Some(Room::from_milli(1_000)));
     let mut bounded = allow();
-    bounded.false_verdict.excess = Excess::UpTo(Room(999));
+    bounded.false_verdict.excess = Excess::UpTo(Room::from_milli(999));
     assert!(judge(&at(&r, &a), &bounded).is_err());
-    bounded.rounding = Room(1);
+    bounded.rounding = Room::from_milli(1);
     assert!(judge(&at(&r, &a), &bounded).is_ok());
 }
 
@@ -98,7 +104,7 @@ fn regions_not_running_enforce_nothing() {
 fn a_broken_audit_fails_first_and_only_a_false_verdict_measures_it() {
     let r = running(&[7_000, 6_000]);
     let broken = Audit {
-        actual: L.0 as i128 - 1,
+        actual: Delta::of(L) - d(1),
         ..exact()
     };
     assert_eq!(
@@ -117,17 +123,17 @@ fn a_broken_audit_fails_first_and_only_a_false_verdict_measures_it() {
 fn stale_room_is_excused_in_the_audit_but_never_reaches_the_shares_within_the_assumptions() {
     let s = stale(2_000);
     let m = judge(&at(&running(&[6_000, 6_000]), &s), &allow()).expect("excused");
-    assert_eq!(m.stale, Some(2_000));
+    assert_eq!(m.stale, Some(d(2_000)));
     let over = running(&[7_000, 6_000]);
     assert!(matches!(
         judge(&at(&over, &s), &allow()),
-        Err(Violation::StaleRoomEnforced { excess, .. }) if excess == Room(1_000)
+        Err(Violation::StaleRoomEnforced { excess, .. }) if excess == Room::from_milli(1_000)
     ));
     // Outside the assumptions: held to the stale room, measured.
     let mut outside = allow();
     outside.assumptions = Assumptions::Outside;
     let m = judge(&at(&over, &s), &outside).expect("within the stale room");
-    assert_eq!(m.outside_excess, Some(1_000));
+    assert_eq!(m.outside_excess, Some(d(1_000)));
     let far = running(&[9_000, 6_000]);
     assert!(matches!(
         judge(&at(&far, &s), &outside),
@@ -141,20 +147,20 @@ fn stale_room_is_excused_in_the_audit_but_never_reaches_the_shares_within_the_as
 #[test]
 fn a_debt_the_whole_unit_split_of_portions_leaves_is_excused_only_up_to_its_bound() {
     let debtor = |share: u64, debt: u64| Region {
-        share: Room(share),
-        debt: Room(debt),
+        share: Room::from_milli(share),
+        debt: Room::from_milli(debt),
         running: true,
         ..Region::default()
     };
     let one = [debtor(6_001, 1), debtor(6_000, 0)];
     assert!(matches!(
         judge(&at(&one, &exact()), &allow()),
-        Err(Violation::StaleRoomEnforced { excess, .. }) if excess == Room(1)
+        Err(Violation::StaleRoomEnforced { excess, .. }) if excess == Room::from_milli(1)
     ));
     let mut rounding = allow();
-    rounding.portion_rounding = Room(2);
+    rounding.portion_rounding = Room::from_milli(2);
     let m = judge(&at(&one, &exact()), &rounding).expect("one unit, owed as a debt");
-    assert_eq!(m.rounding_excess, Some(1));
+    assert_eq!(m.rounding_excess, Some(d(1)));
     // More than the debts, or more than the bound: not rounding.
     let beyond_debt = [debtor(6_002, 1), debtor(6_000, 0)];
     assert!(judge(&at(&beyond_debt, &exact()), &rounding).is_err());
@@ -176,9 +182,9 @@ fn stale_room_is_not_excused_once_faults_no_longer_linger() {
 #[test]
 fn room_taken_from_a_running_epoch_is_excused_only_while_it_enforces_nothing() {
     let s = Audit {
-        actual: L.0 as i128 + 3_000,
-        over: 3_000,
-        over_running: 1_000,
+        actual: Delta::of(L) + d(3_000),
+        over: d(3_000),
+        over_running: d(1_000),
         running_reclaimed: 1 << 1,
         ..stale(2_000)
     };
@@ -195,24 +201,24 @@ fn room_taken_from_a_running_epoch_is_excused_only_while_it_enforces_nothing() {
 #[test]
 fn a_records_rate_widens_the_limit_only_up_to_what_was_rolled_out() {
     let mut r = running(&[8_000, 6_000]);
-    r[1].rate = Room(20_000);
+    r[1].rate = Room::from_milli(20_000);
     let mut a = allow();
-    a.limit.rolled_out = Room(14_000);
+    a.limit.rolled_out = Room::from_milli(14_000);
     let m = judge(&at(&r, &exact()), &a).expect("up to 14");
-    assert_eq!(m.limit, Room(14_000));
-    r[0].share = Room(8_001);
+    assert_eq!(m.limit, Room::from_milli(14_000));
+    r[0].share = Room::from_milli(8_001);
     assert!(judge(&at(&r, &exact()), &a).is_err());
 }
 
 #[test]
 fn a_debt_widens_the_limit_to_what_was_rolled_out_while_faults_linger() {
     let mut r = running(&[8_000, 6_000]);
-    r[1].debt = Room(500);
+    r[1].debt = Room::from_milli(500);
     let mut a = allow();
-    a.limit.rolled_out = Room(14_000);
+    a.limit.rolled_out = Room::from_milli(14_000);
     assert_eq!(
         judge(&at(&r, &exact()), &a).map(|m| m.limit),
-        Ok(Room(14_000))
+        Ok(Room::from_milli(14_000))
     );
     a.faults_may_linger = false;
     assert!(judge(&at(&r, &exact()), &a).is_err());
@@ -223,12 +229,12 @@ fn the_room_the_running_regions_hold_is_held_to_the_limit_beyond_the_stale_room(
     let r = running(&[6_000, 6_000]);
     let s = stale(2_000);
     let i = Instant {
-        held: Some(L.0 as i128 + 2_000),
+        held: Some(Delta::of(L) + d(2_000)),
         ..at(&r, &s)
     };
     assert!(judge(&i, &allow()).is_ok());
     let i = Instant {
-        held: Some(L.0 as i128 + 2_001),
+        held: Some(Delta::of(L) + d(2_001)),
         ..i
     };
     assert!(matches!(
@@ -246,7 +252,7 @@ fn deployment() -> Deployment {
             rate: L,
             burst_ms: 2_000,
             floor: Room::ZERO,
-            step_cap: Room(3_000),
+            step_cap: Room::from_milli(3_000),
             kind: LimitKind::Capacity,
             shadow: false,
         }],
@@ -265,8 +271,8 @@ fn no_region_takes_more_than_its_granter_granted() {
     let (a, b) = (RegionId::new(0).expect("A"), RegionId::new(1).expect("B"));
     let mut ra = RegionRecord::genesis(&d, a);
     let mut rb = RegionRecord::genesis(&d, b);
-    ra.limits[0].granted[b] = Room(3_000);
-    rb.limits[0].taken[a] = Room(3_000);
+    ra.limits[0].granted[b] = Room::from_milli(3_000);
+    rb.limits[0].taken[a] = Room::from_milli(3_000);
     let r = running(&[6_000, 6_000]);
     let x = exact();
     let newest = [&ra, &rb];
@@ -275,7 +281,7 @@ fn no_region_takes_more_than_its_granter_granted() {
         ..at(&r, &x)
     };
     assert!(judge(&i, &allow()).is_ok());
-    rb.limits[0].taken[a] = Room(3_001);
+    rb.limits[0].taken[a] = Room::from_milli(3_001);
     let newest = [&ra, &rb];
     let i = Instant {
         newest: &newest,
@@ -321,8 +327,8 @@ fn the_end_holds_every_unit_in_running_hands_and_settles_within_its_bound() {
         [Violation::NotSettled { .. }]
     ));
     let outside = Audit {
-        live: L.0 as i128 - 500,
-        estates: 500,
+        live: Delta::of(L) - d(500),
+        estates: d(500),
         ..exact()
     };
     assert_eq!(
@@ -344,7 +350,7 @@ fn the_end_fails_on_the_cores_own_alarms_refused_records_and_final_shares() {
     let e = End {
         core_alarms: &alarms,
         records_refused: 2,
-        final_shares: Some((Room(12_001), L)),
+        final_shares: Some((Room::from_milli(12_001), L)),
         ..end(&x, &ok)
     };
     let v = judge_end(&e, &EndAllowances::default()).violations;
@@ -400,9 +406,9 @@ fn admissions_are_held_to_two_l_plus_l_t_and_what_the_allowances_permit() {
 fn every_violation_says_what_broke() {
     let v = [
         Violation::SharesAboveLimit {
-            sum: Room(13_000),
+            sum: Room::from_milli(13_000),
             limit: L,
-            allowed: Some(Room(500)),
+            allowed: Some(Room::from_milli(500)),
         },
         Violation::NotConserved(Box::new(stale(2_000))),
     ];

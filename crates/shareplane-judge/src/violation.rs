@@ -71,13 +71,13 @@ impl fmt::Display for Violation {
             Violation::NotConserved(a) => write!(
                 f,
                 "conservation does not hold (expected {}, live {}, estates {}, grants in flight {}, taken twice {}, of it from stale records {}, from running epochs {}, bases missing {})",
-                room(a.expected),
-                room(a.live),
-                room(a.estates),
-                room(a.pairs),
-                room(a.over),
-                room(a.over_stale),
-                room(a.over_running),
+                a.expected.clamp_to_room(),
+                a.live.clamp_to_room(),
+                a.estates.clamp_to_room(),
+                a.pairs.clamp_to_room(),
+                a.over.clamp_to_room(),
+                a.over_stale.clamp_to_room(),
+                a.over_running.clamp_to_room(),
                 a.missing_basis
             ),
             Violation::SharesAboveLimit { sum, limit, allowed } => {
@@ -127,9 +127,9 @@ impl Violation {
             Violation::RoomOutsideRunning(a) => write!(
                 f,
                 "at the end {} of the limit is outside the running Regions' hands (estates not taken {}, grants in flight {})",
-                room(a.outside_live()),
-                room(a.estates),
-                room(a.pairs)
+                a.outside_live().clamp_to_room(),
+                a.estates.clamp_to_room(),
+                a.pairs.clamp_to_room()
             ),
             Violation::NotSettled { what, after_ms, bound_ms, seen } => match after_ms {
                 Some(ms) => write!(
@@ -147,9 +147,4 @@ impl Violation {
             _ => Ok(()),
         }
     }
-}
-
-/// An amount of the audit as room (never below zero, for messages).
-pub(crate) fn room(x: i128) -> Room {
-    Room(x.clamp(0, u64::MAX as i128) as u64)
 }

@@ -4,7 +4,7 @@
 use crate::action::{rid, Action};
 use crate::settings::{Report, Settings};
 use crate::world::{actions, apply, deployment, heal, root, World};
-use shareplane_core::{Audit, Deployment, RegionRecord, Room};
+use shareplane_core::{Audit, Delta, Deployment, RegionRecord, Room};
 use shareplane_judge::{
     judge, judge_end, Allowances, Assumptions, End, EndAllowances, Excess, FalseVerdict, Instant,
     Limit, Liveness, Region, RunningReclaimed, Stranded, Violation,
@@ -49,7 +49,7 @@ fn judged(w: &World, c: &Audit, s: &Settings, faults_may_linger: bool) -> Option
             debt: co.own().limits[0].debt,
         })
         .collect();
-    let held: i128 = (0..w.coords.len())
+    let held: Delta = (0..w.coords.len())
         .filter(|&i| !w.lost[i])
         .map(|i| w.coords[i].own().limits[0].held())
         .sum();
@@ -91,8 +91,8 @@ fn recover(w: &World, s: &Settings) -> World {
             apply(&mut w, s, Action::Adopt(i));
         }
     }
-    let largest = s.largest_to(s.last_version()).0;
-    let rounds = (largest.div_ceil(Room::rps(s.step_rps).0) + 8) as usize;
+    let largest = s.largest_to(s.last_version()).milli();
+    let rounds = (largest.div_ceil(Room::rps(s.step_rps).milli()) + 8) as usize;
     run_rounds(&mut w, s, rounds);
     w
 }
@@ -199,9 +199,9 @@ fn visit(w: &World, s: &Settings, d: &Deployment, last: bool, report: &mut Repor
     let a = w.audit(d);
     // Measured where the checks below apply: after a false verdict the stale figure also
     // counts takes from running epochs, which nothing there bounds.
-    if a.over_stale > 0 && !w.false_verdict {
+    if a.over_stale.is_positive() && !w.false_verdict {
         report.stale_states += 1;
-        report.max_stale = report.max_stale.max(Room(a.over_stale as u64));
+        report.max_stale = report.max_stale.max(a.over_stale.clamp_to_room());
     }
     if let Some(v) = check_state(w, &a, s) {
         report

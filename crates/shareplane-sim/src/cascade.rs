@@ -50,7 +50,7 @@ impl Schedule {
 
 /// A percentage of a rate, in exact room.
 pub(crate) fn part(rate: Room, lo: u64, hi: u64, g: &mut Rng) -> Room {
-    Room(rate.0 / 100 * g.range(lo, hi))
+    Room::from_milli(rate.milli() / 100 * g.range(lo, hi))
 }
 
 /// The scenario of one cascade seed.
@@ -96,7 +96,7 @@ pub fn generate(seed: u64) -> Scenario {
         seed: Some(seed),
         limit,
         burst_ms: 1000 * g.range(1, 2),
-        floor: Room(limit.0 / n as u64 * g.range(0, 20) / 100),
+        floor: Room::from_milli(limit.milli() / n as u64 * g.range(0, 20) / 100),
         step_cap: part(limit, 5, 50, &mut g),
         period_ticks,
         window_ticks: g.range(10, 100),

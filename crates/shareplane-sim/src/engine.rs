@@ -8,8 +8,8 @@
 
 use crate::scenario::{Action, Scenario};
 use shareplane_core::{
-    audit, Audit, Coordinator, Deployment, Health, Inputs, LimitOutcome, PeerState, PerRegion,
-    RegionId, RegionRecord, Room, Truth,
+    audit, Audit, Coordinator, Delta, Deployment, Health, Inputs, LimitOutcome, PeerState,
+    PerRegion, RegionId, RegionRecord, Room, Truth,
 };
 use shareplane_table::Table;
 use std::sync::Arc;
@@ -109,7 +109,7 @@ pub struct Outcome {
     pub not_conserved: Vec<String>,
     pub conservation_violations: u64,
     /// The largest room above the limit the audit counted at any tick (taken twice).
-    pub max_over: i128,
+    pub max_over: Delta,
     /// The audit at the end: room outside the running Regions' own hands is in
     /// `end.outside_live()`, the part nobody can take any more in `end.between_ended`.
     pub end: Audit,
@@ -233,7 +233,7 @@ struct Sim<'a> {
     /// `i64::MIN` if it never did): a daemon that starts afresh reads only the recent periods.
     unhealthy_until: Vec<i64>,
     last_audit: Audit,
-    max_over: i128,
+    max_over: Delta,
     /// The gateways' lease in ticks (`shareplane_core::lease_bound`), or why there is none.
     lease_ticks: Option<i64>,
     lease_problem: String,
@@ -263,7 +263,7 @@ impl Reg {
     ) -> Reg {
         let share = rec.limits.first().map_or(Room::ZERO, |l| l.share);
         let tokens = if spec.demand < share {
-            share.0 as u128 * sc.burst_ms as u128
+            share.milli() as u128 * sc.burst_ms as u128
         } else {
             0
         };
@@ -278,9 +278,9 @@ impl Reg {
             last_written: rec.clone(),
             history: vec![rec.clone()],
             demand: spec.demand,
-            window: vec![spec.demand.0; sc.window_ticks as usize],
+            window: vec![spec.demand.milli(); sc.window_ticks as usize],
             window_pos: 0,
-            window_sum: spec.demand.0 as u128 * sc.window_ticks as u128,
+            window_sum: spec.demand.milli() as u128 * sc.window_ticks as u128,
             tokens,
             offset: spec.offset_tick,
             visibility: spec.visibility_ticks as i64,
@@ -328,7 +328,7 @@ impl<'a> Sim<'a> {
             unhealthy_since_read: vec![0; n],
             unhealthy_until: vec![i64::MIN; n],
             last_audit: Audit::default(),
-            max_over: 0,
+            max_over: Delta::ZERO,
             lease_ticks: lease
                 .as_ref()
                 .ok()
@@ -589,7 +589,7 @@ impl<'a> Sim<'a> {
                 }
             }
             let reg = &mut self.regs[r];
-            let demand = Room((reg.window_sum / self.sc.window_ticks as u128) as u64);
+            let demand = Room::from_milli((reg.window_sum / self.sc.window_ticks as u128) as u64);
             let Some(coord) = reg.coord.as_mut() else {
                 continue;
             };
@@ -687,15 +687,15 @@ impl<'a> Sim<'a> {
                 *dirty = true;
             }
             let received = if alive { reg.demand } else { Room::ZERO };
-            let cap = share.0 as u128 * burst_ms;
+            let cap = share.milli() as u128 * burst_ms;
             let tokens = reg.tokens.min(cap);
-            let available = tokens + share.0 as u128 * tick_ms;
-            let admitted = (received.0 as u128 * tick_ms).min(available);
+            let available = tokens + share.milli() as u128 * tick_ms;
+            let admitted = (received.milli() as u128 * tick_ms).min(available);
             reg.tokens = cap.min(available - admitted);
             let old = reg.window[reg.window_pos];
-            reg.window[reg.window_pos] = received.0;
+            reg.window[reg.window_pos] = received.milli();
             reg.window_pos = (reg.window_pos + 1) % reg.window.len();
-            reg.window_sum = reg.window_sum + received.0 as u128 - old as u128;
+            reg.window_sum = reg.window_sum + received.milli() as u128 - old as u128;
             sum += share;
             let admitted = u64::try_from(admitted).unwrap_or(u64::MAX);
             admitted_total = admitted_total.saturating_add(admitted);

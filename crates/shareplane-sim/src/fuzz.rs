@@ -51,8 +51,8 @@ pub fn generate_with_phases(seed: u64) -> (Scenario, Phases) {
     let n = g.range(2, 8) as usize;
     let limit_rps = g.range(1_000, 100_000);
     let limit = Room::rps(limit_rps);
-    let floor = Room(limit.0 / n as u64 * g.range(0, 40) / 100);
-    let step_cap = Room(limit.0 * g.range(5, 50) / 100);
+    let floor = Room::from_milli(limit.milli() / n as u64 * g.range(0, 40) / 100);
+    let step_cap = Room::from_milli(limit.milli() * g.range(5, 50) / 100);
     let period_ticks = g.range(20, 100); // 2 s to 10 s
     let vis = g.range(1, 100); // 0.1 s to 10 s
     let mut regions = Vec::with_capacity(n);
@@ -125,14 +125,14 @@ fn limit_changes(g: &mut Rng, sc: &Scenario, end: i64) -> Vec<Event> {
     }
     let n = sc.regions.len();
     let spread = 3 * sc.period_ticks as i64;
-    let mut prev = sc.limit.0;
-    let floor = sc.floor.0 * n as u64;
+    let mut prev = sc.limit.milli();
+    let floor = sc.floor.milli() * n as u64;
     let changes = g.range(1, 2) as i64;
     // Each change rolls out in a slot of its own, so that every Region adopts them in order.
     let slot = end / changes;
     for k in 0..changes {
-        let rate = Room(g.range((prev / 2).max(floor).max(1), 2 * prev));
-        prev = rate.0;
+        let rate = Room::from_milli(g.range((prev / 2).max(floor).max(1), 2 * prev));
+        prev = rate.milli();
         let first = k * slot;
         let start = first + g.range(0, (slot - spread - 1).max(1) as u64) as i64;
         for r in 0..n {

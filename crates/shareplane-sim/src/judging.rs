@@ -5,7 +5,7 @@
 
 use crate::engine::Row;
 use crate::scenario::{Action, Scenario};
-use shareplane_core::{Fence, Room, SilentPolicy};
+use shareplane_core::{Delta, Fence, Room, SilentPolicy};
 use shareplane_judge::{
     judge, judge_end, Allowances, Assumptions, End, EndAllowances, Excess, FalseVerdict, Instant,
     Limit, Liveness, Measured, Region, RunningReclaimed, Violation,
@@ -59,15 +59,16 @@ impl Report {
             self.false_excess_s += tick_ms as f64 / 1000.0;
         }
         if let Some(stale) = m.stale {
-            self.stale_over_rps = self.stale_over_rps.max(stale as f64 / 1000.0);
+            self.stale_over_rps = self.stale_over_rps.max(stale.milli() as f64 / 1000.0);
             self.stale_over_s += tick_ms as f64 / 1000.0;
         }
         if let Some(excess) = m.outside_excess {
-            self.outside_stale_excess_rps =
-                self.outside_stale_excess_rps.max(excess as f64 / 1000.0);
+            self.outside_stale_excess_rps = self
+                .outside_stale_excess_rps
+                .max(excess.milli() as f64 / 1000.0);
         }
         if let Some(excess) = m.rounding_excess {
-            self.rounding_excess = self.rounding_excess.max(excess);
+            self.rounding_excess = self.rounding_excess.max(excess.milli());
         }
     }
 }
@@ -164,7 +165,7 @@ impl Judging<'_> {
             // runs on fenced until it sees the mark (fuzz seed 1544524).
             running_reclaimed: RunningReclaimed::WhileEnforcingNothing,
             rounding: Room::ZERO,
-            portion_rounding: Room(portion_rounding_bound(sc.regions.len())),
+            portion_rounding: Room::from_milli(portion_rounding_bound(sc.regions.len())),
         }
     }
 }
@@ -213,7 +214,8 @@ impl Seed<'_> {
         }
         if row.tick >= self.faults_end {
             let off = row.regions.iter().zip(&self.ideal).any(|(r, target)| {
-                (r.share.0 as i128 - target.0 as i128).abs() * 100 > target.0 as i128 || !r.alive
+                (Delta::of(r.share) - *target).abs().milli() * 100 > Delta::of(*target).milli()
+                    || !r.alive
             });
             if off {
                 self.last_unsettled = Some(row.tick);
@@ -325,19 +327,19 @@ fn phases_of(sc: &Scenario) -> (i64, i64) {
 /// [`shareplane_core::targets`]: a check must not trust what it checks.
 fn ideal_targets(limit: Room, floor: Room, demands: &[Room]) -> Vec<Room> {
     let n = demands.len().max(1) as f64;
-    let l = limit.0 as f64;
-    let floor = (floor.0 as f64).min(l / n);
+    let l = limit.milli() as f64;
+    let floor = (floor.milli() as f64).min(l / n);
     let rest = l - floor * n;
-    let total: f64 = demands.iter().map(|d| d.0 as f64).sum();
+    let total: f64 = demands.iter().map(|d| d.milli() as f64).sum();
     demands
         .iter()
         .map(|d| {
             let part = if total > 0.0 {
-                rest * d.0 as f64 / total
+                rest * d.milli() as f64 / total
             } else {
                 rest / n
             };
-            Room((floor + part).round() as u64)
+            Room::from_milli((floor + part).round() as u64)
         })
         .collect()
 }
@@ -492,7 +494,7 @@ pub fn liveness_bound(sc: &Scenario) -> i64 {
         .map(|r| r.visibility_ticks)
         .max()
         .unwrap_or(0) as i64;
-    let raises = sc.max_limit().0.div_ceil(sc.step_cap.0.max(1)) as i64;
+    let raises = sc.max_limit().milli().div_ceil(sc.step_cap.milli().max(1)) as i64;
     sc.window_ticks as i64
         + (raises + 2 * sc.silent_after as i64 + 8) * (sc.period_ticks as i64 + max_vis)
 }
@@ -515,12 +517,12 @@ mod tests {
         for (limit, floor, demands) in cases {
             let demands: Vec<Room> = demands.iter().map(|&d| Room::rps(d)).collect();
             let spec = ideal_targets(Room::rps(limit), Room::rps(floor), &demands);
-            let weights: Vec<u64> = demands.iter().map(|d| d.0).collect();
+            let weights: Vec<u64> = demands.iter().map(|d| d.milli()).collect();
             let mut core = vec![Room::ZERO; demands.len()];
             shareplane_core::targets(Room::rps(limit), Room::rps(floor), &weights, &mut core);
             for (s, c) in spec.iter().zip(&core) {
                 assert!(
-                    s.0.abs_diff(c.0) <= 1,
+                    s.milli().abs_diff(c.milli()) <= 1,
                     "{limit} {floor}: spec {spec:?}, core {core:?}"
                 );
             }

@@ -3,7 +3,7 @@
 use crate::engine::{Outcome, Row};
 use crate::scenario::Scenario;
 use serde::ser::{Serialize, SerializeMap, Serializer};
-use shareplane_core::{PerRegion, Room};
+use shareplane_core::{Delta, PerRegion, Room};
 
 /// A value and the first instant it was reached.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -157,13 +157,13 @@ impl Stats {
             }
         }
         let dt = self.tick_ms as u128;
-        self.below += self.limit.excess_over(sum).0 as u128 * dt;
-        self.above += sum.excess_over(self.limit).0 as u128 * dt;
-        let x = row.admitted_micro as i128 - (self.limit.0 as i128 * dt as i128);
+        self.below += self.limit.excess_over(sum).milli() as u128 * dt;
+        self.above += sum.excess_over(self.limit).milli() as u128 * dt;
+        let x = row.admitted_micro as i128 - (self.limit.milli() as i128 * dt as i128);
         self.best_ending = x + self.best_ending.max(0);
         self.max_excess = self.max_excess.max(self.best_ending);
         if self.contract_broken.is_none()
-            && self.best_ending > self.limit.0 as i128 * self.burst_ms as i128
+            && self.best_ending > self.limit.milli() as i128 * self.burst_ms as i128
         {
             self.contract_broken = Some(row.tick + 1);
         }
@@ -189,9 +189,9 @@ impl Stats {
         };
         let near = |s: Room| {
             if max {
-                s.0 + 1000 >= v.0
+                s.milli() + 1000 >= v.milli()
             } else {
-                s.0 <= v.0 + 1000
+                s.milli() <= v.milli() + 1000
             }
         };
         let &(t, _) = self.sums.iter().find(|&&(_, s)| near(s))?;
@@ -208,8 +208,9 @@ impl Stats {
             if !f.alive {
                 continue;
             }
-            let within =
-                |s: Room| (s.0 as i128 - f.target.0 as i128).abs() * 100 <= f.target.0 as i128;
+            let within = |s: Room| {
+                (Delta::of(s) - f.target).abs().milli() * 100 <= Delta::of(f.target).milli()
+            };
             let mut from = None;
             for &(t, s) in h.iter().rev() {
                 if within(s) {

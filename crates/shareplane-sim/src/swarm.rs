@@ -150,7 +150,7 @@ pub fn generate(seed: u64) -> Scenario {
         seed: Some(seed),
         limit,
         burst_ms: 1000 * g.range(1, 2),
-        floor: Room(limit.0 / n as u64 * g.range(0, 30) / 100),
+        floor: Room::from_milli(limit.milli() / n as u64 * g.range(0, 30) / 100),
         step_cap: part(limit, 5, 50, &mut g),
         period_ticks,
         window_ticks: g.range(10, 100),
@@ -419,11 +419,11 @@ impl Episodes<'_> {
         let spread = 3 * self.period;
         let changes = self.g.range(1, 2) as i64;
         let slot = end / changes;
-        let mut prev = self.limit.0;
-        let least = (floor.0 * self.n as u64).max(1);
+        let mut prev = self.limit.milli();
+        let least = (floor.milli() * self.n as u64).max(1);
         for k in 0..changes {
-            let rate = Room(self.g.range((prev / 2).max(least), 2 * prev));
-            prev = rate.0;
+            let rate = Room::from_milli(self.g.range((prev / 2).max(least), 2 * prev));
+            prev = rate.milli();
             let start = k * slot + self.g.range(0, (slot - spread - 1).max(1) as u64) as i64;
             for r in 0..self.n {
                 let at = (start + self.g.range(0, spread as u64) as i64).min((k + 1) * slot - 1);
@@ -628,7 +628,7 @@ pub struct Excess {
 impl Excess {
     /// `over` in percent of the limit.
     pub fn percent(&self) -> f64 {
-        self.over.0 as f64 * 100.0 / self.limit.0.max(1) as f64
+        self.over.milli() as f64 * 100.0 / self.limit.milli().max(1) as f64
     }
 }
 

@@ -51,16 +51,16 @@ impl<W: Write> TraceWriter<W> {
         let mut line = format!(
             "{sign}{},{},{}",
             fixed(t_ms.unsigned_abs(), 3),
-            fixed(row.sum_shares.0 as u128, 3),
+            fixed(row.sum_shares.milli() as u128, 3),
             fixed(row.admitted_micro as u128 * self.per_second, 6)
         );
         for r in row.regions {
             line.push_str(&format!(
                 ",{},{},{},{},{},{},{}",
-                fixed(r.share.0 as u128, 3),
-                fixed(r.pool.0 as u128, 3),
-                fixed(r.target.0 as u128, 3),
-                fixed(r.received.0 as u128, 3),
+                fixed(r.share.milli() as u128, 3),
+                fixed(r.pool.milli() as u128, 3),
+                fixed(r.target.milli() as u128, 3),
+                fixed(r.received.milli() as u128, 3),
                 fixed(r.admitted_micro as u128 * self.per_second, 6),
                 fixed(r.tokens_micro as u128, 6),
                 u8::from(r.alive)

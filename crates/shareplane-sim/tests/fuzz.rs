@@ -359,7 +359,7 @@ fn a_heir_cut_off_from_a_healthy_region_closes_no_running_epoch() {
     let (mut running, mut stale, mut false_ticks) = (0u32, 0u32, 0u32);
     shareplane_sim::engine::run(&sc, &mut |row| {
         running += u32::from(row.audit.running_reclaimed != 0);
-        stale += u32::from(row.audit.over_stale > 0);
+        stale += u32::from(row.audit.over_stale.is_positive());
         false_ticks += u32::from(row.false_verdict);
     })
     .expect("the scenario runs");

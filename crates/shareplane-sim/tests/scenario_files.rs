@@ -1,6 +1,7 @@
 //! Invalid scenario files are refused with exit 2 and a message naming the field and its line;
 //! valid ones run and print what SIMULATOR.md fixes.
 
+use shareplane_core::Delta;
 use shareplane_sim::scenario::{Scenario, ScenarioError};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -232,19 +233,19 @@ fn a_limit_raise_rolls_out_and_bad_ones_are_refused() {
     );
     let sc = Scenario::parse(&text).expect("valid");
     assert_eq!(sc.final_limit(), shareplane_core::Room::rps(14_000));
-    let mut worst = i128::MIN;
+    let mut worst = Delta::from_milli(i128::MIN);
     let out = shareplane_sim::engine::run(&sc, &mut |row| {
-        worst = worst.max(row.sum_shares.0 as i128 - row.audit.expected);
+        worst = worst.max(Delta::of(row.sum_shares) - row.audit.expected);
         assert!(row.conserved, "conservation at tick {}", row.tick);
     })
     .expect("runs");
     assert!(
-        worst <= 0,
+        worst <= Delta::ZERO,
         "the shares passed the room in existence by {worst}"
     );
     assert_eq!(
         out.end.expected,
-        shareplane_core::Room::rps(14_000).0 as i128
+        Delta::of(shareplane_core::Room::rps(14_000))
     );
     let too_low = text.replace(
         "rate = 14000.0, regions = [\"A\"]",

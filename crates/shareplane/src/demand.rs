@@ -534,7 +534,7 @@ impl DemandBook {
                 }
             }
         }
-        let max = max_rate().0 as u128;
+        let max = max_rate().milli() as u128;
         let mut out = Vec::with_capacity(self.timelines.len());
         for (tl, f) in self.timelines.iter_mut().zip(frontier) {
             tl.prune(now);
@@ -542,7 +542,7 @@ impl DemandBook {
             let count = tl.sum(end.saturating_sub(WINDOW_MS / BUCKET_MS), end);
             // milli-requests over the window → milli-requests per second.
             let rate = count * 1_000 / WINDOW_MS as u128;
-            out.push(Room(rate.min(max) as u64));
+            out.push(Room::from_milli(rate.min(max) as u64));
         }
         out
     }
@@ -658,7 +658,7 @@ fn judge(s: &Slot, total: u64, now: u64, rate: Room) -> Judged {
 /// `RISE_FACTOR × rate × (elapsed + RISE_SLACK_MS)` in whole requests, rounded up.
 pub fn allowed_rise(rate: Room, elapsed_ms: u64) -> u64 {
     let ms = elapsed_ms.saturating_add(RISE_SLACK_MS) as u128;
-    let milli = (rate.0 as u128)
+    let milli = (rate.milli() as u128)
         .saturating_mul(RISE_FACTOR as u128)
         .saturating_mul(ms);
     // milli-requests/s × ms → requests: / 1,000 (milli) / 1,000 (ms per s).
@@ -666,7 +666,7 @@ pub fn allowed_rise(rate: Room, elapsed_ms: u64) -> u64 {
 }
 
 fn max_rate() -> Room {
-    Room::from_rps(MAX_RATE_RPS).unwrap_or(Room(u64::MAX))
+    Room::from_rps(MAX_RATE_RPS).unwrap_or(Room::from_milli(u64::MAX))
 }
 
 impl Timeline {
@@ -766,7 +766,10 @@ mod tests {
     }
 
     fn rate(b: &mut DemandBook, now: u64) -> Room {
-        b.rates(now).first().copied().unwrap_or(Room(u64::MAX))
+        b.rates(now)
+            .first()
+            .copied()
+            .unwrap_or(Room::from_milli(u64::MAX))
     }
 
     /// `gw` reports `rps` steadily every `every_ms` from `from` to `to` (inclusive), with its
@@ -835,7 +838,7 @@ mod tests {
         let _ = b.report(30_040, "g", 1, &totals(1_200 * 30_040 / 1_000));
         let r = rate(&mut b, taken);
         assert!(
-            r.0.abs_diff(Room::rps(1_200).0) <= Room::rps(1_200).0 / 100,
+            r.milli().abs_diff(Room::rps(1_200).milli()) <= Room::rps(1_200).milli() / 100,
             "{r}"
         );
     }
@@ -895,7 +898,7 @@ mod tests {
         for now in [20_100, 25_000, 40_000] {
             let r = rate(&mut b, now);
             assert!(
-                r.0.abs_diff(Room::rps(7_200).0) <= Room::rps(72).0,
+                r.milli().abs_diff(Room::rps(7_200).milli()) <= Room::rps(72).milli(),
                 "{r} at {now}"
             );
         }
@@ -906,7 +909,7 @@ mod tests {
         // 10,000/s over 1 s + 1 s slack: 80,000.
         assert_eq!(allowed_rise(Room::rps(10_000), 1_000), 80_000);
         assert_eq!(allowed_rise(Room::rps(10_000), 0), 40_000);
-        assert_eq!(allowed_rise(Room(u64::MAX), u64::MAX), u64::MAX);
+        assert_eq!(allowed_rise(Room::from_milli(u64::MAX), u64::MAX), u64::MAX);
         let mut b = book(0);
         let _ = b.report(0, "g", 1, &totals(0));
         let ok = b.report(1_000, "g", 1, &totals(80_000));
@@ -1001,7 +1004,10 @@ mod tests {
         // The window still holds the old incarnation's requests up to 20 s; only the restart's
         // 0.2 s gap (120 requests) is missing from it.
         let r = rate(&mut b, 22_000);
-        assert!(r.0.abs_diff(Room::rps(576).0) <= Room::rps(6).0, "{r}");
+        assert!(
+            r.milli().abs_diff(Room::rps(576).milli()) <= Room::rps(6).milli(),
+            "{r}"
+        );
         let stale = b.report(22_001, "g", 1, &totals(99_999));
         assert_eq!(stale.map(|o| o.stale), Ok(true));
     }
@@ -1105,7 +1111,7 @@ mod tests {
             for s in 1..=12u64 {
                 b.add(s * 1_000, 0, rps);
             }
-            let got = rate(&mut b, 12_000).0 as f64;
+            let got = rate(&mut b, 12_000).milli() as f64;
             let want = (rps * MILLI_PER_RPS) as f64;
             assert!(
                 (got - want).abs() <= want * 1e-8,

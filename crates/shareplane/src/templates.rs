@@ -394,15 +394,15 @@ mod tests {
             milli in 1u64..=1_000_000_000_000_000,
             n in 1usize..=MAX_REGIONS,
         ) {
-            let rate = Room(milli);
+            let rate = Room::from_milli(milli);
             let parts: Vec<Room> = (0..n)
                 .filter_map(RegionId::new)
                 .map(|r| region_part(rate, n, r))
                 .collect();
             prop_assert_eq!(parts.len(), n);
-            prop_assert_eq!(parts.iter().map(|p| p.0).sum::<u64>(), milli);
+            prop_assert_eq!(parts.iter().map(|p| p.milli()).sum::<u64>(), milli);
             let (lo, hi) = (parts.iter().min(), parts.iter().max());
-            prop_assert!(hi.zip(lo).is_some_and(|(h, l)| h.0 - l.0 <= 1));
+            prop_assert!(hi.zip(lo).is_some_and(|(h, l)| h.milli() - l.milli() <= 1));
         }
     }
 

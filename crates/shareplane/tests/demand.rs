@@ -162,7 +162,10 @@ async fn implausible_totals_are_refused_naming_the_limit_counted_and_never_adopt
     }
     let after = s.demand().rates(now());
     for (a, b) in after.iter().zip(&before) {
-        assert!(a.0.abs_diff(b.0) * 100 <= b.0, "{after:?} vs {before:?}");
+        assert!(
+            a.milli().abs_diff(b.milli()) * 100 <= b.milli(),
+            "{after:?} vs {before:?}"
+        );
     }
 
     // A new incarnation starts a new baseline: its first totals count nothing.

@@ -262,7 +262,10 @@ fn check(seed: u64) -> Result<usize, String> {
                 told = told.max(t);
             }
             Event::Ask(_, stale_now) => {
-                let measured = book.rates(stale_now).first().map_or(u64::MAX, |r| r.0);
+                let measured = book
+                    .rates(stale_now)
+                    .first()
+                    .map_or(u64::MAX, |r| r.milli());
                 let at = told.max(stale_now);
                 told = at;
                 if at < opened + MATURE_AFTER_MS || !book.is_mature(at) {

@@ -152,7 +152,7 @@ pub fn judge(h: &History, b: Bounds) -> Judgement {
     for (t, &sum) in sums.iter().enumerate() {
         for (r, row) in regions.iter_mut().zip(&h.enforced) {
             *r = Region {
-                share: Room(row.get(t).copied().unwrap_or(0)),
+                share: Room::from_milli(row.get(t).copied().unwrap_or(0)),
                 running: true,
                 ..Region::default()
             };
@@ -187,20 +187,20 @@ pub fn judge(h: &History, b: Bounds) -> Judgement {
 /// What the checker allows at tenth `t`: `L` as rolled out, and `allowed` above it while a
 /// false verdict's allowance is in force; the enforced rates are rounded to milli-requests.
 fn allowances(h: &History, t: usize, allowed: i64) -> Allowances {
-    let limit = Room(h.limit_milli_at(t).max(0) as u64);
+    let limit = Room::from_milli(h.limit_milli_at(t).max(0) as u64);
     Allowances {
         limit: Limit::fixed(limit),
         false_verdict: FalseVerdict {
             excess: match allowed {
                 0 => Excess::None,
-                a => Excess::UpTo(Room(a.max(0) as u64)),
+                a => Excess::UpTo(Room::from_milli(a.max(0) as u64)),
             },
             audit_measured: false,
         },
         faults_may_linger: true,
         assumptions: Assumptions::Within,
         running_reclaimed: RunningReclaimed::Never,
-        rounding: Room(rounding(h).max(0) as u64),
+        rounding: Room::from_milli(rounding(h).max(0) as u64),
         portion_rounding: Room::ZERO,
     }
 }

@@ -193,25 +193,25 @@ pub(super) fn read_limit(
 ) -> Result<LimitRecord, Rejection> {
     let mut l = LimitRecord {
         limit_version: r.varint()?,
-        rate: Room(r.varint()?),
-        demand: Room(r.varint()?),
-        share: Room(r.varint()?),
-        pool: Room(r.varint()?),
-        target: Room(r.varint()?),
-        unmet: Room(r.varint()?),
-        debt: Room(r.varint()?),
+        rate: Room::from_milli(r.varint()?),
+        demand: Room::from_milli(r.varint()?),
+        share: Room::from_milli(r.varint()?),
+        pool: Room::from_milli(r.varint()?),
+        target: Room::from_milli(r.varint()?),
+        unmet: Room::from_milli(r.varint()?),
+        debt: Room::from_milli(r.varint()?),
         ..LimitRecord::default()
     };
     for row in [&mut l.granted, &mut l.taken, &mut l.reclaimed] {
         for col in columns {
-            let v = Room(r.varint()?);
+            let v = Room::from_milli(r.varint()?);
             place(row, *col, v, Room::ZERO)?;
         }
     }
     // Schema 3 added the debt each heir took on from an estate (none was ever taken before).
     if schema >= 3 {
         for col in columns {
-            let v = Room(r.varint()?);
+            let v = Room::from_milli(r.varint()?);
             place(&mut l.debt_taken, *col, v, Room::ZERO)?;
         }
     }
@@ -219,7 +219,7 @@ pub(super) fn read_limit(
     // older record reads as zero (docs/PROTOCOL.md, "Upgrading to schema 4").
     if schema >= 4 {
         for col in columns {
-            let v = Room(r.varint()?);
+            let v = Room::from_milli(r.varint()?);
             place(&mut l.left, *col, v, Room::ZERO)?;
         }
     }
@@ -231,19 +231,19 @@ pub(super) fn put_limit(out: &mut Vec<u8>, id: &str, l: &LimitRecord, n: usize) 
     out.extend_from_slice(id.as_bytes());
     for v in [
         l.limit_version,
-        l.rate.0,
-        l.demand.0,
-        l.share.0,
-        l.pool.0,
-        l.target.0,
-        l.unmet.0,
-        l.debt.0,
+        l.rate.milli(),
+        l.demand.milli(),
+        l.share.milli(),
+        l.pool.milli(),
+        l.target.milli(),
+        l.unmet.milli(),
+        l.debt.milli(),
     ] {
         put_varint(out, v);
     }
     for row in [&l.granted, &l.taken, &l.reclaimed, &l.debt_taken, &l.left] {
         for v in &row.0[..n] {
-            put_varint(out, v.0);
+            put_varint(out, v.milli());
         }
     }
 }

@@ -68,22 +68,22 @@ pub fn record(d: &Deployment, region: usize, version: u64) -> RegionRecord {
             continue;
         }
         let k = (i as u64 * 7919 + version * 104_729 + region as u64 * 31) % 1_000_003;
-        let rate = spec.rate.0;
+        let rate = spec.rate.milli();
         l.limit_version = spec.version;
         l.rate = spec.rate;
-        l.demand = Room(k * 3 + version);
-        l.share = Room(k % (rate / 2));
-        l.target = Room((k * 13) % rate);
-        l.unmet = Room(l.target.0.saturating_sub(l.share.0));
-        l.pool = Room((k * 5) % 10_000);
-        l.debt = Room(if i % 11 == 0 { k % 500 } else { 0 });
+        l.demand = Room::from_milli(k * 3 + version);
+        l.share = Room::from_milli(k % (rate / 2));
+        l.target = Room::from_milli((k * 13) % rate);
+        l.unmet = Room::from_milli(l.target.milli().saturating_sub(l.share.milli()));
+        l.pool = Room::from_milli((k * 5) % 10_000);
+        l.debt = Room::from_milli(if i % 11 == 0 { k % 500 } else { 0 });
         for p in 0..d.n() {
             if p != region {
-                l.granted.0[p] = Room(k * (p as u64 + 1) + version * 1_000_000);
-                l.taken.0[p] = Room(k / (p as u64 + 2));
-                l.reclaimed.0[p] = Room(if p == victim { k % 77 } else { 0 });
-                l.debt_taken.0[p] = Room(if p == victim { k % 13 } else { 0 });
-                l.left.0[p] = Room(if p == victim { k % 31 } else { 0 });
+                l.granted.0[p] = Room::from_milli(k * (p as u64 + 1) + version * 1_000_000);
+                l.taken.0[p] = Room::from_milli(k / (p as u64 + 2));
+                l.reclaimed.0[p] = Room::from_milli(if p == victim { k % 77 } else { 0 });
+                l.debt_taken.0[p] = Room::from_milli(if p == victim { k % 13 } else { 0 });
+                l.left.0[p] = Room::from_milli(if p == victim { k % 31 } else { 0 });
             }
         }
     }

@@ -3,7 +3,7 @@
 use super::PeerState;
 use crate::record::{LimitRecord, RegionRecord};
 use crate::region::{PerRegion, RegionId};
-use crate::room::Room;
+use crate::room::{Delta, Room};
 
 /// Why one limit's share is what it is after a rebalance (for `explain`, the simulator's summary
 /// and logs).
@@ -80,8 +80,11 @@ pub fn seen_sum<'a>(
     let kept = peers
         .into_iter()
         .filter(|(state, _)| *state != PeerState::Reclaimed);
-    kept.fold(u128::from(own_share.0), |sum, (_, rec)| {
-        sum + rec.limits.get(li).map_or(0, |l| u128::from(l.share.0))
+    kept.fold(u128::from(own_share.milli()), |sum, (_, rec)| {
+        sum + rec
+            .limits
+            .get(li)
+            .map_or(0, |l| u128::from(l.share.milli()))
     })
 }
 
@@ -95,13 +98,13 @@ pub mod step {
 }
 
 /// `held − Σ taken`: what taking a grant keeps (the room arrives as it is counted taken).
-pub(super) fn held_less_taken(e: &LimitRecord) -> i128 {
-    e.held() - e.taken.0.iter().map(|t| t.0 as i128).sum::<i128>()
+pub(super) fn held_less_taken(e: &LimitRecord) -> Delta {
+    e.held() - e.taken.0.iter().copied().map(Delta::of).sum::<Delta>()
 }
 
 /// `held + Σ granted`: what granting keeps (the room leaves as it is counted granted).
-pub(super) fn held_and_granted(e: &LimitRecord) -> i128 {
-    e.held() + e.granted.0.iter().map(|g| g.0 as i128).sum::<i128>()
+pub(super) fn held_and_granted(e: &LimitRecord) -> Delta {
+    e.held() + e.granted.0.iter().copied().map(Delta::of).sum::<Delta>()
 }
 
 /// Runs `step` on `e` and names it in `alarms` if it changed what `kept` measures.
@@ -110,7 +113,7 @@ pub(super) fn checked(
     li: usize,
     name: &'static str,
     e: &mut LimitRecord,
-    kept: fn(&LimitRecord) -> i128,
+    kept: fn(&LimitRecord) -> Delta,
     step: impl FnOnce(&mut LimitRecord),
 ) {
     let before = kept(e);

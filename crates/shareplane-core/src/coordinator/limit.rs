@@ -5,7 +5,7 @@ use crate::config::{Deployment, Design, LimitKind, LimitSpec};
 use crate::estate::{ended_took, estate_worth, heir_part, Counterpart};
 use crate::record::{LimitRecord, RegionRecord};
 use crate::region::{RegionId, MAX_REGIONS};
-use crate::room::{split, Room};
+use crate::room::{split, Delta, Room};
 use crate::targets::targets;
 use std::sync::Arc;
 
@@ -115,7 +115,7 @@ impl LimitCtx<'_> {
             );
             e.target = self.target(li, &e, demand);
             self.move_share(li, spec, rec, &mut e, &mut out, alarms);
-            if self.seen_sum(li, e.share) > u128::from(e.rate.0) {
+            if self.seen_sum(li, e.share) > u128::from(e.rate.milli()) {
                 alarms.sum_above_limit.push(li);
             }
         }
@@ -300,7 +300,7 @@ impl LimitCtx<'_> {
         let n = self.d.n();
         rec.limits.iter().enumerate().any(|(li, l)| {
             let worth = estate_worth(li, last, true, n, |g| self.counterpart(li, rec, l, last, g));
-            heir_part(worth, n, j, self.me) > l.reclaimed[j].0 as i128 - l.debt_taken[j].0 as i128
+            heir_part(worth, n, j, self.me) > Delta::of(l.reclaimed[j]) - l.debt_taken[j]
         })
     }
 
@@ -321,7 +321,7 @@ impl LimitCtx<'_> {
         let worth = estate_worth(li, basis, last, n, |g| {
             self.counterpart(li, rec, e, basis, g)
         });
-        let before = e.reclaimed[j].0 as i128 - e.debt_taken[j].0 as i128;
+        let before = Delta::of(e.reclaimed[j]) - e.debt_taken[j];
         let part = heir_part(worth, n, j, self.me);
         // Room may have moved into this estate from another that this Region closed against an
         // older record: until it sees that one's newer record (and settles it down), its part
@@ -332,15 +332,15 @@ impl LimitCtx<'_> {
             (false, true) => part.max(before),
             (false, false) => part,
         };
-        e.reclaimed[j] = Room(part.max(0) as u64);
-        e.debt_taken[j] = Room((-part).max(0) as u64);
-        let delta = part - before;
-        if delta >= 0 {
-            let more = Room(delta as u64);
+        e.reclaimed[j] = part.clamp_to_room();
+        e.debt_taken[j] = (-part).clamp_to_room();
+        let change = part - before;
+        if !change.is_negative() {
+            let more = change.clamp_to_room();
             e.pool += more;
             return more;
         }
-        let owe = Room(delta.unsigned_abs() as u64);
+        let owe = change.magnitude();
         let from_pool = owe.min(e.pool);
         e.pool -= from_pool;
         e.debt += owe - from_pool;
@@ -394,12 +394,12 @@ impl LimitCtx<'_> {
         for r in crate::region::regions(self.d.n()) {
             let w = if r == self.me {
                 mine = members;
-                demand.0
+                demand.milli()
             } else {
                 match self.state(r) {
                     Some(PeerState::Live | PeerState::Silent) => {
                         let latest = &self.peers[r.index()].latest;
-                        latest.limits.get(li).map_or(0, |l| l.demand.0)
+                        latest.limits.get(li).map_or(0, |l| l.demand.milli())
                     }
                     _ => continue,
                 }
@@ -439,17 +439,17 @@ impl LimitCtx<'_> {
             }
             let in_flight = e.granted[j].excess_over(pl.taken[self.me]);
             let need = pl.unmet.excess_over(in_flight);
-            needs[j.index()] = need.0;
-            total += need.0 as u128;
+            needs[j.index()] = need.milli();
+            total += need.milli() as u128;
         }
         if total == 0 {
             return;
         }
         let n = self.d.n();
         let mut amounts = [Room::ZERO; MAX_REGIONS];
-        if total <= e.pool.0 as u128 {
+        if total <= e.pool.milli() as u128 {
             for i in 0..n {
-                amounts[i] = Room(needs[i]);
+                amounts[i] = Room::from_milli(needs[i]);
             }
         } else {
             split(e.pool, &needs[..n], &mut amounts[..n]);

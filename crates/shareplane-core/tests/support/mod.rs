@@ -115,7 +115,7 @@ impl World {
 
     /// Room the running Regions hold (share + pool − debt of each committed record): what their
     /// gateways enforce now or may raise to without a grant.
-    pub fn live_room(&self) -> i128 {
+    pub fn live_room(&self) -> Delta {
         (0..self.coords.len())
             .filter(|&i| !self.lost[i])
             .map(|i| self.coords[i].own().limits[0].held())

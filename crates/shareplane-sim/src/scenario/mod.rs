@@ -238,7 +238,8 @@ impl Scenario {
             bad("sync", "visibility, period and window must be positive");
         }
         let held = |rate: Room| {
-            self.floor.0.saturating_mul(self.regions.len() as u64) <= rate.0 && !rate.is_zero()
+            self.floor.milli().saturating_mul(self.regions.len() as u64) <= rate.milli()
+                && !rate.is_zero()
         };
         if !held(self.limit)
             || self
