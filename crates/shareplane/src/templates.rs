@@ -181,7 +181,7 @@ pub fn slot_limits(templates: &[TemplateSpec], n: usize) -> Vec<LimitSpec> {
                 rate: t.rate,
                 burst_ms: t.burst_ms,
                 floor: t.rate.mul_div(5, 100).min(t.rate.mul_div(1, n)),
-                step_cap: t.rate.mul_div(10, 100).max(Room(1)),
+                step_cap: t.rate.mul_div(10, 100).max(Room::from_milli(1)),
                 kind: LimitKind::Capacity,
                 shadow: t.shadow,
             })

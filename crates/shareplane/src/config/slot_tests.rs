@@ -63,7 +63,10 @@ fn a_slotted_template_runs_as_k_capacity_limits_after_the_listed_ones() {
             (Room::rps(90), 3_000, LimitKind::Capacity, true, 1)
         );
         // The defaults of a listed limit: 5% and 10% of the rate.
-        assert_eq!((l.floor, l.step_cap), (Room(4_500), Room(9_000)));
+        assert_eq!(
+            (l.floor, l.step_cap),
+            (Room::from_milli(4_500), Room::from_milli(9_000))
+        );
     }
     // Its values' numbers come from the slots: the template itself is published at 0.
     let wire = crate::templates::wire(&c.templates, 3, c.me);
