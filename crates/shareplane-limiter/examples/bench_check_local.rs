@@ -9,7 +9,10 @@
 #![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+#[path = "support/drive.rs"]
+mod drive;
 
 use shareplane_limiter::{
     FailurePolicy, LimitKind, LimitWire, Limiter, LimiterConfig, RuleSet, RulesWire,
@@ -51,43 +54,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The first call finds Redis away: from then on the fallback decides.
     let _ = limiter.check(&[ids[0].as_str()], 1).await?;
     for k in [1, 3] {
-        let names: Arc<Vec<String>> = Arc::new(ids[..k].to_vec());
-        let start = Instant::now();
-        let mut tasks = tokio::task::JoinSet::new();
-        for w in 0..concurrency {
-            let (limiter, names) = (limiter.clone(), names.clone());
-            let share = n / concurrency + usize::from(w < n % concurrency);
-            tasks.spawn(async move {
-                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                let mut lat = Vec::with_capacity(share);
-                for i in 0..share {
-                    let t = Instant::now();
-                    let d = limiter.check(&refs, 1).await;
-                    lat.push(t.elapsed());
-                    if !matches!(d, Ok(ref d) if d.allowed) {
-                        return Err(format!("check failed: {d:?}"));
-                    }
-                    if i % 64 == 63 {
-                        tokio::task::yield_now().await; // let the other tasks in
-                    }
-                }
-                Ok(lat)
-            });
-        }
-        let mut lat = Vec::with_capacity(n);
-        while let Some(r) = tasks.join_next().await {
-            lat.extend(r??);
-        }
-        let secs = start.elapsed().as_secs_f64();
-        lat.sort();
-        let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
-        println!(
-            "limits/check={k} checks={} concurrency={concurrency} checks/s={:.0} p50={:?} p99={:?}",
-            lat.len(),
-            lat.len() as f64 / secs,
-            pct(0.5),
-            pct(0.99),
-        );
+        drive::drive(&limiter, &ids[..k], n, concurrency).await?;
     }
     let s = limiter.stats();
     println!(

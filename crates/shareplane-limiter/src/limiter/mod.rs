@@ -233,12 +233,40 @@ impl Limiter {
     }
 }
 
+/// The rule set of the limiter's and its state's unit tests at `version`: a capacity, a security
+/// and a shadow limit, each 100/s with a burst of 200.
+#[cfg(test)]
+fn three_limits(version: u64) -> RuleSet {
+    use crate::rules::{LimitKind, LimitWire, RulesWire};
+    let l = |id: &str, kind, shadow| LimitWire {
+        id: id.into(),
+        rate: 100.0,
+        burst: 200.0,
+        shadow,
+        kind,
+    };
+    let wire = RulesWire {
+        version,
+        region: "A".into(),
+        limits: vec![
+            l("cap", LimitKind::Capacity, false),
+            l("sec", LimitKind::Security, false),
+            l("shadow", LimitKind::Capacity, true),
+        ],
+        lease_ms: None,
+        digest: None,
+        base: None,
+        templates: Vec::new(),
+    };
+    RuleSet::from_wire(wire, None, 1).unwrap_or_else(|e| panic!("{e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fallback::FailurePolicy;
     use crate::lease::Lease;
-    use crate::rules::{LimitKind, LimitWire, RulesWire};
+    use crate::rules::LimitKind;
     use std::io::Write;
     use std::time::Duration;
     use tokio::time::advance;
@@ -253,27 +281,7 @@ mod tests {
     }
 
     fn set(version: u64) -> RuleSet {
-        let l = |id: &str, kind, shadow| LimitWire {
-            id: id.into(),
-            rate: 100.0,
-            burst: 200.0,
-            shadow,
-            kind,
-        };
-        let wire = RulesWire {
-            version,
-            region: "A".into(),
-            limits: vec![
-                l("cap", LimitKind::Capacity, false),
-                l("sec", LimitKind::Security, false),
-                l("shadow", LimitKind::Capacity, true),
-            ],
-            lease_ms: None,
-            digest: None,
-            base: None,
-            templates: Vec::new(),
-        };
-        RuleSet::from_wire(wire, None, 1).unwrap_or_else(|e| panic!("{e}"))
+        three_limits(version)
     }
 
     fn for_ms(ms: u64) -> Lease {

@@ -1,7 +1,6 @@
 //! The state machine at explicit times: no Redis, no runtime, no clock but one origin.
 
 use super::*;
-use crate::rules::{LimitWire, RulesWire};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -15,27 +14,7 @@ fn origin() -> Instant {
 }
 
 fn set(version: u64) -> Arc<RuleSet> {
-    let l = |id: &str, kind, shadow| LimitWire {
-        id: id.into(),
-        rate: 100.0,
-        burst: 200.0,
-        shadow,
-        kind,
-    };
-    let wire = RulesWire {
-        version,
-        region: "A".into(),
-        limits: vec![
-            l("cap", LimitKind::Capacity, false),
-            l("sec", LimitKind::Security, false),
-            l("shadow", LimitKind::Capacity, true),
-        ],
-        lease_ms: None,
-        digest: None,
-        base: None,
-        templates: Vec::new(),
-    };
-    Arc::new(RuleSet::from_wire(wire, None, 1).unwrap())
+    Arc::new(crate::limiter::three_limits(version))
 }
 
 fn rule<'s>(set: &'s RuleSet, id: &str) -> &'s LimitRule {
