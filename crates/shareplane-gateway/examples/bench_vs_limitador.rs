@@ -4,7 +4,7 @@
 //! ```sh
 //! cargo build -p shareplane
 //! cargo run -p shareplane-gateway --example bench_vs_limitador -- \
-//!   /tmp/limitador/target/release/limitador-server [CHECKS] [IN_FLIGHT] [ROUNDS]
+//!   /tmp/limitador/target/release/limitador-server [CHECKS] [IN_FLIGHT] [ROUNDS] [RATE]
 //! ```
 //!
 //! It starts one `redis-server` (`REDIS_SERVER`, default `redis-server` on the PATH) on a free
@@ -15,7 +15,8 @@
 //! descriptor `shareplane_limit=bench-k` (limitador: a limit in namespace `bench` whose condition
 //! is that entry), so each check is one counter or bucket. Each round drives CHECKS (default
 //! 50,000) `ShouldRateLimit` calls, IN_FLIGHT (default 64) at a time over 4 HTTP/2 connections,
-//! at each server in turn (the order alternates between rounds), after a warm-up, and reads
+//! at each server in turn (the order alternates between rounds), after a warm-up, as fast as
+//! answers come or, with RATE, paced to RATE checks a second (0: unpaced), and reads
 //! redis-server's `INFO cpu` (`used_cpu_user + used_cpu_sys`) and `INFO commandstats` around the
 //! run (`CONFIG RESETSTAT` first). It prints per run and as medians over ROUNDS (default 3):
 //! redis-server's CPU µs per check, the commands Redis ran per check (scripts' inner commands
@@ -23,9 +24,13 @@
 //! /proc, 100 ticks a second), with the ratio shareplane ÷ limitador. Prints figures, asserts
 //! nothing; a run with refusals or errors says so.
 //!
-//! Redis's CPU per check is per-request work: it does not depend on how fast the client or the
-//! server is, as long as the same checks are made at the same concurrency. Checks/s, latency and
-//! the server's own CPU do depend on the build: compare them only between like builds.
+//! Redis's CPU per check is not the script's work alone: redis-server answers every command one
+//! read of a socket brings, so checks that arrive together share its event loop and system calls.
+//! A server that answers slowly (a debug build) makes Redis's figure look higher; RATE sends both
+//! the same stream, which compares like with like while neither server is saturated. Checks/s,
+//! latency and the server's own CPU depend on the build: compare them only between like builds.
+//! See docs/gateways.md, "What a check costs Redis, beside limitador", for how limitador-server
+//! was built (Redis storage only) and for the caveats.
 
 #![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 
