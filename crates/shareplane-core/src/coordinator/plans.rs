@@ -168,8 +168,8 @@ impl Coordinator {
     /// - no Region whose records it may not hold may be alive: another peer whose record did not
     ///   change at this Region's last read (silent, or about to be: one cut off with the estate
     ///   is counted silent a read or two after it) and whose verdict is not unhealthy (healthy or
-    ///   unknown) may be on the far side of a cut, where the
-    ///   estate's later records went. (A peer never heard of holds nothing and is not counted.)
+    ///   unknown) may be on the far side of a cut, where the estate's later records went. (A peer
+    ///   never heard of holds nothing and is not counted.)
     ///
     /// Waiting leaves the estate's room unheld (under the limit, never over) until the records
     /// arrive or the other peer reads unhealthy too.
