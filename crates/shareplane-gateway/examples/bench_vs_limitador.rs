@@ -48,6 +48,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use redis::aio::MultiplexedConnection;
+
+#[path = "../../shareplane-limiter/examples/support/redis_info.rs"]
+mod redis_info;
 use tonic::transport::Channel;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -444,17 +447,17 @@ async fn measure(
         .arg("RESETSTAT")
         .query_async(conn)
         .await?;
-    let redis_before = redis_cpu_s(conn).await?;
+    let redis_before = redis_info::cpu_s(conn).await?;
     let server_before = proc_cpu_s(server.pid)?;
     let d = drive(server.grpc, checks, in_flight, rate).await?;
     let server_cpu = proc_cpu_s(server.pid)? - server_before;
-    let redis_cpu = redis_cpu_s(conn).await? - redis_before;
+    let redis_cpu = redis_info::cpu_s(conn).await? - redis_before;
     let per = |n: f64| n / checks as f64;
-    let commands = commandstats(conn)
+    let commands = redis_info::commandstats(conn)
         .await?
         .into_iter()
         .filter(|(name, _)| name != "info" && !name.starts_with("config"))
-        .map(|(name, calls)| (name, per(calls as f64)))
+        .map(|(name, (calls, _))| (name, per(calls as f64)))
         .collect();
     let q = |p: f64| {
         d.lat_us
@@ -524,42 +527,6 @@ fn summary(runs: &[Vec<Measured>; 2]) {
             .collect();
         println!("  {name} commands/check: {}", per.join(", "));
     }
-}
-
-/// redis-server's CPU time so far, user and system, in seconds.
-async fn redis_cpu_s(conn: &mut MultiplexedConnection) -> redis::RedisResult<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-    Ok(info
-        .lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            ["used_cpu_sys", "used_cpu_user"]
-                .contains(&k)
-                .then(|| v.trim().parse::<f64>().ok())?
-        })
-        .sum())
-}
-
-/// Calls per command since the last `CONFIG RESETSTAT` (commands run by scripts included).
-async fn commandstats(
-    conn: &mut MultiplexedConnection,
-) -> redis::RedisResult<BTreeMap<String, u64>> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await?;
-    Ok(info
-        .lines()
-        .filter_map(|line| {
-            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = fields
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect())
 }
 
 async fn redis_version(conn: &mut MultiplexedConnection) -> redis::RedisResult<String> {

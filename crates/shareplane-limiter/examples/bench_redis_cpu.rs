@@ -12,8 +12,10 @@
 
 #![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 
-use std::collections::BTreeMap;
 use std::time::Instant;
+
+#[path = "support/redis_info.rs"]
+mod redis_info;
 
 use redis::aio::MultiplexedConnection;
 use shareplane_limiter::store::{ttl_ms, SCRIPT};
@@ -70,7 +72,7 @@ async fn run(
         .arg("RESETSTAT")
         .query_async(conn)
         .await?;
-    let cpu_before = cpu_s(conn).await?;
+    let cpu_before = redis_info::cpu_s(conn).await?;
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..in_flight {
@@ -91,8 +93,8 @@ async fn run(
         r?.map_err(|e| e.to_string())?;
     }
     let secs = start.elapsed().as_secs_f64();
-    let cpu_us = (cpu_s(conn).await? - cpu_before) * 1e6;
-    let stats = commandstats(conn).await?;
+    let cpu_us = (redis_info::cpu_s(conn).await? - cpu_before) * 1e6;
+    let stats = redis_info::commandstats(conn).await?;
     let evalsha = stats.get("evalsha").copied().unwrap_or_default();
     let inner: Vec<String> = stats
         .iter()
@@ -111,51 +113,4 @@ async fn run(
         inner.join(", ")
     );
     Ok(())
-}
-
-/// redis-server's CPU time so far, user and system, in seconds.
-async fn cpu_s(conn: &mut MultiplexedConnection) -> redis::RedisResult<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-    Ok(info
-        .lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            ["used_cpu_sys", "used_cpu_user"]
-                .contains(&k)
-                .then(|| v.trim().parse::<f64>().ok())?
-        })
-        .sum())
-}
-
-/// Per command since the last `CONFIG RESETSTAT`: its calls and `usec_per_call`.
-async fn commandstats(
-    conn: &mut MultiplexedConnection,
-) -> redis::RedisResult<BTreeMap<String, (u64, f64)>> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await?;
-    let mut out = BTreeMap::new();
-    for line in info.lines() {
-        let Some((name, fields)) = line
-            .strip_prefix("cmdstat_")
-            .and_then(|l| l.split_once(':'))
-        else {
-            continue;
-        };
-        let field = |f: &str| {
-            fields
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(f)?.strip_prefix('='))
-                .and_then(|v| v.parse::<f64>().ok())
-        };
-        out.insert(
-            name.to_owned(),
-            (
-                field("calls").unwrap_or(0.0) as u64,
-                field("usec_per_call").unwrap_or(0.0),
-            ),
-        );
-    }
-    Ok(out)
 }
