@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::routing::get;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
 };
@@ -31,6 +30,9 @@ const LIMIT: &str = "bench-k";
 /// HTTP/2 connections the gRPC mode spreads its calls over.
 const GRPC_CONNECTIONS: usize = 4;
 
+#[path = "support/stand_in.rs"]
+mod stand_in;
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -41,7 +43,7 @@ async fn main() -> Result<(), BoxError> {
     let redis = std::env::var("SHAREPLANE_BENCH_REDIS_URL")
         .or_else(|_| std::env::var("SHAREPLANE_TEST_REDIS_URL"))
         .map_err(|_| "set SHAREPLANE_BENCH_REDIS_URL=redis://127.0.0.1:PORT/")?;
-    let rules_url = rules_server().await?;
+    let rules_url = stand_in::rules_server(LIMIT).await?;
     let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let http = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let (grpc_addr, http_addr) = (grpc.local_addr()?, http.local_addr()?);
@@ -82,7 +84,7 @@ async fn main() -> Result<(), BoxError> {
     println!(
         "bench_gateway: {secs} s per mode, {conc} in flight, {} cores, load average before: {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        loadavg()
+        stand_in::loadavg()
     );
 
     let store = Arc::new(RedisBuckets::new(&redis, Duration::from_secs(1))?);
@@ -165,7 +167,7 @@ async fn main() -> Result<(), BoxError> {
         http_r.rate / direct.rate,
         http_r.p99_ms / direct.p99_ms
     );
-    println!("load average after: {}", loadavg());
+    println!("load average after: {}", stand_in::loadavg());
     Ok(())
 }
 
@@ -230,35 +232,4 @@ where
         max_ms: all.last().map_or(0.0, |us| f64::from(*us) / 1000.0),
         errors,
     }
-}
-
-/// A daemon stand-in: one rule set, version 1; long polls wait and answer 304.
-async fn rules_server() -> Result<String, BoxError> {
-    let body = format!(
-        r#"{{"version":1,"region":"A","limits":[{{"id":"{LIMIT}","rate":1e9,"burst":2e9,"kind":"capacity"}}]}}"#
-    );
-    let app = axum::Router::new().route(
-        "/v1/rules",
-        get(move |q: axum::extract::RawQuery| {
-            let body = body.clone();
-            async move {
-                use axum::response::IntoResponse;
-                if q.0.is_some_and(|q| q.contains("after=1")) {
-                    tokio::time::sleep(Duration::from_secs(20)).await;
-                    return axum::http::StatusCode::NOT_MODIFIED.into_response();
-                }
-                ([("content-type", "application/json")], body).into_response()
-            }
-        }),
-    );
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", l.local_addr()?);
-    tokio::spawn(async move { axum::serve(l, app).await });
-    Ok(url)
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }

@@ -41,7 +41,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::routing::get;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
 };
@@ -52,6 +51,9 @@ use redis::aio::MultiplexedConnection;
 #[path = "../../shareplane-limiter/examples/support/redis_info.rs"]
 mod redis_info;
 use tonic::transport::Channel;
+
+#[path = "support/stand_in.rs"]
+mod stand_in;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -99,7 +101,7 @@ async fn main() -> Result<(), BoxError> {
     std::fs::create_dir_all(&dir)?;
 
     let (_redis, redis_url) = start_redis(&redis_bin).await?;
-    let rules_url = rules_server().await?;
+    let rules_url = stand_in::rules_server(LIMIT).await?;
     let shareplane = start_shareplane(&shareplane_bin, &rules_url, &redis_url, &dir).await?;
     let limitador = start_limitador(&limitador_bin, &redis_url, &dir).await?;
     let mut conn = redis::Client::open(redis_url.as_str())?
@@ -111,7 +113,7 @@ async fn main() -> Result<(), BoxError> {
          {CONNECTIONS} HTTP/2 connections, {pace}, {rounds} rounds, {} cores, load average \
          before: {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        loadavg()
+        stand_in::loadavg()
     );
     println!("  shareplane: {}", shareplane_bin.display());
     println!("  limitador:  {}", limitador_bin.display());
@@ -131,7 +133,7 @@ async fn main() -> Result<(), BoxError> {
         }
     }
     summary(&runs);
-    println!("load average after: {}", loadavg());
+    println!("load average after: {}", stand_in::loadavg());
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -225,19 +227,9 @@ async fn start_shareplane(
              redis_timeout_ms = 1000\n"
         ),
     )?;
-    let log = dir.join("shareplane.log");
-    let proc = spawn(
-        Command::new(bin).arg("gateway").arg("--config").arg(&cfg),
-        Some(&log),
-    )?;
-    let grpc = SocketAddr::from(([127, 0, 0, 1], grpc));
-    wait_serving("shareplane", grpc, &log).await?;
-    Ok(Server {
-        name: "shareplane",
-        grpc,
-        pid: proc.0.id(),
-        _proc: proc,
-    })
+    let mut cmd = Command::new(bin);
+    cmd.arg("gateway").arg("--config").arg(&cfg);
+    launch("shareplane", &mut cmd, grpc, dir).await
 }
 
 /// `limitador-server LIMITS_FILE redis URL`: one limit in namespace `bench` for the descriptor
@@ -253,19 +245,27 @@ async fn start_limitador(bin: &Path, redis_url: &str, dir: &Path) -> Result<Serv
              variables: []\n"
         ),
     )?;
-    let log = dir.join("limitador.log");
-    let proc = spawn(
-        Command::new(bin)
-            .args(["--rls-ip", "127.0.0.1", "--rls-port", &grpc.to_string()])
-            .args(["--http-ip", "127.0.0.1", "--http-port", &http.to_string()])
-            .arg(&limits)
-            .args(["redis", redis_url]),
-        Some(&log),
-    )?;
-    let grpc = SocketAddr::from(([127, 0, 0, 1], grpc));
-    wait_serving("limitador", grpc, &log).await?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["--rls-ip", "127.0.0.1", "--rls-port", &grpc.to_string()])
+        .args(["--http-ip", "127.0.0.1", "--http-port", &http.to_string()])
+        .arg(&limits)
+        .args(["redis", redis_url]);
+    launch("limitador", &mut cmd, grpc, dir).await
+}
+
+/// Starts `cmd` (its output in `DIR/NAME.log`) and waits until its gRPC port admits a check.
+async fn launch(
+    name: &'static str,
+    cmd: &mut Command,
+    grpc_port: u16,
+    dir: &Path,
+) -> Result<Server, BoxError> {
+    let log = dir.join(format!("{name}.log"));
+    let proc = spawn(cmd, Some(&log))?;
+    let grpc = SocketAddr::from(([127, 0, 0, 1], grpc_port));
+    wait_serving(name, grpc, &log).await?;
     Ok(Server {
-        name: "limitador",
+        name,
         grpc,
         pid: proc.0.id(),
         _proc: proc,
@@ -311,31 +311,6 @@ fn request() -> RateLimitRequest {
         }],
         hits_addend: 1,
     }
-}
-
-/// A daemon stand-in: one rule set, version 1, no lease; long polls wait and answer 304.
-async fn rules_server() -> Result<String, BoxError> {
-    let body = format!(
-        r#"{{"version":1,"region":"A","limits":[{{"id":"{LIMIT}","rate":1e9,"burst":2e9,"kind":"capacity"}}]}}"#
-    );
-    let app = axum::Router::new().route(
-        "/v1/rules",
-        get(move |q: axum::extract::RawQuery| {
-            let body = body.clone();
-            async move {
-                use axum::response::IntoResponse;
-                if q.0.is_some_and(|q| q.contains("after=1")) {
-                    tokio::time::sleep(Duration::from_secs(20)).await;
-                    return axum::http::StatusCode::NOT_MODIFIED.into_response();
-                }
-                ([("content-type", "application/json")], body).into_response()
-            }
-        }),
-    );
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", l.local_addr()?);
-    tokio::spawn(async move { axum::serve(l, app).await });
-    Ok(url)
 }
 
 /// What the clients saw of one run.
@@ -556,10 +531,4 @@ fn proc_cpu_s(pid: u32) -> Result<f64, BoxError> {
     };
     // After the name, field 3 is index 0: utime (14) is index 11, stime (15) index 12.
     Ok((ticks(11)? + ticks(12)?) / 100.0)
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
