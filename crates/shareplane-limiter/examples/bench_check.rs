@@ -11,7 +11,7 @@ use std::time::Duration;
 #[path = "support/drive.rs"]
 mod drive;
 
-use shareplane_limiter::{LimitKind, LimitWire, Limiter, LimiterConfig, RuleSet, RulesWire};
+use shareplane_limiter::{Limiter, LimiterConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,24 +27,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let limiter = Arc::new(Limiter::new(cfg)?);
     let tag = format!("bench-{}", std::process::id());
-    let limit = |i: usize| LimitWire {
-        id: format!("{tag}-{i}"),
-        rate: 1e9,
-        burst: 2e9,
-        shadow: false,
-        kind: LimitKind::Capacity,
-    };
-    let wire = RulesWire {
-        version: 1,
-        region: "A".into(),
-        limits: (0..3).map(limit).collect(),
-        lease_ms: None,
-        digest: None,
-        base: None,
-        templates: Vec::new(),
-    };
-    limiter.install(RuleSet::from_wire(wire, None, 1)?);
     let ids: Vec<String> = (0..3).map(|i| format!("{tag}-{i}")).collect();
+    drive::install_wide_open(&limiter, &ids)?;
     for k in [1, 3] {
         drive::drive(&limiter, &ids[..k], n, concurrency).await?;
     }

@@ -1,10 +1,37 @@
-//! The timing loop `bench_check` and `bench_check_local` share: `n` checks of the same limits,
-//! spread over `concurrency` tasks, then one line of throughput and latency.
+//! What `bench_check` and `bench_check_local` share: their rule set, and the timing loop (`n`
+//! checks of the same limits, spread over `concurrency` tasks, then one line of throughput and
+//! latency).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shareplane_limiter::Limiter;
+use shareplane_limiter::{LimitKind, LimitWire, Limiter, RuleSet, RulesWire};
+
+/// Installs version 1 of a rule set of capacity limits `ids` that refuse nothing (a billion a
+/// second, burst two billion).
+pub fn install_wide_open(
+    limiter: &Limiter,
+    ids: &[String],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let limit = |id: &String| LimitWire {
+        id: id.clone(),
+        rate: 1e9,
+        burst: 2e9,
+        shadow: false,
+        kind: LimitKind::Capacity,
+    };
+    let wire = RulesWire {
+        version: 1,
+        region: "A".into(),
+        limits: ids.iter().map(limit).collect(),
+        lease_ms: None,
+        digest: None,
+        base: None,
+        templates: Vec::new(),
+    };
+    limiter.install(RuleSet::from_wire(wire, None, 1)?);
+    Ok(())
+}
 
 /// Runs `n` checks of `names` (each admitted, or the run fails) on `concurrency` tasks and
 /// prints `limits/check`, the count, checks/s, p50, p99 and the slowest.
