@@ -405,7 +405,8 @@ impl LimiterState {
     }
 
     fn count_demand(&mut self, rules: &[&LimitRule], cost: u32) {
-        let set = self.rules.clone();
+        // Borrowed beside the totals (disjoint fields): no reference count taken per check.
+        let set = self.rules.as_deref();
         for r in rules {
             // A value's bucket reports no demand of its own (a total per value would grow with
             // the values seen): a value in a slot counts as demand of its slot's limit, so that
@@ -413,7 +414,7 @@ impl LimiterState {
             let id = match instance_parts(&r.id) {
                 None => Cow::Borrowed(r.id.as_str()),
                 Some((template, hash)) => {
-                    let slot = (set.as_deref())
+                    let slot = set
                         .and_then(|s| s.template(template))
                         .and_then(|t| t.slot_of(hash));
                     match slot {
