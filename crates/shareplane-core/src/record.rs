@@ -3,6 +3,13 @@
 //! A Region writes only its own record. One [`RegionRecord`] holds that Region's entries for every
 //! limit (`limits[i]` belongs to `Deployment::limits[i]`), so the `version` that rises on every
 //! write makes silence detectable for all limits at once.
+//!
+//! The fields are the core's own: outside it a record is read through methods named like its
+//! fields and built from storage through [`RegionRecordParts`] (`access.rs`).
+
+mod access;
+
+pub use access::{LimitRecordParts, ReclaimMarkParts, RegionRecordParts};
 
 use crate::config::{Deployment, LimitSpec};
 use crate::region::{PerRegion, RegionId, MAX_REGIONS};
@@ -29,7 +36,8 @@ pub const MAX_EPOCH: u64 = 1 << 32;
 /// The largest version a record may carry, and the largest cumulative counter (in milli-req/s).
 pub const MAX_COUNTER: u64 = 1 << 62;
 
-/// One Region's state for all limits, as written to the global table.
+/// One Region's state for all limits, as written to the global table. Only the core changes it;
+/// outside the core its fields are read through methods of the same name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RegionRecord {
     pub region: RegionId,
