@@ -1,9 +1,11 @@
 //! How code outside the core reaches a record: it reads every field through a method named like
 //! it, builds a record from storage through one door ([`RegionRecord::from_parts`]), and changes
-//! nothing of a record the core made but the daemon's annotation ([`RegionRecord::stamp_limits_digest`]).
+//! nothing of a record the core made but the daemon's annotation
+//! ([`RegionRecord::stamp_limits_digest`]).
 //!
-//! The fields themselves are private to the core, so no driver (daemon, simulator, table, store,
-//! gateway) can change a record's room, accounts, marks or epochs: the compiler refuses it.
+//! The fields themselves are private to the core, so no code outside it (the daemon, the
+//! simulator, the stores, the table, the codec, the gateway) can change a record's room, accounts,
+//! marks or epochs: the compiler refuses it.
 
 use super::{LimitRecord, Limits, ReclaimMark, RegionRecord};
 use crate::region::{PerRegion, RegionId};
@@ -80,7 +82,8 @@ impl RegionRecord {
             account_epochs: p.account_epochs,
             reclaims: PerRegion(p.reclaims.0.map(|m| m.map(ReclaimMark::from_parts))),
             seen: p.seen,
-            // Same layout both sides: the vector is reused, not copied.
+            // The two entry types have the same size and alignment, so `collect` reuses the
+            // vector's allocation.
             limits: p.limits.into_iter().map(LimitRecord::from_parts).collect(),
             limits_digest: p.limits_digest,
             fenced: p.fenced,
@@ -394,8 +397,11 @@ mod tests {
         r.limits[0].left[b] = Room::from_milli(1);
         r.stamp_limits_digest(42);
         let shared = r.clone();
-        assert_eq!(RegionRecord::from_parts(r.to_parts()), r);
+        let unique = RegionRecord::from_parts(r.to_parts());
+        assert!(!unique.limits.shares_with(&r.limits), "its own entries");
+        assert_eq!(unique, r);
         assert_eq!(RegionRecord::from_parts(shared.into_parts()), r);
+        assert_eq!(RegionRecord::from_parts(unique.into_parts()), r);
         let p = r.to_parts();
         assert_eq!((p.epoch, p.limits_digest), (3, Some(42)));
         assert_eq!(p.reclaims[b].map(|m| m.by), Some(2));
