@@ -26,14 +26,14 @@ fn items(d: &Deployment, r: &RegionRecord) -> (Vec<Item>, Item) {
     let shards = (0..enc.shards.len())
         .filter_map(|i| enc.shard_item(i, 1))
         .collect();
-    let header = enc.header_item(1, &vec![r.version; enc.shards.len()]);
+    let header = enc.header_item(1, &vec![r.version(); enc.shards.len()]);
     (shards, header)
 }
 
 /// Shards whose bytes differ after `changed` limits (spread evenly) change their demand.
 fn changed_shards(d: &Deployment, r: &RegionRecord, changed: usize) -> usize {
     let before = codec::encode(d, r);
-    let mut next = r.clone();
+    let mut next = r.to_parts();
     next.version += 1;
     let step = (LIMITS / changed.max(1)).max(1);
     for i in (0..LIMITS).step_by(step).take(changed) {
@@ -41,7 +41,7 @@ fn changed_shards(d: &Deployment, r: &RegionRecord, changed: usize) -> usize {
             next.limits[i].demand += shareplane_core::Room::from_milli(1);
         }
     }
-    let after = codec::encode(d, &next);
+    let after = codec::encode(d, &RegionRecord::from_parts(next));
     after
         .shards
         .iter()

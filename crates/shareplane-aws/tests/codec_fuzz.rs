@@ -7,8 +7,9 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use proptest::prelude::*;
 use shareplane_aws::codec::{self, Decoded, Item};
+use shareplane_core::RegionRecord;
 use shareplane_store::Rejection;
-use support::{deployment, record, rid, set_epoch};
+use support::{deployment, parts, record, rid, set_epoch};
 
 fn number_text() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -138,7 +139,7 @@ proptest! {
         }
         if let Decoded::Record(r) = codec::decode(&d, rid(0), rid(1), &items) {
             prop_assert!(r.validate(&d, rid(0)).is_ok());
-            prop_assert_eq!(r.limits.len(), 300);
+            prop_assert_eq!(r.limits().len(), 300);
         }
     }
 
@@ -223,9 +224,10 @@ proptest! {
     #[test]
     fn kept_items_split_back_into_the_record(limits in 1usize..700, epoch in 1u64..1_000, region in 0usize..3) {
         let d = deployment(limits);
-        let mut r = record(&d, region, 5);
+        let mut r = parts(&d, region, 5);
         set_epoch(&mut r, epoch);
         r.prev_final = if epoch == 1 { 0 } else { 4 };
+        let r = RegionRecord::from_parts(r);
         let enc = codec::encode(&d, &r);
         let mut items: Vec<Item> = (0..enc.shards.len())
             .filter_map(|i| enc.shard_item(i, 3))
@@ -252,9 +254,9 @@ proptest! {
 #[test]
 fn a_schema_2_record_reads_its_accounts_as_they_were_kept() {
     let d = deployment(20);
-    let mut r = record(&d, 1, 77);
+    let mut r = parts(&d, 1, 77);
     // Region 2 is closed (marked at its accounted epoch) by epoch 1; Region 0 is open.
-    r.reclaims.0[2] = Some(shareplane_core::ReclaimMark {
+    r.reclaims.0[2] = Some(shareplane_core::ReclaimMarkParts {
         epoch: r.peer_epochs.0[2],
         version: 5,
         by: 1,
@@ -263,6 +265,7 @@ fn a_schema_2_record_reads_its_accounts_as_they_were_kept() {
     r.account_epochs.0[0] = r.epoch;
     r.account_epochs.0[1] = r.epoch;
     r.account_epochs.0[2] = 1;
+    let r = RegionRecord::from_parts(r);
     let enc = codec::encode(&d, &r);
     let mut items: Vec<Item> = (0..enc.shards.len())
         .filter_map(|i| enc.shard_item(i, 1))
@@ -285,12 +288,12 @@ fn a_schema_2_record_reads_its_accounts_as_they_were_kept() {
 fn the_limits_digest_round_trips_and_a_header_without_it_is_unknown() {
     let d = deployment(10);
     let mut r = record(&d, 1, 5);
-    r.limits_digest = Some(shareplane_core::limits_digest(&d.limits));
+    r.stamp_limits_digest(shareplane_core::limits_digest(&d.limits));
     let enc = codec::encode(&d, &r);
     let mut items = stored(&enc);
-    let decoded = |items: &[Item]| decode_as(&d, items, |r| r.limits_digest);
-    assert_eq!(decoded(&items), Ok(r.limits_digest));
-    assert!(r.limits_digest.is_some());
+    let decoded = |items: &[Item]| decode_as(&d, items, |r| r.limits_digest());
+    assert_eq!(decoded(&items), Ok(r.limits_digest()));
+    assert!(r.limits_digest().is_some());
     // A header of an older writer carries no digest: it decodes, as unknown.
     let last = items.len() - 1;
     items[last].remove(codec::DIGEST_ATTR);
@@ -303,18 +306,19 @@ fn the_limits_digest_round_trips_and_a_header_without_it_is_unknown() {
 #[test]
 fn the_fenced_flag_round_trips_and_a_header_without_it_is_not_fenced() {
     let d = deployment(10);
-    let mut r = record(&d, 1, 5);
+    let mut r = parts(&d, 1, 5);
     r.fenced = true;
-    let enc = codec::encode(&d, &r);
+    let enc = codec::encode(&d, &RegionRecord::from_parts(r.clone()));
     let mut items = stored(&enc);
-    let decoded = |items: &[Item]| decode_as(&d, items, |r| r.fenced);
+    let decoded = |items: &[Item]| decode_as(&d, items, |r| r.fenced());
     assert_eq!(decoded(&items), Ok(true));
     // An unfenced writer, or an older one, writes no attribute: not fenced.
     let last = items.len() - 1;
     items[last].remove(codec::FENCED_ATTR);
     assert_eq!(decoded(&items), Ok(false));
     r.fenced = false;
-    let unfenced = codec::encode(&d, &r).header_item(1, &vec![5; enc.shards.len()]);
+    let unfenced =
+        codec::encode(&d, &RegionRecord::from_parts(r)).header_item(1, &vec![5; enc.shards.len()]);
     assert!(!unfenced.contains_key(codec::FENCED_ATTR));
     // One that is not a BOOL is malformed, never misread.
     items[last].insert(codec::FENCED_ATTR.into(), AttributeValue::N("1".into()));
@@ -324,12 +328,12 @@ fn the_fenced_flag_round_trips_and_a_header_without_it_is_not_fenced() {
 #[test]
 fn what_the_writer_had_seen_round_trips_and_a_header_without_it_said_nothing() {
     let d = deployment(10);
-    let mut r = record(&d, 1, 5);
+    let mut r = parts(&d, 1, 5);
     r.seen.0[0] = (3, 41);
     r.seen.0[2] = (1, 7);
-    let enc = codec::encode(&d, &r);
+    let enc = codec::encode(&d, &RegionRecord::from_parts(r.clone()));
     let mut items = stored(&enc);
-    let decoded = |items: &[Item]| decode_as(&d, items, |r| r.seen);
+    let decoded = |items: &[Item]| decode_as(&d, items, |r| r.seen());
     assert_eq!(decoded(&items), Ok(r.seen));
     // An older writer writes no attribute: it said nothing, (0, 0) for every Region.
     let last = items.len() - 1;
@@ -337,7 +341,8 @@ fn what_the_writer_had_seen_round_trips_and_a_header_without_it_said_nothing() {
     assert_eq!(decoded(&items), Ok(shareplane_core::PerRegion::default()));
     // A writer that had seen nothing writes none either.
     r.seen = shareplane_core::PerRegion::default();
-    let none = codec::encode(&d, &r).header_item(1, &vec![5; enc.shards.len()]);
+    let none =
+        codec::encode(&d, &RegionRecord::from_parts(r)).header_item(1, &vec![5; enc.shards.len()]);
     assert!(!none.contains_key(codec::SEEN_ATTR));
     // A truncated blob or one that is not binary is malformed, never misread.
     let AttributeValue::B(b) = written else {

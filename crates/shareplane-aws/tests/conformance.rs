@@ -14,7 +14,7 @@ use shareplane_store::{
 };
 use shareplane_table::store::{SimTable, TableView};
 use std::sync::Arc;
-use support::{deployment, heir_at, owner_at, record, rid};
+use support::{deployment, heir_at, owner_at, parts, record, rid};
 
 fn records(fetched: Vec<Fetched>) -> Vec<Arc<RegionRecord>> {
     fetched
@@ -51,7 +51,7 @@ async fn write_and_read<S: RecordStore>(s: S, d: Arc<Deployment>) {
         s.put(r, WriterToken(1)).await.expect("put");
     }
     let mut got = records(s.read_all().await.expect("read_all"));
-    got.sort_by_key(|r| r.region);
+    got.sort_by_key(|r| r.region());
     assert_eq!(
         got.iter().map(|r| (**r).clone()).collect::<Vec<_>>(),
         written
@@ -148,19 +148,29 @@ async fn ten_thousand_limits_round_trip<S: RecordStore>(s: S, d: Arc<Deployment>
             .await
             .expect("first put");
     }
-    let mut expect: Vec<RegionRecord> = (0..3).map(|r| record(&d, r, 1)).collect();
-    for r in expect.iter_mut() {
-        r.version = 2;
-        for i in [0, 4_321, 9_998] {
-            r.limits[i].demand += shareplane_core::Room::from_milli(17);
-        }
+    let expect: Vec<RegionRecord> = (0..3)
+        .map(|region| {
+            let mut r = parts(&d, region, 1);
+            r.version = 2;
+            for i in [0, 4_321, 9_998] {
+                r.limits[i].demand += shareplane_core::Room::from_milli(17);
+            }
+            RegionRecord::from_parts(r)
+        })
+        .collect();
+    for r in &expect {
         s.put(r, WriterToken(1)).await.expect("second put");
     }
     let mut got = records(s.read_all().await.expect("read_all"));
-    got.sort_by_key(|r| r.region);
+    got.sort_by_key(|r| r.region());
     assert_eq!(got.len(), 3);
     for (g, e) in got.iter().zip(&expect) {
-        assert_eq!(**g, *e, "Region {} differs after the round trip", e.region);
+        assert_eq!(
+            **g,
+            *e,
+            "Region {} differs after the round trip",
+            e.region()
+        );
     }
 }
 
@@ -168,7 +178,7 @@ async fn ten_thousand_limits_round_trip<S: RecordStore>(s: S, d: Arc<Deployment>
 async fn owner_records<S: RecordStore>(s: &S) -> Vec<RegionRecord> {
     let all = records(s.read_all().await.expect("read_all"));
     all.iter()
-        .filter(|r| r.region == rid(0))
+        .filter(|r| r.region() == rid(0))
         .map(|r| (**r).clone())
         .collect()
 }
@@ -245,10 +255,12 @@ async fn ended_epochs_kept_until_every_heir_has_closed_them<S: RecordStore>(
     let got = owner_records(&s).await;
     assert_eq!(got.last(), Some(&owner_at(&d, 4, 12, 4)));
     assert!(
-        got[..got.len() - 1].iter().all(|r| r.epoch < 4)
-            && got.windows(2).all(|w| w[0].epoch < w[1].epoch),
+        got[..got.len() - 1].iter().all(|r| r.epoch() < 4)
+            && got.windows(2).all(|w| w[0].epoch() < w[1].epoch()),
         "whatever is still kept comes in epoch order before the current record: {:?}",
-        got.iter().map(|r| (r.epoch, r.version)).collect::<Vec<_>>()
+        got.iter()
+            .map(|r| (r.epoch(), r.version()))
+            .collect::<Vec<_>>()
     );
 }
 

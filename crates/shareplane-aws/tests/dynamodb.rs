@@ -8,12 +8,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use shareplane_aws::codec::{self, Item};
 use shareplane_aws::{create_table, limits, DynamoStore};
-use shareplane_core::{Deployment, RecordError};
+use shareplane_core::{Deployment, RecordError, RegionRecord};
 use shareplane_store::{
     Fetched, LimitsDoc, LimitsRead, RecordStore, Rejection, StoreError, WriterToken,
 };
 use std::sync::Arc;
-use support::{deployment, heir_at, owner_at, record, rid};
+use support::{deployment, heir_at, owner_at, parts, record, rid};
 
 struct Setup {
     client: Client,
@@ -155,8 +155,9 @@ async fn foreign_garbage_is_rejected_with_its_cause_and_counted() {
         assert_eq!(spoiled(&s, spoil).await, Some(want), "{what}");
     }
     // A self-contradictory record: the share above the limit's rate.
-    let mut bad = record(&s.d, 1, 1);
+    let mut bad = parts(&s.d, 1, 1);
     bad.limits[0].share = shareplane_core::Room::from_milli(bad.limits[0].rate.milli() + 1);
+    let bad = RegionRecord::from_parts(bad);
     let enc = codec::encode(&s.d, &bad);
     s.raw_put(enc.shard_item(0, 1).expect("shard 0")).await;
     s.raw_put(enc.header_item(1, &[1])).await;
@@ -239,9 +240,10 @@ async fn ten_thousand_limits_pack_into_few_items_and_unchanged_shards_are_not_re
         items.iter().all(|i| codec::item_bytes(i) < 200 * 1024),
         "every item well under 400 KB"
     );
-    let mut v2 = v1.clone();
+    let mut v2 = v1.to_parts();
     v2.version = 2;
     v2.limits[5_000].demand += shareplane_core::Room::from_milli(1);
+    let v2 = RegionRecord::from_parts(v2);
     store.put(&v2, WriterToken(1)).await.expect("put v2");
     // The second write wrote one shard and the header.
     let second_units = store.write_units() - first_units;
@@ -287,9 +289,9 @@ async fn limits_unknown_to_the_reader_are_ignored_and_missing_ones_read_as_unado
     let Ok(Some(Fetched::Record(r))) = reader.read_one(rid(1)).await else {
         panic!("no record")
     };
-    assert_eq!(r.limits.len(), 30);
-    assert_eq!(&r.limits[..29], &v1.limits[1..]);
-    assert_eq!(r.limits[29], shareplane_core::LimitRecord::default());
+    assert_eq!(r.limits().len(), 30);
+    assert_eq!(&r.limits()[..29], &v1.limits()[1..]);
+    assert_eq!(r.limits()[29], shareplane_core::LimitRecord::default());
 }
 
 #[tokio::test]
@@ -342,7 +344,7 @@ async fn an_unchanged_record_is_held_once() {
     let mine = read(&own).await;
     assert_eq!(*mine, v1);
     assert!(
-        mine.limits.shares_with(&v1.limits),
+        mine.limits().shares_with(v1.limits()),
         "the own record is what was written"
     );
     let (first, again) = (read(&peer).await, read(&peer).await);
@@ -465,7 +467,9 @@ async fn region_reads(store: &DynamoStore, region: usize) -> (Vec<(u64, u64)>, V
     let mut rejected = Vec::new();
     for f in store.read_all().await.expect("read_all") {
         match f {
-            Fetched::Record(r) if r.region == rid(region) => records.push((r.epoch, r.version)),
+            Fetched::Record(r) if r.region() == rid(region) => {
+                records.push((r.epoch(), r.version()))
+            }
             Fetched::Rejected {
                 region: Some(n),
                 reason,
@@ -574,11 +578,13 @@ async fn a_kept_set_is_read_only_when_consistent_and_a_spoiled_one_is_rejected()
     let Some(s) = setup("a_kept_set_is_read_only_when_consistent", 600).await else {
         return;
     };
-    let mut v1 = record(&s.d, 1, 1);
+    let mut v1 = parts(&s.d, 1, 1);
     v1.epoch = 3;
-    let mut v2 = record(&s.d, 1, 2);
+    let v1 = RegionRecord::from_parts(v1);
+    let mut v2 = parts(&s.d, 1, 2);
     v2.epoch = 4;
     v2.prev_final = 1;
+    let v2 = RegionRecord::from_parts(v2);
     s.store().put(&v1, WriterToken(1)).await.expect("v1");
     s.store()
         .put(&v2, WriterToken(1))
@@ -589,7 +595,7 @@ async fn a_kept_set_is_read_only_when_consistent_and_a_spoiled_one_is_rejected()
     let theirs: Vec<&shareplane_core::RegionRecord> = all
         .iter()
         .filter_map(|f| match f {
-            Fetched::Record(r) if r.region == rid(1) => Some(&**r),
+            Fetched::Record(r) if r.region() == rid(1) => Some(&**r),
             _ => None,
         })
         .collect();
@@ -679,7 +685,7 @@ async fn an_epoch_switch_in_several_transactions_after_a_restart_keeps_the_last_
     let got: Vec<&shareplane_core::RegionRecord> = all
         .iter()
         .filter_map(|f| match f {
-            Fetched::Record(r) if r.region == rid(0) => Some(&**r),
+            Fetched::Record(r) if r.region() == rid(0) => Some(&**r),
             _ => None,
         })
         .collect();
@@ -697,8 +703,9 @@ async fn an_inconsistent_stored_record_is_not_kept_and_the_new_epoch_is_still_wr
         .await
         .expect("v1");
     // Shard 1 overwritten by a write whose header never landed.
-    let mut half = record(&d, 0, 7);
+    let mut half = parts(&d, 0, 7);
     half.epoch = 2;
+    let half = RegionRecord::from_parts(half);
     s.raw_put(codec::encode(&d, &half).shard_item(1, 1).expect("shard 1"))
         .await;
     let v2 = owner_at(&d, 3, 8, 1);
@@ -716,7 +723,7 @@ async fn after_a_reload_that_adds_a_limit_the_store_writes_it_with_the_digest_an
     };
     let store = s.store();
     let mut r1 = record(&s.d, 0, 1);
-    r1.limits_digest = Some(shareplane_core::limits_digest(&s.d.limits));
+    r1.stamp_limits_digest(shareplane_core::limits_digest(&s.d.limits));
     store.put(&r1, WriterToken(1)).await.expect("put");
     // The reload adds one limit: the record now needs a second shard.
     let mut d2 = (*s.d).clone();
@@ -726,8 +733,8 @@ async fn after_a_reload_that_adds_a_limit_the_store_writes_it_with_the_digest_an
     let d2 = Arc::new(d2);
     store.set_deployment(d2.clone());
     let mut r2 = record(&d2, 0, 2);
-    r2.limits_digest = Some(shareplane_core::limits_digest(&d2.limits));
-    assert_ne!(r1.limits_digest, r2.limits_digest);
+    r2.stamp_limits_digest(shareplane_core::limits_digest(&d2.limits));
+    assert_ne!(r1.limits_digest(), r2.limits_digest());
     store
         .put(&r2, WriterToken(1))
         .await
@@ -744,9 +751,9 @@ async fn after_a_reload_that_adds_a_limit_the_store_writes_it_with_the_digest_an
     let Ok(Some(Fetched::Record(seen))) = peer.read_one(rid(0)).await else {
         panic!("the peer cannot read the record")
     };
-    assert_eq!(seen.limits.len(), codec::LIMITS_PER_SHARD);
-    assert_eq!(&seen.limits[..], &r2.limits[..codec::LIMITS_PER_SHARD]);
-    assert_eq!(seen.limits_digest, r2.limits_digest);
+    assert_eq!(seen.limits().len(), codec::LIMITS_PER_SHARD);
+    assert_eq!(&seen.limits()[..], &r2.limits()[..codec::LIMITS_PER_SHARD]);
+    assert_eq!(seen.limits_digest(), r2.limits_digest());
 }
 
 // The shared limits (`#limits`): what only the DynamoDB layout can get wrong.

@@ -35,7 +35,8 @@ pub use estate::{
 };
 pub use lease::{lease_bound, LeaseBound};
 pub use record::{
-    LimitRecord, Limits, ReclaimMark, RecordError, RegionRecord, MAX_COUNTER, MAX_EPOCH,
+    LimitRecord, LimitRecordParts, Limits, ReclaimMark, ReclaimMarkParts, RecordError,
+    RegionRecord, RegionRecordParts, MAX_COUNTER, MAX_EPOCH,
 };
 pub use region::{regions, PerRegion, RegionId, MAX_REGIONS};
 pub use room::{even_part, split, Delta, Room, RoomError, MAX_RATE_RPS, MILLI_PER_RPS};

@@ -3,6 +3,13 @@
 //! A Region writes only its own record. One [`RegionRecord`] holds that Region's entries for every
 //! limit (`limits[i]` belongs to `Deployment::limits[i]`), so the `version` that rises on every
 //! write makes silence detectable for all limits at once.
+//!
+//! The fields are the core's own: outside it a record is read through methods named like its
+//! fields and built from storage through [`RegionRecordParts`] (`access.rs`).
+
+mod access;
+
+pub use access::{LimitRecordParts, ReclaimMarkParts, RegionRecordParts};
 
 use crate::config::{Deployment, LimitSpec};
 use crate::region::{PerRegion, RegionId, MAX_REGIONS};
@@ -17,11 +24,11 @@ use std::sync::Arc;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReclaimMark {
     /// The peer's epoch whose estate was closed.
-    pub epoch: u64,
+    pub(crate) epoch: u64,
     /// The version of the peer's record it was closed (or last settled) against.
-    pub version: u64,
+    pub(crate) version: u64,
     /// This Region's epoch that closed it: the grant counters kept for the peer refer to it.
-    pub by: u64,
+    pub(crate) by: u64,
 }
 
 /// The largest epoch a record may carry: a Region starts at most one epoch per restart.
@@ -29,46 +36,47 @@ pub const MAX_EPOCH: u64 = 1 << 32;
 /// The largest version a record may carry, and the largest cumulative counter (in milli-req/s).
 pub const MAX_COUNTER: u64 = 1 << 62;
 
-/// One Region's state for all limits, as written to the global table.
+/// One Region's state for all limits, as written to the global table. Only the core changes it;
+/// outside the core its fields are read through methods of the same name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RegionRecord {
-    pub region: RegionId,
+    pub(crate) region: RegionId,
     /// Incarnation: a Region that may have been reclaimed comes back in a higher epoch.
-    pub epoch: u64,
+    pub(crate) epoch: u64,
     /// Goes up on every write, across epochs too, even when nothing else changed.
-    pub version: u64,
+    pub(crate) version: u64,
     /// Informational only: no decision compares clocks of two Regions.
-    pub written_at_ms: u64,
+    pub(crate) written_at_ms: u64,
     /// The version of the last record of this Region's previous epoch (0 in epoch 1): survivors
     /// close an ended epoch against exactly that record, never an older one.
-    pub prev_final: u64,
+    pub(crate) prev_final: u64,
     /// The epoch of each peer that this record's grants to it and takes from it refer to.
-    pub peer_epochs: PerRegion<u64>,
+    pub(crate) peer_epochs: PerRegion<u64>,
     /// This Region's own epoch that its account with each peer (the `granted` and `taken`
     /// counters for it) belongs to: `epoch` itself, or an earlier epoch whose account with the
     /// peer's epoch in `peer_epochs` was carried into this one when it began. A carried account
     /// is frozen (no grant, no take): it says what the earlier epoch, now an estate, had in
     /// flight with the peer, until the peer moves its account to a later epoch of this Region or
     /// this Region switches to the peer's next epoch (docs/PROTOCOL.md, "Grants in flight").
-    pub account_epochs: PerRegion<u64>,
+    pub(crate) account_epochs: PerRegion<u64>,
     /// The latest reclaim of each peer's estate made by this Region.
-    pub reclaims: PerRegion<Option<ReclaimMark>>,
+    pub(crate) reclaims: PerRegion<Option<ReclaimMark>>,
     /// `(epoch, version)` of the newest record of each peer that the writer held when it wrote
     /// this record (`(0, 0)`: none, or a writer that did not say). An heir reads it as evidence
     /// that a newer record of an estate exists than its own basis, whether or not the writer
     /// acted on it (docs/PROTOCOL.md, "Reclaim against a causally closed basis").
-    pub seen: PerRegion<(u64, u64)>,
+    pub(crate) seen: PerRegion<(u64, u64)>,
     /// One entry per limit, by limit index ([`Limits`]: copies of a record share it until one
     /// of them changes it).
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// [`crate::limits_digest`] of the limits the writer runs, so that Regions can see that
     /// they run different limits; `None` when unknown (a record of an older writer, or one the
     /// driver did not stamp). Informational: no protocol decision reads it.
-    pub limits_digest: Option<u64>,
+    pub(crate) limits_digest: Option<u64>,
     /// The writer's own health verdict read unhealthy and fencing lowered every capacity share
     /// to zero. The Region comes back in a new epoch when the fence lifts, even after a restart
     /// (docs/PROTOCOL.md, residual risk 1).
-    pub fenced: bool,
+    pub(crate) fenced: bool,
 }
 
 /// A record's entries for every limit, by limit index: a `Vec<LimitRecord>` (it derefs to one)
@@ -146,33 +154,33 @@ impl fmt::Debug for Limits {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LimitRecord {
     /// 0 until the Region has adopted the limit.
-    pub limit_version: u64,
+    pub(crate) limit_version: u64,
     /// The limit's rate at `limit_version`.
-    pub rate: Room,
-    pub demand: Room,
-    pub share: Room,
-    pub pool: Room,
-    pub target: Room,
+    pub(crate) rate: Room,
+    pub(crate) demand: Room,
+    pub(crate) share: Room,
+    pub(crate) pool: Room,
+    pub(crate) target: Room,
     /// `max(0, target − share)` after this rebalance's raise.
-    pub unmet: Room,
+    pub(crate) unmet: Room,
     /// Room this Region still owes after a downgrade took more than it held.
-    pub debt: Room,
+    pub(crate) debt: Room,
     /// Cumulative room granted to each peer (to the peer's epoch in `peer_epochs`).
-    pub granted: PerRegion<Room>,
+    pub(crate) granted: PerRegion<Room>,
     /// Cumulative room taken from each peer's grants to this Region.
-    pub taken: PerRegion<Room>,
+    pub(crate) taken: PerRegion<Room>,
     /// What the latest reclaim of each peer (see `RegionRecord::reclaims`) brought in.
-    pub reclaimed: PerRegion<Room>,
+    pub(crate) reclaimed: PerRegion<Room>,
     /// The part of each peer's estate debt that the latest close of it left this Region to pay:
     /// an estate whose record owed more than it held (a lowered limit's debt) passes the debt to
     /// its heirs in the same fixed portions as room.
-    pub debt_taken: PerRegion<Room>,
+    pub(crate) debt_taken: PerRegion<Room>,
     /// For each peer whose ended epoch this Region switched past (its mark, `RegionRecord::reclaims`,
     /// names it): all that this Region took of that epoch's grants, kept past the counters the
     /// switch cleared. Until every epoch it granted to has ended or taken its grants, the
     /// estate's grants in flight may still be added to what its heirs share, and this Region
     /// reads its own take here (docs/PROTOCOL.md, "Grants in flight").
-    pub left: PerRegion<Room>,
+    pub(crate) left: PerRegion<Room>,
 }
 
 impl LimitRecord {

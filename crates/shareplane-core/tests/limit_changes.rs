@@ -36,9 +36,9 @@ fn a_new_epoch_adopts_a_raise_only_once_its_ended_epochs_debt_is_taken() {
         w.coords[i].set_limits(at(&d, 2, 6_000)).expect("valid");
     }
     w.rebalance(0, 100.0);
-    let a = w.coords[0].own().limits[0];
+    let a = w.coords[0].own().limits()[0];
     assert!(
-        a.debt > a.share + a.pool,
+        a.debt() > a.share() + a.pool(),
         "A owes more than it holds: {a:?}"
     );
     w.lose(0);
@@ -47,7 +47,7 @@ fn a_new_epoch_adopts_a_raise_only_once_its_ended_epochs_debt_is_taken() {
     }
     w.coords[1].set_limits(at(&d, 3, 12_000)).expect("valid");
     w.rebalance(1, 9_000.0);
-    assert_eq!(w.coords[1].own().limits[0].limit_version, 3);
+    assert_eq!(w.coords[1].own().limits()[0].limit_version(), 3);
 
     let largest = Delta::of(Room::rps(12_000));
     // A's last record reaches B only now (B never granted to A's debt).
@@ -64,15 +64,16 @@ fn a_new_epoch_adopts_a_raise_only_once_its_ended_epochs_debt_is_taken() {
         "the held-back raise is named, and the peer it waits for"
     );
     let a = w.coords[0].own();
-    assert_eq!(a.epoch, 2, "A is back in a new epoch");
+    assert_eq!(a.epoch(), 2, "A is back in a new epoch");
     assert_eq!(
-        a.limits[0].limit_version, 2,
+        a.limits()[0].limit_version(),
+        2,
         "A waits before it adopts the raise"
     );
     // A's record (and its epoch's) reaches B: B closes the old epoch and takes its debt.
     w.publish(0);
     w.rebalance(1, 9_000.0);
-    assert_eq!(w.coords[1].own().peer_epochs[rid(0)], 2);
+    assert_eq!(w.coords[1].own().peer_epochs()[rid(0)], 2);
     w.publish(1);
     let adopted = w.rebalance(0, 100.0);
     assert_eq!(adopted.alarms.raises_waiting, Vec::<usize>::new());
@@ -86,10 +87,10 @@ fn a_new_epoch_adopts_a_raise_only_once_its_ended_epochs_debt_is_taken() {
             assert!(w.sum_shares() <= Room::rps(12_000));
         }
     }
-    let a = w.coords[0].own().limits[0];
-    assert_eq!(a.limit_version, 3, "A adopted the raise");
+    let a = w.coords[0].own().limits()[0];
+    assert_eq!(a.limit_version(), 3, "A adopted the raise");
     assert_eq!(w.live_room(), largest, "the room is exactly the new limit");
-    let debts = a.debt + w.coords[1].own().limits[0].debt;
+    let debts = a.debt() + w.coords[1].own().limits()[0].debt();
     assert_eq!(debts, Room::ZERO);
 }
 
@@ -104,6 +105,6 @@ fn a_new_epoch_adopts_a_lowering_at_once() {
     w.restart(0, 60_000, at(&d, 2, 8_000));
     let lowered = w.rebalance(0, 5_000.0);
     let a = w.coords[0].own();
-    assert_eq!((a.epoch, a.limits[0].limit_version), (2, 2));
+    assert_eq!((a.epoch(), a.limits()[0].limit_version()), (2, 2));
     assert_eq!(lowered.alarms.raises_waiting, Vec::<usize>::new());
 }

@@ -202,7 +202,7 @@ fn a_peer_cut_off_with_the_estate_one_read_short_of_silent() {
         assert!(o.audit.over.is_zero(), "after {step:?}: {:?}", o.audit);
         // A closes B only once C's newer record, with the take, is in its hands.
         assert!(
-            i >= 4 || o.own[0].reclaims[b].is_none(),
+            i >= 4 || o.own[0].reclaims()[b].is_none(),
             "A closed B while C was cut off: {trace:?}"
         );
     }
@@ -241,19 +241,19 @@ fn the_limit_change_runs_start_from_granted_room() {
     ] {
         let recs = model::root_records(&s);
         for (i, r) in recs.iter().enumerate().skip(1) {
-            let l = &r.limits[0];
+            let l = &r.limits()[0];
             assert!(
-                l.granted.0[0] > Room::ZERO,
+                l.granted().0[0] > Room::ZERO,
                 "{} Regions: Region {i} granted nothing to Region 0: {l:?}",
                 s.n
             );
             assert!(
-                l.share + l.pool < Room::rps(s.rate_rps / s.n as u64),
+                l.share() + l.pool() < Room::rps(s.rate_rps / s.n as u64),
                 "{} Regions: Region {i} still holds its static part: {l:?}",
                 s.n
             );
             if s.n == 3 {
-                assert!(l.debt > Room::ZERO, "Region {i} owes nothing: {l:?}");
+                assert!(l.debt() > Room::ZERO, "Region {i} owes nothing: {l:?}");
             }
         }
     }
@@ -334,11 +334,11 @@ fn the_restore_race_runs_start_with_b_reclaimed_by_both() {
         assert_eq!((o.lost[2], o.unhealthy[2]), (c_lost, c_lost), "C");
         let b = &o.own[1];
         for heir in [0, 2] {
-            let mark = o.own[heir].reclaims.0[1];
+            let mark = o.own[heir].reclaims().0[1];
             assert!(
-                mark.is_some_and(|m| m.epoch == b.epoch && m.by == o.own[heir].epoch),
+                mark.is_some_and(|m| m.epoch() == b.epoch() && m.by() == o.own[heir].epoch()),
                 "Region {heir} has not closed B's epoch {}: {mark:?}",
-                b.epoch
+                b.epoch()
             );
         }
         assert!(o.audit.holds(), "{:?}", o.audit);
@@ -370,15 +370,15 @@ fn the_restore_race_by_hand_splits_c_once() {
     let o = model::replay_to(&s, &race, false);
     assert_eq!(o.violation, None);
     assert!(!o.witness, "the race happened");
-    let c_epoch = o.written[2].last().expect("C wrote records").epoch;
+    let c_epoch = o.written[2].last().expect("C wrote records").epoch();
     for heir in [0, 1] {
         assert!(
-            o.own[heir].reclaims.0[2].is_none_or(|m| m.epoch != c_epoch),
+            o.own[heir].reclaims().0[2].is_none_or(|m| m.epoch() != c_epoch),
             "Region {heir} closed C while it counts a Region that reads healthy silent: {:?}",
-            o.own[heir].reclaims.0[2]
+            o.own[heir].reclaims().0[2]
         );
     }
-    assert_eq!(o.own[1].epoch, 2);
+    assert_eq!(o.own[1].epoch(), 2);
     assert!(o.audit.holds(), "{:?}", o.audit);
 
     // C's last record reaches B, B's new epoch reaches A and A's newest record reaches B: each
@@ -397,15 +397,18 @@ fn the_restore_race_by_hand_splits_c_once() {
     let o = model::replay_to(&s, &trace, false);
     assert_eq!(o.violation, None);
     let c_last = o.written[2].last().expect("C wrote records");
-    assert_eq!(c_last.epoch, c_epoch);
-    let estate = estate_room(&c_last.limits[0]);
+    assert_eq!(c_last.epoch(), c_epoch);
+    let estate = estate_room(&c_last.limits()[0]);
     let (c, l) = (2, 0);
     let portions: Vec<Room> = [0, 1]
         .iter()
         .map(|&heir| {
-            let mark = o.own[heir].reclaims.0[c].expect("closed C");
-            assert_eq!((mark.epoch, mark.version), (c_last.epoch, c_last.version));
-            o.own[heir].limits[l].reclaimed.0[c]
+            let mark = o.own[heir].reclaims().0[c].expect("closed C");
+            assert_eq!(
+                (mark.epoch(), mark.version()),
+                (c_last.epoch(), c_last.version())
+            );
+            o.own[heir].limits()[l].reclaimed().0[c]
         })
         .collect();
     println!(
@@ -422,7 +425,7 @@ fn the_restore_race_by_hand_splits_c_once() {
 
     assert_eq!(model::replay_and_recover(&s, &trace), None);
     let o = model::replay_to(&s, &trace, true);
-    let held: Delta = o.own.iter().map(|r| r.limits[l].held()).sum();
+    let held: Delta = o.own.iter().map(|r| r.limits()[l].held()).sum();
     assert_eq!(held, Delta::of(Room::rps(s.rate_rps)), "{:?}", o.own);
     assert!(
         o.audit.holds() && o.audit.outside_live().is_zero(),

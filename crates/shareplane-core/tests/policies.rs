@@ -48,14 +48,17 @@ fn lost_region_under_two_signals_is_reclaimed_only_once_health_says_unhealthy() 
         round(&mut w, &[A, C], &[A, C]);
     }
     assert!(
-        w.coords[A].own().reclaims[rid(B)].is_none(),
+        w.coords[A].own().reclaims()[rid(B)].is_none(),
         "silence alone must not reclaim"
     );
     w.health[rid(B)] = Health::Unhealthy;
     round(&mut w, &[A, C], &[A, C]);
     let a = w.coords[A].own();
-    assert_eq!(rps(a.limits[0].reclaimed[rid(B)]), 1_100.0);
-    assert_eq!(rps(w.coords[C].own().limits[0].reclaimed[rid(B)]), 1_100.0);
+    assert_eq!(rps(a.limits()[0].reclaimed()[rid(B)]), 1_100.0);
+    assert_eq!(
+        rps(w.coords[C].own().limits()[0].reclaimed()[rid(B)]),
+        1_100.0
+    );
     for _ in 0..4 {
         round(&mut w, &[A, C], &[A, C]);
         assert!(w.conservation().holds(), "{:?}", w.conservation());
@@ -72,7 +75,7 @@ fn unknown_health_never_counts_as_unhealthy() {
     for _ in 0..8 {
         round(&mut w, &[A, C], &[A, C]);
     }
-    assert!(w.coords[A].own().reclaims[rid(B)].is_none());
+    assert!(w.coords[A].own().reclaims()[rid(B)].is_none());
     assert_eq!(shares(&w), vec![3_900.0, 2_200.0, 3_900.0]);
 }
 
@@ -85,7 +88,7 @@ fn lost_region_under_freeze_keeps_its_share_counted() {
         round(&mut w, &[A, C], &[A, C]);
         assert!(live_sum(&w, &[A, C]) <= Room::rps(7_800));
     }
-    assert!(w.coords[A].own().reclaims[rid(B)].is_none());
+    assert!(w.coords[A].own().reclaims()[rid(B)].is_none());
     assert!(w.conservation().holds());
 }
 
@@ -96,7 +99,7 @@ fn lost_region_under_silence_alone_is_reclaimed_without_health() {
     for _ in 0..5 {
         round(&mut w, &[A, C], &[A, C]);
     }
-    assert!(w.coords[A].own().reclaims[rid(B)].is_some());
+    assert!(w.coords[A].own().reclaims()[rid(B)].is_some());
     assert!(w.conservation().holds());
 }
 
@@ -109,8 +112,8 @@ fn cut_off_region_under_two_signals_and_freeze_is_never_reclaimed() {
             round(&mut w, &[B], &[]);
             assert!(live_sum(&w, &[A, B, C]) <= Room::rps(10_000), "{policy:?}");
         }
-        assert!(w.coords[A].own().reclaims[rid(B)].is_none());
-        assert!(w.coords[B].own().reclaims[rid(A)].is_none());
+        assert!(w.coords[A].own().reclaims()[rid(B)].is_none());
+        assert!(w.coords[B].own().reclaims()[rid(A)].is_none());
         assert!(w.conservation().holds());
     }
 }
@@ -164,14 +167,14 @@ fn a_fence_that_lifts_comes_back_in_a_new_epoch_so_a_reclaim_behind_the_cut_is_n
         round(&mut w, &[A, C], &[A, C]);
         round(&mut w, &[B], &[]);
     }
-    assert!(w.coords[A].own().reclaims[rid(B)].is_some());
-    assert!(w.coords[C].own().reclaims[rid(B)].is_some());
-    assert_eq!(w.coords[B].own().epoch, 1);
+    assert!(w.coords[A].own().reclaims()[rid(B)].is_some());
+    assert!(w.coords[C].own().reclaims()[rid(B)].is_some());
+    assert_eq!(w.coords[B].own().epoch(), 1);
     w.health[rid(B)] = Health::Healthy;
     for _ in 0..4 {
         round(&mut w, &[B], &[]);
         round(&mut w, &[A, C], &[A, C]);
-        assert_eq!(w.coords[B].own().epoch, 2);
+        assert_eq!(w.coords[B].own().epoch(), 2);
         assert_eq!(
             w.share(B),
             Room::ZERO,
@@ -184,7 +187,7 @@ fn a_fence_that_lifts_comes_back_in_a_new_epoch_so_a_reclaim_behind_the_cut_is_n
     let last_old = w.written[B]
         .iter()
         .rev()
-        .find(|r| r.epoch == 1)
+        .find(|r| r.epoch() == 1)
         .expect("B wrote in epoch 1")
         .clone();
     for to in [A, C] {
@@ -210,13 +213,16 @@ fn a_fenced_region_restarted_late_comes_back_in_one_new_epoch_only() {
     let mut w = settled(SilentPolicy::TwoSignals);
     w.health[rid(B)] = Health::Unhealthy;
     round(&mut w, &[B], &[A, C]);
-    assert!(w.coords[B].own().fenced);
+    assert!(w.coords[B].own().fenced());
     let last = w.coords[B].own().clone();
     w.coords[B] = Coordinator::restart(w.d.clone(), rid(B), Some(last.clone()), u64::MAX);
     w.health[rid(B)] = Health::Healthy;
     round(&mut w, &[B], &[A, C]);
     let b = w.coords[B].own();
-    assert_eq!((b.epoch, b.prev_final, b.fenced), (2, last.version, false));
+    assert_eq!(
+        (b.epoch(), b.prev_final(), b.fenced()),
+        (2, last.version(), false)
+    );
     for _ in 0..12 {
         round(&mut w, &[A, B, C], &[A, B, C]);
     }
@@ -241,14 +247,14 @@ fn a_returning_region_starts_a_new_epoch_at_zero_and_rises_only_by_grants() {
     for i in [A, C] {
         w.deliver(i, B);
     }
-    assert_eq!(w.coords[B].own().epoch, 2);
+    assert_eq!(w.coords[B].own().epoch(), 2);
     let mut max_b = Room::ZERO;
     for _ in 0..12 {
         let before = w.share(B);
         round(&mut w, &[A, B, C], &[A, B, C]);
-        let o = w.coords[B].own().limits[0];
-        assert!(o.share <= before + Room::rps(1_000));
-        max_b = max_b.max(o.share);
+        let o = w.coords[B].own().limits()[0];
+        assert!(o.share() <= before + Room::rps(1_000));
+        max_b = max_b.max(o.share());
         let c = w.conservation();
         assert!(c.holds(), "{c:?}");
         assert!(live_sum(&w, &[A, B, C]) <= Room::rps(10_000));
@@ -266,14 +272,14 @@ fn a_quick_restart_resumes_its_epoch_losing_nothing() {
     for i in [A, C] {
         w.deliver(i, B);
     }
-    assert_eq!(w.coords[B].own().epoch, durable.epoch);
+    assert_eq!(w.coords[B].own().epoch(), durable.epoch());
     round(&mut w, &[A, B, C], &[A, B, C]);
     assert!(w.conservation().holds());
     assert_eq!(shares(&w), vec![3_900.0, 2_200.0, 3_900.0]);
     // A restart after more than (silent_after − 1) periods starts a new epoch instead.
     let late = Coordinator::restart(d, rid(B), Some(durable.clone()), 10_000);
-    assert_eq!(late.own().epoch, durable.epoch + 1);
-    assert_eq!(late.own().limits[0].share, Room::ZERO);
+    assert_eq!(late.own().epoch(), durable.epoch() + 1);
+    assert_eq!(late.own().limits()[0].share(), Room::ZERO);
 }
 
 #[test]
@@ -297,16 +303,17 @@ fn a_survivor_with_an_older_record_than_another_survivors_mark_waits_for_the_new
             w.deliver(i, if i == A { C } else { A });
         }
     }
-    let ma = w.coords[A].own().reclaims[rid(B)].expect("A reclaimed B");
+    let ma = w.coords[A].own().reclaims()[rid(B)].expect("A reclaimed B");
     assert_eq!(
-        ma.version, last_b.version,
+        ma.version(),
+        last_b.version(),
         "A closed B against its last record"
     );
     // C, which has only an older record of B, sees A's mark name a newer one: its basis may be
     // stale (B may have granted room on since), so it waits rather than take a portion of the
     // older record.
     assert_eq!(
-        w.coords[C].own().reclaims[rid(B)],
+        w.coords[C].own().reclaims()[rid(B)],
         None,
         "C closed B against a record older than the one A's mark names"
     );
@@ -327,7 +334,7 @@ fn a_survivor_with_an_older_record_than_another_survivors_mark_waits_for_the_new
             w.deliver(i, if i == A { C } else { A });
         }
     }
-    assert_eq!(w.coords[C].own().reclaims[rid(B)], Some(ma));
+    assert_eq!(w.coords[C].own().reclaims()[rid(B)], Some(ma));
     let c = w.conservation();
     assert!(c.holds(), "{c:?}");
 }
@@ -353,8 +360,8 @@ fn a_survivor_holding_a_lost_heirs_record_of_a_take_it_cannot_see_waits_for_the_
             }
         }
     }
-    let took = w.coords[C].own().limits[0].taken[rid(B)];
-    let granted_in_basis = b_seen_by_a.limits[0].granted[rid(C)];
+    let took = w.coords[C].own().limits()[0].taken()[rid(B)];
+    let granted_in_basis = b_seen_by_a.limits()[0].granted()[rid(C)];
     assert!(
         took > granted_in_basis,
         "the set-up needs C to have taken B's grants beyond what A's record of B shows"
@@ -369,7 +376,7 @@ fn a_survivor_holding_a_lost_heirs_record_of_a_take_it_cannot_see_waits_for_the_
         let c = w.conservation();
         assert!(c.holds(), "{c:?}");
         assert!(
-            w.coords[A].own().reclaims[rid(B)].is_none(),
+            w.coords[A].own().reclaims()[rid(B)].is_none(),
             "A closed B against a basis C's record contradicts"
         );
         assert!(
@@ -388,8 +395,8 @@ fn a_survivor_holding_a_lost_heirs_record_of_a_take_it_cannot_see_waits_for_the_
         w.rebalance(A, demand[A]);
     }
     let mark =
-        w.coords[A].own().reclaims[rid(B)].expect("A closes B once it holds B's newest record");
-    assert_eq!(mark.version, last_b.version);
+        w.coords[A].own().reclaims()[rid(B)].expect("A closes B once it holds B's newest record");
+    assert_eq!(mark.version(), last_b.version());
     let c = w.conservation();
     assert!(c.holds(), "{c:?}");
 }
@@ -401,7 +408,7 @@ fn catch_up(w: &mut World, from: usize, to: usize) {
     for (k, rec) in written.iter().enumerate() {
         let last_of_epoch = written
             .get(k + 1)
-            .is_none_or(|next| next.epoch != rec.epoch);
+            .is_none_or(|next| next.epoch() != rec.epoch());
         if last_of_epoch {
             w.coords[to].observe(rec.clone()).expect("valid record");
         }
@@ -434,20 +441,20 @@ fn a_later_epoch_never_takes_grants_by_settlement_so_a_close_in_turn_is_not_held
             }
         }
         let b = w.coords[B].own();
-        if b.reclaims[rid(A)].is_none() && b.limits[0].granted[rid(A)] > Room::ZERO {
+        if b.reclaims()[rid(A)].is_none() && b.limits()[0].granted()[rid(A)] > Room::ZERO {
             granted_later = Some(Arc::new(b.clone()));
         }
     }
     let granted_later = granted_later.expect("B granted to A's epoch 1 behind the cut");
     let a1 = w.coords[A].own().clone();
-    let mark = a1.reclaims[rid(B)].expect("A reclaimed B on silence");
-    assert!(mark.version < granted_later.version);
+    let mark = a1.reclaims()[rid(B)].expect("A reclaimed B on silence");
+    assert!(mark.version() < granted_later.version());
     assert!(
-        granted_later.limits[0].granted[rid(A)] > a1.limits[0].taken[rid(B)],
+        granted_later.limits()[0].granted()[rid(A)] > a1.limits()[0].taken()[rid(B)],
         "A's epoch 1 never took what B granted it behind the cut"
     );
     assert!(
-        w.coords[B].own().reclaims[rid(A)].is_some(),
+        w.coords[B].own().reclaims()[rid(A)].is_some(),
         "B reclaimed A"
     );
     w.coords[A] = Coordinator::restart(w.d.clone(), rid(A), Some(a1.clone()), u64::MAX);
@@ -455,10 +462,10 @@ fn a_later_epoch_never_takes_grants_by_settlement_so_a_close_in_turn_is_not_held
     w.coords[A].observe(granted_later).expect("valid record");
     w.rebalance(A, demand[A]);
     let a = w.coords[A].own();
-    assert_eq!(a.epoch, 2);
+    assert_eq!(a.epoch(), 2);
     assert_eq!(
-        a.limits[0].taken[rid(B)],
-        a1.limits[0].taken[rid(B)],
+        a.limits()[0].taken()[rid(B)],
+        a1.limits()[0].taken()[rid(B)],
         "epoch 2 settles A's close of B but takes none of B's grants to epoch 1"
     );
     // Healed: everyone sees everyone; the room adds up and returns to exactly the limit.
@@ -490,7 +497,7 @@ fn an_operator_can_give_up_on_a_lost_record_and_the_room_it_would_have_settled_s
         w.rebalance(B, DEMAND[B]);
         w.deliver(B, C);
     }
-    assert_eq!(w.coords[B].own().epoch, 3);
+    assert_eq!(w.coords[B].own().epoch(), 3);
     w.deliver(B, A);
     let waits = |w: &mut World| w.rebalance(A, DEMAND[A]).alarms.waiting_for_record;
     assert_eq!(waits(&mut w), vec![rid(B)]);
@@ -522,7 +529,7 @@ fn an_operator_can_give_up_on_a_lost_record_and_the_room_it_would_have_settled_s
     }
     assert!(w.coords[A].own().accounts_with(rid(B), 3));
     assert!(
-        w.coords[A].own().reclaims[rid(B)].is_none(),
+        w.coords[A].own().reclaims()[rid(B)].is_none(),
         "A took nothing"
     );
     let c = w.conservation();
@@ -537,7 +544,7 @@ fn an_operator_can_give_up_on_a_lost_record_and_the_room_it_would_have_settled_s
         Delta::of(Room::rps(10_000)) - w.sum_shares(),
         c.outside_live()
             + (0..3)
-                .map(|i| Delta::of(w.coords[i].own().limits[0].pool))
+                .map(|i| Delta::of(w.coords[i].own().limits()[0].pool()))
                 .sum::<Delta>(),
         "every unit of the limit is either held or stranded, once"
     );
@@ -569,19 +576,19 @@ fn a_heir_with_a_slow_view_of_a_fresh_peer_takes_stale_room_and_the_audit_splits
             w.deliver(i, if i == A { B } else { A });
         }
     }
-    let taken = w.coords[A].own().limits[0].taken[rid(B)];
+    let taken = w.coords[A].own().limits()[0].taken()[rid(B)];
     assert!(taken > Room::ZERO, "A took B's grant");
     // B reads unhealthy while it runs; C rebalances, seeing A's older records one at a time.
     w.health[rid(B)] = Health::Unhealthy;
     for rec in &slow {
         w.coords[C].observe(rec.clone()).expect("valid record");
         w.rebalance(C, demand[C]);
-        if w.coords[C].own().reclaims[rid(B)].is_some() {
+        if w.coords[C].own().reclaims()[rid(B)].is_some() {
             break;
         }
     }
-    let mark = w.coords[C].own().reclaims[rid(B)].expect("C closed B's running epoch");
-    assert!(mark.version < w.coords[B].own().version);
+    let mark = w.coords[C].own().reclaims()[rid(B)].expect("C closed B's running epoch");
+    assert!(mark.version() < w.coords[B].own().version());
     let a = w.conservation();
     assert_eq!(a.running_reclaimed, 1 << B, "{a:?}");
     assert!(
@@ -595,10 +602,10 @@ fn a_heir_with_a_slow_view_of_a_fresh_peer_takes_stale_room_and_the_audit_splits
     w.rebalance(B, demand[B]);
     let stale_before = w.conservation().over_stale;
     w.deliver(C, B);
-    let epoch = w.coords[B].own().epoch;
+    let epoch = w.coords[B].own().epoch();
     w.rebalance(B, demand[B]);
     assert_eq!(
-        w.coords[B].own().epoch,
+        w.coords[B].own().epoch(),
         epoch + 1,
         "B came back in a new epoch"
     );

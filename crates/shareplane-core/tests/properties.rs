@@ -89,12 +89,12 @@ impl Net {
 
     fn rebalance(&mut self, i: usize) -> Decision {
         let me = support::rid(i);
-        let before = self.coords[i].own().limits[0];
+        let before = self.coords[i].own().limits()[0];
         let seen: Vec<Room> = (0..self.d.n())
             .map(|j| {
                 self.coords[i]
                     .latest(support::rid(j))
-                    .and_then(|r| r.limits.first().map(|l| l.unmet))
+                    .and_then(|r| r.limits().first().map(|l| l.unmet()))
                     .unwrap_or_default()
             })
             .collect();
@@ -110,10 +110,10 @@ impl Net {
             "{me}: a step changed the room it moves"
         );
         self.coords[i].commit(&decision);
-        let after = self.coords[i].own().limits[0];
+        let after = self.coords[i].own().limits()[0];
         let step_cap = self.coords[i].deployment().limits[0].step_cap;
         assert!(
-            after.share <= before.share + step_cap,
+            after.share() <= before.share() + step_cap,
             "{me}: share rose by more than the step cap"
         );
         for (j, g) in decision.outcomes[0]
@@ -170,7 +170,7 @@ impl Net {
             .collect();
         let c = audit(&self.d, 0, &truth);
         assert!(c.holds(), "conservation: {c:?}");
-        let sum: Room = recs.iter().map(|r| r.limits[0].share).sum();
+        let sum: Room = recs.iter().map(|r| r.limits()[0].share()).sum();
         assert!(
             sum <= self.d.limits[0].rate,
             "sum of shares {sum} above the limit"
@@ -178,8 +178,10 @@ impl Net {
         // Nobody took more from a grantor than it granted (no grant is taken twice).
         for g in &recs {
             for t in &recs {
-                if g.region != t.region {
-                    assert!(t.limits[0].taken[g.region] <= g.limits[0].granted[t.region]);
+                if g.region() != t.region() {
+                    assert!(
+                        t.limits()[0].taken()[g.region()] <= g.limits()[0].granted()[t.region()]
+                    );
                 }
             }
         }
@@ -244,8 +246,8 @@ proptest! {
                 net.check();
             }
             let at_target = net.coords.iter().all(|c| {
-                let l = c.own().limits[0];
-                l.share == l.target
+                let l = c.own().limits()[0];
+                l.share() == l.target()
             });
             if at_target { settled = Some(round); break; }
         }
@@ -282,7 +284,7 @@ proptest! {
             }
             net.rebalance(i);
             if rng.below(2) == 0 { net.deliver_all(); }
-            let sum: Room = net.coords.iter().map(|c| c.own().limits[0].share).sum();
+            let sum: Room = net.coords.iter().map(|c| c.own().limits()[0].share()).sum();
             prop_assert!(sum <= larger, "sum {sum} above max({old}, {new})");
             let truth: Vec<Truth<'_>> = net
                 .coords
@@ -299,8 +301,8 @@ proptest! {
             for i in 0..n { net.rebalance(i); net.deliver_all(); }
         }
         let recs: Vec<&RegionRecord> = net.coords.iter().map(|c| c.own()).collect();
-        let held: Delta = recs.iter().map(|r| r.limits[0].held()).sum();
-        let debts: Room = recs.iter().map(|r| r.limits[0].debt).sum();
+        let held: Delta = recs.iter().map(|r| r.limits()[0].held()).sum();
+        let debts: Room = recs.iter().map(|r| r.limits()[0].debt()).sum();
         prop_assert_eq!(debts, Room::ZERO);
         prop_assert_eq!(held, Delta::of(new), "room held after the change");
     }

@@ -216,19 +216,19 @@ fn shares(
 fn accounts(newest: &[&RegionRecord]) -> Result<(), Violation> {
     for g in newest {
         for t in newest {
-            if g.region == t.region
-                || g.reclaims[t.region].is_some_and(|m| m.epoch == t.epoch)
-                || !g.accounts_with(t.region, t.epoch)
-                || !t.accounts_with(g.region, g.epoch)
+            if g.region() == t.region()
+                || g.reclaims()[t.region()].is_some_and(|m| m.epoch() == t.epoch())
+                || !g.accounts_with(t.region(), t.epoch())
+                || !t.accounts_with(g.region(), g.epoch())
             {
                 continue;
             }
-            let over = (t.limits.iter().zip(&g.limits))
-                .any(|(tl, gl)| tl.taken[g.region] > gl.granted[t.region]);
+            let over = (t.limits().iter().zip(g.limits()))
+                .any(|(tl, gl)| tl.taken()[g.region()] > gl.granted()[t.region()]);
             if over {
                 return Err(Violation::TookMoreThanGranted {
-                    taker: t.region,
-                    granter: g.region,
+                    taker: t.region(),
+                    granter: g.region(),
                 });
             }
         }

@@ -269,10 +269,15 @@ fn deployment() -> Deployment {
 fn no_region_takes_more_than_its_granter_granted() {
     let d = deployment();
     let (a, b) = (RegionId::new(0).expect("A"), RegionId::new(1).expect("B"));
-    let mut ra = RegionRecord::genesis(&d, a);
-    let mut rb = RegionRecord::genesis(&d, b);
-    ra.limits[0].granted[b] = Room::from_milli(3_000);
-    rb.limits[0].taken[a] = Room::from_milli(3_000);
+    // A granted B 3 units, of which B says it took `taken`.
+    let records = |taken: u64| {
+        let mut ra = RegionRecord::genesis(&d, a).into_parts();
+        ra.limits[0].granted[b] = Room::from_milli(3_000);
+        let mut rb = RegionRecord::genesis(&d, b).into_parts();
+        rb.limits[0].taken[a] = Room::from_milli(taken);
+        (RegionRecord::from_parts(ra), RegionRecord::from_parts(rb))
+    };
+    let (ra, rb) = records(3_000);
     let r = running(&[6_000, 6_000]);
     let x = exact();
     let newest = [&ra, &rb];
@@ -281,7 +286,7 @@ fn no_region_takes_more_than_its_granter_granted() {
         ..at(&r, &x)
     };
     assert!(judge(&i, &allow()).is_ok());
-    rb.limits[0].taken[a] = Room::from_milli(3_001);
+    let (ra, rb) = records(3_001);
     let newest = [&ra, &rb];
     let i = Instant {
         newest: &newest,

@@ -43,15 +43,15 @@ fn allowances(w: &World, s: &Settings, faults_may_linger: bool) -> Allowances {
 fn judged(w: &World, c: &Audit, s: &Settings, faults_may_linger: bool) -> Option<String> {
     let regions: Vec<Region> = (w.coords.iter().enumerate())
         .map(|(i, co)| Region {
-            share: co.own().limits[0].share,
+            share: co.own().limits()[0].share(),
             running: !w.lost[i],
             rate: Room::ZERO,
-            debt: co.own().limits[0].debt,
+            debt: co.own().limits()[0].debt(),
         })
         .collect();
     let held: Delta = (0..w.coords.len())
         .filter(|&i| !w.lost[i])
-        .map(|i| w.coords[i].own().limits[0].held())
+        .map(|i| w.coords[i].own().limits()[0].held())
         .sum();
     let newest: Vec<&RegionRecord> = w.coords.iter().map(|co| co.own()).collect();
     let instant = Instant {
@@ -111,7 +111,7 @@ fn run_rounds(w: &mut World, s: &Settings, rounds: usize) {
             }
             for e in w.ended_records() {
                 for to in 0..n {
-                    if rid(to) != e.region {
+                    if rid(to) != e.region() {
                         let _ = w.coords[to].observe(e.clone());
                     }
                 }
@@ -131,12 +131,13 @@ fn converged(w: &World, s: &Settings, residual: bool) -> Option<(String, bool)> 
             return Some((format!("after recovery: {v}"), false));
         }
     }
-    let sum: Room = w.coords.iter().map(|c| c.own().limits[0].share).sum();
-    let settled = (w.coords.iter()).all(|c| c.own().limits[0].share == c.own().limits[0].target);
+    let sum: Room = w.coords.iter().map(|c| c.own().limits()[0].share()).sum();
+    let settled =
+        (w.coords.iter()).all(|c| c.own().limits()[0].share() == c.own().limits()[0].target());
     let shares: Vec<String> = (w.coords.iter())
         .map(|c| {
-            let l = c.own().limits[0];
-            format!("{}/{} pool {}", l.share, l.target, l.pool)
+            let l = c.own().limits()[0];
+            format!("{}/{} pool {}", l.share(), l.target(), l.pool())
         })
         .collect();
     let liveness = Liveness {
@@ -329,7 +330,7 @@ pub fn replay_to(s: &Settings, trace: &[Action], recover_after: bool) -> Outcome
         seen: (0..n)
             .map(|i| {
                 (0..n)
-                    .map(|j| w.coords[i].latest(rid(j)).map(|r| (r.epoch, r.version)))
+                    .map(|j| w.coords[i].latest(rid(j)).map(|r| (r.epoch(), r.version())))
                     .collect()
             })
             .collect(),
@@ -351,12 +352,12 @@ pub fn replay(s: &Settings, trace: &[Action], recover: bool) {
     let show = |w: &World| {
         for c in &w.coords {
             let o = c.own();
-            let l = o.limits[0];
+            let l = o.limits()[0];
             println!(
                 "   {} e{} v{} share {} pool {} debt {} target {} unmet {} granted {:?} taken {:?} reclaimed {:?} marks {:?} peer epochs {:?} accounts {:?}",
-                o.region, o.epoch, o.version, l.share, l.pool, l.debt, l.target, l.unmet,
-                &l.granted.0[..s.n], &l.taken.0[..s.n], &l.reclaimed.0[..s.n], &o.reclaims.0[..s.n],
-                &o.peer_epochs.0[..s.n], &o.account_epochs.0[..s.n]
+                o.region(), o.epoch(), o.version(), l.share(), l.pool(), l.debt(), l.target(), l.unmet(),
+                &l.granted().0[..s.n], &l.taken().0[..s.n], &l.reclaimed().0[..s.n], &o.reclaims().0[..s.n],
+                &o.peer_epochs().0[..s.n], &o.account_epochs().0[..s.n]
             );
         }
     };

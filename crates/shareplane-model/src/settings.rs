@@ -372,10 +372,10 @@ pub fn heir_lost_witness(c: &[Coordinator], lost: &[bool], unhealthy: &[bool]) -
         return false;
     };
     let b_last = c[1].own();
-    b_at_a.epoch == b_last.epoch
-        && b_at_a.version < b_last.version
-        && (c_at_a.seen[rb] > (b_at_a.epoch, b_at_a.version)
-            || c_at_a.limits[0].taken[rb] > b_at_a.limits[0].granted[rc])
+    b_at_a.epoch() == b_last.epoch()
+        && b_at_a.version() < b_last.version()
+        && (c_at_a.seen()[rb] > (b_at_a.epoch(), b_at_a.version())
+            || c_at_a.limits()[0].taken()[rb] > b_at_a.limits()[0].granted()[rc])
 }
 
 /// Issue 31's survivor class: Region 0 (A) has closed the epoch of Region 1 (B) against a record
@@ -387,9 +387,12 @@ pub fn survivor_takeback_witness(c: &[Coordinator], lost: &[bool], _unhealthy: &
         return false;
     };
     let b_last = c[1].own();
-    let closed_stale = c[0].own().reclaims[rb]
-        .is_some_and(|m| m.epoch == b_last.epoch && m.version < b_last.version);
-    lost[1] && !lost[0] && closed_stale && b_last.limits[0].taken[ra] > b_at_a.limits[0].taken[ra]
+    let closed_stale = c[0].own().reclaims()[rb]
+        .is_some_and(|m| m.epoch() == b_last.epoch() && m.version() < b_last.version());
+    lost[1]
+        && !lost[0]
+        && closed_stale
+        && b_last.limits()[0].taken()[ra] > b_at_a.limits()[0].taken()[ra]
 }
 
 /// Two estates seen out of order: B (Region 1) and C (Region 2) are lost, A (Region 0) marks both,
@@ -398,15 +401,15 @@ pub fn survivor_takeback_witness(c: &[Coordinator], lost: &[bool], _unhealthy: &
 pub fn out_of_order_witness(c: &[Coordinator], lost: &[bool], _unhealthy: &[bool]) -> bool {
     let (rb, rc) = (rid(1), rid(2));
     let a = c[0].own();
-    let (Some(mb), Some(mc), Some(c_at_a)) = (a.reclaims[rb], a.reclaims[rc], c[0].latest(rc))
+    let (Some(mb), Some(mc), Some(c_at_a)) = (a.reclaims()[rb], a.reclaims()[rc], c[0].latest(rc))
     else {
         return false;
     };
     lost[1]
         && lost[2]
         && !lost[0]
-        && mc.epoch == c_at_a.epoch
-        && c_at_a.seen[rb] > (mb.epoch, mb.version)
+        && mc.epoch() == c_at_a.epoch()
+        && c_at_a.seen()[rb] > (mb.epoch(), mb.version())
 }
 
 /// The restore race of issue 11 (docs/PROTOCOL.md, "Why fixed portions"): Region 0 (A) has closed
@@ -420,12 +423,12 @@ pub fn restore_race_witness(c: &[Coordinator], _lost: &[bool], _unhealthy: &[boo
     let Some(b_seen) = c[0].latest(rb) else {
         return false;
     };
-    let b_old = b_seen.epoch;
+    let b_old = b_seen.epoch();
     let a_counts_b_reclaimed =
-        a.peer_epochs[rb] == b_old && a.reclaims[rb].is_some_and(|m| m.epoch == b_old);
-    match (a.reclaims[rc], b.reclaims[rc]) {
+        a.peer_epochs()[rb] == b_old && a.reclaims()[rb].is_some_and(|m| m.epoch() == b_old);
+    match (a.reclaims()[rc], b.reclaims()[rc]) {
         (Some(ac), Some(bc)) => {
-            a_counts_b_reclaimed && b.epoch > b_old && bc.by > b_old && ac.epoch == bc.epoch
+            a_counts_b_reclaimed && b.epoch() > b_old && bc.by() > b_old && ac.epoch() == bc.epoch()
         }
         _ => false,
     }

@@ -48,7 +48,7 @@ impl World {
         // epoch's records, identified by their versions.
         for hist in &self.history {
             for r in hist {
-                (r.epoch, r.version).hash(&mut h);
+                (r.epoch(), r.version()).hash(&mut h);
             }
         }
         h.finish()
@@ -73,7 +73,7 @@ impl World {
         let mut out = Vec::new();
         for hist in &self.history {
             for (k, r) in hist.iter().enumerate() {
-                if hist.get(k + 1).is_some_and(|next| next.epoch > r.epoch) {
+                if hist.get(k + 1).is_some_and(|next| next.epoch() > r.epoch()) {
                     out.push(r.clone());
                 }
             }
@@ -140,10 +140,11 @@ pub(crate) fn initial(d: &Arc<Deployment>, s: &Settings) -> World {
     let n = s.n;
     let recs: Vec<Arc<RegionRecord>> = (0..n)
         .map(|i| {
-            let mut r = RegionRecord::genesis(d, rid(i));
-            r.version = 1;
-            r.limits[0].demand = Room::rps(s.demands_rps[i]);
-            Arc::new(r)
+            // Written once, with the demand of the run's settings.
+            let mut p = RegionRecord::genesis(d, rid(i)).into_parts();
+            p.version = 1;
+            p.limits[0].demand = Room::rps(s.demands_rps[i]);
+            Arc::new(RegionRecord::from_parts(p))
         })
         .collect();
     let mut coords = Vec::new();
@@ -233,14 +234,14 @@ pub(crate) fn resumable(w: &World, i: usize) -> bool {
     let Some(last) = w.history[i].last() else {
         return false;
     };
-    if (last.epoch, last.version) != (w.coords[i].own().epoch, w.coords[i].own().version) {
+    if (last.epoch(), last.version()) != (w.coords[i].own().epoch(), w.coords[i].own().version()) {
         return false;
     }
     w.coords.iter().enumerate().all(|(j, c)| {
         j == i
             || c.peers()
                 .iter()
-                .any(|p| p.region == rid(i) && p.version == last.version && p.unchanged == 0)
+                .any(|p| p.region == rid(i) && p.version == last.version() && p.unchanged == 0)
     })
 }
 
@@ -253,13 +254,13 @@ pub(crate) fn replica_view(w: &World, i: usize) -> Vec<Arc<RegionRecord>> {
             continue;
         }
         if let Some(r) = w.coords[i].latest(rid(j)) {
-            if r.version > 0 {
+            if r.version() > 0 {
                 v.push(r.clone());
             }
         }
     }
     for e in w.ended_records() {
-        if e.region != rid(i) {
+        if e.region() != rid(i) {
             v.push(e);
         }
     }
@@ -313,7 +314,7 @@ pub(crate) fn apply(w: &mut World, s: &Settings, a: Action) -> Option<String> {
 fn rebalance(w: &mut World, i: usize) -> Option<String> {
     let n = w.coords.len();
     let health = w.health();
-    let demand = [w.coords[i].own().limits[0].demand];
+    let demand = [w.coords[i].own().limits()[0].demand()];
     let before = w.coords[i].own().clone();
     let d = w.coords[i].rebalance(&Inputs {
         now_ms: 0,
@@ -327,9 +328,9 @@ fn rebalance(w: &mut World, i: usize) -> Option<String> {
         ));
     }
     for &j in &d.alarms.reclaimed {
-        if d.record.epoch == before.epoch
-            && before.reclaims[j].is_some()
-            && before.reclaims[j] == d.record.reclaims[j]
+        if d.record.epoch() == before.epoch()
+            && before.reclaims()[j].is_some()
+            && before.reclaims()[j] == d.record.reclaims()[j]
         {
             return Some(format!("{i} reclaimed {j} twice under one mark"));
         }

@@ -261,7 +261,7 @@ impl Reg {
         spec: &crate::scenario::RegionSpec,
         rec: &Arc<RegionRecord>,
     ) -> Reg {
-        let share = rec.limits.first().map_or(Room::ZERO, |l| l.share);
+        let share = rec.limits().first().map_or(Room::ZERO, |l| l.share());
         let tokens = if spec.demand < share {
             share.milli() as u128 * sc.burst_ms as u128
         } else {
@@ -630,8 +630,8 @@ impl<'a> Sim<'a> {
                 self.rebalances.push(RebalanceLog {
                     tick,
                     region: r,
-                    epoch: rec.epoch,
-                    version: rec.version,
+                    epoch: rec.epoch(),
+                    version: rec.version(),
                     outcome,
                     reclaimed_from,
                     silent,
@@ -677,9 +677,9 @@ impl<'a> Sim<'a> {
                 Some(c) => c.own(),
                 None => &reg.last_written,
             };
-            let l = rec.limits.first().copied().unwrap_or_default();
+            let l = rec.limits().first().copied().unwrap_or_default();
             let share = match reg.enforced(tick) {
-                Some(e) => e.limits.first().map_or(Room::ZERO, |l| l.share),
+                Some(e) => e.limits().first().map_or(Room::ZERO, |l| l.share()),
                 None => Room::ZERO,
             };
             if reg.daemon_dead && tick == reg.gateways_until {
@@ -701,15 +701,15 @@ impl<'a> Sim<'a> {
             admitted_total = admitted_total.saturating_add(admitted);
             *row = RegionRow {
                 share,
-                pool: l.pool,
-                target: l.target,
+                pool: l.pool(),
+                target: l.target(),
                 received,
                 admitted_micro: admitted,
                 tokens_micro: u64::try_from(reg.tokens).unwrap_or(u64::MAX),
                 alive,
-                epoch: rec.epoch,
-                rate: l.rate,
-                debt: l.debt,
+                epoch: rec.epoch(),
+                rate: l.rate(),
+                debt: l.debt(),
             };
         }
         (sum, admitted_total)
@@ -740,13 +740,13 @@ impl<'a> Sim<'a> {
                     Some(c) => c.own(),
                     None => &reg.last_written,
                 };
-                let l = rec.limits.first().copied().unwrap_or_default();
+                let l = rec.limits().first().copied().unwrap_or_default();
                 Final {
-                    share: l.share,
-                    pool: l.pool,
-                    target: l.target,
+                    share: l.share(),
+                    pool: l.pool(),
+                    target: l.target(),
                     alive: reg.gateways_up(),
-                    epoch: rec.epoch,
+                    epoch: rec.epoch(),
                 }
             })
             .collect();

@@ -55,26 +55,27 @@ impl RecordStore for MemoryStore {
     async fn put(&self, record: &RegionRecord, token: WriterToken) -> Result<(), StoreError> {
         let mut inner = self.lock();
         Self::check_up(&inner)?;
-        if let Some((old, old_token)) = inner.records.get(&record.region) {
+        if let Some((old, old_token)) = inner.records.get(&record.region()) {
             if token < *old_token {
                 return Err(StoreError::Conflict(format!(
                     "writer token {} is lower than the stored {}",
                     token.0, old_token.0
                 )));
             }
-            if record.version <= old.version {
+            if record.version() <= old.version() {
                 return Err(StoreError::Conflict(format!(
                     "version {} is not higher than the stored {}",
-                    record.version, old.version
+                    record.version(),
+                    old.version()
                 )));
             }
         }
         let replaced = inner
             .records
-            .insert(record.region, (Arc::new(record.clone()), token));
+            .insert(record.region(), (Arc::new(record.clone()), token));
         if let Some((old, _)) = replaced {
-            if old.epoch < record.epoch {
-                inner.previous.insert((record.region, old.epoch), old);
+            if old.epoch() < record.epoch() {
+                inner.previous.insert((record.region(), old.epoch()), old);
             }
         }
         Ok(())
@@ -176,10 +177,10 @@ mod tests {
             period_ms: 5_000,
         })
         .expect("valid");
-        let mut r = RegionRecord::genesis(&d, RegionId::new(0).expect("id"));
+        let mut r = RegionRecord::genesis(&d, RegionId::new(0).expect("id")).into_parts();
         r.epoch = epoch;
         r.version = version;
-        r
+        RegionRecord::from_parts(r)
     }
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -198,7 +199,7 @@ mod tests {
             .expect("up")
             .into_iter()
             .filter_map(|f| match f {
-                Fetched::Record(r) => Some((r.epoch, r.version)),
+                Fetched::Record(r) => Some((r.epoch(), r.version())),
                 Fetched::Rejected { .. } => None,
             })
             .collect()

@@ -104,7 +104,7 @@ impl Table {
             return;
         };
         let previous = match list.last() {
-            Some(last) if last.record.epoch < record.epoch => {
+            Some(last) if last.record.epoch() < record.epoch() => {
                 let mut p = last.previous.clone();
                 p.push(last.record.clone());
                 p
@@ -142,7 +142,7 @@ impl Table {
         };
         previous
             .into_iter()
-            .filter(|p| !closed_for_good(self.n, owner, record.epoch, p.epoch, latest))
+            .filter(|p| !closed_for_good(self.n, owner, record.epoch(), p.epoch(), latest))
             .collect()
     }
 
@@ -271,7 +271,7 @@ impl Table {
         let mut lost = false;
         for e in self.entries.get_mut(w).into_iter().flatten() {
             let before = e.previous.len();
-            e.previous.retain(|p| p.epoch != epoch);
+            e.previous.retain(|p| p.epoch() != epoch);
             lost |= e.previous.len() < before;
         }
         lost
@@ -348,19 +348,19 @@ mod tests {
     }
 
     fn version(t: &mut Table, w: usize, r: usize, now: i64) -> Option<u64> {
-        t.newly_visible(w, r, now).map(|v| v.latest.version)
+        t.newly_visible(w, r, now).map(|v| v.latest.version())
     }
 
     /// A heir's record that accounts with `acct` of Region 0 and marks its epoch `mark`.
     fn heir(w: usize, acct: u64, mark: u64) -> Arc<RegionRecord> {
-        let mut r = (*rec(w, 1, 1)).clone();
+        let mut r = support::parts(w, 1, 1);
         r.peer_epochs.0[0] = acct;
-        r.reclaims.0[0] = Some(shareplane_core::ReclaimMark {
+        r.reclaims.0[0] = Some(shareplane_core::ReclaimMarkParts {
             epoch: mark,
             version: 3,
             by: 1,
         });
-        Arc::new(r)
+        Arc::new(RegionRecord::from_parts(r))
     }
 
     fn kept_epochs(t: &mut Table, reader: usize, now: i64) -> Vec<u64> {
@@ -368,7 +368,7 @@ mod tests {
         let v = t
             .newly_visible(0, reader, now)
             .expect("a record of Region 0");
-        v.previous.iter().map(|p| p.epoch).collect()
+        v.previous.iter().map(|p| p.epoch()).collect()
     }
 
     #[test]
@@ -488,8 +488,12 @@ mod tests {
         t.write(0, rec(0, 2, 3), 3);
         t.write(0, rec(0, 2, 4), 4);
         let v = t.newly_visible(0, 1, 4).expect("visible");
-        assert_eq!((v.latest.epoch, v.latest.version), (2, 4));
-        let previous: Vec<_> = v.previous.iter().map(|p| (p.epoch, p.version)).collect();
+        assert_eq!((v.latest.epoch(), v.latest.version()), (2, 4));
+        let previous: Vec<_> = v
+            .previous
+            .iter()
+            .map(|p| (p.epoch(), p.version()))
+            .collect();
         assert_eq!(previous, vec![(1, 2)]);
     }
 
@@ -527,8 +531,8 @@ mod tests {
             for (w, r) in (0..3).flat_map(|w| (0..3).map(move |r| (w, r))) {
                 if w != r && draw(2) == 0 {
                     if let Some(v) = t.newly_visible(w, r, now) {
-                        let prev = v.previous.iter().map(|p| p.epoch).collect();
-                        out.push((now, w, r, v.latest.version, prev));
+                        let prev = v.previous.iter().map(|p| p.epoch()).collect();
+                        out.push((now, w, r, v.latest.version(), prev));
                     }
                 }
             }

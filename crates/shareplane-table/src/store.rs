@@ -155,7 +155,7 @@ fn fetched(v: Visible) -> impl Iterator<Item = Fetched> {
 
 impl RecordStore for TableView {
     async fn put(&self, record: &RegionRecord, token: WriterToken) -> Result<(), StoreError> {
-        let w = record.region.index();
+        let w = record.region().index();
         let regions = self.table.lock().table.regions();
         if w >= regions {
             return Err(StoreError::Fatal(format!(

@@ -4,12 +4,12 @@
 
 mod support;
 
-use shareplane_core::{ReclaimMark, RegionId, RegionRecord};
+use shareplane_core::{ReclaimMarkParts, RegionId, RegionRecord};
 use shareplane_store::{Fetched, RecordStore, StoreError, WriterToken};
 use shareplane_table::store::{SimTable, TableView};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use support::record;
+use support::{parts, record};
 
 fn rid(i: usize) -> RegionId {
     RegionId::new(i).expect("a Region")
@@ -28,7 +28,7 @@ async fn of(view: &TableView, w: usize) -> Vec<(u64, u64)> {
     let all = view.read_all().await.expect("read_all");
     all.iter()
         .filter_map(|f| match f {
-            Fetched::Record(r) if r.region == rid(w) => Some((r.epoch, r.version)),
+            Fetched::Record(r) if r.region() == rid(w) => Some((r.epoch(), r.version())),
             _ => None,
         })
         .collect()
@@ -123,14 +123,14 @@ async fn an_ended_epochs_last_record_travels_with_the_next_and_can_be_lost() {
 /// Region `w`'s record (version `version`) that accounts with Region 0's epoch `acct` and marks
 /// the same epoch as reclaimed (it closed every earlier one).
 fn heir(w: usize, version: u64, acct: u64) -> RegionRecord {
-    let mut r = record(w, 1, version);
+    let mut r = parts(w, 1, version);
     r.peer_epochs.0[0] = acct;
-    r.reclaims.0[0] = Some(ReclaimMark {
+    r.reclaims.0[0] = Some(ReclaimMarkParts {
         epoch: acct,
         version: 1,
         by: 1,
     });
-    r
+    RegionRecord::from_parts(r)
 }
 
 #[tokio::test]

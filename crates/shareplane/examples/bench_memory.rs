@@ -72,18 +72,17 @@ struct OwnCopies {
 impl OwnCopies {
     fn copy(&self, f: Fetched) -> Fetched {
         let Fetched::Record(r) = f else { return f };
-        if r.region == self.me {
+        if r.region() == self.me {
             return Fetched::Record(r);
         }
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let same = |h: &&Arc<RegionRecord>| (h.epoch, h.version) == (r.epoch, r.version);
-        if let Some(h) = held.get(&r.region).filter(same) {
+        let same = |h: &&Arc<RegionRecord>| (h.epoch(), h.version()) == (r.epoch(), r.version());
+        if let Some(h) = held.get(&r.region()).filter(same) {
             return Fetched::Record(h.clone());
         }
-        let mut copy = (*r).clone();
-        copy.limits = copy.limits.to_vec().into();
-        let copy = Arc::new(copy);
-        held.insert(r.region, copy.clone());
+        // Its own entries, as a decode from DynamoDB gives them (not shared with the writer's).
+        let copy = Arc::new(RegionRecord::from_parts(r.to_parts()));
+        held.insert(r.region(), copy.clone());
         Fetched::Record(copy)
     }
 }

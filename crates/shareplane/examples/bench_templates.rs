@@ -151,7 +151,7 @@ async fn write_units(cfg: &Config, table: &SimTable) -> Option<(u64, u64, usize)
     let shards: Vec<_> = (0..enc.shards.len())
         .filter_map(|i| enc.shard_item(i, 1))
         .collect();
-    let header = enc.header_item(1, &vec![rec.version; enc.shards.len()]);
+    let header = enc.header_item(1, &vec![rec.version(); enc.shards.len()]);
     let header_units = units(shareplane_aws::codec::item_bytes(&header));
     let shard_units: u64 = shards
         .iter()

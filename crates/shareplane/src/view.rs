@@ -367,9 +367,9 @@ pub fn build_view(v: ViewInput<'_>) -> StateView {
         policy: d.policy.name(),
         period_ms: d.period_ms,
         store_ok,
-        epoch: own.map_or(0, |o| o.epoch),
-        record_version: own.map_or(0, |o| o.version),
-        written_at_ms: own.map_or(0, |o| o.written_at_ms),
+        epoch: own.map_or(0, |o| o.epoch()),
+        record_version: own.map_or(0, |o| o.version()),
+        written_at_ms: own.map_or(0, |o| o.written_at_ms()),
         rules_version,
         limits_digest: format!("{:016x}", shareplane_core::limits_digest(&d.limits)),
         health: regions(d.n())
@@ -436,7 +436,7 @@ fn limit_view(
 ) -> LimitJson {
     let own = v.own.as_deref();
     let e = own
-        .and_then(|o| o.limits.get(li))
+        .and_then(|o| o.limits().get(li))
         .copied()
         .unwrap_or_default();
     let why = match own {
@@ -447,11 +447,13 @@ fn limit_view(
     let in_flight = |r: RegionId| {
         let taken = peer_record(v, r)
             .filter(|p| {
-                own.is_some_and(|o| p.accounts_with(v.me, o.epoch) && o.accounts_with(r, p.epoch))
+                own.is_some_and(|o| {
+                    p.accounts_with(v.me, o.epoch()) && o.accounts_with(r, p.epoch())
+                })
             })
-            .and_then(|p| p.limits.get(li).map(|l| l.taken[v.me]))
+            .and_then(|p| p.limits().get(li).map(|l| l.taken()[v.me]))
             .unwrap_or_default();
-        e.granted[r].excess_over(taken).as_rps()
+        e.granted()[r].excess_over(taken).as_rps()
     };
     LimitJson {
         id: spec.id.clone(),
@@ -463,19 +465,19 @@ fn limit_view(
         would_refuse: v.would_refuse.get(&spec.id).copied().unwrap_or(0),
         rate: spec.rate.as_rps(),
         version: spec.version,
-        adopted_version: e.limit_version,
-        adopted_rate: e.rate.as_rps(),
-        demand: e.demand.as_rps(),
-        target: e.target.as_rps(),
-        share: e.share.as_rps(),
-        pool: e.pool.as_rps(),
-        unmet: e.unmet.as_rps(),
-        debt: e.debt.as_rps(),
+        adopted_version: e.limit_version(),
+        adopted_rate: e.rate().as_rps(),
+        demand: e.demand().as_rps(),
+        target: e.target().as_rps(),
+        share: e.share().as_rps(),
+        pool: e.pool().as_rps(),
+        unmet: e.unmet().as_rps(),
+        debt: e.debt().as_rps(),
         grants_in_flight: by_peer(v, in_flight),
-        granted: by_peer(v, |r| e.granted[r].as_rps()),
-        taken: by_peer(v, |r| e.taken[r].as_rps()),
-        reclaimed: by_peer(v, |r| e.reclaimed[r].as_rps()),
-        seen_sum_of_shares: seen_sum(v, li, e.share),
+        granted: by_peer(v, |r| e.granted()[r].as_rps()),
+        taken: by_peer(v, |r| e.taken()[r].as_rps()),
+        reclaimed: by_peer(v, |r| e.reclaimed()[r].as_rps()),
+        seen_sum_of_shares: seen_sum(v, li, e.share()),
         peer_shares: peer_shares(v, li),
         why: why.name(),
         why_detail: why_detail(&v.d, &why, &e, spec),
@@ -494,7 +496,7 @@ fn why_detail(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let (share, target) = (e.share.as_rps(), e.target.as_rps());
+    let (share, target) = (e.share().as_rps(), e.target().as_rps());
     match why {
         Why::NotAdopted => "not adopted yet: from the next rebalance".into(),
         Why::StaticSplit => format!("a security limit: a static split of {share}/s, never moved"),
@@ -502,7 +504,7 @@ fn why_detail(
         Why::Fenced => "fenced: the own health check reads unhealthy, so every capacity share is 0".into(),
         Why::InDebt => format!(
             "repaying {}/s of a lowered limit's debt, from the pool, the share and room received",
-            e.debt.as_rps()
+            e.debt().as_rps()
         ),
         Why::AtTarget { floor: true } => format!("at its target, the floor ({}/s)", spec.floor.as_rps()),
         Why::AtTarget { floor: false } => format!("at its target, {target}/s"),
@@ -510,7 +512,7 @@ fn why_detail(
         Why::StepCap => format!(
             "{share}/s is below its target {target}/s: rising by at most the step cap ({}/s) a period; the pool holds {}/s more",
             spec.step_cap.as_rps(),
-            e.pool.as_rps()
+            e.pool().as_rps()
         ),
         Why::WaitingForGrants { from, silent } => {
             let mut s = format!("{share}/s is below its target {target}/s with an empty pool: waiting for grants");
@@ -545,8 +547,8 @@ fn peer_view(
     let from_rec = |f: fn(&RegionRecord) -> u64| rec.as_deref().map_or(0, f);
     PeerJson {
         region: v.d.region_name(r).to_string(),
-        epoch: pv.map_or_else(|| from_rec(|x| x.epoch), |p| p.epoch),
-        version: pv.map_or_else(|| from_rec(|x| x.version), |p| p.version),
+        epoch: pv.map_or_else(|| from_rec(|x| x.epoch()), |p| p.epoch),
+        version: pv.map_or_else(|| from_rec(|x| x.version()), |p| p.version),
         unchanged: pv.map(|p| p.unchanged),
         state: match pv.map(|p| p.state) {
             Some(PeerState::Live) => "live",
@@ -554,13 +556,13 @@ fn peer_view(
             Some(PeerState::Reclaimed) => "reclaimed",
             None => "unknown",
         },
-        written_at_ms: pv.map_or_else(|| from_rec(|x| x.written_at_ms), |p| p.written_at_ms),
+        written_at_ms: pv.map_or_else(|| from_rec(|x| x.written_at_ms()), |p| p.written_at_ms),
         waiting_for_record: waiting_for_record.get(r.index()).copied(),
         raise_waiting: raise_waiting.get(r.index()).copied(),
-        accounts_with_epoch: v.own.as_deref().map(|o| o.peer_epochs[r]),
+        accounts_with_epoch: v.own.as_deref().map(|o| o.peer_epochs()[r]),
         limits_digest: rec
             .as_deref()
-            .and_then(|x| x.limits_digest)
+            .and_then(|x| x.limits_digest())
             .map(|x| format!("{x:016x}")),
         limits_mismatch: limits_mismatch.get(r.index()).copied(),
     }
@@ -621,13 +623,13 @@ mod tests {
             view.limits.built.get().is_none(),
             "built before anyone read it"
         );
-        assert_eq!(view.record_version, own.version);
+        assert_eq!(view.record_version, own.version());
         assert_eq!(view.limits.len(), d.limits.len());
         assert!(view.limits.built.get().is_some());
-        assert_eq!(view.limits[0].share, own.limits[0].share.as_rps());
+        assert_eq!(view.limits[0].share, own.limits()[0].share().as_rps());
         let json = serde_json::to_value(StateJson::all(&view)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(json["limits"][0]["id"], d.limits[0].id.as_str());
-        assert_eq!(json["record_version"], own.version);
+        assert_eq!(json["record_version"], own.version());
     }
 
     #[test]
@@ -712,7 +714,7 @@ mod tests {
             built: std::sync::OnceLock::new(),
         };
         let l = &view.limits[0];
-        let share_b = RegionRecord::genesis(&d, b).limits[0].share.as_rps();
+        let share_b = RegionRecord::genesis(&d, b).limits()[0].share().as_rps();
         assert!(share_b > 0.0);
         let want: BTreeMap<String, Option<f64>> = [
             ("B".to_string(), Some(share_b)),

@@ -193,12 +193,12 @@ impl Cluster {
             for r in &recs {
                 eprintln!(
                     "{:?} e{} v{} pe{:?} rc{:?} {:?}",
-                    r.region,
-                    r.epoch,
-                    r.version,
-                    &r.peer_epochs.0[..3],
-                    &r.reclaims.0[..3],
-                    r.limits[0]
+                    r.region(),
+                    r.epoch(),
+                    r.version(),
+                    &r.peer_epochs().0[..3],
+                    &r.reclaims().0[..3],
+                    r.limits()[0]
                 );
             }
             for rs in &self.replicas {
@@ -214,10 +214,10 @@ impl Cluster {
         // ended epoch, then the current one), the current one being what its daemon holds.
         let mut by_region: Vec<Vec<Arc<RegionRecord>>> = vec![Vec::new(); self.d.n()];
         for r in recs {
-            by_region[r.region.index()].push(r);
+            by_region[r.region().index()].push(r);
         }
         for rs in by_region.iter_mut() {
-            rs.sort_by_key(|r| (r.epoch, r.version));
+            rs.sort_by_key(|r| (r.epoch(), r.version()));
         }
         let truth: Vec<Truth<'_>> = by_region
             .iter()

@@ -254,13 +254,15 @@ async fn watch(moto: &str, table: &str, until: u64) -> Vec<BTreeMap<(u64, u64), 
         };
         for f in items {
             let Fetched::Record(r) = f else { continue };
-            let Some(l) = r.limits.first() else { continue };
-            if let Some(m) = out.get_mut(r.region.index()) {
+            let Some(l) = r.limits().first() else {
+                continue;
+            };
+            if let Some(m) = out.get_mut(r.region().index()) {
                 m.insert(
-                    (r.epoch, r.version),
+                    (r.epoch(), r.version()),
                     Seen {
-                        written_at_ms: r.written_at_ms,
-                        demand: l.demand.as_rps(),
+                        written_at_ms: r.written_at_ms(),
+                        demand: l.demand().as_rps(),
                     },
                 );
             }

@@ -43,7 +43,10 @@ mod wire;
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
-use shareplane_core::{Deployment, LimitRecord, PerRegion, ReclaimMark, RegionId, RegionRecord};
+use shareplane_core::{
+    Deployment, LimitRecord, LimitRecordParts, PerRegion, ReclaimMark, RegionId, RegionRecord,
+    RegionRecordParts,
+};
 use shareplane_store::Rejection;
 use std::collections::{BTreeMap, HashMap};
 use wire::{decode_shard, parse_header, place, put_limit, put_varint, Reader};
@@ -218,9 +221,9 @@ pub fn decode_kept(
     items: &[Item],
 ) -> Decoded {
     match decode(d, me, region, items) {
-        Decoded::Record(r) if r.epoch != epoch => Decoded::Rejected(malformed(format!(
+        Decoded::Record(r) if r.epoch() != epoch => Decoded::Rejected(malformed(format!(
             "the items kept for epoch {epoch} hold a record of epoch {}",
-            r.epoch
+            r.epoch()
         ))),
         other => other,
     }
@@ -233,10 +236,10 @@ pub fn encode(d: &Deployment, record: &RegionRecord) -> Encoded {
     let mut shards = Vec::with_capacity(shard_count);
     for s in 0..shard_count {
         let lo = s * LIMITS_PER_SHARD;
-        let hi = (lo + LIMITS_PER_SHARD).min(record.limits.len());
+        let hi = (lo + LIMITS_PER_SHARD).min(record.limits().len());
         let entries: Vec<(&str, &LimitRecord)> = (lo..hi)
             .filter_map(|i| {
-                let l = record.limits.get(i)?;
+                let l = record.limits().get(i)?;
                 let spec = d.limits.get(i)?;
                 (*l != LimitRecord::default()).then_some((spec.id.as_str(), l))
             })
@@ -249,19 +252,19 @@ pub fn encode(d: &Deployment, record: &RegionRecord) -> Encoded {
         shards.push(out);
     }
     Encoded {
-        region: d.region_name(record.region).to_string(),
-        version: record.version,
+        region: d.region_name(record.region()).to_string(),
+        version: record.version(),
         shards,
-        epoch: record.epoch,
-        written_at_ms: record.written_at_ms,
-        prev_final: record.prev_final,
-        peer_epochs: record.peer_epochs.0[..n].to_vec(),
-        reclaims: record.reclaims.0[..n].to_vec(),
-        account_epochs: record.account_epochs.0[..n].to_vec(),
-        seen: record.seen.0[..n].to_vec(),
+        epoch: record.epoch(),
+        written_at_ms: record.written_at_ms(),
+        prev_final: record.prev_final(),
+        peer_epochs: record.peer_epochs().0[..n].to_vec(),
+        reclaims: record.reclaims().0[..n].to_vec(),
+        account_epochs: record.account_epochs().0[..n].to_vec(),
+        seen: record.seen().0[..n].to_vec(),
         regions: d.regions.clone(),
-        limits_digest: record.limits_digest,
-        fenced: record.fenced,
+        limits_digest: record.limits_digest(),
+        fenced: record.fenced(),
     }
 }
 
@@ -290,9 +293,9 @@ impl Encoded {
                 None => put_varint(&mut h, 0),
                 Some(m) => {
                     put_varint(&mut h, 2);
-                    put_varint(&mut h, m.epoch);
-                    put_varint(&mut h, m.version);
-                    put_varint(&mut h, m.by);
+                    put_varint(&mut h, m.epoch());
+                    put_varint(&mut h, m.version());
+                    put_varint(&mut h, m.by());
                 }
             }
         }
@@ -416,7 +419,8 @@ fn decode_inner(
     };
     let h = parse_header(d, header)?;
     let limits = decode_limits(d, &h, &shards)?;
-    Ok(Some(RegionRecord {
+    // The codec's door into the core; `decode` and the reading coordinator check what it holds.
+    Ok(Some(RegionRecord::from_parts(RegionRecordParts {
         region,
         epoch: h.epoch,
         version: h.version,
@@ -426,7 +430,7 @@ fn decode_inner(
         account_epochs: h.account_epochs,
         reclaims: h.reclaims,
         seen: parse_seen(header, &h.columns)?,
-        limits: limits.into(),
+        limits,
         limits_digest: match header.get(DIGEST_ATTR) {
             None => None,
             Some(_) => Some(number(header, DIGEST_ATTR)?),
@@ -436,7 +440,7 @@ fn decode_inner(
             Some(AttributeValue::Bool(b)) => *b,
             Some(_) => return Err(malformed(format!("{FENCED_ATTR} is not a BOOL")).into()),
         },
-    }))
+    })))
 }
 
 /// A Region's header item and its shard items by index.
@@ -487,8 +491,8 @@ fn decode_limits(
     d: &Deployment,
     h: &wire::Header,
     shards: &HashMap<usize, &Item>,
-) -> Result<Vec<LimitRecord>, Failure> {
-    let mut limits = vec![LimitRecord::default(); d.limits.len()];
+) -> Result<Vec<LimitRecordParts>, Failure> {
+    let mut limits = vec![LimitRecordParts::default(); d.limits.len()];
     let mut seen = vec![false; d.limits.len()];
     // `Deployment::limit_index` searches linearly; 10,000 limits need a map.
     let index: HashMap<&str, usize> = d

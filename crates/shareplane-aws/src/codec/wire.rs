@@ -3,7 +3,8 @@
 
 use super::{blob, malformed, number, Item, MAX_SHARDS};
 use shareplane_core::{
-    Deployment, LimitRecord, PerRegion, ReclaimMark, RecordError, RegionId, Room, MAX_REGIONS,
+    Deployment, LimitRecord, LimitRecordParts, PerRegion, ReclaimMarkParts, RecordError, RegionId,
+    Room, MAX_REGIONS,
 };
 use shareplane_store::Rejection;
 use std::collections::HashMap;
@@ -15,7 +16,7 @@ pub(super) struct Header {
     pub(super) prev_final: u64,
     pub(super) peer_epochs: PerRegion<u64>,
     pub(super) account_epochs: PerRegion<u64>,
-    pub(super) reclaims: PerRegion<Option<ReclaimMark>>,
+    pub(super) reclaims: PerRegion<Option<ReclaimMarkParts>>,
     /// For each of the writer's Regions, this reader's index of it (None: not configured here).
     pub(super) columns: Vec<Option<RegionId>>,
     pub(super) shard_versions: Vec<u64>,
@@ -99,17 +100,17 @@ fn read_marks(
     r: &mut Reader<'_>,
     columns: &[Option<RegionId>],
     epoch: u64,
-) -> Result<PerRegion<Option<ReclaimMark>>, Rejection> {
+) -> Result<PerRegion<Option<ReclaimMarkParts>>, Rejection> {
     let mut reclaims = PerRegion([None; MAX_REGIONS]);
     for col in columns {
         let mark = match r.varint()? {
             0 => None,
-            1 => Some(ReclaimMark {
+            1 => Some(ReclaimMarkParts {
                 epoch: r.varint()?,
                 version: r.varint()?,
                 by: epoch,
             }),
-            2 => Some(ReclaimMark {
+            2 => Some(ReclaimMarkParts {
                 epoch: r.varint()?,
                 version: r.varint()?,
                 by: r.varint()?,
@@ -126,7 +127,7 @@ fn read_marks(
 fn schema_2_accounts(
     epoch: u64,
     peer_epochs: &PerRegion<u64>,
-    reclaims: &PerRegion<Option<ReclaimMark>>,
+    reclaims: &PerRegion<Option<ReclaimMarkParts>>,
 ) -> PerRegion<u64> {
     let mut account_epochs = PerRegion::default();
     for i in 0..MAX_REGIONS {
@@ -165,7 +166,7 @@ pub(super) fn decode_shard(
     columns: &[Option<RegionId>],
     blob: &[u8],
     schema: u64,
-    limits: &mut [LimitRecord],
+    limits: &mut [LimitRecordParts],
     seen: &mut [bool],
 ) -> Result<(), Rejection> {
     let mut r = Reader::new(blob);
@@ -190,8 +191,8 @@ pub(super) fn read_limit(
     r: &mut Reader<'_>,
     columns: &[Option<RegionId>],
     schema: u64,
-) -> Result<LimitRecord, Rejection> {
-    let mut l = LimitRecord {
+) -> Result<LimitRecordParts, Rejection> {
+    let mut l = LimitRecordParts {
         limit_version: r.varint()?,
         rate: Room::from_milli(r.varint()?),
         demand: Room::from_milli(r.varint()?),
@@ -200,7 +201,7 @@ pub(super) fn read_limit(
         target: Room::from_milli(r.varint()?),
         unmet: Room::from_milli(r.varint()?),
         debt: Room::from_milli(r.varint()?),
-        ..LimitRecord::default()
+        ..LimitRecordParts::default()
     };
     for row in [&mut l.granted, &mut l.taken, &mut l.reclaimed] {
         for col in columns {
@@ -230,18 +231,24 @@ pub(super) fn put_limit(out: &mut Vec<u8>, id: &str, l: &LimitRecord, n: usize) 
     put_varint(out, id.len() as u64);
     out.extend_from_slice(id.as_bytes());
     for v in [
-        l.limit_version,
-        l.rate.milli(),
-        l.demand.milli(),
-        l.share.milli(),
-        l.pool.milli(),
-        l.target.milli(),
-        l.unmet.milli(),
-        l.debt.milli(),
+        l.limit_version(),
+        l.rate().milli(),
+        l.demand().milli(),
+        l.share().milli(),
+        l.pool().milli(),
+        l.target().milli(),
+        l.unmet().milli(),
+        l.debt().milli(),
     ] {
         put_varint(out, v);
     }
-    for row in [&l.granted, &l.taken, &l.reclaimed, &l.debt_taken, &l.left] {
+    for row in [
+        l.granted(),
+        l.taken(),
+        l.reclaimed(),
+        l.debt_taken(),
+        l.left(),
+    ] {
         for v in &row.0[..n] {
             put_varint(out, v.milli());
         }

@@ -269,7 +269,7 @@ impl DynamoStore {
         }
         let reference = lock(&self.last_good)
             .get(&region)
-            .map(|r| (r.epoch, r.version));
+            .map(|r| (r.epoch(), r.version()));
         let mut out = Vec::new();
         if let Some((epoch, version)) = reference {
             let older = sets.kept.iter().filter(|(e, _)| **e < epoch);
@@ -292,12 +292,12 @@ impl DynamoStore {
     ) -> Option<Fetched> {
         let name = self.d().region_name(region).to_string();
         let reason = match codec::decode_kept(&self.d(), self.me, region, epoch, items) {
-            Decoded::Record(r) if r.version < current => {
+            Decoded::Record(r) if r.version() < current => {
                 return Some(Fetched::Record(Arc::from(r)))
             }
             Decoded::Record(r) => Rejection::Malformed(format!(
                 "the record kept for epoch {epoch} is at version {}, not before the current {current}",
-                r.version
+                r.version()
             )),
             // Only shards left: the set is being collected.
             Decoded::Absent => return None,
@@ -324,16 +324,16 @@ impl DynamoStore {
     ) -> Result<Option<Carry>, StoreError> {
         let known = lock(&self.written)
             .as_ref()
-            .filter(|w| w.region == record.region && w.token == token)
+            .filter(|w| w.region == record.region() && w.token == token)
             .map(|w| w.epoch);
-        if known == Some(record.epoch) {
+        if known == Some(record.epoch()) {
             return Ok(None);
         }
-        let name = self.region_name(record.region)?;
+        let name = self.region_name(record.region())?;
         let items = self.query(&name, true).await?;
         // Decoded as its own Region's: the writer's record is not checked as a foreign one.
-        let why = match codec::decode(&self.d(), record.region, record.region, &items) {
-            Decoded::Record(stored) if stored.epoch < record.epoch => {
+        let why = match codec::decode(&self.d(), record.region(), record.region(), &items) {
+            Decoded::Record(stored) if stored.epoch() < record.epoch() => {
                 return self.copies(record, token, &stored, &items).map(Some)
             }
             Decoded::Record(_) | Decoded::Absent => return Ok(None),
@@ -355,15 +355,16 @@ impl DynamoStore {
         stored: &RegionRecord,
         items: &[Item],
     ) -> Result<Carry, StoreError> {
-        if stored.version >= record.version {
+        if stored.version() >= record.version() {
             return Err(StoreError::Conflict(format!(
                 "version {} is not higher than the stored {}",
-                record.version, stored.version
+                record.version(),
+                stored.version()
             )));
         }
         let mut actions = Vec::new();
         let mut keys = Vec::new();
-        for item in codec::keep(items, stored.epoch, token.0) {
+        for item in codec::keep(items, stored.epoch(), token.0) {
             let size = codec::item_bytes(&item);
             if size > MAX_ITEM_BYTES {
                 return Err(StoreError::Fatal(format!(
@@ -377,8 +378,8 @@ impl DynamoStore {
             actions.push((TransactWriteItem::builder().put(put).build(), size));
         }
         Ok(Carry {
-            epoch: stored.epoch,
-            version: stored.version,
+            epoch: stored.epoch(),
+            version: stored.version(),
             actions,
             keys,
         })
@@ -388,7 +389,7 @@ impl DynamoStore {
     /// (never `carried`, the epoch this write keeps), shards before their header, at most
     /// `max_collect`. Only the owner collects, and only what its last read listed.
     fn collectable(&self, record: &RegionRecord, carried: Option<u64>) -> Vec<(u64, String)> {
-        if record.region != self.me {
+        if record.region() != self.me {
             return Vec::new();
         }
         let kept = lock(&self.kept).clone();
@@ -398,8 +399,8 @@ impl DynamoStore {
             if Some(epoch) == carried
                 || !shareplane_core::closed_for_good(
                     self.d().n(),
-                    record.region,
-                    record.epoch,
+                    record.region(),
+                    record.epoch(),
                     epoch,
                     |r| latest.get(&r).map(|rec| &**rec),
                 )
@@ -420,7 +421,7 @@ impl DynamoStore {
 
     /// Brings the list of this Region's kept items up to date after a successful write.
     fn wrote_kept(&self, record: &RegionRecord, carry: Option<Carry>, collected: &[(u64, String)]) {
-        if record.region != self.me {
+        if record.region() != self.me {
             return;
         }
         let mut kept = lock(&self.kept);
@@ -447,7 +448,7 @@ impl DynamoStore {
                 // once, and the own record shares its entries with the daemon's (what `put` was
                 // given). At 100,000 limits each copy is 32 MB.
                 let same = |k: &Arc<RegionRecord>| {
-                    k.region == region && (k.epoch, k.version) == (r.epoch, r.version)
+                    k.region() == region && (k.epoch(), k.version()) == (r.epoch(), r.version())
                 };
                 let mut last = lock(&self.last_good);
                 let held = (last.get(&region).filter(|k| same(k)).cloned())
@@ -485,7 +486,7 @@ impl DynamoStore {
         collected: &[(u64, String)],
     ) -> Result<(Vec<Batch>, Vec<u64>), StoreError> {
         let prev = lock(&self.written).clone().filter(|w| {
-            w.region == record.region && w.token == token && w.version < record.version
+            w.region == record.region() && w.token == token && w.version < record.version()
         });
         let (shards, shard_versions) = self.shard_actions(enc, token, prev.as_ref())?;
         let mut actions = carry.map(|c| c.actions.clone()).unwrap_or_default();
@@ -493,7 +494,7 @@ impl DynamoStore {
         for (_, sk) in collected {
             actions.push((self.fenced_delete(&enc.region, sk, token)?, 100));
         }
-        let mut cond = vec![(":v", record.version), (":t", token.0)];
+        let mut cond = vec![(":v", record.version()), (":t", token.0)];
         let condition = match carry {
             Some(c) => {
                 cond.push((":pv", c.version));
@@ -651,7 +652,7 @@ impl DynamoStore {
                 if refused {
                     Err(StoreError::Conflict(format!(
                         "version {} is not higher than the stored one, or writer token {} is lower than the stored one ({})",
-                        record.version,
+                        record.version(),
                         token.0,
                         describe(&e)
                     )))

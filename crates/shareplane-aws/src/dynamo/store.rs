@@ -10,7 +10,7 @@ impl RecordStore for DynamoStore {
     }
 
     async fn put(&self, record: &RegionRecord, token: WriterToken) -> Result<(), StoreError> {
-        self.region_name(record.region)?;
+        self.region_name(record.region())?;
         let enc = codec::encode(&self.d(), record);
         if enc.shards.len() > codec::MAX_SHARDS {
             // Readers would reject the header; refuse here, where the cause is clear.
@@ -32,10 +32,10 @@ impl RecordStore for DynamoStore {
                 .fetch_add(units, std::sync::atomic::Ordering::Relaxed);
         }
         *lock(&self.written) = Some(Written {
-            region: record.region,
+            region: record.region(),
             token,
-            version: record.version,
-            epoch: record.epoch,
+            version: record.version(),
+            epoch: record.epoch(),
             shard_versions,
             shards: enc.shards,
         });

@@ -5,8 +5,8 @@
 
 use shareplane_aws::client::{self, CallLimits, Endpoint};
 use shareplane_core::{
-    Deployment, Design, Fence, LimitKind, LimitRecord, LimitSpec, ReclaimMark, RegionId,
-    RegionRecord, Room, SilentPolicy,
+    Deployment, Design, Fence, LimitKind, LimitRecordParts, LimitSpec, ReclaimMarkParts, RegionId,
+    RegionRecord, RegionRecordParts, Room, SilentPolicy,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,8 +46,13 @@ pub fn rid(i: usize) -> RegionId {
 /// A record of `region` at `version` that passes validation, with varied amounts in every field
 /// (every 7th limit unadopted) so that a lossy codec cannot round-trip it by accident.
 pub fn record(d: &Deployment, region: usize, version: u64) -> RegionRecord {
+    RegionRecord::from_parts(parts(d, region, version))
+}
+
+/// The parts of [`record`], for a test to change before it builds the record.
+pub fn parts(d: &Deployment, region: usize, version: u64) -> RegionRecordParts {
     let me = rid(region);
-    let mut r = RegionRecord::genesis(d, me);
+    let mut r = RegionRecord::genesis(d, me).into_parts();
     r.epoch = 2 + region as u64;
     r.version = version;
     r.written_at_ms = 1_700_000_000_000 + version * 5_000;
@@ -57,14 +62,14 @@ pub fn record(d: &Deployment, region: usize, version: u64) -> RegionRecord {
         r.account_epochs.0[p] = 1 + ((p * 3 + region) as u64 % 2);
     }
     let victim = (region + 1) % d.n();
-    r.reclaims.0[victim] = Some(ReclaimMark {
+    r.reclaims.0[victim] = Some(ReclaimMarkParts {
         epoch: 1,
         version: 40 + version,
         by: 1,
     });
     for (i, (l, spec)) in r.limits.iter_mut().zip(&d.limits).enumerate() {
         if i % 7 == 3 {
-            *l = LimitRecord::default();
+            *l = LimitRecordParts::default();
             continue;
         }
         let k = (i as u64 * 7919 + version * 104_729 + region as u64 * 31) % 1_000_003;
@@ -91,7 +96,7 @@ pub fn record(d: &Deployment, region: usize, version: u64) -> RegionRecord {
 }
 
 /// Moves `r` to `epoch`, keeping every account in an epoch its writer had.
-pub fn set_epoch(r: &mut RegionRecord, epoch: u64) {
+pub fn set_epoch(r: &mut RegionRecordParts, epoch: u64) {
     r.epoch = epoch;
     for e in r.account_epochs.0.iter_mut().filter(|e| **e > epoch) {
         *e = epoch;
@@ -100,10 +105,10 @@ pub fn set_epoch(r: &mut RegionRecord, epoch: u64) {
 
 /// Region 0's record at `version` in `epoch`, whose previous epoch ended at `prev_final`.
 pub fn owner_at(d: &Deployment, epoch: u64, version: u64, prev_final: u64) -> RegionRecord {
-    let mut r = record(d, 0, version);
+    let mut r = parts(d, 0, version);
     set_epoch(&mut r, epoch);
     r.prev_final = prev_final;
-    r
+    RegionRecord::from_parts(r)
 }
 
 /// Heir `region`'s record at `version`: it accounts with Region 0's epoch `acct` and marks its
@@ -115,14 +120,14 @@ pub fn heir_at(
     acct: u64,
     mark: (u64, u64),
 ) -> RegionRecord {
-    let mut r = record(d, region, version);
+    let mut r = parts(d, region, version);
     r.peer_epochs.0[0] = acct;
-    r.reclaims.0[0] = Some(ReclaimMark {
+    r.reclaims.0[0] = Some(ReclaimMarkParts {
         epoch: mark.0,
         version: mark.1,
         by: r.epoch,
     });
-    r
+    RegionRecord::from_parts(r)
 }
 
 /// The moto endpoint, or `None` (after saying so) when it is not configured and not required.

@@ -39,13 +39,13 @@ pub fn rid(i: usize) -> RegionId {
 pub fn initial_records(d: &Deployment, shares: &[u64], demands: &[u64]) -> Vec<RegionRecord> {
     (0..d.n())
         .map(|i| {
-            let mut r = RegionRecord::genesis(d, rid(i));
+            let mut r = RegionRecord::genesis(d, rid(i)).into_parts();
             r.version = 1;
             let l = &mut r.limits[0];
             l.share = Room::rps(shares[i]);
             l.target = l.share;
             l.demand = Room::rps(demands[i]);
-            r
+            RegionRecord::from_parts(r)
         })
         .collect()
 }
@@ -70,7 +70,7 @@ impl World {
             .collect();
         for c in coords.iter_mut() {
             for r in &records {
-                if r.region != c.me() {
+                if r.region() != c.me() {
                     c.observe(Arc::new(r.clone()))
                         .expect("valid initial record");
                 }
@@ -118,7 +118,7 @@ impl World {
     pub fn live_room(&self) -> Delta {
         (0..self.coords.len())
             .filter(|&i| !self.lost[i])
-            .map(|i| self.coords[i].own().limits[0].held())
+            .map(|i| self.coords[i].own().limits()[0].held())
             .sum()
     }
 
@@ -157,7 +157,7 @@ impl World {
     }
 
     pub fn share(&self, i: usize) -> Room {
-        self.coords[i].own().limits[0].share
+        self.coords[i].own().limits()[0].share()
     }
 
     pub fn sum_shares(&self) -> Room {

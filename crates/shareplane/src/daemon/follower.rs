@@ -26,7 +26,7 @@ impl<S: RecordStore, H: crate::health::HealthSource> Daemon<S, H> {
     /// view is stale (the leader stopped writing, or reads fail) lets the lease run out.
     pub(super) fn serve_own(&self, own: &RegionRecord, now: u64) {
         let d = self.d.clone();
-        let version = Rule::set_version(own.version);
+        let version = Rule::set_version(own.version());
         let rules = Rule::of_record(&d, own);
         self.shared.publish(RuleSet::build(
             &d,
@@ -38,7 +38,8 @@ impl<S: RecordStore, H: crate::health::HealthSource> Daemon<S, H> {
         // What is published may be newer (this replica led until just now): the lease then stays
         // on the record those rules came from.
         if self.shared.rules().version <= version {
-            self.shared.renew_lease(own.version, own.written_at_ms, now);
+            self.shared
+                .renew_lease(own.version(), own.written_at_ms(), now);
         }
     }
 
@@ -50,7 +51,10 @@ impl<S: RecordStore, H: crate::health::HealthSource> Daemon<S, H> {
         else {
             return;
         };
-        let newer = self.own_seen.as_ref().is_none_or(|o| r.version > o.version);
+        let newer = self
+            .own_seen
+            .as_ref()
+            .is_none_or(|o| r.version() > o.version());
         if newer {
             self.own_seen = Some(r.clone());
             self.serve_own(&r, now);
@@ -64,7 +68,7 @@ impl<S: RecordStore, H: crate::health::HealthSource> Daemon<S, H> {
         for (rec, n) in self.peer_records.iter().zip(self.mismatch.iter_mut()) {
             let differs = rec
                 .as_ref()
-                .and_then(|r| r.limits_digest)
+                .and_then(|r| r.limits_digest())
                 .is_some_and(|d| d != self.digest);
             *n = if differs { n.saturating_add(1) } else { 0 };
         }
@@ -82,7 +86,7 @@ impl<S: RecordStore, H: crate::health::HealthSource> Daemon<S, H> {
     /// Counts, at a follower's phase tick, how long each peer's record has not changed.
     pub(super) fn count_silence(&mut self) {
         for (rec, slot) in self.peer_records.iter().zip(self.silence.iter_mut()) {
-            slot.read(rec.as_ref().map(|r| (r.epoch, r.version)));
+            slot.read(rec.as_ref().map(|r| (r.epoch(), r.version())));
         }
     }
 

@@ -450,13 +450,13 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         let me = self.shared.me;
         for f in fetched {
             match f {
-                Fetched::Record(r) if r.region == me => self.own_seen = Some(r),
+                Fetched::Record(r) if r.region() == me => self.own_seen = Some(r),
                 Fetched::Record(r) => {
-                    let j = r.region.index();
+                    let j = r.region().index();
                     if let Role::Leader(l) = &mut self.role {
                         if let Err(e) = l.coord.observe(r.clone()) {
                             self.shared.metrics.records_rejected.inc(e.cause());
-                            let peer = self.d.region_name(r.region);
+                            let peer = self.d.region_name(r.region());
                             warn!(region = %self.shared.region, peer, error = %e, "peer record rejected");
                             continue;
                         }
@@ -549,8 +549,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             .enumerate()
             .map(|(i, &m)| {
                 let m = last.and_then(|l| l.get(i).copied()).unwrap_or(m);
-                match own.and_then(|o| o.limits.get(i)) {
-                    Some(l) => shareplane_core::published_demand(l.demand, m, l.rate),
+                match own.and_then(|o| o.limits().get(i)) {
+                    Some(l) => shareplane_core::published_demand(l.demand(), m, l.rate()),
                     None => m,
                 }
             })
@@ -589,7 +589,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         let Some((decision, peers_before)) = self.decide(now, &demand, &health) else {
             return;
         };
-        let v = decision.record.version;
+        let v = decision.record.version();
         let (d, region) = (self.d.clone(), self.shared.region.clone());
         if let Some(low) = lowered(&self.shared.rules(), &decision.rules) {
             self.shared.publish(RuleSet::build(
@@ -640,7 +640,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         let Some(resumed) = self.resume_from_durable(now).await else {
             return false;
         };
-        let epoch = resumed.coord.own().epoch;
+        let epoch = resumed.coord.own().epoch();
         if let Role::Leader(l) = &mut self.role {
             l.resume(resumed);
         }
@@ -668,7 +668,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             explain: false,
         });
         // What limits this Region runs, for the peers' mismatch check (no decision reads it).
-        decision.record.limits_digest = Some(self.digest);
+        decision.record.stamp_limits_digest(self.digest);
         self.shared.metrics.rebalances.inc();
         self.alarms = alarm_names(&decision.alarms, &self.d);
         for (li, step) in &decision.alarms.not_conserved {
@@ -690,7 +690,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
     /// rule set and renew the gateways' lease on it.
     fn on_written(&mut self, decision: &Decision, peers_before: &[PeerView], now: u64) {
         let (d, region) = (self.d.clone(), self.shared.region.clone());
-        let v = decision.record.version;
+        let v = decision.record.version();
         if let Role::Leader(l) = &mut self.role {
             let decided = decision_events(&d, l.coord.own(), decision, self.fenced);
             l.coord.commit(decision);
@@ -724,7 +724,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             &decision.rules,
         ));
         self.shared
-            .renew_lease(v, decision.record.written_at_ms, now);
+            .renew_lease(v, decision.record.written_at_ms(), now);
         self.store_works();
         debug!(region = %region, version = v, "record written");
     }

@@ -63,7 +63,7 @@ pub(super) fn decision_events(
     if a.new_epoch {
         out.push((Kind::NewEpoch, None, None, format!(
             "started epoch {} at share 0 (epoch {} may have been reclaimed); raises only by grants named to it",
-            rec.epoch, old.epoch)));
+            rec.epoch(), old.epoch())));
     }
     if a.fenced != was_fenced {
         let (kind, what) = if a.fenced {
@@ -81,13 +81,13 @@ pub(super) fn decision_events(
         (&a.settled, Kind::Settlement, "settled again the estate of"),
     ] {
         for &r in list {
-            let mark = rec.reclaims[r];
+            let mark = rec.reclaims()[r];
             let detail = match mark {
                 Some(m) => format!(
                     "{what} {}'s epoch {} against its record version {}",
                     d.region_name(r),
-                    m.epoch,
-                    m.version
+                    m.epoch(),
+                    m.version()
                 ),
                 None => format!("{what} {}", d.region_name(r)),
             };
@@ -100,14 +100,14 @@ pub(super) fn decision_events(
             "stopped waiting for the last record of {name}'s epoch {}, as an operator asked: what \
              this Region would have settled of that epoch (its portion, grants in flight either way) \
              stays with nobody, under the limit; it now accounts with epoch {}",
-            old.peer_epochs[r], rec.peer_epochs[r])));
+            old.peer_epochs()[r], rec.peer_epochs()[r])));
     }
-    for (li, (spec, new)) in d.limits.iter().zip(&rec.limits).enumerate() {
-        let was = old.limits.get(li).copied().unwrap_or_default();
-        if new.limit_version != was.limit_version {
+    for (li, (spec, new)) in d.limits.iter().zip(rec.limits()).enumerate() {
+        let was = old.limits().get(li).copied().unwrap_or_default();
+        if new.limit_version() != was.limit_version() {
             out.push((Kind::LimitAdopted, None, Some(spec.id.clone()), format!(
                 "adopted version {} (rate {}) after version {} (rate {}), in this Region's static part",
-                new.limit_version, new.rate, was.limit_version, was.rate)));
+                new.limit_version(), new.rate(), was.limit_version(), was.rate())));
         }
     }
     out

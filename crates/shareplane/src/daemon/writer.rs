@@ -82,19 +82,19 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                 };
                 let down_ms = durable
                     .as_ref()
-                    .map_or(0, |r| now.saturating_sub(r.written_at_ms));
+                    .map_or(0, |r| now.saturating_sub(r.written_at_ms()));
                 let durable_demand = durable
                     .as_ref()
-                    .map(|r| r.limits.iter().map(|l| l.demand).collect());
-                let durable_epoch = durable.as_ref().map(|r| r.epoch);
+                    .map(|r| r.limits().iter().map(|l| l.demand()).collect());
+                let durable_epoch = durable.as_ref().map(|r| r.epoch());
                 let c = Coordinator::restart(d.clone(), me, durable, down_ms);
-                info!(region = %self.shared.region, epoch = c.own().epoch, version = c.own().version,
+                info!(region = %self.shared.region, epoch = c.own().epoch(), version = c.own().version(),
                       down_ms, "resumed from the own durable record");
-                let unwritten_epoch = durable_epoch.is_some_and(|e| e != c.own().epoch);
+                let unwritten_epoch = durable_epoch.is_some_and(|e| e != c.own().epoch());
                 if unwritten_epoch {
                     // It may have been reclaimed: zero before anything else, at the version of
                     // the early push of its next write (see `crate::rules`).
-                    let version = Rule::early_set_version(c.own().version + 1);
+                    let version = Rule::early_set_version(c.own().version() + 1);
                     let zero = RuleSet::build(
                         &d,
                         &self.shared.templates(),
@@ -111,7 +111,7 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
                         None,
                         format!(
                             "resumed {down_ms} ms after the last own write, too late to be sure nobody reclaimed it: epoch {} at share 0 (zero pushed to the gateways); raises only by grants named to it",
-                            c.own().epoch
+                            c.own().epoch()
                         ),
                     );
                 }
@@ -149,8 +149,8 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
             return None;
         }
         let window = Coordinator::resume_window_ms(&self.d);
-        let age = now.saturating_sub(own.written_at_ms);
-        (own.version > 0 && age >= window).then_some(age)
+        let age = now.saturating_sub(own.written_at_ms());
+        (own.version() > 0 && age >= window).then_some(age)
     }
 
     pub(super) async fn on_conflict(&mut self, now: u64) {
