@@ -95,7 +95,7 @@ pub fn ended_took(end: &RegionRecord, x: RegionId, epoch: u64, ge: u64, li: usiz
 /// The signed room (milli-requests per second) the estate of `basis`'s epoch leaves its heirs,
 /// for limit `li` in a deployment of `n` Regions (docs/PROTOCOL.md, "Grants in flight"). `last`
 /// says `basis` is the epoch's last record; `took(g)` is what the observer knows of each Region
-/// `g` the estate accounts with ([`Counterpart`]). It is `share + pool − debt` plus, once `basis`
+/// `g` the estate accounts with (`Counterpart`). It is `share + pool − debt` plus, once `basis`
 /// is the last record, the estate's grants in flight to epochs that ended without taking them
 /// (`granted − taken`): a grant in flight is its granter's until its grantee takes it, and an
 /// epoch that ended leaves its own in its estate.

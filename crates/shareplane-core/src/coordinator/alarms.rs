@@ -48,10 +48,10 @@ pub struct Alarms {
     /// the limit) until the cut heals or that peer reads unhealthy too.
     pub reclaim_waiting: Vec<RegionId>,
     /// Peers whose ended epoch this rebalance stopped waiting for, as an operator asked
-    /// ([`Coordinator::abandon`]): what it would have settled of it stays with nobody.
+    /// ([`crate::Coordinator::abandon`]): what it would have settled of it stays with nobody.
     pub abandoned: Vec<RegionId>,
     /// Limits whose new, higher rate this Region has not adopted yet because an earlier epoch
-    /// of it may still owe its heirs (see [`Coordinator::rebalance`] and docs/PROTOCOL.md, "A
+    /// of it may still owe its heirs (see [`crate::Coordinator::rebalance`] and docs/PROTOCOL.md, "A
     /// raise after an unpaid lowering"): the raise's room stays unused, under the limit, until
     /// every peer accounts with this Region's current epoch.
     pub raises_waiting: Vec<usize>,

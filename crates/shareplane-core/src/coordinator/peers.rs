@@ -49,7 +49,7 @@ impl Silence {
 
 /// How a Region sees one peer: `latest`, the peer's latest record (`seen` false: never heard
 /// of), against `own`, the Region's own latest record, after `unchanged` reads without a change.
-/// The coordinator reports its peers by this rule ([`Coordinator::peers`]), and a replica that
+/// The coordinator reports its peers by this rule ([`crate::Coordinator::peers`]), and a replica that
 /// does not lead reports them by it from the leader's record.
 pub fn peer_view(
     d: &Deployment,
