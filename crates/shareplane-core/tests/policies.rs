@@ -282,6 +282,47 @@ fn a_quick_restart_resumes_its_epoch_losing_nothing() {
     assert_eq!(late.own().limits()[0].share(), Room::ZERO);
 }
 
+/// Swarm seed 70099192's class: a peer cut off from a Region counts its silence from the last
+/// record it saw, however long ago, so a restart within the resume window proves nothing to it.
+/// The restarted Region resumes only if every peer's record shows that it saw the durable
+/// record or the one before it (or the peer reads unhealthy); otherwise its first rebalance
+/// starts a new epoch.
+#[test]
+fn a_quick_restart_that_a_cut_off_peer_may_have_closed_starts_a_new_epoch() {
+    let mut w = settled(SilentPolicy::TwoSignals);
+    round(&mut w, &[A, B, C], &[A, B, C]);
+    // B's next two records reach C but not A (a one-way cut); A's records still reach B.
+    for _ in 0..2 {
+        round(&mut w, &[B], &[C]);
+        round(&mut w, &[A, C], &[A, B, C]);
+    }
+    let durable = w.coords[B].own().clone();
+    let d = w.d.clone();
+    let restart = |w: &mut World| {
+        w.coords[B] = Coordinator::restart(d.clone(), rid(B), Some(durable.clone()), 2_000);
+        for i in [A, C] {
+            w.deliver(i, B);
+        }
+        assert_eq!(
+            w.coords[B].own().epoch(),
+            durable.epoch(),
+            "resumed on time alone"
+        );
+        w.rebalance(B, DEMAND[B])
+    };
+    let decision = restart(&mut w);
+    assert!(decision.alarms.new_epoch);
+    assert_eq!(w.coords[B].own().epoch(), durable.epoch() + 1);
+    assert_eq!(w.share(B), Room::ZERO);
+
+    // The same restart while A reads unhealthy (lost: it closes nothing) resumes the epoch.
+    w.health[rid(A)] = Health::Unhealthy;
+    let decision = restart(&mut w);
+    assert!(!decision.alarms.new_epoch);
+    assert_eq!(w.coords[B].own().epoch(), durable.epoch());
+    assert_eq!(w.share(B), durable.limits()[0].share());
+}
+
 #[test]
 fn a_survivor_with_an_older_record_than_another_survivors_mark_waits_for_the_newest() {
     // Move room so that B's consecutive records differ: C's demand drops, B gets room from C.

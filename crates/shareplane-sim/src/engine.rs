@@ -126,6 +126,11 @@ struct Reg {
     /// last written record's shares until `gateways_until`, then fence.
     daemon_dead: bool,
     gateways_until: i64,
+    /// The daemon started again and resumed its epoch, and has not written yet: its gateways hold
+    /// the last written record's shares under that record's lease until `gateways_until`, as a
+    /// daemon's gateways do (a lease is renewed only by a durable write), then fence. The first
+    /// rebalance may start a new epoch instead (`Coordinator::restart`).
+    resumed_unwritten: bool,
     /// When the last record was written (the lease of the rules pushed after it counts from it).
     last_write_tick: i64,
     last_written: Arc<RegionRecord>,
@@ -155,6 +160,9 @@ impl Reg {
     /// record, or after the daemon died its last written one until the lease runs out.
     fn enforced(&self, tick: i64) -> Option<&RegionRecord> {
         match &self.coord {
+            Some(_) if self.resumed_unwritten => {
+                (tick < self.gateways_until).then_some(&*self.last_written)
+            }
             Some(c) => Some(c.own()),
             None if self.daemon_dead && tick < self.gateways_until => Some(&self.last_written),
             None => None,
@@ -274,6 +282,7 @@ impl Reg {
             lost_own: None,
             daemon_dead: false,
             gateways_until: i64::MIN,
+            resumed_unwritten: false,
             last_write_tick: sc.start_tick,
             last_written: rec.clone(),
             history: vec![rec.clone()],
@@ -410,7 +419,11 @@ impl<'a> Sim<'a> {
                 let own = reg.coord.as_ref().map(|c| c.own().clone());
                 let own = own.ok_or_else(|| self.out_of_order("restart", *r))?;
                 let reg = &mut self.regs[*r];
-                reg.coord = Some(Coordinator::restart(reg.d.clone(), reg.id, Some(own), 0));
+                let c = Coordinator::restart(reg.d.clone(), reg.id, Some(own), 0);
+                reg.resumed_unwritten = c.own().epoch() == reg.last_written.epoch();
+                reg.gateways_until =
+                    (reg.last_write_tick).saturating_add(self.lease_ticks.unwrap_or(i64::MAX));
+                reg.coord = Some(c);
                 self.table.forget_observed(*r);
                 self.dirty = true;
                 format!("{} restarted", self.name(*r))
@@ -502,12 +515,9 @@ impl<'a> Sim<'a> {
         let reg = &mut self.regs[r];
         let down_ms = ((tick - reg.last_write_tick).max(0) as u64) * self.sc.tick_ms;
         let last = (*reg.last_written).clone();
-        reg.coord = Some(Coordinator::restart(
-            reg.d.clone(),
-            reg.id,
-            Some(last),
-            down_ms,
-        ));
+        let c = Coordinator::restart(reg.d.clone(), reg.id, Some(last), down_ms);
+        reg.resumed_unwritten = c.own().epoch() == reg.last_written.epoch();
+        reg.coord = Some(c);
         reg.daemon_dead = false;
         self.table.forget_observed(r);
         self.fresh_reader(r, tick);
@@ -624,6 +634,7 @@ impl<'a> Sim<'a> {
             reg.history.push(rec.clone());
             reg.last_written = rec.clone();
             reg.last_write_tick = tick;
+            reg.resumed_unwritten = false;
             self.table.write(r, rec.clone(), tick + reg.visibility);
             self.dirty = true;
             if tick >= 0 {

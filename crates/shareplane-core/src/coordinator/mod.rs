@@ -133,6 +133,10 @@ pub struct Coordinator {
     me: RegionId,
     own: RegionRecord,
     peers: Vec<Peer>,
+    /// A restart resumed `own`'s epoch on time alone; the first rebalance confirms it from what
+    /// the peers' records say they saw, or starts a new epoch ([`Self::resume_in_doubt`]). Cleared
+    /// by the next commit.
+    resumed_unconfirmed: bool,
 }
 
 impl Coordinator {
@@ -148,7 +152,13 @@ impl Coordinator {
                 abandon: None,
             })
             .collect();
-        Coordinator { d, me, own, peers }
+        Coordinator {
+            d,
+            me,
+            own,
+            peers,
+            resumed_unconfirmed: false,
+        }
     }
 
     /// A Region of a deployment where nothing was written yet.
@@ -163,8 +173,11 @@ impl Coordinator {
     ///
     /// Peers need `silent_after` own rebalances without a change before they may reclaim, so a
     /// daemon whose next write lands within `(silent_after − 1) × period` of its last one cannot
-    /// have been reclaimed and resumes its epoch. Otherwise it starts a new epoch with nothing and
-    /// raises only by grants named to it: it may have been reclaimed already.
+    /// have been reclaimed by a peer that saw that write (or the one before it) and resumes its
+    /// epoch, to be confirmed at its first rebalance ([`Self::resume_in_doubt`]: a peer cut off
+    /// from it counts its silence from the last write it saw, however old). Otherwise it starts
+    /// a new epoch with nothing and raises only by grants named to it: it may have been
+    /// reclaimed already.
     pub fn restart(
         d: Arc<Deployment>,
         me: RegionId,
@@ -179,6 +192,8 @@ impl Coordinator {
         if down_ms >= safe_ms {
             let last = c.own.version;
             start_new_epoch(&mut c.own, last);
+        } else {
+            c.resumed_unconfirmed = c.own.version > 0;
         }
         c
     }
@@ -299,6 +314,7 @@ impl Coordinator {
     /// Adopts a decision whose record was durably written.
     pub fn commit(&mut self, decision: &Decision) {
         self.own = decision.record.clone();
+        self.resumed_unconfirmed = false;
         for i in 0..self.peers.len() {
             let Some(r) = RegionId::new(i) else { continue };
             let keep_from = self.keep_from(r);
@@ -355,7 +371,8 @@ impl Coordinator {
         // Raising its old share again from its pool would hold that room twice, so it comes
         // back as a reclaimed Region does (its peers close the ended epoch when they see the
         // new one, or settle the close they made).
-        if self.was_reclaimed() || (self.own.fenced && !fenced) {
+        let resume_in_doubt = self.resumed_unconfirmed && self.resume_in_doubt(inputs.health);
+        if self.was_reclaimed() || (self.own.fenced && !fenced) || resume_in_doubt {
             start_new_epoch(&mut rec, self.own.version);
             alarms.new_epoch = true;
         }
@@ -446,6 +463,28 @@ impl Coordinator {
     }
 
     /// Whether a peer's latest record says it reclaimed this Region's current epoch.
+    /// Whether a resumed epoch may have been closed already (docs/PROTOCOL.md, "Restarts"): a
+    /// peer may close it once it has counted it silent, from the last change of it that peer
+    /// saw, and read it unhealthy. The resume window only bounds that for a peer that saw the
+    /// last durable record or the one before it, so every peer must show so in the record this
+    /// Region holds of it (`seen`), or read unhealthy (lost: it closes nothing; a false verdict
+    /// is residual risk 1). A peer never heard of, or whose writer did not say what it saw,
+    /// leaves the resume in doubt. No peer reclaims under `freeze`.
+    fn resume_in_doubt(&self, health: &PerRegion<Health>) -> bool {
+        if self.d.policy == SilentPolicy::Freeze {
+            return false;
+        }
+        let me = self.me;
+        let since = (self.own.epoch, self.own.version.saturating_sub(1));
+        self.peers.iter().enumerate().any(|(i, p)| {
+            let Some(r) = RegionId::new(i).filter(|&r| r != me) else {
+                return false;
+            };
+            let saw = p.seen && p.latest.seen[me] >= since;
+            !saw && health[r] != Health::Unhealthy
+        })
+    }
+
     fn was_reclaimed(&self) -> bool {
         let me = self.me;
         self.peers.iter().enumerate().any(|(i, p)| {
