@@ -29,7 +29,8 @@ pub struct Alarms {
     pub sum_above_limit: Vec<usize>,
     /// Peers exist and none of them wrote since the previous own rebalance.
     pub stale_view: bool,
-    /// This Region found itself reclaimed (or was told to return) and started a new epoch.
+    /// This Region found itself reclaimed (or was told to return), its fence lifted, or a restart
+    /// resumed an epoch that its peers' records did not confirm, and it started a new epoch.
     pub new_epoch: bool,
     /// The own health verdict is Unhealthy and fencing lowered every capacity share to zero.
     pub fenced: bool,
