@@ -530,7 +530,8 @@ mod tests {
     use super::*;
     use crate::config::{Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
 
-    fn d() -> Deployment {
+    /// Also the test deployment of `access.rs`.
+    pub(super) fn d() -> Deployment {
         let rate = Room::rps(1_000);
         Deployment::try_new(Deployment {
             regions: vec!["A".into(), "B".into(), "C".into()],

@@ -356,28 +356,11 @@ impl ReclaimMark {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Deployment, Design, Fence, LimitKind, LimitSpec, SilentPolicy};
+    use crate::config::Deployment;
 
+    /// The record module's test deployment (3 Regions, one limit).
     fn d() -> Deployment {
-        Deployment::try_new(Deployment {
-            regions: vec!["A".into(), "B".into()],
-            limits: vec![LimitSpec {
-                id: "l".into(),
-                version: 1,
-                rate: Room::rps(100),
-                burst_ms: 2_000,
-                floor: Room::ZERO,
-                step_cap: Room::rps(10),
-                kind: LimitKind::Capacity,
-                shadow: false,
-            }],
-            design: Design::NamedGrants,
-            policy: SilentPolicy::TwoSignals,
-            fence: Fence::OwnUnhealthy,
-            silent_after: 3,
-            period_ms: 5_000,
-        })
-        .expect("valid deployment")
+        crate::record::tests::d()
     }
 
     #[test]
