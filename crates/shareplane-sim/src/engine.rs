@@ -415,11 +415,16 @@ impl<'a> Sim<'a> {
             Action::KillDaemon(r) => self.kill_daemon(*r)?,
             Action::RestartDaemon(r) => self.restart_daemon(*r, tick)?,
             Action::Restart(r) => {
+                if self.regs[*r].coord.is_none() {
+                    return Err(self.out_of_order("restart", *r));
+                }
                 let reg = &mut self.regs[*r];
-                let own = reg.coord.as_ref().map(|c| c.own().clone());
-                let own = own.ok_or_else(|| self.out_of_order("restart", *r))?;
-                let reg = &mut self.regs[*r];
-                let c = Coordinator::restart(reg.d.clone(), reg.id, Some(own), 0);
+                // A daemon starts again from its durable record, the last one it wrote, not
+                // from what it held in memory: a new epoch it began but never wrote is gone with
+                // the process (the model checker's restart reads its history alike).
+                let own = (*reg.last_written).clone();
+                let down_ms = ((tick - reg.last_write_tick).max(0) as u64) * self.sc.tick_ms;
+                let c = Coordinator::restart(reg.d.clone(), reg.id, Some(own), down_ms);
                 reg.resumed_unwritten = c.own().epoch() == reg.last_written.epoch();
                 reg.gateways_until =
                     (reg.last_write_tick).saturating_add(self.lease_ticks.unwrap_or(i64::MAX));
@@ -466,6 +471,7 @@ impl<'a> Sim<'a> {
         };
         let reg = &mut self.regs[r];
         reg.daemon_dead = false;
+        reg.resumed_unwritten = false;
         reg.lost_own = Some(own);
         reg.tokens = 0;
         self.dirty = true;
@@ -503,6 +509,7 @@ impl<'a> Sim<'a> {
         }
         let reg = &mut self.regs[r];
         reg.daemon_dead = true;
+        reg.resumed_unwritten = false;
         reg.gateways_until = reg.last_write_tick + lease;
         self.dirty = true;
         Ok(format!("{} daemon killed", self.name(r)))
