@@ -463,7 +463,7 @@ impl Coordinator {
     }
 
     /// Whether a peer's latest record says it reclaimed this Region's current epoch.
-    /// Whether a resumed epoch may have been closed already (docs/PROTOCOL.md, "Restarts"): a
+    /// Whether a resumed epoch may have been closed already (docs/PROTOCOL.md, "Return"): a
     /// peer may close it once it has counted it silent, from the last change of it that peer
     /// saw, and read it unhealthy. The resume window only bounds that for a peer that saw the
     /// last durable record or the one before it, so every peer must show so in the record this
