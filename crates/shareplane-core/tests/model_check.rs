@@ -163,16 +163,8 @@ fn a_peer_cut_off_with_the_estate_one_read_short_of_silent() {
     let mut s = model::Settings::small(0, 0);
     s.silent_after = 2;
     s.demands_rps = vec![4, 1, 7];
-    let mut trace = vec![
-        Rebalance(0),
-        Rebalance(1),
-        Rebalance(2),
-        Deliver(0, 1),
-        Deliver(0, 2),
-        Deliver(1, 0),
-        Deliver(1, 2),
-        Deliver(2, 0),
-        Deliver(2, 1),
+    let mut trace = model::every_region_heard();
+    trace.extend([
         Rebalance(0),
         OneWayCut(1, 0),
         Rebalance(2),
@@ -185,7 +177,7 @@ fn a_peer_cut_off_with_the_estate_one_read_short_of_silent() {
         Deliver(2, 1),
         Lose(1),
         Flip(1),
-    ];
+    ]);
     let b = shareplane_core::RegionId::new(1).expect("Region 1");
     let steps = [
         Rebalance(0),

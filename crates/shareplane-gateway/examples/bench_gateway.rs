@@ -18,11 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-    rate_limit_descriptor::Entry, RateLimitDescriptor,
-};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use shareplane_gateway::config::{self, FileConfig, Flags};
 use shareplane_limiter::store::{BucketCall, RedisBuckets};
 
@@ -122,17 +118,7 @@ async fn main() -> Result<(), BoxError> {
         let i = next.fetch_add(1, Ordering::Relaxed) % clients.len();
         let mut c = clients[i].clone();
         async move {
-            let req = RateLimitRequest {
-                domain: "bench".into(),
-                descriptors: vec![RateLimitDescriptor {
-                    entries: vec![Entry {
-                        key: "shareplane_limit".into(),
-                        value: LIMIT.into(),
-                    }],
-                    ..RateLimitDescriptor::default()
-                }],
-                hits_addend: 1,
-            };
+            let req = stand_in::request("bench", LIMIT);
             let r = c.should_rate_limit(req).await?.into_inner();
             Ok(r.overall_code == 1)
         }

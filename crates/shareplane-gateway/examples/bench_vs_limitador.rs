@@ -41,11 +41,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-    rate_limit_descriptor::Entry, RateLimitDescriptor,
-};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use redis::aio::MultiplexedConnection;
 
 #[path = "../../shareplane-limiter/examples/support/redis_info.rs"]
@@ -277,7 +273,7 @@ async fn wait_serving(name: &str, grpc: SocketAddr, log: &Path) -> Result<(), Bo
     let mut last = String::from("never connected");
     for _ in 0..300 {
         match connect(grpc).await {
-            Ok(mut c) => match c.should_rate_limit(request()).await {
+            Ok(mut c) => match c.should_rate_limit(stand_in::request(DOMAIN, LIMIT)).await {
                 Ok(r) if r.get_ref().overall_code == CODE_OK => return Ok(()),
                 Ok(r) => last = format!("answered {:?}", r.into_inner()),
                 Err(e) => last = e.to_string(),
@@ -296,21 +292,6 @@ async fn connect(addr: SocketAddr) -> Result<RateLimitServiceClient<Channel>, Bo
         .connect()
         .await?;
     Ok(RateLimitServiceClient::new(channel))
-}
-
-/// The one request both servers are asked: domain `bench`, `shareplane_limit=bench-k`, cost 1.
-fn request() -> RateLimitRequest {
-    RateLimitRequest {
-        domain: DOMAIN.into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "shareplane_limit".into(),
-                value: LIMIT.into(),
-            }],
-            ..RateLimitDescriptor::default()
-        }],
-        hits_addend: 1,
-    }
 }
 
 /// What the clients saw of one run.
@@ -345,7 +326,7 @@ async fn drive(
         let mut c = clients[i % CONNECTIONS].clone();
         tasks.spawn(async move {
             let t = Instant::now();
-            let r = c.should_rate_limit(request()).await;
+            let r = c.should_rate_limit(stand_in::request(DOMAIN, LIMIT)).await;
             drop(slot);
             let us = u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX);
             r.map(|r| (r.get_ref().overall_code == CODE_OK, us))

@@ -33,7 +33,7 @@ mod world;
 pub use action::Action;
 pub use check::{explore, replay, replay_and_recover, replay_to, root_records, Outcome};
 pub use settings::{
-    every_fault, heir_lost_witness, out_of_order_witness, restore_race_witness,
+    every_fault, every_region_heard, heir_lost_witness, out_of_order_witness, restore_race_witness,
     survivor_takeback_witness, Report, Settings, Witness,
 };
 pub use world::deployment;

@@ -39,8 +39,8 @@ pub fn every_fault(_: &Action) -> bool {
 }
 
 /// Every Region of three rebalances once and every record reaches every peer: the opening of the
-/// runs that start from a settled deployment.
-fn every_region_heard() -> Vec<Action> {
+/// runs that start from a settled deployment (and of the traces the core's tests replay).
+pub fn every_region_heard() -> Vec<Action> {
     use Action::*;
     vec![
         Rebalance(0),

@@ -1,9 +1,14 @@
 //! What the gateway benchmarks (`bench_gateway`, `bench_vs_limitador`) share: a daemon stand-in
-//! that serves one rule set, and the machine's load for their reports.
+//! that serves one rule set, the one request both ask of that limit, and the machine's load for
+//! their reports.
 
 use std::time::Duration;
 
 use axum::routing::get;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+    rate_limit_descriptor::Entry, RateLimitDescriptor,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 /// A daemon stand-in on 127.0.0.1: one rule set, version 1, no lease, one capacity limit `limit`
 /// that refuses nothing (a billion a second); long polls wait and answer 304. Returns its URL.
@@ -29,6 +34,22 @@ pub async fn rules_server(limit: &str) -> Result<String, Box<dyn std::error::Err
     let url = format!("http://{}", l.local_addr()?);
     tokio::spawn(async move { axum::serve(l, app).await });
     Ok(url)
+}
+
+/// One `ShouldRateLimit` request of cost 1 in `domain` naming `limit` by one descriptor entry,
+/// `shareplane_limit=<limit>` (the stand-in's limit; a limitador limit conditioned on that entry).
+pub fn request(domain: &str, limit: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "shareplane_limit".into(),
+                value: limit.into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 1,
+    }
 }
 
 /// The load averages of the last 1, 5 and 15 minutes (empty where `/proc` has none).
