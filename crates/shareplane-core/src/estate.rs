@@ -128,6 +128,26 @@ pub fn estate_worth(
     worth
 }
 
+/// What an heir that runs limit version `heir` counts in the worth of an estate whose basis
+/// `basis` (a record not known to be its epoch's last) holds an older version: the change of the
+/// owner's static part down to the heir's rate, when that lowers it, and nothing otherwise.
+///
+/// The owner may have adopted every version up to the heir's in records the heir has not seen
+/// (a cut hid them), paying for a lowering with room it no longer holds; the heir cannot tell
+/// whether it did. Counting the lowering keeps a stale basis from carrying room that no longer
+/// exists at the rates in force, whichever the owner did (docs/PROTOCOL.md, "Limit changes
+/// against a stale basis"). A raise is never counted: an heir's part never grows with what it
+/// cannot see. Against the epoch's last record nothing is counted: the owner's next epoch
+/// adopts what its last record had not.
+pub fn stale_rebase(basis: &LimitRecord, heir: &LimitRecord, n: usize, owner: RegionId) -> Delta {
+    if basis.limit_version == 0 || basis.limit_version >= heir.limit_version {
+        return Delta::ZERO;
+    }
+    let old = LimitSpec::static_part(basis.rate, n, owner);
+    let new = LimitSpec::static_part(heir.rate, n, owner);
+    -Delta::of(old.excess_over(new))
+}
+
 /// Region `heir`'s signed part of `worth`, an estate of Region `owner` of `n` Regions: its fixed
 /// portion of the room, or of the debt (negative).
 pub fn heir_part(worth: Delta, n: usize, owner: RegionId, heir: RegionId) -> Delta {
@@ -211,6 +231,10 @@ pub struct Audit {
     /// newest record would leave them, which that Region holds too until it sees the mark and
     /// comes back in a new epoch (a false verdict's aftermath; SPEC §6, "Fence").
     pub over_running: Delta,
+    /// Debts of ended epochs that their heirs have not taken on yet (in `estates`, negative):
+    /// room others hold above the limit until each heir takes its part, as a running Region's
+    /// debt is.
+    pub ended_debts: Delta,
     /// The Regions (bit `i` for Region `i`) whose running epoch some heir has closed.
     pub running_reclaimed: u32,
     /// Records a mark names that no Region wrote (an observer's or the core's bug).
@@ -394,6 +418,7 @@ fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: 
     let pending = (-part).max(Delta::ZERO) - (-took).max(Delta::ZERO);
     if piece.is_negative() && -piece <= pending {
         a.estates += piece;
+        a.ended_debts -= piece;
         return;
     }
     owed.net += piece;

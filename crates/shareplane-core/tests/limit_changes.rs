@@ -108,3 +108,70 @@ fn a_new_epoch_adopts_a_lowering_at_once() {
     assert_eq!((a.epoch(), a.limits()[0].limit_version()), (2, 2));
     assert_eq!(lowered.alarms.raises_waiting, Vec::<usize>::new());
 }
+
+/// Swarm seeds 71041621 and 71045361's class: a Region cut off from every peer adopts a lowered
+/// limit and pays for it in records nobody sees, then is lost. Its heirs close its estate
+/// against its record from before the lowering; counted at that record's rate, the estate would
+/// hand them room that no longer exists at the rates in force (1,000/s here: 8,000 on a limit
+/// of 7,000). An heir counts the lowering in a basis of an older version
+/// (`estate::stale_rebase`), and the room ends exactly at the new limit.
+#[test]
+fn heirs_count_a_lowering_their_stale_basis_predates() {
+    let d = deployment(3, SilentPolicy::TwoSignals, Design::NamedGrants);
+    let recs = initial_records(&d, &[3_000, 3_000, 4_000], &[3_000, 3_000, 4_000]);
+    let mut w = World::new(d.clone(), recs);
+    for _ in 0..3 {
+        for i in 0..3 {
+            w.rebalance(i, 3_000.0);
+            w.publish(i);
+        }
+    }
+    // B is cut off: its records reach nobody. Every Region adopts the lowering; B pays for it.
+    for i in 0..3 {
+        w.coords[i].set_limits(at(&d, 2, 7_000)).expect("valid");
+    }
+    for _ in 0..3 {
+        w.rebalance(1, 3_000.0);
+    }
+    let b = w.coords[1].own().limits()[0];
+    assert_eq!(
+        (b.limit_version(), b.debt()),
+        (2, Room::ZERO),
+        "B paid: {b:?}"
+    );
+    w.lose(1);
+    w.health[rid(1)] = Health::Unhealthy;
+    let limit = Room::rps(7_000);
+    for _ in 0..8 {
+        for i in [0, 2] {
+            w.rebalance(i, 3_000.0);
+            w.deliver(i, 2 - i);
+            assert!(
+                w.live_room() <= Delta::of(limit),
+                "live room {}",
+                w.live_room()
+            );
+        }
+        // Once both have adopted, their gateways enforce no more than the new limit.
+        let live = w.share(0) + w.share(2);
+        assert!(live <= limit, "live shares {live}");
+    }
+    for i in [0, 2] {
+        let mark = w.coords[i].own().reclaims()[rid(1)].expect("B's estate closed");
+        assert!(
+            mark.version() < b_last_version(&w),
+            "closed against a stale basis"
+        );
+    }
+    let audit = w.conservation();
+    assert!(audit.holds(), "{audit:?}");
+    assert_eq!(
+        w.live_room(),
+        Delta::of(limit),
+        "every unit of the new limit is held"
+    );
+}
+
+fn b_last_version(w: &World) -> u64 {
+    w.written[1].last().map_or(0, |r| r.version())
+}

@@ -100,14 +100,15 @@ pub fn judge(i: &Instant<'_>, a: &Allowances) -> Result<Measured, Violation> {
     Ok(m)
 }
 
-/// The limit the shares are judged against, and the running Regions' debts that count as stale
-/// room (none once the limit was raised for them: they are not counted twice).
+/// The limit the shares are judged against, and the debts (the running Regions' and those ended
+/// epochs left untaken) that count as stale room (none once the limit was raised for them: they
+/// are not counted twice).
 fn limit_and_debts(i: &Instant<'_>, a: &Allowances) -> (Room, Delta) {
     let rolled_out = a.limit.rolled_out;
     let mut limit = (i.regions.iter())
         .map(|r| r.rate.min(rolled_out))
         .fold(a.limit.in_force, Room::max);
-    let in_debt = i.audit.is_some_and(|x| x.estates.is_negative())
+    let in_debt = i.audit.is_some_and(|x| x.ended_debts.is_positive())
         || i.regions.iter().any(|r| r.debt > Room::ZERO);
     let mut raised_for_debt = false;
     if in_debt && a.faults_may_linger {
@@ -119,12 +120,18 @@ fn limit_and_debts(i: &Instant<'_>, a: &Allowances) -> (Room, Delta) {
         raised_for_debt = rolled_out > limit;
         limit = limit.max(rolled_out);
     }
-    let live_debt = (i.regions.iter())
-        .filter(|_| !raised_for_debt)
+    if raised_for_debt {
+        return (limit, Delta::ZERO);
+    }
+    // The debts ended epochs left that no heir has taken on yet are room held above the limit
+    // as the running Regions' debts are (an heir that settled a stale close down owes the
+    // difference until it takes it on).
+    let ended: Delta = i.audit.map_or(Delta::ZERO, |x| x.ended_debts);
+    let running: Delta = (i.regions.iter())
         .filter(|r| r.running)
         .map(|r| Delta::of(r.debt))
         .sum();
-    (limit, live_debt)
+    (limit, running + ended)
 }
 
 /// Whether the audit's only excess is room stale heirs count twice (and, where allowed, room

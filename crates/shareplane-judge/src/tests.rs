@@ -141,6 +141,33 @@ fn stale_room_is_excused_in_the_audit_but_never_reaches_the_shares_within_the_as
     ));
 }
 
+/// Outside the assumptions a debt an ended epoch left that no heir has taken on yet is room held
+/// above the limit as a running Region's debt is (swarm seed 71041588): the shares may pass the
+/// limit by it, and no further; within them it excuses nothing.
+#[test]
+fn an_ended_epochs_untaken_debt_bounds_the_shares_outside_the_assumptions_as_a_running_debt_does() {
+    let owed = Audit {
+        live: Delta::of(L) + d(1_500),
+        estates: d(-1_500),
+        ended_debts: d(1_500),
+        ..exact()
+    };
+    let mut outside = allow();
+    outside.assumptions = Assumptions::Outside;
+    let within = running(&[7_000, 6_500]);
+    let m = judge(&at(&within, &owed), &outside).expect("within the ended epoch's debt");
+    assert_eq!(m.outside_excess, Some(d(1_500)));
+    let beyond = running(&[7_000, 6_501]);
+    assert!(matches!(
+        judge(&at(&beyond, &owed), &outside),
+        Err(Violation::StaleRoomBeyondBound { debts, .. }) if debts == Room::from_milli(1_500)
+    ));
+    assert!(matches!(
+        judge(&at(&within, &owed), &allow()),
+        Err(Violation::StaleRoomEnforced { .. })
+    ));
+}
+
 /// Swarm seed 30104602: an heir that settled two estates it had closed against a consistent
 /// stale cut ended one unit short (each portion is rounded to whole milli-requests), a debt of
 /// 0.001/s while the other heirs held their portions exactly.

@@ -94,7 +94,7 @@ impl fmt::Display for Violation {
             ),
             Violation::StaleRoomBeyondBound { sum, limit, stale, debts } => write!(
                 f,
-                "the sum of shares {sum} exceeds the limit {limit} by more than the {stale} taken from stale records and the {debts} the running Regions owe (a deployment outside the protocol's assumptions)"
+                "the sum of shares {sum} exceeds the limit {limit} by more than the {stale} taken from stale records and the {debts} the running Regions and the ended epochs owe (a deployment outside the protocol's assumptions)"
             ),
             Violation::HeldAboveLimit { held, limit, stale } => write!(
                 f,

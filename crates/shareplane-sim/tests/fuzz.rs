@@ -59,12 +59,18 @@ fn the_whole_unit_split_of_portions_is_excused_within_its_bound_and_measured() {
 /// R0's daemon restarted within the resume window 0.2 s after R1, cut off from it for a minute,
 /// closed its epoch on a true verdict; a restart now resumes only when every peer's record shows
 /// it saw the durable record or the one before, and the simulator's gateways hold the resumed
-/// record under its lease until the first write, as the daemon's do).
+/// record under its lease until the first write, as the daemon's do); and 71041621 and 71045361
+/// (3.4% and 0.02% of L above L: heirs closed the estate of a Region lost inside a cut against
+/// its record from before a lowered limit, which the Region had adopted out of their sight; an
+/// heir now counts the lowering in a stale basis, `estate::stale_rebase`), and 71041588 (outside
+/// the assumptions: the shares passed L by the debts that ended epochs left to heirs that had
+/// settled stale closes down, which the bound outside them now counts as it counts the running
+/// Regions' debts).
 #[test]
 fn swarm_regression_seeds_pass() {
     for seed in [
         30_550_635, 30_552_851, 30_554_555, 40_044_107, 40_056_179, 40_056_969, 40_093_047,
-        50_029_992, 70_099_192,
+        50_029_992, 70_099_192, 71_041_588, 71_041_621, 71_045_361,
     ] {
         let sc = swarm::Family::Swarm.generate(seed);
         if let Err(f) = fuzz::check(&sc) {

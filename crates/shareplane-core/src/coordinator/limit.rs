@@ -2,7 +2,7 @@
 //! close and settle estates, pay debt, aim at the target, move the share and grant the pool.
 
 use crate::config::{Deployment, Design, LimitKind, LimitSpec};
-use crate::estate::{ended_took, estate_worth, heir_part, Counterpart};
+use crate::estate::{ended_took, estate_worth, heir_part, stale_rebase, Counterpart};
 use crate::record::{LimitRecord, RegionRecord};
 use crate::region::{RegionId, MAX_REGIONS};
 use crate::room::{split, Delta, Room};
@@ -318,9 +318,13 @@ impl LimitCtx<'_> {
         let n = self.d.n();
         let j = basis.region;
         let last = self.is_last(basis);
-        let worth = estate_worth(li, basis, last, n, |g| {
+        let mut worth = estate_worth(li, basis, last, n, |g| {
             self.counterpart(li, rec, e, basis, g)
         });
+        if !last {
+            let b = basis.limits.get(li).copied().unwrap_or_default();
+            worth += stale_rebase(&b, e, n, j);
+        }
         let before = Delta::of(e.reclaimed[j]) - e.debt_taken[j];
         let part = heir_part(worth, n, j, self.me);
         // Room may have moved into this estate from another that this Region closed against an
