@@ -134,6 +134,23 @@ fn a_survivor_whose_grant_was_taken_out_of_its_sight() {
     );
 }
 
+/// Swarm seed 70099192's class (docs/PROTOCOL.md, "Return"): a cut keeps B from A's last two
+/// writes, A's daemon dies while its gateways enforce its last record under their lease, the
+/// lease runs out, A's check truly reads unhealthy and B, which counts A's silence from the
+/// older record it saw, closes A's epoch; A's check clears and its daemon restarts within the
+/// resume window, from its durable record. The class must be reached and every state of it
+/// (and after it) conserve room exactly: the restarted daemon's first rebalance finds no record
+/// of B showing that B saw its last write or the one before, and starts a new epoch.
+#[test]
+fn a_restart_within_the_window_after_a_peer_closed_the_epoch() {
+    let s =
+        model::Settings::restart_after_true_verdict(depth("SHAREPLANE_MODEL_DEPTH_RESTART", 9), 2);
+    reaches_exactly(
+        &s,
+        "the class (A resumed within the window an epoch that B has closed)",
+    );
+}
+
 /// Two estates seen out of order (fresh swarm seed 40044107): A closed B and C against records
 /// from before a cut, B's room moved to C out of A's sight, and after the heal C's newer record
 /// may reach A before B's. The class must be reached, and every state of it conserve room

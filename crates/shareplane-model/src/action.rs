@@ -26,4 +26,17 @@ pub enum Action {
     Flip(usize),
     /// Region `i`'s daemon runs the next limit version (a change rolled out Region by Region).
     Adopt(usize),
+    /// Region `i`'s daemon dies while its gateways live on, enforcing its last written record
+    /// under their lease ([`crate::world::Daemon`]).
+    Die(usize),
+    /// The lease of a dead daemon's gateways runs out: they enforce nothing. Before it, no peer
+    /// that saw the daemon's last write (or the one before) can count it silent, and no health
+    /// check calls it unhealthy (docs/PROTOCOL.md, risk 5).
+    LeaseOut(usize),
+    /// The resume window after a dead daemon's last write closes: a restart from now on starts a
+    /// new epoch.
+    WindowEnds(usize),
+    /// A dead daemon starts again from its last written record: within the resume window the
+    /// core resumes its epoch unconfirmed (`Coordinator::restart`), after it a new epoch.
+    RestartDaemon(usize),
 }

@@ -3,7 +3,7 @@
 
 use crate::action::{rid, Action};
 use crate::settings::{Report, Settings};
-use crate::world::{actions, apply, deployment, heal, root, World};
+use crate::world::{actions, apply, deployment, heal, root, Clock, Daemon, World};
 use shareplane_core::{Audit, Delta, Deployment, RegionRecord, Room};
 use shareplane_judge::{
     judge, judge_end, Allowances, Assumptions, End, EndAllowances, Excess, FalseVerdict, Instant,
@@ -41,17 +41,24 @@ fn allowances(w: &World, s: &Settings, faults_may_linger: bool) -> Allowances {
 /// running Regions' shares within the limit, the room they hold within it beyond that stale room,
 /// and no Region taking more of a pair's grants than the granter granted.
 fn judged(w: &World, c: &Audit, s: &Settings, faults_may_linger: bool) -> Option<String> {
-    let regions: Vec<Region> = (w.coords.iter().enumerate())
-        .map(|(i, co)| Region {
-            share: co.own().limits()[0].share(),
+    // What each Region's gateways enforce: a dead daemon's last written record while its lease
+    // lasts, nothing once it ran out.
+    let enforced = |i: usize| {
+        w.enforced(i, &w.coords[i])
+            .map(|r| r.limits()[0])
+            .unwrap_or_default()
+    };
+    let regions: Vec<Region> = (0..w.coords.len())
+        .map(|i| Region {
+            share: enforced(i).share(),
             running: !w.lost[i],
             rate: Room::ZERO,
-            debt: co.own().limits()[0].debt(),
+            debt: enforced(i).debt(),
         })
         .collect();
     let held: Delta = (0..w.coords.len())
         .filter(|&i| !w.lost[i])
-        .map(|i| w.coords[i].own().limits()[0].held())
+        .map(|i| enforced(i).held())
         .sum();
     let newest: Vec<&RegionRecord> = w.coords.iter().map(|co| co.own()).collect();
     let instant = Instant {
@@ -82,6 +89,20 @@ fn recover(w: &World, s: &Settings) -> World {
     let mut w = w.clone();
     let n = s.n;
     heal(&mut w);
+    for i in 0..n {
+        // A restarted daemon writes first (within the window it restarted in); a dead one
+        // starts again after the window, in a new epoch.
+        match w.daemon[i] {
+            Daemon::Unwritten(_) if !w.lost[i] => {
+                apply(&mut w, s, Action::Rebalance(i));
+            }
+            Daemon::Dead(_) if !w.lost[i] => {
+                w.daemon[i] = Daemon::Dead(Clock::Late);
+                apply(&mut w, s, Action::RestartDaemon(i));
+            }
+            _ => {}
+        }
+    }
     for i in 0..n {
         if w.lost[i] {
             apply(&mut w, s, Action::Restore(i));

@@ -4,7 +4,8 @@
 //! (each writer's versions in order, any delay, intermediate versions possibly skipped as a
 //! replica that only holds the newest item would), lose, restore, cut of one Region, one-way cut
 //! of one direction between two Regions, heal (which delivers each writer's newest record that a
-//! cut held back, as a global table does), health flips and daemon restarts, and, with a schedule of limit versions, each Region adopting
+//! cut held back, as a global table does), health flips, daemon restarts and daemon deaths (gateways enforcing the last written record
+//! under their lease, restarts within the resume window or after it), and, with a schedule of limit versions, each Region adopting
 //! the next version on its own. States are deduplicated by a hash of the protocol state.
 //!
 //! Every state is judged by the one judge (`shareplane_judge::judge`), and every recovery's end
@@ -34,6 +35,6 @@ pub use action::Action;
 pub use check::{explore, replay, replay_and_recover, replay_to, root_records, Outcome};
 pub use settings::{
     every_fault, every_region_heard, heir_lost_witness, out_of_order_witness, restore_race_witness,
-    survivor_takeback_witness, Report, Settings, Witness,
+    resume_in_doubt_witness, survivor_takeback_witness, Report, Settings, Witness,
 };
 pub use world::deployment;

@@ -227,6 +227,40 @@ impl Settings {
         }
     }
 
+    /// Swarm seed 70099192's class (docs/PROTOCOL.md, "Return"): 2 Regions as
+    /// [`Settings::small`] but silent after two unchanged reads (with one, the resume window is
+    /// empty and every restart starts a new epoch), explored from the state where a cut keeps
+    /// each Region's records from the other, A (Region 0) has written twice since B last saw it,
+    /// and A's daemon has died while its gateways live on. The exploration adds health flips
+    /// (`max_faults` of them: the true verdict once the lease has run out, and back), the
+    /// lease's and the window's ends, the daemon's restart, every rebalance, delivery and the
+    /// heal; only true verdicts. The run must reach [`resume_in_doubt_witness`]: A's daemon
+    /// restarted within the resume window and resumed an epoch that B, which counts its silence
+    /// from the older record it saw, has closed. Its first rebalance must start a new epoch.
+    pub fn restart_after_true_verdict(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        Settings {
+            n: 2,
+            demands_rps: vec![6, 6],
+            silent_after: 2,
+            prefix: vec![
+                Rebalance(0),
+                Rebalance(1),
+                Deliver(0, 1),
+                Deliver(1, 0),
+                Rebalance(1),
+                Cut(1),
+                Rebalance(0),
+                Rebalance(0),
+                Die(0),
+            ],
+            witness: Some(resume_in_doubt_witness),
+            true_verdicts_only: true,
+            faults: |a| matches!(a, Action::Flip(_)),
+            ..Settings::small(depth, max_faults)
+        }
+    }
+
     /// The restore race from later on, so that the depth goes to the race itself: B is lost and
     /// closed by A and C as in [`Settings::restore_race`], then C is lost and its check reads
     /// unhealthy. The exploration's interleavings are B's check clearing and its restore, every
@@ -410,6 +444,20 @@ pub fn out_of_order_witness(c: &[Coordinator], lost: &[bool], _unhealthy: &[bool
         && !lost[0]
         && mc.epoch() == c_at_a.epoch()
         && c_at_a.seen()[rb] > (mb.epoch(), mb.version())
+}
+
+/// Swarm seed 70099192's class: a daemon restarted within the resume window holds its epoch
+/// unconfirmed (`Coordinator::resume_unconfirmed`) while a peer's record marks that epoch closed.
+pub fn resume_in_doubt_witness(c: &[Coordinator], lost: &[bool], _unhealthy: &[bool]) -> bool {
+    (0..c.len()).any(|i| {
+        !lost[i]
+            && c[i].resume_unconfirmed()
+            && (0..c.len()).any(|j| {
+                j != i
+                    && c[j].own().reclaims()[rid(i)]
+                        .is_some_and(|m| m.epoch() == c[i].own().epoch())
+            })
+    })
 }
 
 /// The restore race of issue 11 (docs/PROTOCOL.md, "Why fixed portions"): Region 0 (A) has closed

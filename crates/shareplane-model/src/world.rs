@@ -12,6 +12,29 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+/// A Region's daemon, apart from a loss (the Region's gateways run in every state but a loss).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Daemon {
+    Running,
+    /// Dead while its gateways live on; the clock says what the time since its last write allows.
+    Dead(Clock),
+    /// Started again and not written since: its gateways hold the last written record while the
+    /// lease lasts (a lease is renewed only by a write). The first write lands within the
+    /// resume window if the restart came within it.
+    Unwritten(Clock),
+}
+
+/// Where the time since a daemon's last write stands, as an untimed model states it.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Clock {
+    /// Within the gateways' lease (and so within the resume window).
+    Lease,
+    /// The lease ran out; within the resume window.
+    Window,
+    /// Past the resume window: a restart starts a new epoch.
+    Late,
+}
+
 #[derive(Clone)]
 pub(crate) struct World {
     pub(crate) coords: Vec<Coordinator>,
@@ -22,6 +45,7 @@ pub(crate) struct World {
     /// One-way cuts: `blocked[from][to]`, records written by `from` do not reach `to`.
     pub(crate) blocked: Vec<Vec<bool>>,
     pub(crate) unhealthy: Vec<bool>,
+    pub(crate) daemon: Vec<Daemon>,
     /// Every record each Region wrote, in order: what the audit judges by, and what the store
     /// keeps of ended epochs (their last records).
     pub(crate) history: Vec<Vec<Arc<RegionRecord>>>,
@@ -41,6 +65,7 @@ impl World {
         self.cut.hash(&mut h);
         self.blocked.hash(&mut h);
         self.unhealthy.hash(&mut h);
+        self.daemon.hash(&mut h);
         self.faults.hash(&mut h);
         self.false_verdict.hash(&mut h);
         self.config.hash(&mut h);
@@ -62,10 +87,56 @@ impl World {
             .enumerate()
             .map(|(i, c)| Truth {
                 written: &self.history[i],
-                running: (!self.lost[i]).then(|| c.own()),
+                running: self.enforced(i, c),
             })
             .collect();
         audit(d, 0, &truth)
+    }
+
+    /// The record whose shares Region `i`'s gateways enforce (`c`: its coordinator): its
+    /// daemon's committed one, or a dead or restarted daemon's last written one while the lease
+    /// lasts; nothing while lost or fenced by the lease.
+    pub(crate) fn enforced<'a>(&'a self, i: usize, c: &'a Coordinator) -> Option<&'a RegionRecord> {
+        if self.lost[i] {
+            return None;
+        }
+        match self.daemon[i] {
+            Daemon::Running => Some(c.own()),
+            Daemon::Dead(Clock::Lease) | Daemon::Unwritten(Clock::Lease) => {
+                self.history[i].last().map(|r| &**r)
+            }
+            Daemon::Dead(_) | Daemon::Unwritten(_) => None,
+        }
+    }
+
+    /// Whether the time since Region `i`'s last write is still within the resume window, up to
+    /// its daemon's next write.
+    fn clock_open(&self, i: usize) -> bool {
+        matches!(
+            self.daemon[i],
+            Daemon::Dead(Clock::Lease | Clock::Window)
+                | Daemon::Unwritten(Clock::Lease | Clock::Window)
+        )
+    }
+
+    /// Whether Region `j` may rebalance now: no Region whose clock is open would be counted
+    /// silent by it while it holds that Region's last written record or the one before (time
+    /// has not passed for that: the lease, and the resume window, are shorter than
+    /// `silent_after` periods after the write it saw).
+    fn may_rebalance(&self, j: usize, silent_after: u32) -> bool {
+        (0..self.coords.len())
+            .filter(|&i| i != j && self.clock_open(i))
+            .all(|i| {
+                let Some(last) = self.history[i].last() else {
+                    return true;
+                };
+                self.coords[j].peers().iter().all(|p| {
+                    p.region != rid(i)
+                        || p.epoch != last.epoch()
+                        || p.version + 1 < last.version()
+                        || p.unchanged + 1 < silent_after
+                })
+            })
     }
 
     /// The last record of every ended epoch of every Region, as the store keeps them.
@@ -105,7 +176,10 @@ impl World {
     }
 
     pub(crate) fn note_verdicts(&mut self) {
-        if (0..self.lost.len()).any(|i| self.unhealthy[i] && !self.lost[i]) {
+        // A daemon that died, or started again and has not written since, is truly unhealthy.
+        if (0..self.lost.len())
+            .any(|i| self.unhealthy[i] && !self.lost[i] && self.daemon[i] == Daemon::Running)
+        {
             self.false_verdict = true;
         }
     }
@@ -164,6 +238,7 @@ pub(crate) fn initial(d: &Arc<Deployment>, s: &Settings) -> World {
         cut: vec![false; n],
         blocked: vec![vec![false; n]; n],
         unhealthy: vec![false; n],
+        daemon: vec![Daemon::Running; n],
         history: recs.iter().map(|r| vec![r.clone()]).collect(),
         faults: 0,
         false_verdict: false,
@@ -188,9 +263,14 @@ pub(crate) fn actions(w: &World, s: &Settings) -> Vec<Action> {
     let fault_left = w.faults < s.max_faults;
     let allowed = |a: Action| (s.faults)(&a);
     for i in 0..n {
-        if !w.lost[i] {
+        let running = !w.lost[i] && w.daemon[i] == Daemon::Running;
+        if !w.lost[i]
+            && !matches!(w.daemon[i], Daemon::Dead(_))
+            && w.may_rebalance(i, s.silent_after)
+        {
             out.push(Action::Rebalance(i));
         }
+        out.extend(daemon_steps(w, i));
         for j in 0..n {
             if !w.wire[i][j].is_empty() {
                 out.push(Action::Deliver(i, j));
@@ -206,7 +286,10 @@ pub(crate) fn actions(w: &World, s: &Settings) -> Vec<Action> {
             let mut faults = Vec::new();
             if !w.lost[i] {
                 faults.push(Action::Lose(i));
+            }
+            if running {
                 faults.push(Action::Restart(i));
+                faults.push(Action::Die(i));
                 if resumable(w, i) {
                     faults.push(Action::Resume(i));
                 }
@@ -215,7 +298,15 @@ pub(crate) fn actions(w: &World, s: &Settings) -> Vec<Action> {
                 faults.push(Action::Cut(i));
                 faults.extend((0..n).filter(|&j| j != i).map(|j| Action::OneWayCut(i, j)));
             }
-            faults.push(Action::Flip(i));
+            // No health check calls a dead daemon unhealthy while its gateways' lease lasts
+            // (docs/PROTOCOL.md, risk 5).
+            let leased = matches!(
+                w.daemon[i],
+                Daemon::Dead(Clock::Lease) | Daemon::Unwritten(Clock::Lease)
+            );
+            if w.unhealthy[i] || !leased {
+                faults.push(Action::Flip(i));
+            }
             out.extend(faults.into_iter().filter(|&a| allowed(a)));
         }
         if w.config[i] < s.last_version() {
@@ -226,6 +317,24 @@ pub(crate) fn actions(w: &World, s: &Settings) -> Vec<Action> {
         out.push(Action::Heal);
     }
     out
+}
+
+/// A dead or restarted daemon's steps of time and its restart (not faults: the death was).
+fn daemon_steps(w: &World, i: usize) -> Vec<Action> {
+    match w.daemon[i] {
+        Daemon::Dead(c) => {
+            let mut v = vec![Action::RestartDaemon(i)];
+            match c {
+                Clock::Lease => v.push(Action::LeaseOut(i)),
+                Clock::Window => v.push(Action::WindowEnds(i)),
+                Clock::Late => {}
+            }
+            v
+        }
+        // The first write after a restart within the window lands within it.
+        Daemon::Unwritten(Clock::Lease) => vec![Action::LeaseOut(i)],
+        Daemon::Unwritten(_) | Daemon::Running => Vec::new(),
+    }
 }
 
 /// Whether Region `i` may resume: its committed record was written, and every peer has seen that
@@ -336,6 +445,7 @@ fn rebalance(w: &mut World, i: usize) -> Option<String> {
         }
     }
     w.coords[i].commit(&d);
+    w.daemon[i] = Daemon::Running;
     let rec = Arc::new(w.coords[i].own().clone());
     w.history[i].push(rec.clone());
     for j in 0..n {
@@ -365,7 +475,35 @@ fn fault(w: &mut World, a: Action) {
     match a {
         Action::Lose(i) => {
             w.lost[i] = true;
+            w.daemon[i] = Daemon::Running;
             w.faults += 1;
+        }
+        Action::Die(i) => {
+            // Its gateways hold the lease of its last write only if that write is its committed
+            // record; a daemon that started a new epoch and never wrote it had pushed zero rules
+            // and restarted long after its last write (a restore, a late restart).
+            let own = w.coords[i].own();
+            let written = (w.history[i].last())
+                .is_some_and(|r| (r.epoch(), r.version()) == (own.epoch(), own.version()));
+            w.daemon[i] = Daemon::Dead(if written { Clock::Lease } else { Clock::Late });
+            w.faults += 1;
+        }
+        Action::LeaseOut(i) => {
+            w.daemon[i] = match w.daemon[i] {
+                Daemon::Unwritten(_) => Daemon::Unwritten(Clock::Window),
+                _ => Daemon::Dead(Clock::Window),
+            };
+        }
+        Action::WindowEnds(i) => w.daemon[i] = Daemon::Dead(Clock::Late),
+        Action::RestartDaemon(i) => {
+            let clock = match w.daemon[i] {
+                Daemon::Dead(c) | Daemon::Unwritten(c) => c,
+                Daemon::Running => Clock::Late,
+            };
+            // Within the window the core resumes the epoch unconfirmed; after it, a new epoch.
+            let down_ms = if clock == Clock::Late { u64::MAX } else { 0 };
+            restart(w, i, down_ms);
+            w.daemon[i] = Daemon::Unwritten(clock);
         }
         Action::Restore(i) => {
             w.lost[i] = false;

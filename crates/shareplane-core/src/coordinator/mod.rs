@@ -311,6 +311,13 @@ impl Coordinator {
         out
     }
 
+    /// Whether this daemon restarted within the resume window and has not rebalanced since: its
+    /// epoch is resumed but not confirmed yet ([`Self::restart`]; its first rebalance confirms it
+    /// or starts a new epoch). Read-only, for checkers.
+    pub fn resume_unconfirmed(&self) -> bool {
+        self.resumed_unconfirmed
+    }
+
     /// Adopts a decision whose record was durably written.
     pub fn commit(&mut self, decision: &Decision) {
         self.own = decision.record.clone();
