@@ -478,32 +478,8 @@ fn fault(w: &mut World, a: Action) {
             w.daemon[i] = Daemon::Running;
             w.faults += 1;
         }
-        Action::Die(i) => {
-            // Its gateways hold the lease of its last write only if that write is its committed
-            // record; a daemon that started a new epoch and never wrote it had pushed zero rules
-            // and restarted long after its last write (a restore, a late restart).
-            let own = w.coords[i].own();
-            let written = (w.history[i].last())
-                .is_some_and(|r| (r.epoch(), r.version()) == (own.epoch(), own.version()));
-            w.daemon[i] = Daemon::Dead(if written { Clock::Lease } else { Clock::Late });
-            w.faults += 1;
-        }
-        Action::LeaseOut(i) => {
-            w.daemon[i] = match w.daemon[i] {
-                Daemon::Unwritten(_) => Daemon::Unwritten(Clock::Window),
-                _ => Daemon::Dead(Clock::Window),
-            };
-        }
-        Action::WindowEnds(i) => w.daemon[i] = Daemon::Dead(Clock::Late),
-        Action::RestartDaemon(i) => {
-            let clock = match w.daemon[i] {
-                Daemon::Dead(c) | Daemon::Unwritten(c) => c,
-                Daemon::Running => Clock::Late,
-            };
-            // Within the window the core resumes the epoch unconfirmed; after it, a new epoch.
-            let down_ms = if clock == Clock::Late { u64::MAX } else { 0 };
-            restart(w, i, down_ms);
-            w.daemon[i] = Daemon::Unwritten(clock);
+        Action::Die(_) | Action::LeaseOut(_) | Action::WindowEnds(_) | Action::RestartDaemon(_) => {
+            daemon_step(w, a)
         }
         Action::Restore(i) => {
             w.lost[i] = false;
@@ -545,6 +521,40 @@ fn fault(w: &mut World, a: Action) {
         | Action::Deliver(..)
         | Action::DeliverNewest(..)
         | Action::Adopt(_) => {}
+    }
+}
+
+/// A daemon's death, its lease's and its resume window's ends, and its restart.
+fn daemon_step(w: &mut World, a: Action) {
+    match a {
+        Action::Die(i) => {
+            // Its gateways hold the lease of its last write only if that write is its committed
+            // record; a daemon that started a new epoch and never wrote it had pushed zero rules
+            // and restarted long after its last write (a restore, a late restart).
+            let own = w.coords[i].own();
+            let written = (w.history[i].last())
+                .is_some_and(|r| (r.epoch(), r.version()) == (own.epoch(), own.version()));
+            w.daemon[i] = Daemon::Dead(if written { Clock::Lease } else { Clock::Late });
+            w.faults += 1;
+        }
+        Action::LeaseOut(i) => {
+            w.daemon[i] = match w.daemon[i] {
+                Daemon::Unwritten(_) => Daemon::Unwritten(Clock::Window),
+                _ => Daemon::Dead(Clock::Window),
+            };
+        }
+        Action::WindowEnds(i) => w.daemon[i] = Daemon::Dead(Clock::Late),
+        Action::RestartDaemon(i) => {
+            let clock = match w.daemon[i] {
+                Daemon::Dead(c) | Daemon::Unwritten(c) => c,
+                Daemon::Running => Clock::Late,
+            };
+            // Within the window the core resumes the epoch unconfirmed; after it, a new epoch.
+            let down_ms = if clock == Clock::Late { u64::MAX } else { 0 };
+            restart(w, i, down_ms);
+            w.daemon[i] = Daemon::Unwritten(clock);
+        }
+        _ => {}
     }
 }
 
