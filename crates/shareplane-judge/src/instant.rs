@@ -108,7 +108,7 @@ fn limit_and_debts(i: &Instant<'_>, a: &Allowances) -> (Room, Delta) {
     let mut limit = (i.regions.iter())
         .map(|r| r.rate.min(rolled_out))
         .fold(a.limit.in_force, Room::max);
-    let in_debt = i.audit.is_some_and(|x| x.ended_debts.is_positive())
+    let in_debt = i.audit.is_some_and(|x| x.estates.is_negative())
         || i.regions.iter().any(|r| r.debt > Room::ZERO);
     let mut raised_for_debt = false;
     if in_debt && a.faults_may_linger {
