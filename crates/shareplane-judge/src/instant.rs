@@ -173,7 +173,10 @@ fn shares(
         // assumptions (docs/PROTOCOL.md, "Reclaim against a causally closed basis"). Outside
         // them the shares are held to the stale room and the running Regions' debts.
         if excess.is_positive() && a.assumptions == Assumptions::Within {
-            if excess <= live_debt && excess <= Delta::of(a.portion_rounding) {
+            // The whole-unit split: an heir whose portions of estates closed against a
+            // consistent stale cut differ from the exact parts by a unit per estate, one way
+            // (stale room, until it settles) or the other (a debt), within the bound.
+            if excess <= x.over_stale + live_debt && excess <= Delta::of(a.portion_rounding) {
                 m.rounding_excess = Some(excess);
                 return Ok(());
             }

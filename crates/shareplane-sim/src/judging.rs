@@ -457,7 +457,7 @@ impl Totals {
              never within the protocol's assumptions, and in {} seeds of deployments outside them (no lease longer \
              than a period, or records slower than the lease allows) at most {:.1}% of L, within the stale room\n\
              the whole-unit split of fixed portions (an heir settling estates closed against a consistent stale cut, \
-             one unit short per estate) left the shares above L in {} seeds, by at most {} milli-requests/s \
+             one unit over per estate until it settles, or short after) left the shares above L in {} seeds, by at most {} milli-requests/s \
              (bound n × (n − 1))",
             self.passed,
             self.ticks,
