@@ -146,6 +146,18 @@ struct Reg {
 }
 
 impl Reg {
+    /// The daemon starts again at `tick` as the daemon does: from its durable record, the last one
+    /// it wrote (a new epoch it began but never wrote is gone with the process; the model
+    /// checker's restart reads its history alike), down since that write. Whether it resumed is
+    /// whether it kept that record's epoch (`resumed_unwritten`).
+    fn restart_from_last_write(&mut self, tick: i64, tick_ms: u64) {
+        let down_ms = ((tick - self.last_write_tick).max(0) as u64) * tick_ms;
+        let last = (*self.last_written).clone();
+        let c = Coordinator::restart(self.d.clone(), self.id, Some(last), down_ms);
+        self.resumed_unwritten = c.own().epoch() == self.last_written.epoch();
+        self.coord = Some(c);
+    }
+
     /// The daemon runs.
     fn alive(&self) -> bool {
         self.coord.is_some()
@@ -419,16 +431,9 @@ impl<'a> Sim<'a> {
                     return Err(self.out_of_order("restart", *r));
                 }
                 let reg = &mut self.regs[*r];
-                // A daemon starts again from its durable record, the last one it wrote, not
-                // from what it held in memory: a new epoch it began but never wrote is gone with
-                // the process (the model checker's restart reads its history alike).
-                let own = (*reg.last_written).clone();
-                let down_ms = ((tick - reg.last_write_tick).max(0) as u64) * self.sc.tick_ms;
-                let c = Coordinator::restart(reg.d.clone(), reg.id, Some(own), down_ms);
-                reg.resumed_unwritten = c.own().epoch() == reg.last_written.epoch();
+                reg.restart_from_last_write(tick, self.sc.tick_ms);
                 reg.gateways_until =
                     (reg.last_write_tick).saturating_add(self.lease_ticks.unwrap_or(i64::MAX));
-                reg.coord = Some(c);
                 self.table.forget_observed(*r);
                 self.dirty = true;
                 format!("{} restarted", self.name(*r))
@@ -520,11 +525,7 @@ impl<'a> Sim<'a> {
             return Err(self.out_of_order("restart_daemon", r));
         }
         let reg = &mut self.regs[r];
-        let down_ms = ((tick - reg.last_write_tick).max(0) as u64) * self.sc.tick_ms;
-        let last = (*reg.last_written).clone();
-        let c = Coordinator::restart(reg.d.clone(), reg.id, Some(last), down_ms);
-        reg.resumed_unwritten = c.own().epoch() == reg.last_written.epoch();
-        reg.coord = Some(c);
+        reg.restart_from_last_write(tick, self.sc.tick_ms);
         reg.daemon_dead = false;
         self.table.forget_observed(r);
         self.fresh_reader(r, tick);
