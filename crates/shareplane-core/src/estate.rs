@@ -149,14 +149,38 @@ pub fn stale_rebase(basis: &LimitRecord, heir: &LimitRecord, n: usize, owner: Re
 }
 
 /// Region `heir`'s signed part of `worth`, an estate of Region `owner` of `n` Regions: its fixed
-/// portion of the room, or of the debt (negative).
+/// portion of the room, or of the debt (negative). For room it is [`heir_portion`]; whatever the
+/// sign it is rounded down, the remainder going to the lowest positions, so that the parts add up
+/// to `worth` and room that moves between two estates in multiples of `n − 1` units (every grant
+/// is one, [`grant_unit`]) moves each heir's part of both by exactly its share: an heir that
+/// sees such a move late holds neither more nor less than once it sees it (docs/PROTOCOL.md,
+/// "Whole units").
 pub fn heir_part(worth: Delta, n: usize, owner: RegionId, heir: RegionId) -> Delta {
-    let part = Delta::of(heir_portion(worth.magnitude(), n, owner, heir));
-    if worth.is_negative() {
-        -part
-    } else {
-        part
+    if n < 2 || heir == owner {
+        return Delta::ZERO;
     }
+    let position = heir.index() - usize::from(heir > owner);
+    worth.even_part(n - 1, position)
+}
+
+/// The unit every grant of a deployment of `n` Regions is a multiple of, in milli-requests per
+/// second: `n − 1`, the number of heirs an estate is split over ([`heir_part`]). A need smaller
+/// than a unit is not granted.
+pub const fn grant_unit(n: usize) -> u64 {
+    if n < 2 {
+        1
+    } else {
+        (n - 1) as u64
+    }
+}
+
+/// Whether `share` has settled at `target` as far as grants in whole units let it, in a
+/// deployment of `n` Regions: not above it, and short of it by less than `n − 1` grant units
+/// (each other Region's pool may keep less than a unit, and a smaller need is not granted). With
+/// 2 Regions the unit is one milli-request and the share reaches its target exactly.
+pub fn settled_at(share: Room, target: Room, n: usize) -> bool {
+    let heirs = grant_unit(n);
+    share <= target && target.excess_over(share).milli() < heirs * grant_unit(n)
 }
 
 /// How many epochs a Region's last record of an ended epoch outlives it, at least: an heir that
@@ -622,6 +646,57 @@ mod tests {
                 (id(r), Arc::new(rec))
             })
             .collect()
+    }
+
+    /// What the whole-unit split rests on (docs/PROTOCOL.md, "Whole units"): the parts add up to
+    /// the worth, and room moved between two estates in whole grant units moves every heir's part
+    /// of each by exactly its share, whatever the signs, so an heir that sees the move in one
+    /// estate's record before the other's holds neither more nor less in sum. The split before
+    /// (the magnitude's portion, signed) and a grant off the unit both break it, by a unit.
+    #[test]
+    fn a_grant_in_whole_units_moves_every_heirs_part_exactly() {
+        let magnitude_split = |w: Delta, n: usize, h: RegionId| {
+            let p = Delta::of(heir_portion(w.magnitude(), n, id(0), h));
+            if w.is_negative() {
+                -p
+            } else {
+                p
+            }
+        };
+        let (mut old_breaks, mut off_unit_breaks) = (false, false);
+        for n in 2..=8 {
+            let unit = grant_unit(n) as i128;
+            for w in (-40..=40).map(Delta::from_milli) {
+                let heirs = || regions(n).filter(|&h| h != id(0));
+                let sum: Delta = heirs().map(|h| heir_part(w, n, id(0), h)).sum();
+                assert_eq!(sum, w, "{n} Regions: the parts of {w:?} add up to it");
+                for k in [-3i128, -1, 1, 2] {
+                    let moved = w + Delta::from_milli(k * unit);
+                    for h in heirs() {
+                        let (before, after) =
+                            (heir_part(w, n, id(0), h), heir_part(moved, n, id(0), h));
+                        assert_eq!(
+                            after - before,
+                            Delta::from_milli(k),
+                            "{n} Regions, {w:?} + {k} units, heir {h:?}"
+                        );
+                        let old = magnitude_split(moved, n, h) - magnitude_split(w, n, h);
+                        old_breaks |= old != Delta::from_milli(k);
+                        let off =
+                            heir_part(w + Delta::from_milli(k * unit + 1), n, id(0), h) - before;
+                        off_unit_breaks |= unit > 1 && off != Delta::from_milli(k);
+                    }
+                }
+            }
+        }
+        assert!(
+            old_breaks,
+            "the signed magnitude split is not exact across zero"
+        );
+        assert!(
+            off_unit_breaks,
+            "a grant off the unit moves some part by a unit more or less"
+        );
     }
 
     #[test]

@@ -30,8 +30,8 @@ pub use demand::{
 };
 pub use digest::{fnv1a_64, limits_digest};
 pub use estate::{
-    audit, closed_for_good, estate_room, estate_worth, heir_portion, Audit, Truth,
-    KEEP_ENDED_EPOCHS,
+    audit, closed_for_good, estate_room, estate_worth, grant_unit, heir_portion, settled_at, Audit,
+    Truth, KEEP_ENDED_EPOCHS,
 };
 pub use lease::{lease_bound, LeaseBound};
 pub use record::{

@@ -219,6 +219,20 @@ impl Delta {
     pub fn abs(self) -> Delta {
         Delta(self.0.abs())
     }
+
+    /// Part `index` of this amount split evenly over `n` parts, rounded toward minus infinity,
+    /// the remainder units going to the lowest indices: the parts add up to the amount, and
+    /// adding `k × n` units to it adds exactly `k` to every part, whatever the signs (so room
+    /// moved in multiples of `n` between two amounts split this way moves every part exactly).
+    pub fn even_part(self, n: usize, index: usize) -> Delta {
+        if n == 0 {
+            return Delta::ZERO;
+        }
+        let n = n as i128;
+        let each = self.0.div_euclid(n);
+        let extra = self.0.rem_euclid(n);
+        Delta(each + i128::from((index as i128) < extra))
+    }
 }
 
 impl From<Room> for Delta {

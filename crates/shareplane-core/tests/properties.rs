@@ -247,7 +247,7 @@ proptest! {
             }
             let at_target = net.coords.iter().all(|c| {
                 let l = c.own().limits()[0];
-                l.share() == l.target()
+                shareplane_core::settled_at(l.share(), l.target(), n)
             });
             if at_target { settled = Some(round); break; }
         }

@@ -16,15 +16,6 @@ pub struct Allowances {
     /// How finely the shares were observed: an excess up to this is rounding (the end-to-end
     /// checker's enforced rates, one milli-request per second per Region), not an excess.
     pub rounding: Room,
-    /// Within the assumptions, what the whole-unit split of fixed portions may leave above the
-    /// limit: an heir that closed several estates against a consistent stale cut holds up to one
-    /// unit per estate more than the estates' last records leave it until it settles (stale
-    /// room), or, once settled, up to one unit short per estate, carried as its debt while the
-    /// other heirs hold their portions exactly (each portion is rounded to whole
-    /// milli-requests). Excused only up to the stale room and the running Regions' debts, and
-    /// this bound: `n × (n − 1)` units for `n` Regions (docs/PROTOCOL.md, residual risk 4).
-    /// Zero: nothing excused.
-    pub portion_rounding: Room,
 }
 
 /// The limit in force (docs/PROTOCOL.md, "Limit changes"), from what was rolled out, not from

@@ -51,9 +51,6 @@ pub struct Measured {
     /// Outside the assumptions: how far the shares passed the limit, within the stale room and
     /// the running Regions' debts.
     pub outside_excess: Option<Delta>,
-    /// Within the assumptions, an excess of the shares over the limit that the whole-unit split
-    /// of fixed portions left as a running Region's debt ([`Allowances::portion_rounding`]).
-    pub rounding_excess: Option<Delta>,
 }
 
 impl Measured {
@@ -173,13 +170,6 @@ fn shares(
         // assumptions (docs/PROTOCOL.md, "Reclaim against a causally closed basis"). Outside
         // them the shares are held to the stale room and the running Regions' debts.
         if excess.is_positive() && a.assumptions == Assumptions::Within {
-            // The whole-unit split: an heir whose portions of estates closed against a
-            // consistent stale cut differ from the exact parts by a unit per estate, one way
-            // (stale room, until it settles) or the other (a debt), within the bound.
-            if excess <= x.over_stale + live_debt && excess <= Delta::of(a.portion_rounding) {
-                m.rounding_excess = Some(excess);
-                return Ok(());
-            }
             return Err(Violation::StaleRoomEnforced {
                 excess: excess.clamp_to_room(),
                 limit: m.limit,

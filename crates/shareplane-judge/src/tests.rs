@@ -21,7 +21,6 @@ fn allow() -> Allowances {
         assumptions: Assumptions::Within,
         running_reclaimed: RunningReclaimed::Never,
         rounding: Room::ZERO,
-        portion_rounding: Room::ZERO,
     }
 }
 
@@ -168,11 +167,12 @@ fn an_ended_epochs_untaken_debt_bounds_the_shares_outside_the_assumptions_as_a_r
     ));
 }
 
-/// Swarm seed 30104602: an heir that settled two estates it had closed against a consistent
-/// stale cut ended one unit short (each portion is rounded to whole milli-requests), a debt of
-/// 0.001/s while the other heirs held their portions exactly.
+/// Swarm seeds 30104602 and 72226030 once left one unit of a whole-unit split above the limit, as
+/// a debt once settled or as stale room before (the split was not exact under a grant moved
+/// between two estates; it is since grants come in whole units, `estate::grant_unit`): nothing of
+/// it is excused, one unit of either is a violation within the assumptions.
 #[test]
-fn a_debt_the_whole_unit_split_of_portions_leaves_is_excused_only_up_to_its_bound() {
+fn one_unit_of_debt_or_stale_room_in_the_shares_is_a_violation() {
     let debtor = |share: u64, debt: u64| Region {
         share: Room::from_milli(share),
         debt: Room::from_milli(debt),
@@ -184,37 +184,11 @@ fn a_debt_the_whole_unit_split_of_portions_leaves_is_excused_only_up_to_its_boun
         judge(&at(&one, &exact()), &allow()),
         Err(Violation::StaleRoomEnforced { excess, .. }) if excess == Room::from_milli(1)
     ));
-    let mut rounding = allow();
-    rounding.portion_rounding = Room::from_milli(2);
-    let m = judge(&at(&one, &exact()), &rounding).expect("one unit, owed as a debt");
-    assert_eq!(m.rounding_excess, Some(d(1)));
-    // More than the debts, or more than the bound: not rounding.
-    let beyond_debt = [debtor(6_002, 1), debtor(6_000, 0)];
-    assert!(judge(&at(&beyond_debt, &exact()), &rounding).is_err());
-    let beyond_bound = [debtor(6_003, 3), debtor(6_000, 0)];
-    assert!(judge(&at(&beyond_bound, &exact()), &rounding).is_err());
-}
-
-/// Swarm seed 72226030: before it settled, an heir held one unit more of two estates closed
-/// against a consistent stale cut than their last records leave it (stale room 0.001/s), and it
-/// reached the shares. Excused within the bound and the stale room, as the debt is once settled.
-#[test]
-fn stale_room_the_whole_unit_split_leaves_is_excused_only_up_to_its_bound() {
     let one = running(&[6_001, 6_000]);
-    let s = stale(1);
     assert!(matches!(
-        judge(&at(&one, &s), &allow()),
+        judge(&at(&one, &stale(1)), &allow()),
         Err(Violation::StaleRoomEnforced { excess, .. }) if excess == Room::from_milli(1)
     ));
-    let mut rounding = allow();
-    rounding.portion_rounding = Room::from_milli(2);
-    let m = judge(&at(&one, &s), &rounding).expect("one unit of stale room");
-    assert_eq!(m.rounding_excess, Some(d(1)));
-    // More than the stale room, or more than the bound: not rounding.
-    let beyond_stale = running(&[6_002, 6_000]);
-    assert!(judge(&at(&beyond_stale, &s), &rounding).is_err());
-    let beyond_bound = running(&[6_003, 6_000]);
-    assert!(judge(&at(&beyond_bound, &stale(3)), &rounding).is_err());
 }
 
 #[test]

@@ -31,8 +31,6 @@ fn allowances(w: &World, s: &Settings, faults_may_linger: bool) -> Allowances {
         assumptions: Assumptions::Within,
         running_reclaimed: RunningReclaimed::Never,
         rounding: Room::ZERO,
-        // Nothing excused: a state this rounding reached would fail and be named.
-        portion_rounding: Room::ZERO,
     }
 }
 
@@ -143,7 +141,7 @@ fn run_rounds(w: &mut World, s: &Settings, rounds: usize) {
 
 /// The end of a recovery, by the one judge: the shares within the last limit (even in a residual
 /// class), exact conservation where no false verdict was in force, and every share at its target
-/// (room outside the running Regions' hands is named where they are not). Returns the failure and
+/// as far as grants in whole units move room (`settled_at`; room outside the running Regions' hands is named where they are not). Returns the failure and
 /// whether it belongs to the residual class.
 fn converged(w: &World, s: &Settings, residual: bool) -> Option<(String, bool)> {
     let a = w.audit(&deployment(s));
@@ -153,8 +151,12 @@ fn converged(w: &World, s: &Settings, residual: bool) -> Option<(String, bool)> 
         }
     }
     let sum: Room = w.coords.iter().map(|c| c.own().limits()[0].share()).sum();
-    let settled =
-        (w.coords.iter()).all(|c| c.own().limits()[0].share() == c.own().limits()[0].target());
+    // Short of its target by less than what grants in whole units can move (docs/PROTOCOL.md,
+    // "Whole units").
+    let settled = (w.coords.iter()).all(|c| {
+        let l = c.own().limits()[0];
+        shareplane_core::settled_at(l.share(), l.target(), s.n)
+    });
     let shares: Vec<String> = (w.coords.iter())
         .map(|c| {
             let l = c.own().limits()[0];

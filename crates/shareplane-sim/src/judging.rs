@@ -32,9 +32,6 @@ pub struct Report {
     /// Largest excess of the running Regions' shares over the limit from stale heirs in a
     /// deployment outside the protocol's assumptions ([`within_assumptions`]), per second.
     pub outside_stale_excess_rps: f64,
-    /// Largest excess of the shares over the limit, within the assumptions, that the whole-unit
-    /// split of fixed portions left as a running Region's debt (milli-requests per second).
-    pub rounding_excess: i128,
 }
 
 /// Whether a scenario's deployment is one the protocol's safety argument covers
@@ -66,9 +63,6 @@ impl Report {
             self.outside_stale_excess_rps = self
                 .outside_stale_excess_rps
                 .max(excess.milli() as f64 / 1000.0);
-        }
-        if let Some(excess) = m.rounding_excess {
-            self.rounding_excess = self.rounding_excess.max(excess.milli());
         }
     }
 }
@@ -165,7 +159,6 @@ impl Judging<'_> {
             // runs on fenced until it sees the mark (fuzz seed 1544524).
             running_reclaimed: RunningReclaimed::WhileEnforcingNothing,
             rounding: Room::ZERO,
-            portion_rounding: Room::from_milli(portion_rounding_bound(sc.regions.len())),
         }
     }
 }
@@ -377,10 +370,6 @@ pub struct Totals {
     /// largest excess as a fraction of that seed's limit.
     pub outside_stale_excess: u64,
     pub max_outside_stale_excess_ratio: f64,
-    /// Seeds in which the whole-unit split of fixed portions left the shares above the limit
-    /// (within its bound of `n × (n − 1)` milli-requests per second), and the largest excess.
-    pub with_rounding: u64,
-    pub max_rounding_excess: i128,
     pub max_stale_ratio: f64,
     pub max_stale_s: f64,
 }
@@ -392,10 +381,6 @@ impl Totals {
             self.with_stale += 1;
             self.max_stale_ratio = self.max_stale_ratio.max(r.stale_over_rps / limit.as_rps());
             self.max_stale_s = self.max_stale_s.max(r.stale_over_s);
-        }
-        if r.rounding_excess > 0 {
-            self.with_rounding += 1;
-            self.max_rounding_excess = self.max_rounding_excess.max(r.rounding_excess);
         }
         if r.outside_stale_excess_rps > 0.0 {
             self.outside_stale_excess += 1;
@@ -425,8 +410,6 @@ impl Totals {
         self.ticks += o.ticks;
         self.with_stale += o.with_stale;
         self.outside_stale_excess += o.outside_stale_excess;
-        self.with_rounding += o.with_rounding;
-        self.max_rounding_excess = self.max_rounding_excess.max(o.max_rounding_excess);
         for (mine, theirs) in [
             (&mut self.max_false_excess_rps, o.max_false_excess_rps),
             (&mut self.max_false_excess_s, o.max_false_excess_s),
@@ -455,10 +438,7 @@ impl Totals {
              heirs that reclaimed from a stale record (a partition hid the estate's last record) in {} seeds: \
              room held twice in the records at most {:.1}% of L, for at most {:.1} s; in the running Regions' shares \
              never within the protocol's assumptions, and in {} seeds of deployments outside them (no lease longer \
-             than a period, or records slower than the lease allows) at most {:.1}% of L, within the stale room\n\
-             the whole-unit split of fixed portions (an heir settling estates closed against a consistent stale cut, \
-             one unit over per estate until it settles, or short after) left the shares above L in {} seeds, by at most {} milli-requests/s \
-             (bound n × (n − 1))",
+             than a period, or records slower than the lease allows) at most {:.1}% of L, within the stale room",
             self.passed,
             self.ticks,
             self.with_false_verdict,
@@ -473,17 +453,8 @@ impl Totals {
             self.max_stale_s,
             self.outside_stale_excess,
             self.max_outside_stale_excess_ratio * 100.0,
-            self.with_rounding,
-            self.max_rounding_excess,
         )
     }
-}
-
-/// The most the whole-unit split of fixed portions may leave above the limit in a deployment of
-/// `n` Regions, in milli-requests per second: one unit per estate each heir settled
-/// ([`shareplane_judge::Allowances::portion_rounding`]).
-pub fn portion_rounding_bound(n: usize) -> u64 {
-    (n * n.saturating_sub(1)) as u64
 }
 
 /// The liveness bound stated in the fuzzer's module documentation (`crate::fuzz`), in ticks.

@@ -201,7 +201,6 @@ fn allowances(h: &History, t: usize, allowed: i64) -> Allowances {
         assumptions: Assumptions::Within,
         running_reclaimed: RunningReclaimed::Never,
         rounding: Room::from_milli(rounding(h).max(0) as u64),
-        portion_rounding: Room::ZERO,
     }
 }
 

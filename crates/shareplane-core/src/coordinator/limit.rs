@@ -2,7 +2,7 @@
 //! close and settle estates, pay debt, aim at the target, move the share and grant the pool.
 
 use crate::config::{Deployment, Design, LimitKind, LimitSpec};
-use crate::estate::{ended_took, estate_worth, heir_part, stale_rebase, Counterpart};
+use crate::estate::{ended_took, estate_worth, grant_unit, heir_part, stale_rebase, Counterpart};
 use crate::record::{LimitRecord, RegionRecord};
 use crate::region::{RegionId, MAX_REGIONS};
 use crate::room::{split, Delta, Room};
@@ -427,9 +427,14 @@ impl LimitCtx<'_> {
         if e.pool.is_zero() {
             return;
         }
+        // In whole grant units, so that a grant taken between two estates moves every heir's part
+        // of both exactly (`estate::grant_unit`); a need smaller than a unit is not granted, and
+        // the rest of the pool stays in it. `needs` and `units` count grant units.
+        let n = self.d.n();
+        let unit = grant_unit(n);
         let mut needs = [0u64; MAX_REGIONS];
         let mut total: u128 = 0;
-        for j in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
+        for j in crate::region::regions(n).filter(|&r| r != self.me) {
             if self.state(j) != Some(PeerState::Live) || !matches!(self.closure(j), Closure::None) {
                 continue;
             }
@@ -443,29 +448,32 @@ impl LimitCtx<'_> {
             }
             let in_flight = e.granted[j].excess_over(pl.taken[self.me]);
             let need = pl.unmet.excess_over(in_flight);
-            needs[j.index()] = need.milli();
-            total += need.milli() as u128;
+            needs[j.index()] = need.milli() / unit;
+            total += u128::from(needs[j.index()]);
         }
         if total == 0 {
             return;
         }
-        let n = self.d.n();
-        let mut amounts = [Room::ZERO; MAX_REGIONS];
-        if total <= e.pool.milli() as u128 {
+        let mut units = [Room::ZERO; MAX_REGIONS];
+        let pool_units = e.pool.milli() / unit;
+        if total <= u128::from(pool_units) {
             for i in 0..n {
-                amounts[i] = Room::from_milli(needs[i]);
+                units[i] = Room::from_milli(needs[i]);
             }
         } else {
-            split(e.pool, &needs[..n], &mut amounts[..n]);
+            // Each part is at most its need (the pool's units are fewer than the needs'), and
+            // some unit goes out whenever the pool holds one.
+            split(Room::from_milli(pool_units), &needs[..n], &mut units[..n]);
         }
-        for (i, a) in amounts.iter().enumerate().take(n) {
+        for (i, u) in units.iter().enumerate().take(n) {
+            let a = Room::from_milli(u.milli() * unit);
             if a.is_zero() {
                 continue;
             }
             let Some(j) = RegionId::new(i) else { continue };
-            e.granted[j] += *a;
-            e.pool -= *a;
-            out.granted[j] = *a;
+            e.granted[j] += a;
+            e.pool -= a;
+            out.granted[j] = a;
         }
     }
 
