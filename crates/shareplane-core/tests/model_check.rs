@@ -442,3 +442,18 @@ fn the_restore_race_by_hand_splits_c_once() {
         o.audit
     );
 }
+
+/// Fuzz seeds 71041621 and 71045361's class (docs/PROTOCOL.md, "Limit changes against a stale
+/// basis"): Region 1, which granted its room to Region 0, adopts the lowering (12 → 4) and pays
+/// for it in a record Region 0 may never receive, is lost and read unhealthy; Region 0, which
+/// adopts the lowering too, closes Region 1's epoch against a record from before it. The class
+/// must be reached and every state of it conserve room exactly: the heir counts the lowering its
+/// stale basis predates (`estate::stale_rebase`; without it Region 0 holds 8 of 4 there).
+#[test]
+fn an_heir_closes_an_estate_against_a_basis_from_before_a_lowering_it_never_saw() {
+    let s = model::Settings::changes_stale_basis(depth("SHAREPLANE_MODEL_DEPTH_STALE_BASIS", 7), 2);
+    reaches_exactly(
+        &s,
+        "the class (an heir at the lowered version holds a close against an older basis)",
+    );
+}

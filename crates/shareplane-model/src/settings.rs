@@ -2,7 +2,7 @@
 //! reports.
 
 use crate::action::{rid, Action};
-use shareplane_core::{Coordinator, Deployment, LimitSpec, Room, SilentPolicy};
+use shareplane_core::{Coordinator, Deployment, LimitSpec, RegionRecord, Room, SilentPolicy};
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -298,6 +298,20 @@ impl Settings {
         }
     }
 
+    /// [`Settings::changes`] with losses and health flips only, true verdicts only, and the
+    /// witness [`stale_basis_witness`]: an heir that has adopted a lowering holds a close of a
+    /// lost Region's epoch against a record from before the Region adopted it too, out of the
+    /// heir's sight (fuzz seeds 71041621 and 71045361; docs/PROTOCOL.md, "Limit changes against
+    /// a stale basis").
+    pub fn changes_stale_basis(depth: usize, max_faults: u8) -> Settings {
+        Settings {
+            witness: Some(stale_basis_witness),
+            true_verdicts_only: true,
+            faults: |a| matches!(a, Action::Lose(_) | Action::Flip(_)),
+            ..Settings::changes(depth, max_faults)
+        }
+    }
+
     /// 3 Regions, L = 12 lowered to 3 and then raised to 18, demands 6, 1 and 1; explored from
     /// the state where Regions 1 and 2 had granted room to Region 0, every Region has adopted
     /// the lowering (so that Regions 1 and 2 owe more than they hold, each with two heirs to
@@ -444,6 +458,31 @@ pub fn out_of_order_witness(c: &[Coordinator], lost: &[bool], _unhealthy: &[bool
         && !lost[0]
         && mc.epoch() == c_at_a.epoch()
         && c_at_a.seen()[rb] > (mb.epoch(), mb.version())
+}
+
+/// Fuzz seeds 71041621 and 71045361's class: a running Region has closed a lost Region's current
+/// epoch against a record older than the lost Region's last, whose limit version is newer than the
+/// basis's, and the heir runs that same version (it counts a lowering its basis predates,
+/// `estate::stale_rebase`). An heir that has gone on to a later raise is not of the class: the
+/// owner's last record counts its static part at the lowered rate, which the audit expects until
+/// the owner's next epoch adopts the raise, while the room exists at the raised rate in force.
+pub fn stale_basis_witness(c: &[Coordinator], lost: &[bool], _unhealthy: &[bool]) -> bool {
+    let version = |r: &RegionRecord| r.limits().first().map_or(0, |l| l.limit_version());
+    (0..c.len()).any(|i| {
+        !lost[i]
+            && (0..c.len()).any(|j| {
+                let (heir, owner) = (c[i].own(), c[j].own());
+                j != i
+                    && lost[j]
+                    && heir.reclaims()[rid(j)].is_some_and(|m| {
+                        m.epoch() == owner.epoch()
+                            && m.version() < owner.version()
+                            && c[i].latest(rid(j)).is_some_and(|b| {
+                                version(b) < version(owner) && version(heir) == version(owner)
+                            })
+                    })
+            })
+    })
 }
 
 /// Swarm seed 70099192's class: a daemon restarted within the resume window holds its epoch
