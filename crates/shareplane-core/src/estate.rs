@@ -179,8 +179,9 @@ pub const fn grant_unit(n: usize) -> u64 {
 /// (each other Region's pool may keep less than a unit, and a smaller need is not granted). With
 /// 2 Regions the unit is one milli-request and the share reaches its target exactly.
 pub fn settled_at(share: Room, target: Room, n: usize) -> bool {
-    let heirs = grant_unit(n);
-    share <= target && target.excess_over(share).milli() < heirs * grant_unit(n)
+    // Less than a grant unit (of `n − 1` milli-requests) in each of the `n − 1` other pools.
+    let unit = grant_unit(n);
+    share <= target && target.excess_over(share).milli() < unit * unit
 }
 
 /// How many epochs a Region's last record of an ended epoch outlives it, at least: an heir that

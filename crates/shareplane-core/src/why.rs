@@ -21,8 +21,9 @@ pub enum Why {
     Fenced,
     /// A lowered limit's debt is being repaid (from the pool, the share and room received).
     InDebt,
-    /// The share is its target; `floor`: the target is the floor itself (no demand to speak of:
-    /// every Region keeps at least the floor).
+    /// The share is its target, or as near it as grants in whole units go (short by less than
+    /// `n − 1` units of `n − 1` milli-requests, `estate::settled_at`); `floor`: the target is the
+    /// floor itself (no demand to speak of: every Region keeps at least the floor).
     AtTarget { floor: bool },
     /// Above its target: the next rebalance lowers it (a record not rebalanced since its target
     /// fell).
@@ -82,7 +83,8 @@ pub fn why(d: &Deployment, li: usize, own: &RegionRecord, peers: &[PeerSeen<'_>]
     if e.share > e.target {
         return Why::AboveTarget;
     }
-    if e.share == e.target {
+    let near = crate::estate::settled_at(e.share, e.target, d.n()) && e.pool.is_zero();
+    if e.share == e.target || near {
         return Why::AtTarget {
             floor: e.target <= spec.floor,
         };
