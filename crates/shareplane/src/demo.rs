@@ -88,9 +88,44 @@ pub fn per_api_key() -> crate::templates::TemplateSpec {
     }
 }
 
-/// The demo's deployment (also used by the daemon tests).
+/// The demo's coordinated template: every tenant gets 300 requests/s in total across the three
+/// Regions, run as 4 coordination slots (`per_tenant#slot0`…`#slot3`, ordinary limits of the
+/// deployment): a tenant belongs to one slot by its SHA-256 and is limited at that slot's share,
+/// whose room moves by named grants to the Region where its tenants are busy.
+pub fn per_tenant() -> crate::templates::TemplateSpec {
+    crate::templates::TemplateSpec {
+        id: "per_tenant".into(),
+        entry: "tenant".into(),
+        rate: Room::rps(300),
+        burst_ms: 2_000,
+        kind: shareplane_limiter::LimitKind::Capacity,
+        shadow: false,
+        overrides: vec![],
+        slots: 4,
+        version: 1,
+    }
+}
+
+/// The demo's templates: [`per_api_key`] (a static split) and [`per_tenant`] (slots).
+pub fn templates() -> Vec<crate::templates::TemplateSpec> {
+    vec![per_api_key(), per_tenant()]
+}
+
+/// The deployment `shareplane demo` runs: [`deployment`]'s `k-big` and the slot limits of
+/// [`templates`].
+pub fn deployment_with_templates(period_ms: u64) -> Result<Deployment, DemoError> {
+    let slots = crate::templates::slot_limits(&templates(), NAMES.len());
+    build(period_ms, slots)
+}
+
+/// The demo's one listed limit, `k-big`, without the templates' slot limits (the daemon tests
+/// use it).
 pub fn deployment(period_ms: u64) -> Result<Deployment, DemoError> {
-    let d = Deployment {
+    build(period_ms, Vec::new())
+}
+
+fn build(period_ms: u64, more: Vec<LimitSpec>) -> Result<Deployment, DemoError> {
+    let mut d = Deployment {
         regions: NAMES.iter().map(|s| s.to_string()).collect(),
         limits: vec![LimitSpec {
             id: "k-big".into(),
@@ -108,6 +143,7 @@ pub fn deployment(period_ms: u64) -> Result<Deployment, DemoError> {
         silent_after: 3,
         period_ms,
     };
+    d.limits.extend(more);
     Deployment::try_new(d).map_err(|es| {
         DemoError::Deployment(
             es.iter()
@@ -124,7 +160,7 @@ impl Demo {
         if !(100..=60_000).contains(&period_ms) {
             return Err(DemoError::Period(period_ms));
         }
-        let d = Arc::new(deployment(period_ms)?);
+        let d = Arc::new(deployment_with_templates(period_ms)?);
         shareplane_core::lease_bound(&d).map_err(|e| DemoError::Deployment(e.to_string()))?;
         let clock = Clock::wall();
         let visibility_ms = period_ms / 5;
@@ -141,7 +177,7 @@ impl Demo {
                 Some(api_token.clone()),
                 shutdown.clone(),
             );
-            shared.set_templates(crate::templates::wire(&[per_api_key()], d.n(), me));
+            shared.set_templates(crate::templates::wire(&templates(), d.n(), me));
             let (paused, paused_rx) = watch::channel(false);
             let phase_ms = period_ms * i as u64 / 3;
             let opts = DaemonOptions::new(format!("demo-{name}"), phase_ms, period_ms);

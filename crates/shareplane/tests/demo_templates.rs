@@ -1,11 +1,14 @@
-//! The demo's template through a real `shareplane gateway` (in this process) and a real
+//! The demo's templates through a real `shareplane gateway` (in this process) and a real
 //! redis-server: "every API key gets 100/s across all Regions", each Region publishing its
-//! static part, one key refused while the others pass.
+//! static part, one key refused while the others pass; and "every tenant gets 300/s", run as 4
+//! coordination slots whose shares add up to at most 300 per slot, one tenant refused at its
+//! slot's share while a tenant of another slot passes.
 
 #![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 
 use shareplane::demo::{router, Demo};
 use shareplane_gateway::config::{FileConfig, Flags};
+use shareplane_limiter::slots::{slot_id, slot_of};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -58,6 +61,24 @@ async fn the_demo_serves_per_api_key_and_one_key_is_refused_while_the_others_pas
     }
     assert_eq!(parts, [33.334, 33.333, 33.333]);
     assert!((parts.iter().sum::<f64>() - 100.0).abs() < 1e-9);
+    // per_tenant: 4 slot limits in every Region's rule set, their shares adding up to at most
+    // 300 per slot (the core's invariant, each slot an ordinary limit).
+    let mut slot_sums = [0.0f64; 4];
+    for region in ["A", "B", "C"] {
+        let rules = get_json(&format!("{base}/regions/{region}/v1/rules")).await;
+        let t = &rules["templates"][1];
+        assert_eq!(
+            (t["id"].as_str(), t["entry"].as_str(), t["slots"].as_u64()),
+            (Some("per_tenant"), Some("tenant"), Some(4)),
+            "{rules}"
+        );
+        for (k, sum) in slot_sums.iter_mut().enumerate() {
+            *sum += slot_share(&rules, k as u32);
+        }
+    }
+    for (k, sum) in slot_sums.iter().enumerate() {
+        assert!(*sum > 0.0 && *sum <= 300.0 + 1e-9, "slot {k}: {sum}");
+    }
 
     // A gateway on Region A: its bucket per key holds 2 s of A's part, 66.668.
     let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
@@ -129,7 +150,60 @@ async fn the_demo_serves_per_api_key_and_one_key_is_refused_while_the_others_pas
         again <= refilled && again < 40,
         "alice got {again} of 40 more, {refilled} refilled meanwhile"
     );
+
+    // A tenant is held to its slot's share in Region A (2 s of it, plus what refills meanwhile);
+    // a tenant of another slot passes.
+    let tenant = |name: &str| {
+        let client = client.clone();
+        let url = format!("http://{http_addr}/v1/check?limit=per_tenant&entry=tenant%3D{name}");
+        async move {
+            client
+                .get(url)
+                .send()
+                .await
+                .map_or(0, |r| r.status().as_u16())
+        }
+    };
+    let acme = format!("acme-{run}");
+    let slot = slot_of(&acme, 4).unwrap_or_else(|| panic!("a slot"));
+    let other = (0..)
+        .map(|i| format!("other-{run}-{i}"))
+        .find(|v| slot_of(v, 4) != Some(slot))
+        .unwrap_or_default();
+    let rules = get_json(&format!("{base}/regions/A/v1/rules")).await;
+    let share = slot_share(&rules, slot);
+    let started = std::time::Instant::now();
+    let (mut admitted, mut refused) = (0u32, false);
+    for _ in 0..2_000 {
+        match tenant(&acme).await {
+            200 => admitted += 1,
+            429 => {
+                refused = true;
+                break;
+            }
+            other => panic!("status {other}"),
+        }
+    }
+    // The slot's share may move while the loop runs (the calls are demand that reaches the
+    // daemons): bounded by the slot's whole rate, which one Region never holds more of.
+    let most = (2.0 * 300.0 + 300.0 * started.elapsed().as_secs_f64()).ceil() as u32;
+    assert!(
+        refused && admitted <= most && admitted >= (2.0 * share * 0.5) as u32,
+        "{acme} (slot {slot}, A's share {share}): {admitted} admitted, refused {refused}"
+    );
+    assert_eq!(tenant(&other).await, 200, "a tenant of another slot");
+
     let _ = gw_stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), gateway).await;
     let _ = stop.send(true);
+}
+
+/// Region's share of `per_tenant`'s slot `k` in a rule set, requests/s.
+fn slot_share(rules: &serde_json::Value, k: u32) -> f64 {
+    let id = slot_id("per_tenant", k);
+    rules["limits"]
+        .as_array()
+        .and_then(|ls| ls.iter().find(|l| l["id"].as_str() == Some(id.as_str())))
+        .and_then(|l| l["rate"].as_f64())
+        .unwrap_or_else(|| panic!("{id} in {rules}"))
 }
