@@ -100,15 +100,8 @@ async fn the_demo_serves_per_api_key_and_one_key_is_refused_while_the_others_pas
     // Keys unique to this run: Redis may hold buckets of an earlier one.
     let run = std::process::id();
     let check = |key: String| {
-        let client = client.clone();
         let url = format!("http://{http_addr}/v1/check?limit=per_api_key&entry=api_key%3D{key}");
-        async move {
-            client
-                .get(url)
-                .send()
-                .await
-                .map_or(0, |r| r.status().as_u16())
-        }
+        status(&client, url)
     };
     let mut ready = false;
     for _ in 0..200 {
@@ -154,15 +147,8 @@ async fn the_demo_serves_per_api_key_and_one_key_is_refused_while_the_others_pas
     // A tenant is held to its slot's share in Region A (2 s of it, plus what refills meanwhile);
     // a tenant of another slot passes.
     let tenant = |name: &str| {
-        let client = client.clone();
         let url = format!("http://{http_addr}/v1/check?limit=per_tenant&entry=tenant%3D{name}");
-        async move {
-            client
-                .get(url)
-                .send()
-                .await
-                .map_or(0, |r| r.status().as_u16())
-        }
+        status(&client, url)
     };
     let acme = format!("acme-{run}");
     let slot = slot_of(&acme, 4).unwrap_or_else(|| panic!("a slot"));
@@ -198,7 +184,16 @@ async fn the_demo_serves_per_api_key_and_one_key_is_refused_while_the_others_pas
     let _ = stop.send(true);
 }
 
-/// Region's share of `per_tenant`'s slot `k` in a rule set, requests/s.
+/// The status of one check, or 0 when the gateway did not answer.
+async fn status(client: &reqwest::Client, url: String) -> u16 {
+    client
+        .get(url)
+        .send()
+        .await
+        .map_or(0, |r| r.status().as_u16())
+}
+
+/// A Region's share of `per_tenant`'s slot `k` in a rule set, requests/s.
 fn slot_share(rules: &serde_json::Value, k: u32) -> f64 {
     let id = slot_id("per_tenant", k);
     rules["limits"]
