@@ -141,8 +141,9 @@ fn run_rounds(w: &mut World, s: &Settings, rounds: usize) {
 
 /// The end of a recovery, by the one judge: the shares within the last limit (even in a residual
 /// class), exact conservation where no false verdict was in force, and every share at its target
-/// as far as grants in whole units move room (`settled_at`; room outside the running Regions' hands is named where they are not). Returns the failure and
-/// whether it belongs to the residual class.
+/// as far as grants in whole units move room (`settled_at`; room outside the running Regions'
+/// hands is named where they are not). Returns the failure and whether it belongs to the
+/// residual class.
 fn converged(w: &World, s: &Settings, residual: bool) -> Option<(String, bool)> {
     let a = w.audit(&deployment(s));
     if !residual {
