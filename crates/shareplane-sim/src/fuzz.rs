@@ -18,7 +18,8 @@
 //! - no core step alarm, no peer record ever refused by a coordinator, no room outside the
 //!   running Regions' hands;
 //! - liveness: from `F + bound` to the end every share is within 1% of the target that the
-//!   final demands give, where `bound = window + (⌈L / step_cap⌉ + 2 × silent_after + 8) ×
+//!   final demands give (or short of it by less than `(n − 1)²` milli-requests, what grants in
+//!   whole units of `n − 1` cannot move: docs/PROTOCOL.md, "Whole units"), where `bound = window + (⌈L / step_cap⌉ + 2 × silent_after + 8) ×
 //!   (period + the largest visibility delay)`.
 
 use crate::scenario::{Action, Event, RegionSpec, Scenario};

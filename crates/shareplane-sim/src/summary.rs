@@ -201,15 +201,19 @@ impl Stats {
         })
     }
 
-    /// The first tick from which every Region alive at the end stays within 1% of its final target.
+    /// The first tick from which every Region alive at the end stays within 1% of its final target,
+    /// or short of it by less than grants in whole units can move (`settled_at`: `(n − 1)²`
+    /// milli-requests for `n` Regions, more than 1% of a target of a few requests a second).
     fn settled(&self, out: &Outcome) -> Option<f64> {
         let mut settled = 0i64;
+        let n = out.finals.len();
         for (h, f) in self.shares.iter().zip(&out.finals) {
             if !f.alive {
                 continue;
             }
             let within = |s: Room| {
                 (Delta::of(s) - f.target).abs().milli() * 100 <= Delta::of(f.target).milli()
+                    || shareplane_core::settled_at(s, f.target, n)
             };
             let mut from = None;
             for &(t, s) in h.iter().rev() {
