@@ -19,8 +19,9 @@
 //!   running Regions' hands;
 //! - liveness: from `F + bound` to the end every share is within 1% of the target that the
 //!   final demands give (or short of it by less than `(n − 1)²` milli-requests, what grants in
-//!   whole units of `n − 1` cannot move: docs/PROTOCOL.md, "Whole units"), where `bound = window + (⌈L / step_cap⌉ + 2 × silent_after + 8) ×
-//!   (period + the largest visibility delay)`.
+//!   whole units of `n − 1` cannot move: docs/PROTOCOL.md, "Whole units"), where
+//!   `bound = window + (⌈L / step_cap⌉ + 2 × silent_after + 8) × (period + the largest
+//!   visibility delay)`.
 
 use crate::scenario::{Action, Event, RegionSpec, Scenario};
 use shareplane_core::{Design, Fence, Room, SilentPolicy};

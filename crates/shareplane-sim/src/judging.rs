@@ -284,7 +284,8 @@ fn on_target(share: Room, target: Room, n: usize) -> bool {
 
 /// The end of a seed's run by the one judge: the core's own alarms, refused records, room outside
 /// the running Regions' hands, and every share within 1% of its target (or short of it by less
-/// than whole grant units can move) from `bound` after the last fault (`settled`: when it was, in ticks after the last fault).
+/// than whole grant units can move, [`on_target`]) from `bound` after the last fault
+/// (`settled`: when it was, in ticks after the last fault).
 fn end(
     sc: &Scenario,
     seed: &Seed<'_>,
@@ -484,8 +485,6 @@ pub fn liveness_bound(sc: &Scenario) -> i64 {
 mod tests {
     use super::*;
 
-    /// The convergence check's targets are the spec's formula; the core's exact split must agree
-    /// with them to within rounding, or one of the two is wrong.
     /// Seed 73408766: 7 Regions, a target of 1.25/s ended 14 milli-requests short (more than 1%,
     /// less than the 36 that whole grant units cannot move).
     #[test]
@@ -511,6 +510,8 @@ mod tests {
         assert!(!on_target(m(989_999), m(1_000_000), 3), "beyond 1%");
     }
 
+    /// The convergence check's targets are the spec's formula; the core's exact split must agree
+    /// with them to within rounding, or one of the two is wrong.
     #[test]
     fn the_spec_targets_agree_with_the_cores_exact_split() {
         let cases: [(u64, u64, &[u64]); 5] = [
