@@ -275,7 +275,7 @@ pub fn check(sc: &Scenario) -> Result<Report, String> {
 /// it, or short of it by less than grants in whole units of `n − 1` milli-requests can move,
 /// `(n − 1)²` (docs/PROTOCOL.md, "Whole units"; more than 1% of a target of a few requests a
 /// second). Computed here, not by the core's `settled_at`: a check must not trust what it checks.
-fn on_target(share: Room, target: Room, n: usize) -> bool {
+pub fn on_target(share: Room, target: Room, n: usize) -> bool {
     let gap = Delta::of(target) - Delta::of(share);
     let slack = (n as i128 - 1).max(0).pow(2);
     gap.abs().milli() * 100 <= Delta::of(target).milli()

@@ -3,7 +3,7 @@
 use crate::engine::{Outcome, Row};
 use crate::scenario::Scenario;
 use serde::ser::{Serialize, SerializeMap, Serializer};
-use shareplane_core::{Delta, PerRegion, Room};
+use shareplane_core::{PerRegion, Room};
 
 /// A value and the first instant it was reached.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -201,9 +201,9 @@ impl Stats {
         })
     }
 
-    /// The first tick from which every Region alive at the end stays within 1% of its final target,
-    /// or short of it by less than grants in whole units can move (`settled_at`: `(n − 1)²`
-    /// milli-requests for `n` Regions, more than 1% of a target of a few requests a second).
+    /// The first tick from which every Region alive at the end stays on its final target by the
+    /// fuzz judge's criterion ([`crate::judging::on_target`]: within 1%, or short by less than
+    /// grants in whole units can move).
     fn settled(&self, out: &Outcome) -> Option<f64> {
         let mut settled = 0i64;
         let n = out.finals.len();
@@ -211,10 +211,7 @@ impl Stats {
             if !f.alive {
                 continue;
             }
-            let within = |s: Room| {
-                (Delta::of(s) - f.target).abs().milli() * 100 <= Delta::of(f.target).milli()
-                    || shareplane_core::settled_at(s, f.target, n)
-            };
+            let within = |s: Room| crate::judging::on_target(s, f.target, n);
             let mut from = None;
             for &(t, s) in h.iter().rev() {
                 if within(s) {
