@@ -1,5 +1,6 @@
 //! Checks per second and latency through the gateway's gRPC service and its HTTP check on
-//! loopback, side by side in one run with direct `EVALSHA` calls of the same script.
+//! loopback, side by side in one run with direct calls of the same store (`RedisBuckets::run`:
+//! the script, in batches of the checks that arrive together, as the gateway sends it).
 //!
 //! ```sh
 //! redis-server --port 6411 --save '' --daemonize yes
@@ -137,7 +138,7 @@ async fn main() -> Result<(), BoxError> {
         "mode", "checks/s", "p50 ms", "p99 ms", "max ms", "errors"
     );
     for (name, r) in [
-        ("direct EVALSHA", &direct),
+        ("direct store call", &direct),
         ("gRPC (tonic)", &grpc_r),
         ("HTTP check", &http_r),
     ] {
@@ -147,7 +148,7 @@ async fn main() -> Result<(), BoxError> {
         );
     }
     println!(
-        "ratios to direct EVALSHA: gRPC {:.2}x the checks/s, p99 {:.2}x; HTTP {:.2}x the checks/s, p99 {:.2}x",
+        "ratios to direct store calls: gRPC {:.2}x the checks/s, p99 {:.2}x; HTTP {:.2}x the checks/s, p99 {:.2}x",
         grpc_r.rate / direct.rate,
         grpc_r.p99_ms / direct.p99_ms,
         http_r.rate / direct.rate,

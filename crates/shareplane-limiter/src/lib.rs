@@ -1,7 +1,8 @@
 //! What a gateway embeds to enforce its Region's shares (SPEC.md §7).
 //!
 //! - [`store`]: the token-bucket script for Redis/Valkey (`bucket.lua`) and [`RedisBuckets`], which
-//!   loads it once, calls it by hash and loads it again on `NOSCRIPT`, within a time bound.
+//!   loads it once, calls it by hash and loads it again on `NOSCRIPT`, within a time bound;
+//!   [`store::batch`]: the checks that arrive while a call is in flight go together in the next.
 //! - [`keys`]: each limit's bucket key and hash tag (its key group), so that one check is one
 //!   call on a cluster-mode Redis/Valkey too.
 //! - [`rules`]: rule sets as the daemon publishes them, validated when loaded; [`limit`]: one

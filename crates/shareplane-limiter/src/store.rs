@@ -22,6 +22,8 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
+pub mod batch;
+
 /// The script's source (see `bucket.lua` for its arguments and reply).
 pub const SCRIPT: &str = include_str!("bucket.lua");
 /// The repayment script's source (see `repay.lua`): charges what the local fallback admitted to
@@ -87,6 +89,13 @@ impl BucketCall {
     pub fn ttl_ms(&self) -> u64 {
         ttl_ms(self.rate, self.burst)
     }
+
+    /// Whether the rate, burst and cost are finite numbers >= 0, as the script requires.
+    fn numbers_valid(&self) -> bool {
+        [self.rate, self.burst, self.cost]
+            .iter()
+            .all(|x| x.is_finite() && *x >= 0.0)
+    }
 }
 
 /// The TTL the client asks for a bucket of `rate` and `burst`: twice the time a full refill takes,
@@ -139,7 +148,7 @@ pub struct ScriptReply {
 }
 
 /// Why a call did not produce a reply.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("Redis did not answer within {0:?}")]
     Timeout(Duration),
@@ -159,7 +168,9 @@ pub enum StoreError {
 /// background, so no call waits for it longer than the call's own bound.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The script in one Redis/Valkey server (or replication group endpoint).
+/// The script in one Redis/Valkey server (or replication group endpoint). Cheap to clone: clones
+/// share one connection and one set of batches.
+#[derive(Clone)]
 pub struct RedisBuckets {
     timeout: Duration,
     mode: RedisMode,
@@ -204,6 +215,11 @@ struct Shared {
     /// Set by the first connection made (a one-way latch).
     connected_once: AtomicBool,
     loads: AtomicU64,
+    /// Bucket-script calls sent, and the checks they carried.
+    calls: AtomicU64,
+    checks: AtomicU64,
+    /// The checks waiting for their key group's next call ([`batch`]).
+    queues: batch::Queues,
 }
 
 impl RedisBuckets {
@@ -249,6 +265,9 @@ impl RedisBuckets {
                 last_error: Mutex::new(None),
                 connected_once: AtomicBool::new(false),
                 loads: AtomicU64::new(0),
+                calls: AtomicU64::new(0),
+                checks: AtomicU64::new(0),
+                queues: batch::Queues::default(),
             }),
         })
     }
@@ -256,6 +275,16 @@ impl RedisBuckets {
     /// How many times the scripts were loaded (once per connection, plus once per `NOSCRIPT`).
     pub fn script_loads(&self) -> u64 {
         self.shared.loads.load(Ordering::Relaxed)
+    }
+
+    /// The bucket-script calls sent and the checks they carried (more checks than calls: checks
+    /// that arrived together went in one call, [`batch`]).
+    pub fn script_calls(&self) -> (u64, u64) {
+        let s = &self.shared;
+        (
+            s.calls.load(Ordering::Relaxed),
+            s.checks.load(Ordering::Relaxed),
+        )
     }
 
     /// Whether a connection was ever made (and the scripts loaded); `Err` with the last
@@ -278,25 +307,79 @@ impl RedisBuckets {
         }
     }
 
-    /// Runs the script on `calls`, all or nothing, within the timeout.
+    /// Checks and spends the buckets of `calls`, all or nothing, within the timeout (the wait for
+    /// the call that carries it included: checks that arrive together share one script call,
+    /// [`batch`]).
     pub async fn run(&self, calls: &[BucketCall]) -> Result<ScriptReply, StoreError> {
         if calls.is_empty() || calls.len() > MAX_BUCKETS_PER_CALL {
             return Err(StoreError::BucketCount(calls.len()));
         }
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.shared.sha).arg(calls.len());
-        for c in calls {
-            cmd.arg(&c.key);
+        if let Some(c) = calls.iter().find(|c| !c.numbers_valid()) {
+            // Refused here, alone: the script would refuse the whole batch it came in.
+            return Err(StoreError::Reply(format!(
+                "bucket {} has a rate, burst or cost that is not a finite number >= 0 \
+                 (rate {}, burst {}, cost {})",
+                c.key, c.rate, c.burst, c.cost
+            )));
         }
-        for c in calls {
-            cmd.arg(c.rate)
-                .arg(c.burst)
-                .arg(c.cost)
-                .arg(c.ttl_ms())
-                .arg(u8::from(c.enforce));
+        batch::check(self, calls).await
+    }
+
+    /// One script call for `checks` (see `bucket.lua`), within the timeout: per check, its reply.
+    pub(crate) async fn call_batch(
+        &self,
+        checks: &[&[BucketCall]],
+    ) -> Result<Vec<Result<ScriptReply, StoreError>>, StoreError> {
+        // The distinct keys, and each bucket's index among them (from 1, as Lua counts).
+        let mut keys: Vec<&str> = Vec::new();
+        let mut index: Vec<usize> = Vec::new();
+        for c in checks.iter().flat_map(|calls| calls.iter()) {
+            match keys.iter().position(|k| *k == c.key) {
+                Some(at) => index.push(at + 1),
+                None => {
+                    keys.push(&c.key);
+                    index.push(keys.len());
+                }
+            }
         }
-        let reply = self.bounded(&cmd).await?;
-        parse_reply(&reply, calls.len())
+        let mut args = redis::cmd("EVALSHA");
+        args.arg(&self.shared.sha).arg(keys.len());
+        for k in &keys {
+            args.arg(*k);
+        }
+        args.arg(checks.len());
+        let mut at = index.into_iter();
+        for calls in checks {
+            args.arg(calls.len());
+            for c in *calls {
+                args.arg(at.next().unwrap_or(0))
+                    .arg(c.rate)
+                    .arg(c.burst)
+                    .arg(c.cost)
+                    .arg(c.ttl_ms())
+                    .arg(u8::from(c.enforce));
+            }
+        }
+        self.shared.calls.fetch_add(1, Ordering::Relaxed);
+        (self.shared.checks).fetch_add(checks.len() as u64, Ordering::Relaxed);
+        let reply = self.bounded(&args).await?;
+        Ok(items(&reply, checks.len())?
+            .iter()
+            .zip(checks)
+            .map(|(item, calls)| parse_reply(item, calls.len()))
+            .collect())
+    }
+
+    pub(crate) fn mode(&self) -> RedisMode {
+        self.mode
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    pub(crate) fn queues(&self) -> &batch::Queues {
+        &self.shared.queues
     }
 
     /// Charges `debts` to their buckets in one call within the timeout, and returns the tokens each
@@ -317,19 +400,7 @@ impl RedisBuckets {
                 .arg(ttl_ms(d.rate, d.burst));
         }
         let reply = self.bounded(&cmd).await?;
-        let redis::Value::Array(items) = &reply else {
-            return Err(StoreError::Reply(format!(
-                "expected an array, got {reply:?}"
-            )));
-        };
-        if items.len() != debts.len() {
-            return Err(StoreError::Reply(format!(
-                "expected {} items, got {}",
-                debts.len(),
-                items.len()
-            )));
-        }
-        items.iter().map(decimal).collect()
+        items(&reply, debts.len())?.iter().map(decimal).collect()
     }
 
     /// Sends `cmd` (an `EVALSHA` of one of the scripts) within the timeout.
@@ -497,17 +568,22 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn parse_reply(v: &redis::Value, n: usize) -> Result<ScriptReply, StoreError> {
+/// The `n` items of a reply that must be an array of that many.
+fn items(v: &redis::Value, n: usize) -> Result<&[redis::Value], StoreError> {
     let redis::Value::Array(items) = v else {
         return Err(StoreError::Reply(format!("expected an array, got {v:?}")));
     };
-    if items.len() != 2 + 2 * n {
+    if items.len() != n {
         return Err(StoreError::Reply(format!(
-            "expected {} items, got {}",
-            2 + 2 * n,
+            "expected {n} items, got {}",
             items.len()
         )));
     }
+    Ok(items)
+}
+
+fn parse_reply(v: &redis::Value, n: usize) -> Result<ScriptReply, StoreError> {
+    let items = items(v, 2 + 2 * n)?;
     let allowed = int(&items[0])? == 1;
     let retry = int(&items[1])?;
     let retry_after_s = u64::try_from(retry).ok();
@@ -519,7 +595,7 @@ fn parse_reply(v: &redis::Value, n: usize) -> Result<ScriptReply, StoreError> {
             2 => BucketVerdict::CostAboveBurst,
             x => return Err(StoreError::Reply(format!("unknown verdict {x}"))),
         };
-        buckets.push((verdict, decimal(&pair[1])?));
+        buckets.push((verdict, thousandths(&pair[1])?));
     }
     Ok(ScriptReply {
         allowed,
@@ -538,7 +614,12 @@ fn install_crypto_provider() {
     }
 }
 
-/// A token count the scripts send as a decimal string.
+/// A token count the bucket script sends in thousandths of a token, rounded down.
+fn thousandths(v: &redis::Value) -> Result<f64, StoreError> {
+    Ok(int(v)? as f64 / 1000.0)
+}
+
+/// A token count the repayment script sends as a decimal string.
 fn decimal(v: &redis::Value) -> Result<f64, StoreError> {
     let tokens = match v {
         redis::Value::BulkString(b) => std::str::from_utf8(b)
@@ -590,13 +671,15 @@ mod tests {
     #[test]
     fn replies_of_the_wrong_shape_are_errors() {
         use redis::Value::{Array, BulkString, Int};
-        let ok = Array(vec![Int(0), Int(3), Int(1), BulkString(b"0.5".to_vec())]);
+        let ok = Array(vec![Int(0), Int(3), Int(1), Int(500)]);
         let reply = parse_reply(&ok, 1).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(reply.retry_after_s, Some(3));
         assert_eq!(reply.buckets, [(BucketVerdict::Short, 0.5)]);
         assert!(parse_reply(&ok, 2).is_err());
         assert!(parse_reply(&Int(1), 1).is_err());
-        let bad = Array(vec![Int(1), Int(-1), Int(7), BulkString(b"1".to_vec())]);
+        let bad = Array(vec![Int(1), Int(-1), Int(7), Int(1000)]);
         assert!(parse_reply(&bad, 1).is_err());
+        let text = Array(vec![Int(1), Int(-1), Int(0), BulkString(b"1".to_vec())]);
+        assert!(parse_reply(&text, 1).is_err(), "tokens come as an integer");
     }
 }

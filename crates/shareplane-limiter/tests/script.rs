@@ -111,6 +111,69 @@ async fn fifteen_concurrent_calls_on_five_tokens_admit_exactly_five() {
 }
 
 #[tokio::test]
+async fn checks_that_arrive_together_share_a_call_and_decide_as_one_after_another() {
+    let Some(url) = redis_url("checks_that_arrive_together_share_a_call") else {
+        return;
+    };
+    let b = buckets(&url);
+    let (a, wide, alone) = (
+        KeyScheme::PerLimit.key(&unique("batch-a")),
+        KeyScheme::PerLimit.key(&unique("batch-wide")),
+        KeyScheme::PerLimit.key(&unique("batch-alone")),
+    );
+    // 40 checks at once: each odd one names `a` (5 tokens) and `wide` (100), all or nothing;
+    // each even one `alone` (3 tokens), with a shadow `wide` beside it.
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let b = b.clone();
+            let calls = if i % 2 == 1 {
+                vec![call(&a, SLOW, 5.0, 1.0), call(&wide, SLOW, 100.0, 1.0)]
+            } else {
+                let shadow = BucketCall {
+                    enforce: false,
+                    ..call(&wide, SLOW, 100.0, 1.0)
+                };
+                vec![call(&alone, SLOW, 3.0, 1.0), shadow]
+            };
+            tokio::spawn(async move { (i, run(&b, &calls).await) })
+        })
+        .collect();
+    let mut replies = Vec::new();
+    for t in tasks {
+        replies.push(t.await.unwrap_or_else(|e| panic!("{e}")));
+    }
+    let (calls, carried) = b.script_calls();
+    assert_eq!(carried, 40, "every check carried once");
+    assert!(
+        calls < 40,
+        "40 checks at once went in {calls} calls, not batched"
+    );
+    let admitted = |odd: usize| {
+        (replies.iter())
+            .filter(|(i, r)| i % 2 == odd && r.allowed)
+            .count()
+    };
+    assert_eq!(admitted(1), 5, "5 of the 20 checks on `a`");
+    assert_eq!(admitted(0), 3, "3 of the 20 on `alone`");
+    // `wide` paid for every admitted check, shadow ones included: 8 of 100.
+    let (_, left) = tokens(&b, call(&wide, SLOW, 100.0, 0.0)).await;
+    assert!(near(left, 92.0), "wide holds {left}");
+    // A refused check of `a` spent nothing of `wide`; each reply's tokens are what its check
+    // left, so the admitted `a` checks saw 4, 3, 2, 1, 0 in the order the script took them.
+    let mut seen: Vec<f64> = (replies.iter())
+        .filter(|(i, r)| i % 2 == 1 && r.allowed)
+        .map(|(_, r)| r.buckets[0].1)
+        .collect();
+    seen.sort_by(f64::total_cmp);
+    assert!(
+        seen.iter()
+            .zip([0.0, 1.0, 2.0, 3.0, 4.0])
+            .all(|(x, w)| near(*x, w)),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
 async fn retry_after_matches_the_refill() {
     let Some(url) = redis_url("retry_after_matches_the_refill") else {
         return;
@@ -268,8 +331,12 @@ async fn every_write_sets_a_ttl_of_at_least_burst_over_rate() {
     // Called directly with a TTL argument of 1 ms: the script raises it to burst / rate = 50 s.
     let script = redis::Script::new(SCRIPT);
     for allowed_or_not in [1.0, 100.0] {
+        // One check of one bucket: the bucket's index (1), rate, burst, cost, ttl_ms, enforce.
         let _: redis::Value = script
             .key(&key)
+            .arg(1)
+            .arg(1)
+            .arg(1)
             .arg(2.0)
             .arg(100.0)
             .arg(allowed_or_not)
@@ -285,17 +352,38 @@ async fn every_write_sets_a_ttl_of_at_least_burst_over_rate() {
             .unwrap_or_else(|e| panic!("{e}"));
         assert!((49_000..=50_000).contains(&pttl), "PTTL {pttl}");
     }
-    // Bad numbers are an error reply, never a write.
+    // Bad numbers are an error reply, never a write, even after a good check in the same batch.
+    let fresh = KeyScheme::PerLimit.key(&unique("ttl-bad"));
     let bad = script
-        .key(&key)
+        .key(&fresh)
+        .arg(2)
+        .arg(&[1, 1][..])
+        .arg(&[1.0, 100.0, 1.0, 1.0, 1.0][..])
+        .arg(&[1, 1][..])
         .arg("nan")
-        .arg(1)
-        .arg(1)
-        .arg(1)
-        .arg(1)
+        .arg(&[1, 1, 1, 1][..])
         .invoke_async::<redis::Value>(&mut conn)
         .await;
-    assert!(bad.is_err_and(|e| e.to_string().contains("rate of key 1")));
+    assert!(
+        bad.as_ref()
+            .is_err_and(|e| e.to_string().contains("rate of bucket 1 of check 2")),
+        "{bad:?}"
+    );
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&fresh)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(exists, 0, "a bad batch wrote nothing");
+    // So are counts that do not add up.
+    for args in [vec!["0"], vec!["2", "1", "1", "1", "1", "1", "1", "1"]] {
+        let bad = script
+            .key(&fresh)
+            .arg(&args)
+            .invoke_async::<redis::Value>(&mut conn)
+            .await;
+        assert!(bad.is_err(), "{args:?} accepted");
+    }
 }
 
 #[tokio::test]
@@ -357,6 +445,7 @@ async fn the_ttl_is_set_again_once_less_than_three_quarters_or_a_refill_is_left(
         cmd.arg(redis::Script::new(SCRIPT).get_hash())
             .arg(1)
             .arg(&key)
+            .arg(&[1, 1, 1][..])
             .arg(c.rate)
             .arg(c.burst)
             .arg(c.cost)
