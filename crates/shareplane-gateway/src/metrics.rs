@@ -318,6 +318,13 @@ fn render_limiter(out: &mut String, limiter: &Limiter, st: &shareplane_limiter::
     );
     gauge(
         out,
+        "shareplane_gateway_redis_calls_total",
+        "counter",
+        "Bucket-script calls sent to Redis (checks that arrive together share one: fewer calls than decisions under load).",
+        st.redis_calls as f64,
+    );
+    gauge(
+        out,
         "shareplane_gateway_redis_failures_total",
         "counter",
         "Redis calls that failed or timed out.",

@@ -64,6 +64,12 @@ async fn a_gateway_in_cluster_mode_decides_multi_limit_requests_in_redis() {
         Some(4.0),
         "{m}"
     );
+    // One after another, each check was a call of its own (none waited for another in flight).
+    assert_eq!(
+        metric(&m, "shareplane_gateway_redis_calls_total"),
+        Some(4.0),
+        "{m}"
+    );
     // Another key group in the same request: the failure policy (local share, empty on entry).
     assert_eq!(check(&gw, &[&b, &other]).await, 429);
     let m = gw.metrics().await;

@@ -153,6 +153,9 @@ pub struct LimiterStats {
     pub rule_sets_installed: u64,
     pub rule_sets_ignored: u64,
     pub script_loads: u64,
+    /// Bucket-script calls sent to Redis; fewer than the checks they decided when checks that
+    /// arrived together shared a call (`store::batch`).
+    pub redis_calls: u64,
     /// Whether capacity limits are fenced now (the lease ran out).
     pub fenced: bool,
     /// Times fencing started.

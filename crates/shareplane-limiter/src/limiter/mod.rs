@@ -117,6 +117,7 @@ impl Limiter {
             rule_sets_installed: c.installed,
             rule_sets_ignored: c.ignored,
             script_loads: self.store.script_loads(),
+            redis_calls: self.store.script_calls().0,
             fenced: snap.fenced,
             fences: c.fences,
             fenced_refusals: c.fenced_refusals,
