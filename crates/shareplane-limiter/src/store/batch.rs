@@ -6,8 +6,8 @@
 //! per call, whatever the number of checks that name it). A check that finds no call in flight
 //! for its key group is sent at once, alone, as before batching; one that arrives while a call
 //! is in flight waits for it and goes in the next call with the others that arrived meanwhile
-//! (at most [`MAX_CHECKS_PER_BATCH`]). So a lone check costs what it did, and under load the
-//! calls (and Redis's CPU) grow with the rate of round trips, not with the rate of checks.
+//! (at most [`MAX_CHECKS_PER_BATCH`]). Under load the calls (and Redis's CPU) grow with the
+//! rate of round trips, not with the rate of checks.
 //!
 //! What a check decides does not change: the script evaluates a batch's checks in order at one
 //! instant of the server's clock, exactly as the same calls made one after another at that
@@ -49,6 +49,21 @@ pub(crate) struct Queues(Mutex<HashMap<String, Vec<Waiting>>>);
 impl Queues {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Waiting>>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next batch of `group` (the checks that still wait, at most [`MAX_CHECKS_PER_BATCH`]),
+    /// or `None`, the group freed, when none does.
+    fn next(&self, group: &str) -> Option<Vec<Waiting>> {
+        let mut queues = self.lock();
+        let q = queues.get_mut(group)?;
+        // A check that gave up waiting is not sent.
+        q.retain(|w| !w.answer.is_closed());
+        if q.is_empty() {
+            queues.remove(group);
+            return None;
+        }
+        let take = q.len().min(MAX_CHECKS_PER_BATCH);
+        Some(q.drain(..take).collect())
     }
 }
 
@@ -97,7 +112,8 @@ pub(crate) async fn check(
     }
 }
 
-/// A check whose keys span several hash tags, sent on its own.
+/// One check in a call of its own: a check that found nothing in flight, or one whose keys span
+/// several hash tags.
 async fn one(store: &RedisBuckets, calls: &[BucketCall]) -> Result<ScriptReply, StoreError> {
     let mut replies = store.call_batch(&[calls]).await?;
     replies.pop().unwrap_or_else(|| {
@@ -146,18 +162,9 @@ impl Lead<'_> {
         let Some(group) = self.group.take() else {
             return;
         };
-        let mut queues = self.store.queues().lock();
-        let Some(q) = queues.get_mut(&group) else {
+        let Some(batch) = self.store.queues().next(&group) else {
             return;
         };
-        q.retain(|w| !w.answer.is_closed());
-        if q.is_empty() {
-            queues.remove(&group);
-            return;
-        }
-        let take = q.len().min(MAX_CHECKS_PER_BATCH);
-        let batch: Vec<Waiting> = q.drain(..take).collect();
-        drop(queues);
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(send(self.store.clone(), group, batch));
@@ -206,19 +213,11 @@ async fn send(store: RedisBuckets, group: String, mut batch: Vec<Waiting>) {
         let checks: Vec<&[BucketCall]> = batch.iter().map(|w| w.calls.as_slice()).collect();
         let replies = store.call_batch(&checks).await;
         answer(batch, replies);
-        let mut queues = store.queues().lock();
-        let Some(q) = queues.get_mut(&group) else {
-            return;
-        };
-        // A check that gave up waiting is not sent.
-        q.retain(|w| !w.answer.is_closed());
-        if q.is_empty() {
-            queues.remove(&group);
+        let Some(next) = store.queues().next(&group) else {
             running.ended = true;
             return;
-        }
-        let take = q.len().min(MAX_CHECKS_PER_BATCH);
-        batch = q.drain(..take).collect();
+        };
+        batch = next;
     }
 }
 
