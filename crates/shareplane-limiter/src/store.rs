@@ -332,15 +332,14 @@ impl RedisBuckets {
     ) -> Result<Vec<Result<ScriptReply, StoreError>>, StoreError> {
         // The distinct keys, and each bucket's index among them (from 1, as Lua counts).
         let mut keys: Vec<&str> = Vec::new();
+        let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         let mut index: Vec<usize> = Vec::new();
         for c in checks.iter().flat_map(|calls| calls.iter()) {
-            match keys.iter().position(|k| *k == c.key) {
-                Some(at) => index.push(at + 1),
-                None => {
-                    keys.push(&c.key);
-                    index.push(keys.len());
-                }
-            }
+            let at = *seen.entry(c.key.as_str()).or_insert_with(|| {
+                keys.push(&c.key);
+                keys.len()
+            });
+            index.push(at);
         }
         let mut args = redis::cmd("EVALSHA");
         args.arg(&self.shared.sha).arg(keys.len());

@@ -6,7 +6,7 @@
 //! per call, whatever the number of checks that name it). A check that finds no call in flight
 //! for its key group is sent at once, alone, as before batching; one that arrives while a call
 //! is in flight waits for it and goes in the next call with the others that arrived meanwhile
-//! (at most [`MAX_CHECKS_PER_BATCH`]). Under load the calls (and Redis's CPU) grow with the
+//! (at most [`MAX_CHECKS_PER_BATCH`] checks and [`MAX_BUCKETS_PER_BATCH`] buckets). Under load the calls (and Redis's CPU) grow with the
 //! rate of round trips, not with the rate of checks.
 //!
 //! What a check decides does not change: the script evaluates a batch's checks in order at one
@@ -33,6 +33,9 @@ use super::{BucketCall, RedisBuckets, RedisMode, ScriptReply, StoreError};
 
 /// The most checks one script call carries.
 pub const MAX_CHECKS_PER_BATCH: usize = 64;
+/// The most buckets (summed over its checks) one script call names, so that no call holds the
+/// server for long (a check alone names at most [`super::MAX_BUCKETS_PER_CALL`]).
+pub const MAX_BUCKETS_PER_BATCH: usize = 256;
 
 type Answer = oneshot::Sender<Result<ScriptReply, StoreError>>;
 
@@ -51,8 +54,9 @@ impl Queues {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The next batch of `group` (the checks that still wait, at most [`MAX_CHECKS_PER_BATCH`]),
-    /// or `None`, the group freed, when none does.
+    /// The next batch of `group` (the checks that still wait, in order, at most
+    /// [`MAX_CHECKS_PER_BATCH`] and [`MAX_BUCKETS_PER_BATCH`] buckets, one check at least), or
+    /// `None`, the group freed, when none does.
     fn next(&self, group: &str) -> Option<Vec<Waiting>> {
         let mut queues = self.lock();
         let q = queues.get_mut(group)?;
@@ -62,7 +66,14 @@ impl Queues {
             queues.remove(group);
             return None;
         }
-        let take = q.len().min(MAX_CHECKS_PER_BATCH);
+        let mut buckets = 0;
+        let take = (q.iter().take(MAX_CHECKS_PER_BATCH))
+            .take_while(|w| {
+                buckets += w.calls.len();
+                buckets <= MAX_BUCKETS_PER_BATCH
+            })
+            .count()
+            .max(1);
         Some(q.drain(..take).collect())
     }
 }
@@ -248,6 +259,51 @@ mod tests {
         assert_eq!(hash_tag("rl:{}:x"), "rl:{}:x");
         assert_eq!(hash_tag("plain"), "plain");
         assert_eq!(hash_tag("open{only"), "open{only");
+    }
+
+    #[test]
+    fn a_batch_takes_the_waiting_checks_in_order_within_its_bounds() {
+        let queues = Queues::default();
+        let mut replies = Vec::new();
+        let mut waiting = Vec::new();
+        for i in 0..12 {
+            let (answer, reply) = oneshot::channel();
+            // Checks 0-9 name 32 buckets each, 10 and 11 one each; check 3 gave up.
+            let n = if i < 10 { 32 } else { 1 };
+            let calls = vec![bucket(&format!("k{i}")); n];
+            waiting.push(Waiting { calls, answer });
+            if i != 3 {
+                replies.push(reply);
+            }
+        }
+        queues.lock().insert("g".to_owned(), waiting);
+        let keys = |b: Vec<Waiting>| b.iter().map(|w| w.calls[0].key.clone()).collect::<Vec<_>>();
+        let first = queues.next("g").map(keys);
+        assert_eq!(
+            first,
+            Some(
+                (0..10)
+                    .filter(|&i| i != 3)
+                    .take(8)
+                    .map(|i| format!("k{i}"))
+                    .collect()
+            ),
+            "256 buckets at most, the one that gave up left out"
+        );
+        let second = queues.next("g").map(keys);
+        assert_eq!(second, Some(vec!["k9".into(), "k10".into(), "k11".into()]));
+        assert!(queues.next("g").is_none());
+        assert!(queues.lock().is_empty(), "the group is freed");
+    }
+
+    fn bucket(key: &str) -> BucketCall {
+        BucketCall {
+            key: key.to_owned(),
+            rate: 1.0,
+            burst: 1.0,
+            cost: 1.0,
+            enforce: true,
+        }
     }
 
     #[test]
