@@ -295,6 +295,40 @@ impl Metrics {
 
 /// The limiter's gauges and counters: the fallback, Redis, the rule set and its lease, the fence.
 fn render_limiter(out: &mut String, limiter: &Limiter, st: &shareplane_limiter::LimiterStats) {
+    render_redis(out, limiter, st);
+    gauge(
+        out,
+        "shareplane_gateway_rules_version",
+        "gauge",
+        "Version of the running rule set (0: none yet).",
+        limiter.version() as f64,
+    );
+    let lease = st.lease_remaining.map_or(-1.0, |d| d.as_secs_f64());
+    gauge(
+        out,
+        "shareplane_gateway_lease_remaining_seconds",
+        "gauge",
+        "What is left of the rule set's lease (-1: unbounded or no rule set).",
+        lease,
+    );
+    gauge(
+        out,
+        "shareplane_gateway_fenced",
+        "gauge",
+        "1 while the lease has run out and capacity limits refuse.",
+        f64::from(u8::from(st.fenced)),
+    );
+    gauge(
+        out,
+        "shareplane_gateway_fenced_refusals_total",
+        "counter",
+        "Calls refused because capacity limits were fenced.",
+        st.fenced_refusals as f64,
+    );
+}
+
+/// Who decided: Redis's script (and how many calls it took) or the failure policies.
+fn render_redis(out: &mut String, limiter: &Limiter, st: &shareplane_limiter::LimiterStats) {
     gauge(
         out,
         "shareplane_gateway_fallback_in_use",
@@ -336,35 +370,6 @@ fn render_limiter(out: &mut String, limiter: &Limiter, st: &shareplane_limiter::
         "counter",
         "Checks decided by the failure policies because, on a Redis cluster, their limits are in different key groups.",
         st.cross_slot_checks as f64,
-    );
-    gauge(
-        out,
-        "shareplane_gateway_rules_version",
-        "gauge",
-        "Version of the running rule set (0: none yet).",
-        limiter.version() as f64,
-    );
-    let lease = st.lease_remaining.map_or(-1.0, |d| d.as_secs_f64());
-    gauge(
-        out,
-        "shareplane_gateway_lease_remaining_seconds",
-        "gauge",
-        "What is left of the rule set's lease (-1: unbounded or no rule set).",
-        lease,
-    );
-    gauge(
-        out,
-        "shareplane_gateway_fenced",
-        "gauge",
-        "1 while the lease has run out and capacity limits refuse.",
-        f64::from(u8::from(st.fenced)),
-    );
-    gauge(
-        out,
-        "shareplane_gateway_fenced_refusals_total",
-        "counter",
-        "Calls refused because capacity limits were fenced.",
-        st.fenced_refusals as f64,
     );
 }
 
