@@ -12,7 +12,7 @@
 --          refusing bucket, ceil((cost - tokens) / rate); -1 when admitted or when no wait helps
 --          (cost above burst, or a rate of zero). verdict_i: 0 has the tokens, 1 short of tokens,
 --          2 cost above burst. tokens_i: thousandths of a token left after this check, rounded
---          down (an integer, so that no check pays for formatting a number).
+--          down (an integer, so that no check pays for formatting a number), within ±9e15.
 --
 -- A batch is exactly the same checks made one after another at the same instant: a bucket is
 -- refilled once (the first check that names it, at its rate), every later check sees what the
@@ -126,7 +126,10 @@ for c = 1, m do
     -- An admitted check spends every bucket that has the tokens, shadow ones included, so a shadow
     -- bucket tracks what enforcing it would have done.
     if allowed == 1 and reply[2 * k + 1] == 0 then tokens[i] = tokens[i] - tonumber(ARGV[b + 4]) end
-    reply[2 * k + 2] = floor(tokens[i] * 1000)
+    -- Redis makes a reply's number a 64-bit integer: keep it within what converts exactly.
+    local milli = floor(tokens[i] * 1000)
+    if milli > 9e15 then milli = 9e15 elseif milli < -9e15 then milli = -9e15 end
+    reply[2 * k + 2] = milli
   end
   replies[c] = reply
   p = p + 1 + 6 * nk

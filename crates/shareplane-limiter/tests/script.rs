@@ -174,6 +174,22 @@ async fn checks_that_arrive_together_share_a_call_and_decide_as_one_after_anothe
 }
 
 #[tokio::test]
+async fn a_huge_bucket_replies_its_tokens_within_an_integer() {
+    let Some(url) = redis_url("a_huge_bucket_replies_its_tokens_within_an_integer") else {
+        return;
+    };
+    let b = buckets(&url);
+    let key = KeyScheme::PerLimit.key(&unique("huge"));
+    // 1e17 tokens are 1e20 thousandths, past a 64-bit integer: the reply is held at 9e15.
+    let (ok, t) = tokens(&b, call(&key, 1e9, 1e17, 1.0)).await;
+    assert!(ok && t == 9e12, "{t}");
+    // A bucket of ordinary size replies what it holds, to the thousandth.
+    let small = KeyScheme::PerLimit.key(&unique("small"));
+    let (ok, t) = tokens(&b, call(&small, SLOW, 2.5, 1.0)).await;
+    assert!(ok && t == 1.5, "{t}");
+}
+
+#[tokio::test]
 async fn retry_after_matches_the_refill() {
     let Some(url) = redis_url("retry_after_matches_the_refill") else {
         return;
