@@ -9,14 +9,9 @@ use std::time::Duration;
 use common::{redis_url, unique};
 use shareplane_limiter::store::{BucketCall, KeyScheme, RedisBuckets};
 
+/// A bucket of 100 tokens that no test lasts long enough to see refill.
 fn call(key: &str) -> BucketCall {
-    BucketCall {
-        key: key.to_owned(),
-        rate: 0.0001,
-        burst: 100.0,
-        cost: 1.0,
-        enforce: true,
-    }
+    common::call(key, 0.0001, 100.0, 1.0)
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{limit, redis_cluster_url, rules, unique};
-use shareplane_limiter::store::{BucketCall, RedisBuckets, StoreError};
+use shareplane_limiter::store::{RedisBuckets, StoreError};
 use shareplane_limiter::{
     DecisionPath, KeyScheme, LimitWire, Limiter, LimiterConfig, RedisMode, RuleSet,
 };
@@ -93,13 +93,7 @@ async fn limits_whose_own_keys_are_in_two_slots_are_one_exact_call_under_their_g
     // The keys the external specification names fail as one call on a cluster.
     let naive = RedisBuckets::with_mode(&url, RedisMode::Cluster, Duration::from_secs(2), None)
         .unwrap_or_else(|e| panic!("{e}"));
-    let call = |key: String| BucketCall {
-        key,
-        rate: SLOW,
-        burst: 5.0,
-        cost: 1.0,
-        enforce: true,
-    };
+    let call = |key: String| common::call(&key, SLOW, 5.0, 1.0);
     let crossed = naive
         .run(&[
             call(KeyScheme::PerLimit.key(&a)),

@@ -11,13 +11,7 @@ use shareplane_limiter::store::{BucketCall, KeyScheme, RedisBuckets};
 const SLOW: f64 = 0.0001;
 
 fn call(key: &str) -> BucketCall {
-    BucketCall {
-        key: key.to_owned(),
-        rate: SLOW,
-        burst: 3.0,
-        cost: 1.0,
-        enforce: true,
-    }
+    common::call(key, SLOW, 3.0, 1.0)
 }
 
 #[tokio::test]

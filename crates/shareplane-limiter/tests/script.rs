@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{redis_url, unique};
+use common::{call, redis_url, unique};
 use shareplane_limiter::store::{
     BucketCall, BucketVerdict, Debt, KeyScheme, RedisBuckets, ScriptReply, SCRIPT,
 };
@@ -15,16 +15,6 @@ const SLOW: f64 = 0.0001;
 
 fn buckets(url: &str) -> RedisBuckets {
     RedisBuckets::new(url, Duration::from_secs(2)).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn call(key: &str, rate: f64, burst: f64, cost: f64) -> BucketCall {
-    BucketCall {
-        key: key.to_owned(),
-        rate,
-        burst,
-        cost,
-        enforce: true,
-    }
 }
 
 async fn run(b: &RedisBuckets, calls: &[BucketCall]) -> ScriptReply {

@@ -6,8 +6,8 @@
 //! per call, whatever the number of checks that name it). A check that finds no call in flight
 //! for its key group is sent at once, alone, as before batching; one that arrives while a call
 //! is in flight waits for it and goes in the next call with the others that arrived meanwhile
-//! (at most [`MAX_CHECKS_PER_BATCH`] checks and [`MAX_BUCKETS_PER_BATCH`] buckets). Under load the calls (and Redis's CPU) grow with the
-//! rate of round trips, not with the rate of checks.
+//! (at most [`MAX_CHECKS_PER_BATCH`] checks and [`MAX_BUCKETS_PER_BATCH`] buckets). Under load
+//! the calls (and Redis's CPU) grow with the rate of round trips, not with the rate of checks.
 //!
 //! What a check decides does not change: the script evaluates a batch's checks in order at one
 //! instant of the server's clock, exactly as the same calls made one after another at that
@@ -106,13 +106,9 @@ pub(crate) async fn check(
         }
     };
     let Some(reply) = queued else {
-        let mut lead = Lead {
-            store,
-            group: Some(group),
-        };
-        let result = one(store, calls).await;
-        lead.hand_over();
-        return result;
+        // Hands the group over when dropped: once the call is answered, or if the caller gives up.
+        let _lead = Lead { store, group };
+        return one(store, calls).await;
     };
     match tokio::time::timeout(store.timeout(), reply).await {
         Ok(Ok(answer)) => answer,
@@ -165,33 +161,25 @@ pub fn hash_tag(key: &str) -> &str {
 /// checks that queued behind it go on in a sender task, or the group is freed.
 struct Lead<'a> {
     store: &'a RedisBuckets,
-    group: Option<String>,
+    group: String,
 }
 
-impl Lead<'_> {
-    fn hand_over(&mut self) {
-        let Some(group) = self.group.take() else {
-            return;
-        };
-        let Some(batch) = self.store.queues().next(&group) else {
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        let Some(batch) = self.store.queues().next(&self.group) else {
             return;
         };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
+                let group = std::mem::take(&mut self.group);
                 rt.spawn(send(self.store.clone(), group, batch));
             }
             // No runtime to send them from (it is shutting down): the waiting checks are told
             // so, and the group is freed.
             Err(_) => {
-                self.store.queues().lock().remove(&group);
+                self.store.queues().lock().remove(&self.group);
             }
         }
-    }
-}
-
-impl Drop for Lead<'_> {
-    fn drop(&mut self) {
-        self.hand_over();
     }
 }
 

@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
+use shareplane_limiter::store::BucketCall;
 use shareplane_limiter::{DemandReport, LimitKind, LimitWire, RulesWire};
 
 /// The Redis URL from `SHAREPLANE_TEST_REDIS_URL`. Without it: panics when
@@ -64,6 +65,17 @@ pub fn unique(name: &str) -> String {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     format!("{name}-{}-{nanos}", std::process::id())
+}
+
+/// One enforced bucket of a check, with these numbers.
+pub fn call(key: &str, rate: f64, burst: f64, cost: f64) -> BucketCall {
+    BucketCall {
+        key: key.to_owned(),
+        rate,
+        burst,
+        cost,
+        enforce: true,
+    }
 }
 
 pub fn limit(id: &str, rate: f64, burst: f64) -> LimitWire {
