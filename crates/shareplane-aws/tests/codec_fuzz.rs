@@ -355,6 +355,46 @@ fn what_the_writer_had_seen_round_trips_and_a_header_without_it_said_nothing() {
     assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
 }
 
+#[test]
+fn what_the_writer_froze_round_trips_and_a_header_without_it_froze_nothing() {
+    let d = deployment(10);
+    let mut r = parts(&d, 1, 5);
+    r.seen.0[0] = (3, 41);
+    r.seen.0[2] = (1, 7);
+    r.frozen.0[0] = Some((3, 40));
+    let enc = codec::encode(&d, &RegionRecord::from_parts(r.clone()));
+    let mut items = stored(&enc);
+    let decoded = |items: &[Item]| decode_as(&d, items, |r| r.frozen());
+    assert_eq!(decoded(&items), Ok(r.frozen));
+    // An older writer writes no attribute: it froze nothing.
+    let last = items.len() - 1;
+    let written = items[last].remove(codec::FROZEN_ATTR).expect("written");
+    assert_eq!(decoded(&items), Ok(shareplane_core::PerRegion::default()));
+    // A writer that froze nothing writes none either.
+    r.frozen = shareplane_core::PerRegion::default();
+    let none =
+        codec::encode(&d, &RegionRecord::from_parts(r)).header_item(1, &vec![5; enc.shards.len()]);
+    assert!(!none.contains_key(codec::FROZEN_ATTR));
+    // A freeze of a record its writer does not say it saw is rejected, never adopted.
+    let AttributeValue::B(b) = written else {
+        panic!("fr is not binary")
+    };
+    let mut ahead = Vec::new();
+    for (e, v) in [(3u8, 42u8), (0, 0), (0, 0)] {
+        ahead.extend([e, v]);
+    }
+    items[last].insert(codec::FROZEN_ATTR.into(), AttributeValue::B(ahead.into()));
+    assert!(
+        decoded(&items).is_err_and(|e| e.contains("froze a record")),
+        "{:?}",
+        decoded(&items)
+    );
+    // A truncated blob is malformed, never misread.
+    let cut = b.as_ref()[..b.as_ref().len() - 1].to_vec();
+    items[last].insert(codec::FROZEN_ATTR.into(), AttributeValue::B(cut.into()));
+    assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
+}
+
 /// The items of `enc` as one write stores them (shards and header, all at version 5).
 fn stored(enc: &codec::Encoded) -> Vec<Item> {
     let mut items: Vec<Item> = (0..enc.shards.len())

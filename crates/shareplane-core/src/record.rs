@@ -66,6 +66,14 @@ pub struct RegionRecord {
     /// that a newer record of an estate exists than its own basis, whether or not the writer
     /// acted on it (docs/PROTOCOL.md, "Reclaim against a causally closed basis").
     pub(crate) seen: PerRegion<(u64, u64)>,
+    /// `(epoch, version)` of the record of each peer at which this Region froze that peer when
+    /// it counted it silent (two-signals only; `None`: not frozen, or a writer that did not
+    /// say). While frozen, the writer takes none of that epoch's grants from a newer record and
+    /// raises its part of that epoch's estate by nothing from one, until every other live Region
+    /// has published (`seen`) that it holds the newer record. An heir closes the epoch only
+    /// against the record every live Region froze at (docs/PROTOCOL.md, "Reclaim against an
+    /// agreed basis").
+    pub(crate) frozen: PerRegion<Option<(u64, u64)>>,
     /// One entry per limit, by limit index ([`Limits`]: copies of a record share it until one
     /// of them changes it).
     pub(crate) limits: Limits,
@@ -306,6 +314,7 @@ impl RegionRecord {
             account_epochs,
             reclaims: PerRegion([None; MAX_REGIONS]),
             seen: PerRegion::default(),
+            frozen: PerRegion::default(),
             limits,
             limits_digest: None,
             fenced: false,
@@ -384,6 +393,14 @@ impl RegionRecord {
             if r == self.region.index() && self.seen.0[r] != (0, 0) {
                 return Some("says it has seen its own record");
             }
+            if let Some(f) = self.frozen.0[r] {
+                if r == self.region.index() {
+                    return Some("says it froze its own record");
+                }
+                if f > self.seen.0[r] {
+                    return Some("froze a record it does not say it has seen");
+                }
+            }
             if let Some(m) = self.reclaims.0[r] {
                 if m.epoch == 0 || m.epoch > MAX_EPOCH || m.version > MAX_COUNTER {
                     return Some("a reclaim mark is out of range");
@@ -401,6 +418,7 @@ impl RegionRecord {
                 || self.account_epochs.0[i] != 0
                 || self.reclaims.0[i].is_some()
                 || self.seen.0[i] != (0, 0)
+                || self.frozen.0[i].is_some()
         });
         unconfigured.then_some("names a Region that is not configured")
     }

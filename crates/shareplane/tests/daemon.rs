@@ -1291,18 +1291,23 @@ async fn a_loss_a_reclaim_a_return_and_a_fence_are_one_event_each() {
     let (mut c, _feed, a, cc) = settled_three().await;
     // Live from the first record seen: no change, no event.
     assert!(event_kinds(&a, Some("B")).is_empty());
-    // B is lost and its health check turns unhealthy: silent, then reclaimed, once each.
+    // B is lost and its health check turns unhealthy at once: silent, then reclaimed, once each.
+    // The survivor that counts B silent first waits (once) for the other's freeze of B to reach
+    // it: the verdict came before the freezes could cross, as a real check's does not.
     c.kill(1);
     c.health.set(rid(1), Health::Unhealthy);
     settle(30).await;
+    let mut waited = 0;
     for s in [&a, &cc] {
-        assert_eq!(
-            event_kinds(s, Some("B")),
-            vec!["peer_silent", "reclaim"],
-            "{}",
-            s.region
-        );
+        let kinds = event_kinds(s, Some("B"));
+        waited += kinds.iter().filter(|&&k| k == "reclaim_waiting").count();
+        let kinds: Vec<_> = kinds
+            .into_iter()
+            .filter(|&k| k != "reclaim_waiting")
+            .collect();
+        assert_eq!(kinds, vec!["peer_silent", "reclaim"], "{}", s.region);
     }
+    assert!(waited <= 1, "{waited} waits");
     let reclaim = a
         .events
         .since(0)

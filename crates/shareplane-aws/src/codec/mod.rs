@@ -67,6 +67,12 @@ pub const FENCED_ATTR: &str = "fz";
 /// header without it, from an older writer, decodes to `(0, 0)` everywhere, "did not say";
 /// older readers ignore it).
 pub const SEEN_ATTR: &str = "sn";
+/// The header attribute holding, per Region of the header, `(epoch, version)` of the record of
+/// it at which the writer froze it (B: varint pairs in the header's Region order, `(0, 0)` where
+/// it froze nothing; optional: a header without it, from an older writer or one that froze
+/// nobody, decodes to no freeze; older readers ignore it, and an heir waits for a freeze from
+/// a Region that never says one, so roll an upgrade out while no Region is silent).
+pub const FROZEN_ATTR: &str = "fr";
 /// The sort key of a Region's writer lease.
 pub const LEASE_SK: &str = "lease";
 /// Limits per shard, by deployment index. At most ~450 bytes per limit (a 128-byte id and every
@@ -95,6 +101,7 @@ pub struct Encoded {
     reclaims: Vec<Option<ReclaimMark>>,
     account_epochs: Vec<u64>,
     seen: Vec<(u64, u64)>,
+    frozen: Vec<(u64, u64)>,
     regions: Vec<String>,
     limits_digest: Option<u64>,
     fenced: bool,
@@ -262,6 +269,10 @@ pub fn encode(d: &Deployment, record: &RegionRecord) -> Encoded {
         reclaims: record.reclaims().0[..n].to_vec(),
         account_epochs: record.account_epochs().0[..n].to_vec(),
         seen: record.seen().0[..n].to_vec(),
+        frozen: record.frozen().0[..n]
+            .iter()
+            .map(|f| f.unwrap_or((0, 0)))
+            .collect(),
         regions: d.regions.clone(),
         limits_digest: record.limits_digest(),
         fenced: record.fenced(),
@@ -324,6 +335,14 @@ impl Encoded {
                 put_varint(&mut b, *v);
             }
             item.insert(SEEN_ATTR.into(), AttributeValue::B(Blob::new(b)));
+        }
+        if self.frozen.iter().any(|f| *f != (0, 0)) {
+            let mut b = Vec::with_capacity(4 * self.frozen.len());
+            for (e, v) in &self.frozen {
+                put_varint(&mut b, *e);
+                put_varint(&mut b, *v);
+            }
+            item.insert(FROZEN_ATTR.into(), AttributeValue::B(Blob::new(b)));
         }
         item
     }
@@ -429,7 +448,12 @@ fn decode_inner(
         peer_epochs: h.peer_epochs,
         account_epochs: h.account_epochs,
         reclaims: h.reclaims,
-        seen: parse_seen(header, &h.columns)?,
+        seen: parse_pairs(header, SEEN_ATTR, &h.columns)?,
+        frozen: PerRegion(
+            parse_pairs(header, FROZEN_ATTR, &h.columns)?
+                .0
+                .map(|f| (f != (0, 0)).then_some(f)),
+        ),
         limits,
         limits_digest: match header.get(DIGEST_ATTR) {
             None => None,
@@ -520,16 +544,18 @@ fn decode_limits(
     Ok(limits)
 }
 
-/// The `sn` attribute of a header whose Regions are `columns` (see [`SEEN_ATTR`]).
-fn parse_seen(
+/// The `sn` or `fr` attribute (`attr`) of a header whose Regions are `columns` (see
+/// [`SEEN_ATTR`], [`FROZEN_ATTR`]): `(0, 0)` for every Region when absent.
+fn parse_pairs(
     header: &Item,
+    attr: &str,
     columns: &[Option<RegionId>],
 ) -> Result<PerRegion<(u64, u64)>, Rejection> {
     let mut seen = PerRegion::default();
-    if header.get(SEEN_ATTR).is_none() {
+    if header.get(attr).is_none() {
         return Ok(seen);
     }
-    let mut r = Reader::new(blob(header, SEEN_ATTR)?);
+    let mut r = Reader::new(blob(header, attr)?);
     for col in columns {
         let pair = (r.varint()?, r.varint()?);
         place(&mut seen, *col, pair, (0, 0))?;

@@ -10,6 +10,7 @@ use crate::targets::targets;
 use std::sync::Arc;
 
 use super::alarms::{checked, held_and_granted, held_less_taken};
+use super::freeze::past_freeze;
 use super::peers::Peer;
 use super::plans::{Closure, Plan};
 use super::{step, Alarms, LimitOutcome, PeerState};
@@ -197,7 +198,7 @@ impl LimitCtx<'_> {
     fn take(&self, li: usize, rec: &RegionRecord, e: &mut LimitRecord, out: &mut LimitOutcome) {
         for j in crate::region::regions(self.d.n()).filter(|&r| r != self.me) {
             let Some(src) = self.source(j) else { continue };
-            if !self.in_account(rec, j, src) {
+            if past_freeze(rec, src) || !self.in_account(rec, j, src) {
                 continue;
             }
             let Some(sl) = src.limits.get(li) else {
@@ -222,7 +223,7 @@ impl LimitCtx<'_> {
                 // An estate this Region closed and switched past: its basis is final, so only
                 // what this Region had not learnt yet can change its part, and that only raises
                 // it. Settled first, before a close of a later epoch moves the mark on.
-                came = self.inherit(li, rec, e, last, true);
+                came = self.inherit(li, rec, e, last, Move::Up);
             }
             out.reclaimed[j] = came;
             let (basis, closing) = match self.closure(j) {
@@ -241,7 +242,14 @@ impl LimitCtx<'_> {
                 e.reclaimed[j] = Room::ZERO;
                 e.debt_taken[j] = Room::ZERO;
             }
-            out.reclaimed[j] += self.inherit(li, rec, e, basis, false);
+            // Past this Region's freeze, its part may go down at once, never up (it rises when
+            // the freeze lifts: every other Region holds that record then, and settled it down).
+            let way = if past_freeze(rec, basis) {
+                Move::Down
+            } else {
+                Move::Any
+            };
+            out.reclaimed[j] += self.inherit(li, rec, e, basis, way);
             if self.is_last(basis) && rec.accounts_with(j, basis.epoch) {
                 // Against the last record only: what the peer's epoch took of this epoch's
                 // grants is final, and the rest is this Region's again.
@@ -313,7 +321,7 @@ impl LimitCtx<'_> {
         rec: &RegionRecord,
         e: &mut LimitRecord,
         basis: &RegionRecord,
-        only_up: bool,
+        way: Move,
     ) -> Room {
         let n = self.d.n();
         let j = basis.region;
@@ -330,25 +338,17 @@ impl LimitCtx<'_> {
         // Room may have moved into this estate from another that this Region closed against an
         // older record: until it sees that one's newer record (and settles it down), its part
         // here only goes down. A settlement against a final basis only goes up.
-        let part = match (self.newer_elsewhere(rec, basis), only_up) {
-            (true, true) => before,
-            (true, false) => part.min(before),
-            (false, true) => part.max(before),
-            (false, false) => part,
+        let way = match (self.newer_elsewhere(rec, basis), way) {
+            (true, Move::Up) => return settle_to(e, j, before, before),
+            (true, _) | (false, Move::Down) => Move::Down,
+            (false, w) => w,
         };
-        e.reclaimed[j] = part.clamp_to_room();
-        e.debt_taken[j] = (-part).clamp_to_room();
-        let change = part - before;
-        if !change.is_negative() {
-            let more = change.clamp_to_room();
-            e.pool += more;
-            return more;
-        }
-        let owe = change.magnitude();
-        let from_pool = owe.min(e.pool);
-        e.pool -= from_pool;
-        e.debt += owe - from_pool;
-        Room::ZERO
+        let part = match way {
+            Move::Up => part.max(before),
+            Move::Down => part.min(before),
+            Move::Any => part,
+        };
+        settle_to(e, j, before, part)
     }
 
     /// What this Region knows of Region `g` with respect to the estate of `basis`'s epoch: what
@@ -497,6 +497,32 @@ impl LimitCtx<'_> {
 /// in play (fuzz seed 345378). Left at its old version, this Region's static part keeps the room
 /// in existence at most `Σ part_i(largest rate in play)` (docs/PROTOCOL.md, "A raise after an
 /// unpaid lowering"). A lowering, a version at the same rate and a first adoption never wait.
+/// Sets this Region's part of `j`'s estate to `part` (it was `before`): the difference goes
+/// into the pool, or is paid from it (the rest becomes debt). Returns what came in.
+fn settle_to(e: &mut LimitRecord, j: RegionId, before: Delta, part: Delta) -> Room {
+    e.reclaimed[j] = part.clamp_to_room();
+    e.debt_taken[j] = (-part).clamp_to_room();
+    let change = part - before;
+    if !change.is_negative() {
+        let more = change.clamp_to_room();
+        e.pool += more;
+        return more;
+    }
+    let owe = change.magnitude();
+    let from_pool = owe.min(e.pool);
+    e.pool -= from_pool;
+    e.debt += owe - from_pool;
+    Room::ZERO
+}
+
+/// Which way a settlement may move this Region's part of an estate.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Move {
+    Any,
+    Up,
+    Down,
+}
+
 fn adopt(
     spec: &LimitSpec,
     e: &mut LimitRecord,

@@ -8,6 +8,7 @@
 //! [`crate::targets`].
 
 mod alarms;
+mod freeze;
 mod limit;
 mod peers;
 mod plans;
@@ -137,6 +138,10 @@ pub struct Coordinator {
     /// the peers' records say they saw, or starts a new epoch ([`Self::resume_in_doubt`]). Cleared
     /// by the next commit.
     resumed_unconfirmed: bool,
+    /// The newest record of each peer that any record this Region may have written says it held
+    /// (`seen`, the largest over every decision since it started, written or not): a peer's
+    /// freeze older than that may have been lifted on the strength of it.
+    published: PerRegion<(u64, u64)>,
 }
 
 impl Coordinator {
@@ -155,6 +160,7 @@ impl Coordinator {
         Coordinator {
             d,
             me,
+            published: own.seen,
             own,
             peers,
             resumed_unconfirmed: false,
@@ -384,14 +390,12 @@ impl Coordinator {
             alarms.new_epoch = true;
         }
         rec.fenced = fenced;
-        self.count_silence();
-        for (i, p) in self.peers.iter().enumerate() {
-            if i != me.index() && p.seen {
-                rec.seen.0[i] = (p.latest.epoch, p.latest.version);
-            }
-        }
+        self.read_peers(&mut rec, inputs.health);
         alarms.fenced = fenced;
         let mut plans = self.plan(&rec, inputs.health, fenced, &mut alarms);
+        for (p, s) in self.published.0.iter_mut().zip(rec.seen.0) {
+            *p = (*p).max(s);
+        }
         alarms.stale_view = d.n() > 1
             && crate::region::regions(d.n())
                 .filter(|&r| r != me)
@@ -501,6 +505,18 @@ impl Coordinator {
         })
     }
 
+    /// This rebalance's read of the peers: their silence counted, what the record says it holds
+    /// of each (`seen`) and which of them it freezes.
+    fn read_peers(&mut self, rec: &mut RegionRecord, health: &PerRegion<Health>) {
+        self.count_silence();
+        for (i, p) in self.peers.iter().enumerate() {
+            if i != self.me.index() && p.seen {
+                rec.seen.0[i] = (p.latest.epoch, p.latest.version);
+            }
+        }
+        self.freeze_peers(rec, health);
+    }
+
     fn count_silence(&mut self) {
         for (i, p) in self.peers.iter_mut().enumerate() {
             if i == self.me.index() || !p.seen {
@@ -587,5 +603,6 @@ impl std::hash::Hash for Coordinator {
         self.me.hash(h);
         self.own.hash(h);
         self.peers.hash(h);
+        self.published.hash(h);
     }
 }

@@ -143,7 +143,7 @@ impl Coordinator {
         // or two Regions cut off from each other and both wrongly called unhealthy would reclaim
         // each other.
         let reclaim = silent && !fenced && reclaimable(self.d.policy, health[j]);
-        if reclaim && !earlier_open && !self.basis_in_doubt(j, &p.latest, health) {
+        if reclaim && !earlier_open && !self.basis_in_doubt(j, &p.latest, rec, health) {
             plan(PeerState::Reclaimed, Closure::Reclaim(p.latest.clone()))
         } else if silent {
             Plan {
@@ -177,15 +177,18 @@ impl Coordinator {
         &self,
         j: RegionId,
         basis: &RegionRecord,
+        rec: &RegionRecord,
         health: &PerRegion<Health>,
     ) -> bool {
         if self.d.policy != SilentPolicy::TwoSignals {
             return false;
         }
         let d = &self.d;
+        let at = Some((basis.epoch, basis.version));
         // This Region's own earlier epochs are evidence too: a record of `j` newer than the basis
-        // that one of them held may have given it room out of this epoch's sight.
-        if self.own.seen[j] > (basis.epoch, basis.version) {
+        // that one of them held may have given it room out of this epoch's sight. And it closes
+        // only the record it froze at itself.
+        if self.own.seen[j] > (basis.epoch, basis.version) || rec.frozen[j] != at {
             return true;
         }
         crate::region::regions(d.n())
@@ -193,7 +196,7 @@ impl Coordinator {
             .any(|k| {
                 let q = &self.peers[k.index()];
                 q.seen
-                    && ((q.silence.unchanged() >= 1 && health[k] != Health::Unhealthy)
+                    && ((health[k] != Health::Unhealthy && !self.froze(&q.latest, j, basis, rec))
                         || std::iter::once(&q.latest)
                             .chain(q.ended.values())
                             .any(|other| knows_newer(other, j, basis)))

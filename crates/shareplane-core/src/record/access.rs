@@ -34,6 +34,7 @@ pub struct RegionRecordParts {
     pub account_epochs: PerRegion<u64>,
     pub reclaims: PerRegion<Option<ReclaimMarkParts>>,
     pub seen: PerRegion<(u64, u64)>,
+    pub frozen: PerRegion<Option<(u64, u64)>>,
     /// One entry per limit, by limit index.
     pub limits: Vec<LimitRecordParts>,
     pub limits_digest: Option<u64>,
@@ -82,6 +83,7 @@ impl RegionRecord {
             account_epochs: p.account_epochs,
             reclaims: PerRegion(p.reclaims.0.map(|m| m.map(ReclaimMark::from_parts))),
             seen: p.seen,
+            frozen: p.frozen,
             // The two entry types have the same size and alignment, so `collect` reuses the
             // vector's allocation.
             limits: p.limits.into_iter().map(LimitRecord::from_parts).collect(),
@@ -103,6 +105,7 @@ impl RegionRecord {
             account_epochs: self.account_epochs,
             reclaims: PerRegion(self.reclaims.0.map(|m| m.map(|m| m.parts()))),
             seen: self.seen,
+            frozen: self.frozen,
             limits: limits.into_iter().map(|l| l.parts()).collect(),
             limits_digest: self.limits_digest,
             fenced: self.fenced,
@@ -176,6 +179,13 @@ impl RegionRecord {
     #[inline]
     pub fn seen(&self) -> PerRegion<(u64, u64)> {
         self.seen
+    }
+
+    /// `(epoch, version)` of the record of each peer at which the writer froze it (`None`: not
+    /// frozen, or a writer that did not say).
+    #[inline]
+    pub fn frozen(&self) -> PerRegion<Option<(u64, u64)>> {
+        self.frozen
     }
 
     /// One entry per limit, by limit index.

@@ -20,6 +20,7 @@ pub fn parts(w: usize, epoch: u64, version: u64) -> RegionRecordParts {
         account_epochs: PerRegion::default(),
         reclaims: PerRegion([None; MAX_REGIONS]),
         seen: PerRegion::default(),
+        frozen: PerRegion::default(),
         limits: Vec::new(),
         limits_digest: None,
         fenced: false,
