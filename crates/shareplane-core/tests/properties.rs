@@ -303,7 +303,20 @@ proptest! {
         let recs: Vec<&RegionRecord> = net.coords.iter().map(|c| c.own()).collect();
         let held: Delta = recs.iter().map(|r| r.limits()[0].held()).sum();
         let debts: Room = recs.iter().map(|r| r.limits()[0].debt()).sum();
-        prop_assert_eq!(debts, Room::ZERO);
+        // Grants move whole units of `n − 1` milli-requests (SPEC D9a), so each pool may keep less
+        // than a unit that nobody can grant: a debt may be left only where such fragments, and
+        // nothing a grant could move, stand for it (the seed saved in the regressions file on
+        // 2026-12-07 ends owing one unit of 4 milli-requests against pools of 1 and 3, on the
+        // rules before the agreed basis as after it).
+        let unit = (n as u64 - 1).max(1);
+        let fragments: Room = recs.iter().map(|r| r.limits()[0].pool()).sum();
+        if debts > Room::ZERO {
+            prop_assert!(
+                recs.iter().all(|r| r.limits()[0].pool().milli() < unit),
+                "a grantable pool left a debt unpaid: {recs:?}"
+            );
+            prop_assert!(debts <= fragments, "debts {debts} beyond the pools' fragments {fragments}");
+        }
         prop_assert_eq!(held, Delta::of(new), "room held after the change");
     }
 }
