@@ -294,7 +294,7 @@ fn print_and_check(
         let sc = family.generate(seed);
         let _ = writeln!(out, "{}", crate::fuzz::to_toml(&sc));
         match crate::fuzz::check(&sc) {
-            Ok(r) => totals.add(&r, sc.limit),
+            Ok(r) => totals.add(&r, sc.limit, seed),
             Err(failure) => {
                 failed += 1;
                 let _ = writeln!(report, "{}", failed_line(family, seed, &failure));

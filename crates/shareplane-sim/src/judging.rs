@@ -383,14 +383,18 @@ pub struct Totals {
     pub max_outside_stale_excess_ratio: f64,
     pub max_stale_ratio: f64,
     pub max_stale_s: f64,
+    /// The seed that held the most stale room (the lowest of equals), to replay.
+    pub max_stale_seed: Option<u64>,
 }
 
 impl Totals {
-    pub fn add(&mut self, r: &Report, limit: Room) {
+    pub fn add(&mut self, r: &Report, limit: Room, seed: u64) {
         self.passed += 1;
         if r.stale_over_rps > 0.0 {
             self.with_stale += 1;
-            self.max_stale_ratio = self.max_stale_ratio.max(r.stale_over_rps / limit.as_rps());
+            let ratio = r.stale_over_rps / limit.as_rps();
+            self.keep_stale_seed(ratio, seed);
+            self.max_stale_ratio = self.max_stale_ratio.max(ratio);
             self.max_stale_s = self.max_stale_s.max(r.stale_over_s);
         }
         if r.outside_stale_excess_rps > 0.0 {
@@ -414,8 +418,21 @@ impl Totals {
         }
     }
 
+    /// Keeps `seed` as the one with the most stale room if `ratio` passes the largest so far (or
+    /// equals it from a lower seed), so that the seed named does not depend on the threads.
+    fn keep_stale_seed(&mut self, ratio: f64, seed: u64) {
+        let better = ratio > self.max_stale_ratio
+            || (ratio == self.max_stale_ratio && self.max_stale_seed.is_some_and(|s| seed < s));
+        if better || self.max_stale_seed.is_none() {
+            self.max_stale_seed = Some(seed);
+        }
+    }
+
     /// Adds another run's totals (of other seeds) to these.
     pub fn merge(&mut self, o: &Totals) {
+        if let Some(seed) = o.max_stale_seed {
+            self.keep_stale_seed(o.max_stale_ratio, seed);
+        }
         self.passed += o.passed;
         self.with_false_verdict += o.with_false_verdict;
         self.ticks += o.ticks;
@@ -447,7 +464,7 @@ impl Totals {
              liveness: every share within 1% of target at most {:.1} s after the last fault ended \
              ({:.0}% of that seed's stated bound)\n\
              heirs that reclaimed from a stale record (a partition hid the estate's last record) in {} seeds: \
-             room held twice in the records at most {:.1}% of L, for at most {:.1} s; in the running Regions' shares \
+             room held twice in the records at most {:.1}% of L{}, for at most {:.1} s; in the running Regions' shares \
              never within the protocol's assumptions, and in {} seeds of deployments outside them (no lease longer \
              than a period, or records slower than the lease allows) at most {:.1}% of L, within the stale room",
             self.passed,
@@ -461,6 +478,8 @@ impl Totals {
             self.max_settle_ratio * 100.0,
             self.with_stale,
             self.max_stale_ratio * 100.0,
+            self.max_stale_seed
+                .map_or(String::new(), |s| format!(" (seed {s})")),
             self.max_stale_s,
             self.outside_stale_excess,
             self.max_outside_stale_excess_ratio * 100.0,

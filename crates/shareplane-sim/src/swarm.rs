@@ -571,7 +571,7 @@ pub fn run(family: Family, start: u64, seeds: u64, jobs: usize) -> (Totals, Vec<
                     while let Some(seed) = start.checked_add(i).filter(|_| i < seeds) {
                         let sc = family.generate(seed);
                         match crate::fuzz::check(&sc) {
-                            Ok(r) => totals.add(&r, sc.limit),
+                            Ok(r) => totals.add(&r, sc.limit, seed),
                             Err(f) => failed.push((seed, f)),
                         }
                         i += jobs;
