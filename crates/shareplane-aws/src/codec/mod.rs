@@ -328,22 +328,8 @@ impl Encoded {
         if self.fenced {
             item.insert(FENCED_ATTR.into(), AttributeValue::Bool(true));
         }
-        if self.seen.iter().any(|s| *s != (0, 0)) {
-            let mut b = Vec::with_capacity(4 * self.seen.len());
-            for (e, v) in &self.seen {
-                put_varint(&mut b, *e);
-                put_varint(&mut b, *v);
-            }
-            item.insert(SEEN_ATTR.into(), AttributeValue::B(Blob::new(b)));
-        }
-        if self.frozen.iter().any(|f| *f != (0, 0)) {
-            let mut b = Vec::with_capacity(4 * self.frozen.len());
-            for (e, v) in &self.frozen {
-                put_varint(&mut b, *e);
-                put_varint(&mut b, *v);
-            }
-            item.insert(FROZEN_ATTR.into(), AttributeValue::B(Blob::new(b)));
-        }
+        put_pairs(&mut item, SEEN_ATTR, &self.seen);
+        put_pairs(&mut item, FROZEN_ATTR, &self.frozen);
         item
     }
 
@@ -542,6 +528,20 @@ fn decode_limits(
         decode_shard(&index, &h.columns, blob, schema, &mut limits, &mut seen)?;
     }
     Ok(limits)
+}
+
+/// Writes `pairs` (one per Region of the header) as the binary attribute `attr`, unless every
+/// pair is `(0, 0)` (see [`SEEN_ATTR`], [`FROZEN_ATTR`]).
+fn put_pairs(item: &mut Item, attr: &str, pairs: &[(u64, u64)]) {
+    if pairs.iter().all(|p| *p == (0, 0)) {
+        return;
+    }
+    let mut b = Vec::with_capacity(4 * pairs.len());
+    for (e, v) in pairs {
+        put_varint(&mut b, *e);
+        put_varint(&mut b, *v);
+    }
+    item.insert(attr.into(), AttributeValue::B(Blob::new(b)));
 }
 
 /// The `sn` or `fr` attribute (`attr`) of a header whose Regions are `columns` (see
