@@ -487,16 +487,6 @@ impl LimitCtx<'_> {
     }
 }
 
-/// Adopts a new limit version: room arrives or leaves in this Region's static part, so the sum of
-/// shares never exceeds the larger of the old and the new rate while Regions disagree.
-///
-/// A **raise** waits until `earlier_epochs_closed`: an earlier epoch of this Region may have
-/// ended in debt after a lowering (it had granted away the room the lowering took), and that debt
-/// is room its heirs still hold above the limit until each has closed the epoch and taken its
-/// part. Adopting the raise meanwhile would put the raise on top of that debt, above every rate
-/// in play (fuzz seed 345378). Left at its old version, this Region's static part keeps the room
-/// in existence at most `Σ part_i(largest rate in play)` (docs/PROTOCOL.md, "A raise after an
-/// unpaid lowering"). A lowering, a version at the same rate and a first adoption never wait.
 /// Sets this Region's part of `j`'s estate to `part` (it was `before`): the difference goes
 /// into the pool, or is paid from it (the rest becomes debt). Returns what came in.
 fn settle_to(e: &mut LimitRecord, j: RegionId, before: Delta, part: Delta) -> Room {
@@ -523,6 +513,16 @@ enum Move {
     Down,
 }
 
+/// Adopts a new limit version: room arrives or leaves in this Region's static part, so the sum of
+/// shares never exceeds the larger of the old and the new rate while Regions disagree.
+///
+/// A **raise** waits until `earlier_epochs_closed`: an earlier epoch of this Region may have
+/// ended in debt after a lowering (it had granted away the room the lowering took), and that debt
+/// is room its heirs still hold above the limit until each has closed the epoch and taken its
+/// part. Adopting the raise meanwhile would put the raise on top of that debt, above every rate
+/// in play (fuzz seed 345378). Left at its old version, this Region's static part keeps the room
+/// in existence at most `Σ part_i(largest rate in play)` (docs/PROTOCOL.md, "A raise after an
+/// unpaid lowering"). A lowering, a version at the same rate and a first adoption never wait.
 fn adopt(
     spec: &LimitSpec,
     e: &mut LimitRecord,
