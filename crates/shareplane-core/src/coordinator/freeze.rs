@@ -37,9 +37,8 @@ impl Coordinator {
     ///
     /// - while nobody is known to have closed the epoch, the freeze lifts when every other Region
     ///   that may act on the estate has published (`seen`) a newer record than the freeze's: none
-    ///   of them can then close the estate against the freeze's record (an heir closes only
-    ///   against the newest record it holds, and only when every live Region froze at exactly
-    ///   that one);
+    ///   of them accepts the freeze any more (an heir closes only while every live Region's
+    ///   freeze is no older than any record of the estate it may have published);
     /// - once a record held here marks the epoch closed, the freeze moves to the newest record
     ///   only when every such Region has published that it holds that record: each has then
     ///   settled its part down to it, before this Region raises anything by it.
