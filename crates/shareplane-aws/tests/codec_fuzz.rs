@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use proptest::prelude::*;
 use shareplane_aws::codec::{self, Decoded, Item};
-use shareplane_core::RegionRecord;
+use shareplane_core::{PerRegion, RegionRecord, RegionRecordParts};
 use shareplane_store::Rejection;
 use support::{deployment, parts, record, rid, set_epoch};
 
@@ -327,72 +327,81 @@ fn the_fenced_flag_round_trips_and_a_header_without_it_is_not_fenced() {
 
 #[test]
 fn what_the_writer_had_seen_round_trips_and_a_header_without_it_said_nothing() {
-    let d = deployment(10);
-    let mut r = parts(&d, 1, 5);
-    r.seen.0[0] = (3, 41);
-    r.seen.0[2] = (1, 7);
-    let enc = codec::encode(&d, &RegionRecord::from_parts(r.clone()));
-    let mut items = stored(&enc);
-    let decoded = |items: &[Item]| decode_as(&d, items, |r| r.seen());
-    assert_eq!(decoded(&items), Ok(r.seen));
-    // An older writer writes no attribute: it said nothing, (0, 0) for every Region.
-    let last = items.len() - 1;
-    let written = items[last].remove(codec::SEEN_ATTR).expect("written");
-    assert_eq!(decoded(&items), Ok(shareplane_core::PerRegion::default()));
-    // A writer that had seen nothing writes none either.
-    r.seen = shareplane_core::PerRegion::default();
-    let none =
-        codec::encode(&d, &RegionRecord::from_parts(r)).header_item(1, &vec![5; enc.shards.len()]);
-    assert!(!none.contains_key(codec::SEEN_ATTR));
-    // A truncated blob or one that is not binary is malformed, never misread.
-    let AttributeValue::B(b) = written else {
-        panic!("sn is not binary")
-    };
-    let cut = b.as_ref()[..b.as_ref().len() - 1].to_vec();
-    items[last].insert(codec::SEEN_ATTR.into(), AttributeValue::B(cut.into()));
-    assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
-    items[last].insert(codec::SEEN_ATTR.into(), AttributeValue::N("1".into()));
-    assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
+    pairs_round_trip(
+        codec::SEEN_ATTR,
+        |r| {
+            r.seen.0[0] = (3, 41);
+            r.seen.0[2] = (1, 7);
+        },
+        |r| r.seen = PerRegion::default(),
+        |r| r.seen(),
+    );
 }
 
 #[test]
 fn what_the_writer_froze_round_trips_and_a_header_without_it_froze_nothing() {
     let d = deployment(10);
-    let mut r = parts(&d, 1, 5);
-    r.seen.0[0] = (3, 41);
-    r.seen.0[2] = (1, 7);
-    r.frozen.0[0] = Some((3, 40));
-    let enc = codec::encode(&d, &RegionRecord::from_parts(r.clone()));
-    let mut items = stored(&enc);
-    let decoded = |items: &[Item]| decode_as(&d, items, |r| r.frozen());
-    assert_eq!(decoded(&items), Ok(r.frozen));
-    // An older writer writes no attribute: it froze nothing.
-    let last = items.len() - 1;
-    let written = items[last].remove(codec::FROZEN_ATTR).expect("written");
-    assert_eq!(decoded(&items), Ok(shareplane_core::PerRegion::default()));
-    // A writer that froze nothing writes none either.
-    r.frozen = shareplane_core::PerRegion::default();
-    let none =
-        codec::encode(&d, &RegionRecord::from_parts(r)).header_item(1, &vec![5; enc.shards.len()]);
-    assert!(!none.contains_key(codec::FROZEN_ATTR));
+    let mut items = pairs_round_trip(
+        codec::FROZEN_ATTR,
+        |r| {
+            r.seen.0[0] = (3, 41);
+            r.frozen.0[0] = Some((3, 40));
+        },
+        |r| r.frozen = PerRegion::default(),
+        |r| r.frozen(),
+    );
     // A freeze of a record its writer does not say it saw is rejected, never adopted.
-    let AttributeValue::B(b) = written else {
-        panic!("fr is not binary")
-    };
+    let last = items.len() - 1;
     let mut ahead = Vec::new();
     for (e, v) in [(3u8, 42u8), (0, 0), (0, 0)] {
         ahead.extend([e, v]);
     }
     items[last].insert(codec::FROZEN_ATTR.into(), AttributeValue::B(ahead.into()));
+    let decoded = decode_as(&d, &items, |r| r.frozen());
     assert!(
-        decoded(&items).is_err_and(|e| e.contains("froze a record")),
-        "{:?}",
-        decoded(&items)
+        decoded
+            .as_ref()
+            .is_err_and(|e| e.contains("froze a record")),
+        "{decoded:?}"
     );
-    // A truncated blob is malformed, never misread.
+}
+
+/// An optional header attribute of one `(epoch, version)` pair per Region (`attr`): what `set`
+/// puts in a record round trips (read back by `get`); a header without it, from an older
+/// writer, decodes to the default (it said nothing); a record that `clear` leaves with nothing
+/// to say writes none; a truncated blob, or one that is not binary, is malformed, never misread.
+/// Returns the stored items, attribute included.
+fn pairs_round_trip<T: PartialEq + std::fmt::Debug + Default>(
+    attr: &str,
+    set: impl Fn(&mut RegionRecordParts),
+    clear: impl Fn(&mut RegionRecordParts),
+    get: impl Fn(&RegionRecord) -> T,
+) -> Vec<Item> {
+    let d = deployment(10);
+    let mut r = parts(&d, 1, 5);
+    set(&mut r);
+    let record = RegionRecord::from_parts(r.clone());
+    let enc = codec::encode(&d, &record);
+    let mut items = stored(&enc);
+    let decoded = |items: &[Item]| decode_as(&d, items, &get);
+    assert_eq!(decoded(&items), Ok(get(&record)));
+    let last = items.len() - 1;
+    let written = items[last].remove(attr).expect("written");
+    assert_eq!(decoded(&items), Ok(T::default()));
+    clear(&mut r);
+    let none =
+        codec::encode(&d, &RegionRecord::from_parts(r)).header_item(1, &vec![5; enc.shards.len()]);
+    assert!(!none.contains_key(attr));
+    let AttributeValue::B(b) = &written else {
+        panic!("{attr} is not binary")
+    };
     let cut = b.as_ref()[..b.as_ref().len() - 1].to_vec();
-    items[last].insert(codec::FROZEN_ATTR.into(), AttributeValue::B(cut.into()));
+    items[last].insert(attr.into(), AttributeValue::B(cut.into()));
     assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
+    items[last].insert(attr.into(), AttributeValue::N("1".into()));
+    assert!(decoded(&items).is_err_and(|e| e.contains("Malformed")));
+    items[last].insert(attr.into(), written);
+    items
 }
 
 /// The items of `enc` as one write stores them (shards and header, all at version 5).

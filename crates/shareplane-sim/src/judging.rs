@@ -421,9 +421,9 @@ impl Totals {
     /// Keeps `seed` as the one with the most stale room if `ratio` passes the largest so far (or
     /// equals it from a lower seed), so that the seed named does not depend on the threads.
     fn keep_stale_seed(&mut self, ratio: f64, seed: u64) {
-        let better = ratio > self.max_stale_ratio
-            || (ratio == self.max_stale_ratio && self.max_stale_seed.is_some_and(|s| seed < s));
-        if better || self.max_stale_seed.is_none() {
+        if ratio > self.max_stale_ratio
+            || (ratio == self.max_stale_ratio && self.max_stale_seed.is_some_and(|s| seed < s))
+        {
             self.max_stale_seed = Some(seed);
         }
     }
