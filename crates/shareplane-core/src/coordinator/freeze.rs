@@ -31,9 +31,11 @@ impl Coordinator {
     /// What this rebalance's record says of each peer's freeze (two-signals only;
     /// docs/PROTOCOL.md, "Reclaim against an agreed basis"). A peer counted silent is frozen at
     /// the newest record of it this Region holds, and nothing is taken or raised from a newer
-    /// record of that epoch while the freeze stands. It ends when the peer moves to a later epoch
-    /// itself (its last record is then final, the same for every heir). Otherwise, once a newer
-    /// record is held here:
+    /// record of that epoch while the freeze stands. Once the peer has moved to a later epoch,
+    /// its last record is final, the same for every heir, but an heir that closed against an
+    /// older one still holds what the last record moved on: the freeze ends only when no Region
+    /// may hold the estate by a record older than the last ([`Coordinator::ended_settled`]).
+    /// Otherwise, once a newer record is held here:
     ///
     /// - while nobody is known to have closed the epoch, the freeze lifts when every other Region
     ///   that may act on the estate has published (`seen`) a newer record than the freeze's: none
@@ -51,7 +53,8 @@ impl Coordinator {
             let p = &self.peers[j.index()];
             let held = (p.latest.epoch, p.latest.version);
             rec.frozen[j] = match rec.frozen[j] {
-                Some(f) if !p.seen || held.0 != f.0 => None,
+                Some(_) if !p.seen => None,
+                Some(f) if held.0 != f.0 => (!self.ended_settled(j, f, health)).then_some(f),
                 Some(f) if held == f => Some(f),
                 Some(f) if self.marked(rec, j, f.0) => {
                     Some(if self.all_published(j, health, |s| s >= held) {
@@ -67,6 +70,24 @@ impl Coordinator {
                 rec.frozen[j] = Some(held);
             }
         }
+    }
+
+    /// Whether the freeze `f` of `j`'s ended epoch may end: nothing of the epoch lies past it (its
+    /// last record, named by the next epoch, is the freeze's), or every other Region that may act
+    /// on the estate has published that it holds a later epoch of `j` (so it closes the ended one
+    /// only against its last record, `ended_epoch_closure`) and marks no close of it against an
+    /// older record (it settled down to the last one). Until then this Region neither takes the
+    /// epoch's grants from its last record nor switches past it: those grants are room such an
+    /// heir counts in the estate (fuzz seed 74014990).
+    fn ended_settled(&self, j: RegionId, f: (u64, u64), health: &PerRegion<Health>) -> bool {
+        let Some(last) = self.peers[j.index()].final_version(f.0) else {
+            return false;
+        };
+        f.1 >= last
+            || self.all_acting(j, health, |q| {
+                q.seen[j].0 > f.0
+                    && !q.reclaims[j].is_some_and(|m| m.epoch == f.0 && m.version < last)
+            })
     }
 
     /// Whether a record this Region holds (its own included) marks `j`'s epoch `epoch` closed.
@@ -89,13 +110,24 @@ impl Coordinator {
         health: &PerRegion<Health>,
         ok: impl Fn((u64, u64)) -> bool,
     ) -> bool {
+        self.all_acting(j, health, |q| ok(q.seen[j]))
+    }
+
+    /// Whether `ok` accepts the newest record held of every Region other than this one and `j`
+    /// that may still act on `j`'s estate (see [`Coordinator::all_published`]).
+    fn all_acting(
+        &self,
+        j: RegionId,
+        health: &PerRegion<Health>,
+        ok: impl Fn(&RegionRecord) -> bool,
+    ) -> bool {
         crate::region::regions(self.d.n())
             .filter(|&k| k != self.me && k != j)
             .all(|k| {
                 let q = &self.peers[k.index()];
                 let lost =
                     health[k] == Health::Unhealthy && q.silence.unchanged() >= self.d.silent_after;
-                !q.seen || lost || ok(q.latest.seen[j])
+                !q.seen || lost || ok(&q.latest)
             })
     }
 }

@@ -125,7 +125,14 @@ impl Coordinator {
         let mark = rec.mark_on_accounted(j);
         if p.latest.epoch > acct {
             let (state, closure) = ended_epoch_closure(p, acct, mark);
-            if earlier_open && matches!(closure, Closure::Switch { close: true, .. }) {
+            let waits = match &closure {
+                Closure::Switch { close: true, .. } if earlier_open => true,
+                // Frozen short of the last record: the switch (which takes the epoch's grants
+                // from it) waits until no heir holds the estate by an older one.
+                Closure::Switch { last, .. } => super::freeze::past_freeze(rec, last),
+                _ => false,
+            };
+            if waits {
                 return plan(PeerState::Silent, Closure::None);
             }
             return plan(state, closure);
