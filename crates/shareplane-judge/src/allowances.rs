@@ -11,6 +11,7 @@ pub struct Allowances {
     /// Only then may room be counted twice by stale heirs, and a lowered limit's debts widen the
     /// bound (by then every debt is repaid, whatever the records say).
     pub faults_may_linger: bool,
+    pub stale_room: StaleRoom,
     pub assumptions: Assumptions,
     pub running_reclaimed: RunningReclaimed,
     /// How finely the shares were observed: an excess up to this is rounding (the end-to-end
@@ -65,6 +66,21 @@ pub enum Excess {
     /// Up to this room: what the falsely judged Region enforced when the verdict was put (the
     /// end-to-end checker).
     UpTo(Room),
+}
+
+/// Room that heirs which closed an estate against an older record than its last count twice in
+/// the records (the audit's `over_stale`; docs/PROTOCOL.md, residual risk 4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StaleRoom {
+    /// None at all: with true verdicts and no limit lowered, no heir holds room that another
+    /// Region holds too (issue 31's property), in the records as in the shares.
+    #[default]
+    Forbidden,
+    /// Excused in the records while faults linger, never in the shares within the assumptions:
+    /// the aftermath of a false verdict (risk 1), and a lowered limit whose lowering reached an
+    /// estate through an heir lost with it (an ended heir's own settlement down by the lowering,
+    /// which its heirs' older basis does not show).
+    WhileFaultsLinger,
 }
 
 /// Whether the deployment is one the protocol's safety argument covers (docs/PROTOCOL.md,

@@ -1,7 +1,7 @@
 //! The check of one instant: what the gateways enforced and what the audit found, against the
 //! allowances in force.
 
-use crate::allowances::{Allowances, Assumptions, Excess, RunningReclaimed};
+use crate::allowances::{Allowances, Assumptions, Excess, RunningReclaimed, StaleRoom};
 use crate::violation::Violation;
 use shareplane_core::{Audit, Delta, RegionRecord, Room};
 
@@ -133,7 +133,8 @@ fn limit_and_debts(i: &Instant<'_>, a: &Allowances) -> (Room, Delta) {
 
 /// Whether the audit's only excess is room stale heirs count twice (and, where allowed, room
 /// taken from running epochs whose gateways enforce nothing), with the running Regions' debts:
-/// measured while faults linger, outside a false verdict's window.
+/// measured while faults linger, outside a false verdict's window; stale room only where
+/// [`StaleRoom::WhileFaultsLinger`] allows it.
 fn stale_excused(i: &Instant<'_>, a: &Allowances, live_debt: Delta) -> bool {
     let Some(x) = i.audit else {
         return false;
@@ -153,6 +154,7 @@ fn stale_excused(i: &Instant<'_>, a: &Allowances, live_debt: Delta) -> bool {
         && shape
         && x.actual - x.over == x.expected
         && x.missing_basis == 0
+        && (a.stale_room == StaleRoom::WhileFaultsLinger || !x.over_stale.is_positive())
 }
 
 /// The shares against the limit.

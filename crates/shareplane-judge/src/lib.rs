@@ -18,7 +18,9 @@
 //! Where the protocol states a residual risk, the checker says which one holds at an instant with
 //! typed [`Allowances`]: the limit in force ([`Limit`]), a false verdict's window
 //! ([`FalseVerdict`]: the excess it allows, measured or bounded), whether faults may still linger
-//! (before the liveness bound), whether the deployment is within the protocol's assumptions
+//! (before the liveness bound), whether room stale heirs count twice is excused at all
+//! ([`StaleRoom`]: only after a false verdict or a lowered limit), whether the deployment is
+//! within the protocol's assumptions
 //! ([`Assumptions`]: within them no room counted twice reaches the running Regions' shares;
 //! outside them the shares are held to the stale room plus the running Regions' debts), and how
 //! room taken from a running epoch is treated ([`RunningReclaimed`]). Anything not allowed is a
@@ -32,7 +34,8 @@ mod instant;
 mod violation;
 
 pub use allowances::{
-    Allowances, Assumptions, EndAllowances, Excess, FalseVerdict, Limit, RunningReclaimed, Stranded,
+    Allowances, Assumptions, EndAllowances, Excess, FalseVerdict, Limit, RunningReclaimed,
+    StaleRoom, Stranded,
 };
 pub use end::{judge_end, Admissions, End, EndVerdict, Liveness, MAX_WINDOW_VIOLATIONS};
 pub use instant::{judge, Instant, Measured, Region};

@@ -18,6 +18,7 @@ fn allow() -> Allowances {
         limit: Limit::fixed(L),
         false_verdict: FalseVerdict::default(),
         faults_may_linger: true,
+        stale_room: StaleRoom::WhileFaultsLinger,
         assumptions: Assumptions::Within,
         running_reclaimed: RunningReclaimed::Never,
         rounding: Room::ZERO,
@@ -189,6 +190,20 @@ fn one_unit_of_debt_or_stale_room_in_the_shares_is_a_violation() {
         judge(&at(&one, &stale(1)), &allow()),
         Err(Violation::StaleRoomEnforced { excess, .. }) if excess == Room::from_milli(1)
     ));
+}
+
+/// Issue 31's property: with true verdicts and no lowered limit, one unit of room counted twice
+/// in the records is a violation, faults lingering or not.
+#[test]
+fn stale_room_is_a_violation_where_it_is_not_allowed_at_all() {
+    let mut a = allow();
+    a.stale_room = StaleRoom::Forbidden;
+    let s = stale(1);
+    assert_eq!(
+        judge(&at(&running(&[6_000, 6_000]), &s), &a),
+        Err(Violation::NotConserved(Box::new(s)))
+    );
+    assert!(judge(&at(&running(&[6_000, 6_000]), &exact()), &a).is_ok());
 }
 
 #[test]

@@ -7,7 +7,7 @@ use crate::world::{actions, apply, deployment, heal, root, Clock, Daemon, World}
 use shareplane_core::{Audit, Delta, Deployment, RegionRecord, Room};
 use shareplane_judge::{
     judge, judge_end, Allowances, Assumptions, End, EndAllowances, Excess, FalseVerdict, Instant,
-    Limit, Liveness, Region, RunningReclaimed, Stranded, Violation,
+    Limit, Liveness, Region, RunningReclaimed, StaleRoom, Stranded, Violation,
 };
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -28,6 +28,13 @@ fn allowances(w: &World, s: &Settings, faults_may_linger: bool) -> Allowances {
             audit_measured: w.false_verdict,
         },
         faults_may_linger,
+        // Room counted twice in the records only after a false verdict (risk 1): none in any
+        // other state, a lowered limit's included (docs/PROTOCOL.md, residual risk 4).
+        stale_room: if w.false_verdict {
+            StaleRoom::WhileFaultsLinger
+        } else {
+            StaleRoom::Forbidden
+        },
         assumptions: Assumptions::Within,
         running_reclaimed: RunningReclaimed::Never,
         rounding: Room::ZERO,

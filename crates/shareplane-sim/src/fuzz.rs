@@ -11,8 +11,10 @@
 //! - exact conservation, and Σ shares of the Regions not lost ≤ L — from the first false
 //!   "unhealthy" verdict for a live Region until `F + bound` these two are measured instead of
 //!   required (the residual risk SPEC §6 asks to state: the excess and how long it lasts);
-//! - room that heirs which reclaimed from a stale record count twice is measured until `F +
-//!   bound`, and may never reach the shares within the protocol's assumptions;
+//! - room that heirs which reclaimed from a stale record count twice in the records is a
+//!   violation, except after a false verdict or once a lowered limit has rolled out, where it is
+//!   measured until `F + bound` (docs/PROTOCOL.md, residual risk 4); it may never reach the
+//!   shares within the protocol's assumptions;
 //!
 //! and the end of the run by `shareplane_judge::judge_end`:
 //! - no core step alarm, no peer record ever refused by a coordinator, no room outside the

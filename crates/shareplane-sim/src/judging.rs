@@ -8,7 +8,7 @@ use crate::scenario::{Action, Scenario};
 use shareplane_core::{Delta, Fence, Room, SilentPolicy};
 use shareplane_judge::{
     judge, judge_end, Allowances, Assumptions, End, EndAllowances, Excess, FalseVerdict, Instant,
-    Limit, Liveness, Measured, Region, RunningReclaimed, Violation,
+    Limit, Liveness, Measured, Region, RunningReclaimed, StaleRoom, Violation,
 };
 
 /// What one seed measured.
@@ -87,6 +87,16 @@ impl Rollout {
         }
     }
 
+    /// Whether a change rolled out by `tick` lowered the limit.
+    fn lowered_by(&self, tick: i64) -> bool {
+        let mut rate = self.first;
+        (self.changes.iter().take_while(|(at, _)| *at <= tick)).any(|&(_, next)| {
+            let lower = next < rate;
+            rate = next;
+            lower
+        })
+    }
+
     /// The limit at `tick` (docs/PROTOCOL.md, "Limit changes"): while a change rolls out, and
     /// until a lowered limit's debts are paid, the shares stay within the larger of the last
     /// two rates; a Region that still holds an older version widens it up to the largest rate
@@ -154,6 +164,13 @@ impl Judging<'_> {
                 audit_measured: relaxed,
             },
             faults_may_linger: tick < self.relaxed_until,
+            // Room counted twice in the records only in a false verdict's aftermath (risk 1) or
+            // once a lowered limit has rolled out (docs/PROTOCOL.md, residual risk 4).
+            stale_room: if fv.first.is_some_and(|f| tick >= f) || self.rollout.lowered_by(tick) {
+                StaleRoom::WhileFaultsLinger
+            } else {
+                StaleRoom::Forbidden
+            },
             assumptions: self.assumptions,
             // After a false verdict's window, heirs may still hold portions of an epoch that
             // runs on fenced until it sees the mark (fuzz seed 1544524).

@@ -41,7 +41,7 @@
 use shareplane_core::Room;
 use shareplane_judge::{
     judge_end, Admissions, Allowances, Assumptions, End, EndAllowances, Excess, FalseVerdict,
-    Instant, Limit, Liveness, Region, RunningReclaimed,
+    Instant, Limit, Liveness, Region, RunningReclaimed, StaleRoom,
 };
 
 /// Tenths of a second per second in the recorded history.
@@ -198,6 +198,8 @@ fn allowances(h: &History, t: usize, allowed: i64) -> Allowances {
             audit_measured: false,
         },
         faults_may_linger: true,
+        // No records here: the shares alone are judged.
+        stale_room: StaleRoom::Forbidden,
         assumptions: Assumptions::Within,
         running_reclaimed: RunningReclaimed::Never,
         rounding: Room::from_milli(rounding(h).max(0) as u64),
