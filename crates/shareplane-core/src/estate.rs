@@ -207,9 +207,14 @@ mod tests {
     use std::sync::Arc;
 
     fn deployment() -> Deployment {
+        deployment_with(vec![])
+    }
+
+    /// Three Regions A, B and C under two-signals, with `limits`.
+    pub(super) fn deployment_with(limits: Vec<crate::config::LimitSpec>) -> Deployment {
         let d = Deployment {
             regions: vec!["A".into(), "B".into(), "C".into()],
-            limits: vec![],
+            limits,
             design: Design::NamedGrants,
             policy: SilentPolicy::TwoSignals,
             fence: Fence::OwnUnhealthy,
@@ -219,7 +224,7 @@ mod tests {
         Deployment::try_new(d).unwrap_or_else(|e| panic!("{e:?}"))
     }
 
-    fn id(i: usize) -> RegionId {
+    pub(super) fn id(i: usize) -> RegionId {
         RegionId::new(i).unwrap_or_else(|| panic!("Region {i}"))
     }
 

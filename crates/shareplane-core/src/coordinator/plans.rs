@@ -125,14 +125,7 @@ impl Coordinator {
         let mark = rec.mark_on_accounted(j);
         if p.latest.epoch > acct {
             let (state, closure) = ended_epoch_closure(p, acct, mark);
-            let waits = match &closure {
-                Closure::Switch { close: true, .. } if earlier_open => true,
-                // Frozen short of the last record: the switch (which takes the epoch's grants
-                // from it) waits until no heir holds the estate by an older one.
-                Closure::Switch { last, .. } => super::freeze::past_freeze(rec, last),
-                _ => false,
-            };
-            if waits {
+            if switch_waits(&closure, rec, earlier_open) {
                 return plan(PeerState::Silent, Closure::None);
             }
             return plan(state, closure);
@@ -281,6 +274,18 @@ fn ended_epoch_closure(p: &Peer, acct: u64, mark: Option<ReclaimMark>) -> (PeerS
                 close: true,
             },
         ),
+    }
+}
+
+/// Whether a switch past an ended epoch waits: a close of it would move this Region's mark off an
+/// earlier estate that may still grow (`earlier_open`), or this Region froze the epoch short of
+/// its last record, from which the switch takes the epoch's grants, and some heir may still hold
+/// the estate by an older one (docs/PROTOCOL.md, "Reclaim against an agreed basis").
+fn switch_waits(closure: &Closure, rec: &RegionRecord, earlier_open: bool) -> bool {
+    match closure {
+        Closure::Switch { close: true, .. } if earlier_open => true,
+        Closure::Switch { last, .. } => super::freeze::past_freeze(rec, last),
+        _ => false,
     }
 }
 

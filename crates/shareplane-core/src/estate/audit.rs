@@ -523,13 +523,13 @@ fn expected(d: &Deployment, li: usize, world: &[Truth<'_>], n: usize) -> Delta {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Design, Fence, SilentPolicy};
+    use crate::estate::tests::{deployment_with, id};
     use crate::record::ReclaimMark;
     use std::sync::Arc;
 
     /// Three Regions A, B, C and one capacity limit of 3 rps (static parts 1 rps each).
     fn deployment() -> Deployment {
-        let spec = LimitSpec {
+        deployment_with(vec![LimitSpec {
             id: "l".into(),
             version: 1,
             rate: Room::rps(3),
@@ -538,21 +538,7 @@ mod tests {
             step_cap: Room::rps(3),
             kind: LimitKind::Capacity,
             shadow: false,
-        };
-        let d = Deployment {
-            regions: vec!["A".into(), "B".into(), "C".into()],
-            limits: vec![spec],
-            design: Design::NamedGrants,
-            policy: SilentPolicy::TwoSignals,
-            fence: Fence::OwnUnhealthy,
-            silent_after: 3,
-            period_ms: 5_000,
-        };
-        Deployment::try_new(d).unwrap_or_else(|e| panic!("{e:?}"))
-    }
-
-    fn id(i: usize) -> RegionId {
-        RegionId::new(i).unwrap_or_else(|| panic!("Region {i}"))
+        }])
     }
 
     fn ms(milli: u64) -> Room {
@@ -606,8 +592,8 @@ mod tests {
     }
 
     /// A grants 0.2 rps of its 1 rps to C in its last record and is lost; B and C closed it
-    /// against the record before (0.5 rps each). Until C takes the grant, B's portion of it is
-    /// room each of them counted in A's pool, held once; once C takes it while both still hold
+    /// against the record before (0.5 rps each). Until C takes the grant, each one's portion of
+    /// it is room it counted in A's pool, held once; once C takes it while both still hold
     /// the older basis, their portions of it (0.1 rps each) are held twice, and the audit says
     /// so.
     #[test]
@@ -644,7 +630,8 @@ mod tests {
     /// A lowers the limit from 3 to 1.5 rps in its last record (its part from 1 to 0.5 rps) and
     /// is lost; B and C closed it against the record before and run the old version. What they
     /// hold above their parts of the lowered estate is the lowering's debt, not room counted
-    /// twice; once they adopt the lowering and settle down, it is gone.
+    /// twice. An heir that runs the lowered version already counts the lowering itself: what it
+    /// holds above its part then is room counted twice.
     #[test]
     fn a_lowering_an_heir_has_not_adopted_is_a_debt_not_room_counted_twice() {
         let d = deployment();
