@@ -46,7 +46,11 @@ pub struct Alarms {
     /// the newest record it has of them may not be their newest (docs/PROTOCOL.md, "Reclaim
     /// against the newest record"): it counts silent another peer whose check does not read
     /// unhealthy, or a peer it sees knows a newer record. Their room is held by nobody (under
-    /// the limit) until the cut heals or that peer reads unhealthy too.
+    /// the limit) until the cut heals or that peer reads unhealthy too. Also peers whose ended
+    /// epoch this Region froze short of its last record, which it holds, while another heir may
+    /// still hold the estate by an older one: the switch past that epoch (and the take of its
+    /// grants) waits until every heir has settled down to the last record (docs/PROTOCOL.md,
+    /// "Reclaim against an agreed basis").
     pub reclaim_waiting: Vec<RegionId>,
     /// Peers whose ended epoch this rebalance stopped waiting for, as an operator asked
     /// ([`crate::Coordinator::abandon`]): what it would have settled of it stays with nobody.

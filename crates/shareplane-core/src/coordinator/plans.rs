@@ -126,7 +126,10 @@ impl Coordinator {
         if p.latest.epoch > acct {
             let (state, closure) = ended_epoch_closure(p, acct, mark);
             if switch_waits(&closure, rec, earlier_open) {
-                return plan(PeerState::Silent, Closure::None);
+                return Plan {
+                    reclaim_waits: !earlier_open,
+                    ..plan(PeerState::Silent, Closure::None)
+                };
             }
             return plan(state, closure);
         }
