@@ -25,10 +25,12 @@ const bin = process.env.SHAREPLANE_BIN || path.join(here, "..", "..", "target", 
 const chromiumPath = process.env.CHROMIUM || "/usr/bin/chromium";
 const shots = chart.screenshotDir(path.join(here, "..", ".."));
 
+class Failure extends Error {}
+
 function fail(msg) {
   console.error(`dashboard test FAILED: ${msg}`);
   process.exitCode = 1;
-  throw new Error(msg);
+  throw new Failure(msg);
 }
 
 function freePort() {
@@ -42,12 +44,22 @@ function freePort() {
   });
 }
 
+// Polls `fn` until it returns something truthy. A page that has not rendered yet makes
+// Playwright throw (an element not found): that is "not yet", not a failure (a loaded CI machine
+// rendered the local dashboard's chart after the first poll, 2026-12-07); a fail() inside `fn`
+// still ends the test at once, and a timeout says what was last thrown.
 async function until(what, timeoutMs, fn) {
   const end = Date.now() + timeoutMs;
+  let last = "";
   for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      if (e instanceof Failure) throw e;
+      last = ` (last: ${String(e && e.message ? e.message : e).split("\n")[0]})`;
+    }
+    if (Date.now() > end) fail(`timed out after ${timeoutMs} ms waiting for ${what}${last}`);
     await new Promise((r) => setTimeout(r, 250));
   }
 }
