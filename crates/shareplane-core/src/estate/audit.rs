@@ -21,8 +21,8 @@
 //!   newest record that keeps the pair; those between a running epoch and an ended one are the
 //!   running Region's to settle, and are netted with its parts of the estates, except that a
 //!   grant an ended epoch made after an heir's basis stays that heir's portion until the grantee
-//!   takes it, as far as the epoch's room fell since that basis (the heir counted it in the
-//!   granter's pool): taken before the heir settles down, it is room counted twice.
+//!   takes it (the heir counted it in the granter's pool): taken before the heir settles down,
+//!   it is room counted twice.
 //!
 //! `expected` is the sum of every Region's static part at the limit version its newest record
 //! has adopted. Every rebalance of the core moves room between these places without creating or
@@ -31,7 +31,7 @@
 
 use super::{ended_took, estate_worth, heir_part, Counterpart};
 use crate::config::{Deployment, LimitKind, LimitSpec};
-use crate::record::{LimitRecord, ReclaimMark, RegionRecord};
+use crate::record::{LimitRecord, RegionRecord};
 use crate::region::{regions, RegionId};
 use crate::room::{Delta, Room};
 use std::collections::BTreeMap;
@@ -211,20 +211,12 @@ impl<'a> Scope<'a> {
 ///
 /// A grant an ended epoch made to a running one is its granter's until the grantee takes it:
 /// of what is still in flight, the part an heir's basis (a record older than the epoch's last)
-/// does not show granted is room that heir counted in the granter's pool, as far as the epoch's
-/// room fell since that basis, and is that heir's portion until the grantee takes it
-/// ([`unseen_grant`], [`HeirView::moved_on`]); the rest is the grantee's. So a
+/// does not show granted is room that heir counted in the granter's pool, and is that heir's
+/// portion until the grantee takes it ([`unseen_grant`]); the rest is the grantee's. So a
 /// grantee that takes such a grant before every heir that counted it has settled down shows as
 /// room above `L`.
 fn in_flight(at: &Scope<'_>, a: &mut Audit, settles: &mut [Delta]) {
     for g in at.epochs {
-        // What each heir's basis of an ended epoch counts that its last record no longer holds:
-        // the most that grants made after the basis may stand for.
-        let mut above: Vec<Delta> = if g.live {
-            Vec::new()
-        } else {
-            (regions(at.n).map(|h| heir_view(at, g, h).moved_on())).collect()
-        };
         for x in at.epochs.iter().filter(|x| x.region != g.region) {
             let flow = at.index.flow(g, x, at.li);
             match (g.live, x.live) {
@@ -233,8 +225,7 @@ fn in_flight(at: &Scope<'_>, a: &mut Audit, settles: &mut [Delta]) {
                 (false, true) => {
                     let mut grantee = flow;
                     for h in regions(at.n).filter(|&h| h != g.region) {
-                        let credit = unseen_grant(at, g, x, h, flow).min(above[h.index()]);
-                        above[h.index()] -= credit;
+                        let credit = unseen_grant(at, g, x, h, flow);
                         settles[h.index()] += credit;
                         grantee -= credit;
                     }
@@ -279,37 +270,10 @@ struct Owed {
     stale: bool,
 }
 
-/// What heir `h`'s records say of its close of epoch `x`, against the audit's part for it.
-struct HeirView<'a> {
-    /// `h`'s newest record that marks `x`'s epoch, and its mark.
-    marker: Option<&'a RegionRecord>,
-    mark: Option<ReclaimMark>,
-    /// What its records say it inherited from `x` (`reclaimed − debt_taken`).
-    took: Delta,
-    /// Its part of `x`'s worth by the last (or, live, the newest) record.
-    part: Delta,
-    /// A lowering `x`'s Region adopted after `h`'s basis, at a version `h` has not: its part as
-    /// it counts it is larger by `h`'s part of it ([`unadopted_lowering`]).
-    lowering: Delta,
-    /// `h` closed `x` against a record older than its last (newest, if live).
-    stale_basis: bool,
-    /// Its part of what that older record held (zero against the last).
-    basis_part: Delta,
-}
-
-impl HeirView<'_> {
-    /// What `h`'s part by its basis counts beyond its part by the last record as it counts that
-    /// (its lowering aside): room the epoch moved on after the basis, out of `h`'s sight.
-    fn moved_on(&self) -> Delta {
-        if self.stale_basis {
-            (self.basis_part - self.part - self.lowering).max(Delta::ZERO)
-        } else {
-            Delta::ZERO
-        }
-    }
-}
-
-fn heir_view<'a>(at: &Scope<'a>, x: &Epoch<'a>, h: RegionId) -> HeirView<'a> {
+/// Counts what heir `h` is still owed by epoch `x`: its fixed part of the estate's worth by the
+/// last record, less what its records say it inherited, into `owed`. A live epoch still holds
+/// all its room (counted as live): anything inherited from it is room that exists twice.
+fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: &mut Audit) {
     let Scope { index, li, n, .. } = *at;
     let marker = index.marker(h, x.region, x.epoch);
     let mark = marker.and_then(|r| r.reclaims[x.region]);
@@ -317,52 +281,21 @@ fn heir_view<'a>(at: &Scope<'a>, x: &Epoch<'a>, h: RegionId) -> HeirView<'a> {
         let l = limit_of(r, li);
         Delta::of(l.reclaimed[x.region]) - l.debt_taken[x.region]
     });
+    if mark.is_some_and(|m| x.at(m.version).is_none()) {
+        a.missing_basis += 1;
+    }
     let stale_basis = mark.is_some_and(|m| m.version < x.last().version);
     let worth = at.worth(x);
     let part = heir_part(worth, n, x.region, h);
-    let (mut lowering, mut basis_part) = (Delta::ZERO, Delta::ZERO);
-    if let (Some(basis), Some(heir), true, false) = (
-        mark.and_then(|m| x.at(m.version)),
-        marker,
-        stale_basis,
-        x.live,
-    ) {
-        basis_part = heir_part(limit_of(basis, li).held(), n, x.region, h);
-        let newest = at.newest(x.region).unwrap_or(x.last());
-        let owner = [x.last(), newest].map(|r| limit_of(r, li));
-        let (basis, heir) = (limit_of(basis, li), limit_of(heir, li));
-        let low = unadopted_lowering(&basis, &heir, &owner, n, x.region);
-        lowering = heir_part(worth + low, n, x.region, h) - part;
-    }
-    HeirView {
-        marker,
-        mark,
-        took,
-        part,
-        lowering,
-        stale_basis,
-        basis_part,
-    }
-}
-
-/// Counts what heir `h` is still owed by epoch `x`: its fixed part of the estate's worth by the
-/// last record, less what its records say it inherited, into `owed`. A live epoch still holds
-/// all its room (counted as live): anything inherited from it is room that exists twice.
-fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: &mut Audit) {
-    let v = heir_view(at, x, h);
-    let (took, part) = (v.took, v.part);
-    if v.mark.is_some_and(|m| x.at(m.version).is_none()) {
-        a.missing_basis += 1;
-    }
     if x.live {
         a.over += took;
-        if v.marker.is_some() {
+        if mark.is_some() {
             a.running_reclaimed |= 1 << x.region.index();
         }
         // Against an older record than the newest, the heir may hold more than the newest
         // leaves it (the Region moved room on meanwhile): that part is stale room, as it will
         // be once the epoch ends; the rest the running Region holds too.
-        let stale = if v.stale_basis {
+        let stale = if stale_basis {
             (took - part).clamp(Delta::ZERO, took.max(Delta::ZERO))
         } else {
             Delta::ZERO
@@ -376,9 +309,19 @@ fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: 
     // Region that has not adopted it holds it), not room taken twice: the heir's part as it
     // counts it is larger by that, whichever the sign of its piece (so that room moved between
     // two estates it closed alike still nets to nothing).
-    a.estates -= v.lowering;
-    a.ended_debts += v.lowering;
-    let counted = part + v.lowering;
+    let lowering = match (mark.and_then(|m| x.at(m.version)), marker) {
+        (Some(basis), Some(heir)) if stale_basis => {
+            let newest = at.newest(x.region).unwrap_or(x.last());
+            let owner = [x.last(), newest].map(|r| limit_of(r, li));
+            let (basis, heir) = (limit_of(basis, li), limit_of(heir, li));
+            let low = unadopted_lowering(&basis, &heir, &owner, n, x.region);
+            heir_part(worth + low, n, x.region, h) - part
+        }
+        _ => Delta::ZERO,
+    };
+    a.estates -= lowering;
+    a.ended_debts += lowering;
+    let counted = part + lowering;
     let piece = counted - took;
     // A debt the heir has not taken on yet is room others hold above the limit until it does
     // (as a running Region's debt is): negative, but not room taken twice.
@@ -389,7 +332,7 @@ fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: 
         return;
     }
     owed.net += piece;
-    owed.stale |= v.stale_basis;
+    owed.stale |= stale_basis;
 }
 
 /// The room an heir that closed an estate against `basis` (not the epoch's last record) holds
@@ -682,31 +625,6 @@ mod tests {
         c.limits[0].pool += ms(200);
         let after = audit_of(&d, &a, &heir(&d, 1, 2, ms(400)), &c);
         assert!(after.holds(), "{after:?}");
-    }
-
-    /// The credit stands only for room the estate moved on after the heir's basis: here A passes
-    /// on to C a grant it took from C after B's basis, so A's last record holds what the basis
-    /// did, and B, which took 0.1 rps more than its part, holds it twice whatever A granted.
-    #[test]
-    fn a_grant_of_room_that_came_in_after_the_basis_excuses_nothing() {
-        let d = deployment();
-        let a = [
-            a_at(&d, 1, |_| {}),
-            a_at(&d, 2, |l| {
-                l.taken.0[2] = ms(200);
-                l.granted.0[2] = ms(200);
-            }),
-        ];
-        let b = heir(&d, 1, 1, ms(600));
-        let mut c = heir(&d, 2, 1, ms(500));
-        c.limits[0].granted.0[0] = ms(200);
-        c.limits[0].pool -= ms(200);
-        let x = audit_of(&d, &a, &b, &c);
-        assert_eq!(
-            (x.over, x.over_stale),
-            (Delta::of(ms(100)), Delta::of(ms(100))),
-            "{x:?}"
-        );
     }
 
     /// A lowers the limit from 3 to 1.5 rps in its last record (its part from 1 to 0.5 rps) and
