@@ -41,6 +41,11 @@ pub struct Plan {
     /// Ids of templates added, changed or removed (each Region publishes its part of the new
     /// ones with its next rule set: templates need no version).
     pub templates: Vec<String>,
+    /// Ids this apply retires: removed limits, and removed templates that had slots.
+    pub retired: Vec<String>,
+    /// The document's text as written: the file, with a `retired` line first when the file does
+    /// not list every retired id itself.
+    pub text: String,
 }
 
 impl Plan {
@@ -69,12 +74,17 @@ impl Plan {
             format!("; templates changed: {}", self.templates.join(", "))
         };
         format!(
-            "{} limits; added: {}; new versions: {}; tuned: {}; removed: {}{templates}",
+            "{} limits; added: {}; new versions: {}; tuned: {}; removed: {}{templates}{retired}",
             self.limits,
             list(&self.changes.added),
             list(&versioned),
             list(&self.changes.tuned),
-            list(&crate::templates::compact_ids(&self.removed))
+            list(&crate::templates::compact_ids(&self.removed)),
+            retired = if self.retired.is_empty() {
+                String::new()
+            } else {
+                format!("; retired for good: {}", self.retired.join(", "))
+            }
         )
     }
 }
@@ -121,12 +131,12 @@ pub fn plan(
     opts: ApplyOptions,
 ) -> Result<Plan, LimitsError> {
     let regions = &cfg.deployment.regions;
-    let running = config::parse_limits(text, regions)
-        .and_then(|limits| config::with_limits(cfg, limits, 0))
-        .map_err(LimitsError::Invalid)?;
+    let file = config::parse_limits(text, regions).map_err(LimitsError::Invalid)?;
+    let in_file = file.retired.clone();
+    let running = config::with_limits(cfg, file, 0).map_err(LimitsError::Invalid)?;
     let new = running.deployment.limits.clone();
-    let (old, old_templates) = match current {
-        None => (Vec::new(), Vec::new()),
+    let (old, old_templates, old_retired) = match current {
+        None => (Vec::new(), Vec::new(), Vec::new()),
         Some(doc) => {
             let f = config::parse_limits(&doc.text, regions).map_err(|errors| {
                 LimitsError::StoredInvalid {
@@ -134,7 +144,7 @@ pub fn plan(
                     errors,
                 }
             })?;
-            (f.limits, f.templates)
+            (f.limits, f.templates, f.retired.unwrap_or_default())
         }
     };
     let templates = changed_templates(&old_templates, &running.templates);
@@ -164,16 +174,110 @@ pub fn plan(
         .filter(|o| new_ids.contains(o.id.as_str()))
         .collect();
     crate::templates::slot_changes(&old_templates, &running.templates, &mut errors);
+    let version = current.map_or(0, |d| d.version);
+    no_retired_id(&new, &running.templates, &old_retired, version, &mut errors);
     let changes = config::limit_changes(&kept, &new, &running.templates, &mut errors);
+    let retiring = retiring(&removed, &old_templates, &running.templates);
+    let text = retired_text(text, in_file.as_deref(), &old_retired, &retiring, version)
+        .map_err(|e| errors.push(e));
     if !errors.is_empty() {
         return Err(LimitsError::Invalid(ConfigErrors(errors)));
     }
     Ok(Plan {
-        current: current.map_or(0, |d| d.version),
+        current: version,
         changes,
         removed,
         limits: new.len(),
         templates,
+        retired: retiring,
+        text: text.unwrap_or_default(),
+    })
+}
+
+/// Refuses every limit (`new`) and template of a file whose id the table's document of `version`
+/// retired (`retired`).
+fn no_retired_id(
+    new: &[LimitSpec],
+    templates: &[crate::templates::TemplateSpec],
+    retired: &[String],
+    version: u64,
+    errors: &mut Vec<shareplane_core::ConfigError>,
+) {
+    let retired: std::collections::HashSet<&str> = retired.iter().map(String::as_str).collect();
+    let reused: Vec<&str> = (new.iter().map(|l| l.id.as_str()))
+        .chain(templates.iter().map(|t| t.id.as_str()))
+        .filter(|id| retired.contains(id))
+        .collect();
+    if !reused.is_empty() {
+        errors.push(shareplane_core::ConfigError {
+            field: "limits".into(),
+            problem: format!(
+                "{} retired by the table's limits version {version} (an earlier apply removed \
+                 them): Regions that ran them may still hold room of them, to which their static \
+                 parts would arrive again; an id is never taken twice, so give each a new one",
+                reused.join(", ")
+            ),
+        });
+    }
+}
+
+/// The ids an apply that removes `removed` retires: the removed listed limits, and the
+/// removed templates that had slots (their slot limits are among `removed`). A static template's
+/// parts never move, so one removed may come back.
+fn retiring(
+    removed: &[String],
+    old: &[crate::templates::TemplateSpec],
+    new: &[crate::templates::TemplateSpec],
+) -> Vec<String> {
+    let slotted_gone = old
+        .iter()
+        .filter(|o| o.slots > 0 && !new.iter().any(|n| n.id == o.id))
+        .map(|o| o.id.clone());
+    removed
+        .iter()
+        .filter(|id| !id.contains('#')) // a slot's id: its template's is retired
+        .cloned()
+        .chain(slotted_gone)
+        .collect()
+}
+
+/// The document's text: `text` as is when its own `retired` (`in_file`) lists every id retired
+/// before (`before`, of the table's `version`) and now (`now`); a `retired` line put first when
+/// the file has none; a problem when the file's list leaves one out (an id once retired stays so).
+fn retired_text(
+    text: &str,
+    in_file: Option<&[String]>,
+    before: &[String],
+    now: &[String],
+    version: u64,
+) -> Result<String, shareplane_core::ConfigError> {
+    let all: std::collections::BTreeSet<&str> =
+        before.iter().chain(now).map(String::as_str).collect();
+    let Some(listed) = in_file else {
+        if all.is_empty() {
+            return Ok(text.to_string());
+        }
+        let ids: Vec<String> = all.iter().map(|id| format!("{id:?}")).collect();
+        return Ok(format!(
+            "# Ids removed by `shareplane limits apply`: never taken again (kept by it).\n\
+             retired = [{}]\n{text}",
+            ids.join(", ")
+        ));
+    };
+    let listed: std::collections::HashSet<&str> = listed.iter().map(String::as_str).collect();
+    let missing: Vec<&str> = all.into_iter().filter(|id| !listed.contains(id)).collect();
+    if missing.is_empty() {
+        return Ok(text.to_string());
+    }
+    Err(shareplane_core::ConfigError {
+        field: "retired".into(),
+        problem: format!(
+            "leaves out {} that the table's limits version {version} retired or this apply \
+             retires ({}): an id once retired stays retired; list them, or leave `retired` out \
+             and `limits apply` writes it",
+            missing.len(),
+            missing.join(", ")
+        ),
     })
 }
 
@@ -214,7 +318,7 @@ pub async fn apply<S: RecordStore>(
     }
     let doc = LimitsDoc {
         version: plan.current + 1,
-        text,
+        text: plan.text.clone(),
         applied_by,
         applied_at_ms,
     };
@@ -462,6 +566,87 @@ mod tests {
             plan.describe().contains("removed: per_key#slot* (4 slots)"),
             "{}",
             plan.describe()
+        );
+    }
+
+    /// The refusal of `text`, which must be of a file (exit 2) and name `field`.
+    async fn refused(store: &MemoryStore, text: &str, field: &str) -> String {
+        match apply_text(store, text, ApplyOptions::default()).await {
+            Err(e @ LimitsError::Invalid(_)) => {
+                let e = e.to_string();
+                assert!(e.contains(&format!("{field}:")), "{field}: {e}");
+                e
+            }
+            other => panic!("{text:?} gave {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_removed_id_is_retired_for_good_and_never_taken_again() {
+        let store = MemoryStore::new();
+        let slotted =
+            "[[templates]]\nid = \"per_key\"\nentry = \"api_key\"\nrate = 100\nslots = 4\n";
+        let fixed = "[[templates]]\nid = \"per_ip\"\nentry = \"ip\"\nrate = 10\n";
+        let all = format!("{V1}{slotted}{fixed}");
+        apply_text(&store, &all, ApplyOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let removal = ApplyOptions {
+            allow_removal: true,
+            ..ApplyOptions::default()
+        };
+        let only_k = "[[limits]]\nid = \"k\"\nrate = 100\n";
+        let (plan, written) = apply_text(&store, only_k, removal)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(written, Some(2));
+        // The listed limit and the slotted template; a static template's parts never move.
+        assert_eq!(plan.retired, ["s", "per_key"]);
+        assert!(
+            plan.describe().ends_with("retired for good: s, per_key"),
+            "{}",
+            plan.describe()
+        );
+        let doc = current(&store)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("no document"));
+        assert!(
+            doc.text.ends_with(only_k),
+            "the file follows: {:?}",
+            doc.text
+        );
+        let stored = config::parse_limits(&doc.text, &cfg().deployment.regions)
+            .unwrap_or_else(|e| panic!("daemons read the document: {e}"));
+        assert_eq!(
+            stored.retired,
+            Some(vec!["per_key".to_string(), "s".to_string()])
+        );
+
+        // Neither comes back, as a limit or a template of either kind, by any later apply.
+        let e = refused(&store, V1, "limits").await;
+        assert!(
+            e.contains("s retired by the table's limits version 2"),
+            "{e}"
+        );
+        let static_again = slotted.replace("slots = 4\n", "");
+        let e = refused(&store, &format!("{only_k}{static_again}"), "limits").await;
+        assert!(e.contains("per_key retired"), "{e}");
+        // A file that lists retired ids must list them all; one that lists them all is kept as is.
+        refused(&store, &format!("retired = [\"s\"]\n{only_k}"), "retired").await;
+        let listed = format!("retired = [\"s\", \"per_key\"]\n{only_k}{fixed}");
+        let (_, written) = apply_text(&store, &listed, ApplyOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(written, Some(3));
+        let doc = current(&store).await.ok().flatten().map(|d| d.text);
+        assert_eq!(doc.as_deref(), Some(listed.as_str()));
+        // And a file that retires an id it runs is refused on its own, with the entry named.
+        let e = config::parse_limits(&format!("retired = [\"k\"]\n{only_k}"), &[]).err();
+        assert!(
+            e.is_some_and(|e| e.to_string().contains("limits[0].id:")),
+            "a retired id in the file's own list"
         );
     }
 

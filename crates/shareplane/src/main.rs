@@ -121,7 +121,8 @@ enum LimitsCommand {
         #[arg(long)]
         dry_run: bool,
         /// Write a file that leaves out limits the table has (running daemons keep running
-        /// them until each is restarted).
+        /// them until each is restarted). Their ids are retired for good: the document's
+        /// `retired` list keeps them, and no later apply may take one again.
         #[arg(long)]
         allow_removal: bool,
     },

@@ -275,6 +275,7 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     let mut limits = check_limits(&raw.limits, &names, errors);
     let limit_ids: Vec<&str> = raw.limits.iter().map(|l| l.id.as_str()).collect();
     let templates = check_templates(&raw.templates, &limit_ids, errors);
+    check_retired(&raw.limits, &raw.templates, raw.retired.as_deref(), errors);
     limits.extend(slot_limits(&templates, names.len()));
     let d = check_deployment(names, limits, policy, fence, period_ms, errors);
     let timeouts = timeouts::check_timeouts(&raw, period_ok, errors);
@@ -461,12 +462,52 @@ fn entry_of(field: &str) -> &str {
     }
 }
 
-/// What a limits file holds: its limits and its templates.
+/// What a limits file holds: its limits, its templates and its retired ids.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LimitsFile {
     /// The listed limits, then the templates' slot limits ([`slot_limits`]).
     pub limits: Vec<LimitSpec>,
     pub templates: Vec<TemplateSpec>,
+    /// `retired`: ids of limits and slotted templates that an earlier version of the table's
+    /// document removed, which no limit or template may take again (`None`: not written). Kept
+    /// by `shareplane limits apply` ([`crate::limits`]).
+    pub retired: Option<Vec<String>>,
+}
+
+/// Refuses a limit or template whose id is `retired`: a Region that ran it may still hold room
+/// of it (room it was granted, or inherited), while a Region adding it anew would adopt its
+/// static part again, so the room in existence would exceed the rate.
+fn check_retired(
+    limits: &[RawLimit],
+    templates: &[crate::templates::RawTemplate],
+    retired: Option<&[String]>,
+    errors: &mut Vec<ConfigError>,
+) {
+    let retired: HashSet<&str> = retired
+        .unwrap_or_default()
+        .iter()
+        .map(String::as_str)
+        .collect();
+    if retired.is_empty() {
+        return;
+    }
+    let ids = limits.iter().map(|l| ("limits", l.id.as_str()));
+    let ids = ids.chain(templates.iter().map(|t| ("templates", t.id.as_str())));
+    let mut at = BTreeMap::<&str, usize>::new();
+    for (what, id) in ids {
+        let i = at.entry(what).or_default();
+        if retired.contains(id) {
+            errors.push(problem(
+                format!("{what}[{i}].id"),
+                format!(
+                    "{id:?} is retired (an earlier version of the limits removed it): Regions that \
+                     ran it may still hold room of it, to which its static part would arrive \
+                     again; an id is never taken twice, so give it a new one"
+                ),
+            ));
+        }
+        *i += 1;
+    }
 }
 
 /// Parses a limits file (the `[[limits]]` and `[[templates]]` entries of a configuration,
@@ -478,12 +519,13 @@ pub fn parse_limits(text: &str, regions: &[String]) -> Result<LimitsFile, Config
     if text.len() > MAX_CONFIG_BYTES {
         return Err(ConfigErrors(vec![problem("limits", "larger than 16 MiB")]));
     }
-    let (raw, raw_templates, mut located) = read::read_limits(text)?;
+    let (raw, raw_templates, retired, mut located) = read::read_limits(text)?;
     let misread = located.misread();
     let mut errors = Vec::new();
     let mut limits = check_limits(&raw, regions, &mut errors);
     let ids: Vec<&str> = raw.iter().map(|l| l.id.as_str()).collect();
     let templates = check_templates(&raw_templates, &ids, &mut errors);
+    check_retired(&raw, &raw_templates, retired.as_deref(), &mut errors);
     limits.extend(slot_limits(&templates, regions.len()));
     errors.retain(|e| !misread.contains(&e.field));
     if raw.is_empty() && raw_templates.is_empty() {
@@ -493,7 +535,11 @@ pub fn parse_limits(text: &str, regions: &[String]) -> Result<LimitsFile, Config
     all.append(&mut errors);
     located.annotate(&mut all);
     if all.is_empty() {
-        Ok(LimitsFile { limits, templates })
+        Ok(LimitsFile {
+            limits,
+            templates,
+            retired,
+        })
     } else {
         Err(ConfigErrors(all))
     }

@@ -34,6 +34,9 @@ pub struct RawConfig {
     pub limits: Vec<RawLimit>,
     /// `[[templates]]`: limits per value of a descriptor entry (see [`crate::templates`]).
     pub templates: Vec<RawTemplate>,
+    /// `retired`: ids no limit or template may take (as `shareplane limits apply` keeps them in
+    /// the table's document, so that its text can be a file's limits again).
+    pub retired: Option<Vec<String>>,
     pub policy: Option<String>,
     pub fence: Option<String>,
     pub listen: Option<String>,
@@ -307,21 +310,29 @@ impl Reader {
             health_timeout_ms: r.whole(t, "", "health_timeout_ms"),
             limits: r.limits_from(t, from)?,
             templates: r.templates(t),
+            retired: r.strings(t, "", "retired"),
         })
     }
 }
 
-/// A limits file as read: its `[[limits]]` and `[[templates]]`.
-pub type RawLimitsFile = (Vec<RawLimit>, Vec<RawTemplate>, Located);
+/// A limits file as read: its `[[limits]]`, its `[[templates]]` and its `retired` ids (`None`:
+/// the key is not written).
+pub type RawLimitsFile = (
+    Vec<RawLimit>,
+    Vec<RawTemplate>,
+    Option<Vec<String>>,
+    Located,
+);
 
-/// Reads a limits file: `[[limits]]` and `[[templates]]` entries and nothing else.
+/// Reads a limits file: `[[limits]]` and `[[templates]]` entries, the `retired` ids and nothing
+/// else.
 pub fn read_limits(text: &str) -> Result<RawLimitsFile, ConfigErrors> {
     let read = read_by(text, LIMITS_PER_BATCH, |r, t, from| {
-        r.unknown(t, "", &["limits", "templates"]);
+        r.unknown(t, "", &["limits", "templates", "retired"]);
         let limits = r.limits_from(t, from)?;
-        Some((limits, r.templates(t)))
+        Some((limits, r.templates(t), r.strings(t, "", "retired")))
     });
-    read.map(|((limits, templates), located)| (limits, templates, located))
+    read.map(|((limits, templates, retired), located)| (limits, templates, retired, located))
 }
 
 /// Above `u32::MAX` reads as `u32::MAX`, which every range check refuses by its value.
@@ -342,6 +353,7 @@ const CONFIG_FIELDS: &[&str] = &[
     "metrics_namespace",
     "limits",
     "templates",
+    "retired",
     "policy",
     "fence",
     "listen",
@@ -453,6 +465,19 @@ impl Reader {
             self.0.wrong(&Self::field(at, key), item, "a number");
         }
         Some(v.unwrap_or(f64::NAN))
+    }
+
+    /// An array of strings; any other value is reported and reads as empty.
+    fn strings(&mut self, t: &dyn TableLike, at: &str, key: &str) -> Option<Vec<String>> {
+        let item = self.value(t, at, key)?;
+        let v: Option<Vec<String>> = item
+            .as_array()
+            .and_then(|a| a.iter().map(|v| v.as_str().map(str::to_string)).collect());
+        if v.is_none() {
+            self.0
+                .wrong(&Self::field(at, key), item, "an array of strings");
+        }
+        Some(v.unwrap_or_default())
     }
 
     fn boolean(&mut self, t: &dyn TableLike, at: &str, key: &str) -> Option<bool> {

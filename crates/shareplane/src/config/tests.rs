@@ -353,3 +353,35 @@ fn a_reload_refuses_what_cannot_change_live_naming_each_field() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn a_configuration_refuses_a_limit_or_template_whose_id_it_lists_as_retired() {
+    let retired = format!("retired = [\"k-big\", \"per_key\"]\n{GOOD}");
+    let e = parse(&retired, &BTreeMap::new())
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        e.as_deref()
+            .is_some_and(|e| e.contains("limits[0].id:") && e.contains("is retired")),
+        "{e:?}"
+    );
+    let other = GOOD.replace("id = \"k-big\"", "id = \"k-new\"");
+    let template = "[[templates]]\nid = \"per_key\"\nentry = \"api_key\"\nrate = 5\n";
+    let e = parse(
+        &format!("retired = [\"k-big\", \"per_key\"]\n{other}{template}"),
+        &BTreeMap::new(),
+    );
+    let e = e.err().map(|e| e.to_string());
+    assert!(
+        e.as_deref()
+            .is_some_and(|e| e.contains("templates[0].id:") && !e.contains("limits[0].id:")),
+        "only the template: {e:?}"
+    );
+    let ok = parse(&format!("retired = [\"k-big\"]\n{other}"), &BTreeMap::new());
+    assert!(ok.is_ok(), "{:?}", ok.err());
+    let e = parse(&format!("retired = \"k-big\"\n{other}"), &BTreeMap::new()).err();
+    assert!(
+        e.is_some_and(|e| e.to_string().contains("retired:")),
+        "a list, not a string"
+    );
+}
