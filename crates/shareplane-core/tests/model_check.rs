@@ -130,6 +130,34 @@ fn a_one_way_cut_then_the_heir_that_took_the_grants_lost_too() {
     );
 }
 
+/// An heir lost while it holds a stale close (`simulations/scenarios/lost-heir-stale-close.toml`):
+/// A's grant to C hidden by a one-way cut, A lost, B and C closing A against the older record, then
+/// B lost and A's newer record reaching C (four faults: the cut and A's loss in the prefix, B's
+/// loss, its flip and the heal by the exploration). The class must be reached and every state of
+/// it conserve room exactly: C takes and raises nothing past the lost B's close.
+#[test]
+fn an_heir_lost_while_it_holds_a_stale_close() {
+    let s =
+        model::Settings::lost_heir_stale_close(depth("SHAREPLANE_MODEL_DEPTH_STALE_CLOSE", 7), 3);
+    reaches_exactly(
+        &s,
+        "the class (B lost with a stale close of A, C holding A's newer record)",
+    );
+}
+
+/// The same opening, and C lost after it settled its part of A's estate against A's newer record
+/// while its freeze kept it from taking A's grant to it; B, running, holds C's record from before.
+/// The class must be reached and every state of it conserve room exactly: C does not count out of
+/// its part a grant it has not taken, so B's close of C against the older record holds nothing twice.
+#[test]
+fn an_heir_that_settled_past_its_freeze_then_lost() {
+    let s = model::Settings::settled_then_lost(depth("SHAREPLANE_MODEL_DEPTH_STALE_CLOSE", 7), 3);
+    reaches_exactly(
+        &s,
+        "the class (C lost after settling A's estate, B holding C's older record)",
+    );
+}
+
 /// Issue 31's survivor class (`simulations/scenarios/survivor-takeback.toml`): behind a one-way
 /// cut B took A's grant out of A's sight, then B is lost and A closes B against the record it
 /// holds. The class must be reached, and every state of it conserve room exactly: A takes its

@@ -35,7 +35,7 @@ pub use action::Action;
 pub use check::{explore, replay, replay_and_recover, replay_to, root_records, Outcome};
 pub use settings::{
     every_fault, every_region_heard, heir_lost_witness, out_of_order_witness, restore_race_witness,
-    resume_in_doubt_witness, stale_basis_witness, survivor_takeback_witness, Report, Settings,
-    Witness,
+    resume_in_doubt_witness, settled_then_lost_witness, stale_basis_witness, stale_close_witness,
+    survivor_takeback_witness, Report, Settings, Witness,
 };
 pub use world::deployment;

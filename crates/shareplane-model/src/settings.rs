@@ -158,6 +158,65 @@ impl Settings {
         }
     }
 
+    /// An heir lost while it holds a stale close (docs/PROTOCOL.md, "Reclaim against an agreed
+    /// basis"; `simulations/scenarios/lost-heir-stale-close.toml`), 3 Regions as
+    /// [`Settings::small`] with demands 1, 4 and 7: a one-way cut keeps A's (Region 0) records
+    /// from B and C; A grants its pool to C in a record nobody sees, is lost and reads unhealthy,
+    /// and B and C close it against its record from before the grant. The exploration adds B's
+    /// loss and health flips and heals (`max_faults` of them), every rebalance and delivery; only
+    /// true verdicts. The run must reach [`stale_close_witness`]: B lost and unhealthy, its
+    /// record marking A's epoch against a record older than A's last, while C holds a newer one
+    /// (under the rules before, C stopped waiting for the lost B and took A's grant from it).
+    pub fn lost_heir_stale_close(depth: usize, max_faults: u8) -> Settings {
+        Settings {
+            witness: Some(stale_close_witness),
+            // B's loss and flip and the heal: C stays up. With C's loss too, the exploration
+            // reaches states where all three are lost and the records count room twice that an
+            // ended heir is owed (docs/PROTOCOL.md, risk 4: what remains).
+            faults: |a| matches!(a, Action::Lose(1) | Action::Flip(1) | Action::Heal),
+            ..Settings::stale_close_prefix(depth, max_faults)
+        }
+    }
+
+    /// The same opening as [`Settings::lost_heir_stale_close`], but it is C that the exploration
+    /// may lose (its loss and flips, and heals): the run must reach [`settled_then_lost_witness`],
+    /// C lost and unhealthy after it settled its part of A's estate against A's newer record,
+    /// while B holds only C's record from before. Under the rules before, C settled down by A's
+    /// grant to it that its freeze kept it from taking, and B, closing C against the older record,
+    /// counted that room in C's estate while it was owed to C alone.
+    pub fn settled_then_lost(depth: usize, max_faults: u8) -> Settings {
+        Settings {
+            witness: Some(settled_then_lost_witness),
+            faults: |a| matches!(a, Action::Lose(2) | Action::Flip(2) | Action::Heal),
+            ..Settings::stale_close_prefix(depth, max_faults)
+        }
+    }
+
+    /// The opening of [`Settings::lost_heir_stale_close`] and [`Settings::settled_then_lost`].
+    fn stale_close_prefix(depth: usize, max_faults: u8) -> Settings {
+        use Action::*;
+        let heirs = [Rebalance(1), Deliver(1, 2), Rebalance(2), Deliver(2, 1)];
+        Settings {
+            demands_rps: vec![1, 4, 7],
+            prefix: [
+                every_region_heard(),
+                vec![
+                    OneWayCut(0, 1),
+                    OneWayCut(0, 2),
+                    Rebalance(2),
+                    Deliver(2, 0),
+                    Rebalance(0),
+                    Lose(0),
+                    Flip(0),
+                ],
+                heirs.repeat(4),
+            ]
+            .concat(),
+            true_verdicts_only: true,
+            ..Settings::small(depth, max_faults)
+        }
+    }
+
     /// Two estates seen out of order (fresh swarm seed 40044107; docs/PROTOCOL.md, "Why no heir
     /// takes more than it is owed"), 3 Regions as [`Settings::small`] with demands 4, 1 and 7:
     /// a one-way cut keeps B's and C's records from A; B grants its room to C and C takes it;
@@ -427,6 +486,39 @@ pub fn heir_lost_witness(c: &[Coordinator], lost: &[bool], unhealthy: &[bool]) -
         && b_at_a.version() < b_last.version()
         && (c_at_a.seen()[rb] > (b_at_a.epoch(), b_at_a.version())
             || c_at_a.limits()[0].taken()[rb] > b_at_a.limits()[0].granted()[rc])
+}
+
+/// The class of an heir lost while it holds a stale close: Region 1 (B) is lost and reads
+/// unhealthy, its record marks the epoch of Region 0 (A) closed against a record older than A's
+/// last, and Region 2 (C), running, holds a record of A newer than that mark.
+pub fn stale_close_witness(c: &[Coordinator], lost: &[bool], unhealthy: &[bool]) -> bool {
+    let ra = rid(0);
+    let a_last = c[0].own();
+    let Some(mark) = c[1].own().reclaims()[ra] else {
+        return false;
+    };
+    let stale = mark.epoch() == a_last.epoch() && mark.version() < a_last.version();
+    lost[1]
+        && unhealthy[1]
+        && !lost[2]
+        && stale
+        && c[2]
+            .latest(ra)
+            .is_some_and(|r| r.epoch() == mark.epoch() && r.version() > mark.version())
+}
+
+/// Region 2 (C) is lost and reads unhealthy, its last record marks the epoch of Region 0 (A)
+/// at a newer record than the record of C that Region 1 (B), running, holds.
+pub fn settled_then_lost_witness(c: &[Coordinator], lost: &[bool], unhealthy: &[bool]) -> bool {
+    let (ra, rc) = (rid(0), rid(2));
+    let Some(mark) = c[2].own().reclaims()[ra] else {
+        return false;
+    };
+    let older_at_b = c[1]
+        .latest(rc)
+        .and_then(|r| r.reclaims()[ra])
+        .is_some_and(|m| m.epoch() == mark.epoch() && m.version() < mark.version());
+    lost[2] && unhealthy[2] && !lost[1] && older_at_b
 }
 
 /// Issue 31's survivor class: Region 0 (A) has closed the epoch of Region 1 (B) against a record

@@ -329,9 +329,16 @@ impl LimitCtx<'_> {
         let mut worth = estate_worth(li, basis, last, n, |g| {
             self.counterpart(li, rec, e, basis, g)
         });
+        let b = basis.limits.get(li).copied().unwrap_or_default();
         if !last {
-            let b = basis.limits.get(li).copied().unwrap_or_default();
             worth += stale_rebase(&b, e, n, j);
+        }
+        if self.in_account(rec, j, basis) {
+            // What the record grants this Region and it has not taken (a take past its freeze
+            // waits) is room it cannot hold yet: not counted out of its part. Settling down by it
+            // would leave that room owed to this Region alone, out of its own estate, which an heir
+            // that closed this Region against an earlier record would count twice.
+            worth += Delta::of(b.granted[self.me].excess_over(e.taken[j]));
         }
         let before = Delta::of(e.reclaimed[j]) - e.debt_taken[j];
         let part = heir_part(worth, n, j, self.me);
