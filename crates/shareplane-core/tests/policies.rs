@@ -658,17 +658,11 @@ fn a_heir_with_a_slow_view_of_a_fresh_peer_waits_for_its_freeze() {
     assert!(w.coords[A].own().frozen()[rid(B)].is_none(), "A froze B");
 }
 
-/// B grants to C in records that reach nobody, and is lost; A and C close it against its record
-/// from before the grant. B comes back in a new epoch, and its last record of the old one reaches
-/// C but not A (a one-way cut). C used to end its freeze of B's old epoch on seeing the new one
-/// and take the grant from the last record at once, while A still held its portion of the same
-/// room by the older record (fuzz seed 74014990: 0.7% of `L` counted twice in the records).
-/// Now C switches past the old epoch, and takes its grants, only once A has published that it
-/// settled down to the last record; the audit is exact at every step.
-#[test]
-fn an_heir_takes_an_ended_epochs_grants_only_once_every_heir_settled_to_its_last_record() {
+/// B's demand drops and C's rises; B grants to C in records that reach nobody (C's reach
+/// everyone), and is lost with a true verdict; A and C close it against its record from before
+/// the grant. Returns the world, the demands, B's last record and the records nobody saw.
+fn closed_before_a_grant_nobody_saw() -> (World, [f64; 3], RegionRecord, Vec<Arc<RegionRecord>>) {
     let mut w = settled(SilentPolicy::TwoSignals);
-    // B's demand drops and C's rises; C's records reach everyone, B's nobody.
     let demand = [DEMAND[A], 1_000.0, 12_000.0];
     let heard = w.written[B].len();
     for _ in 0..3 {
@@ -699,6 +693,19 @@ fn an_heir_takes_an_ended_epochs_grants_only_once_every_heir_settled_to_its_last
             "closed against an older record"
         );
     }
+    (w, demand, last, unseen)
+}
+
+/// B grants to C in records that reach nobody, and is lost; A and C close it against its record
+/// from before the grant. B comes back in a new epoch, and its last record of the old one reaches
+/// C but not A (a one-way cut). C used to end its freeze of B's old epoch on seeing the new one
+/// and take the grant from the last record at once, while A still held its portion of the same
+/// room by the older record (fuzz seed 74014990: 0.7% of `L` counted twice in the records).
+/// Now C switches past the old epoch, and takes its grants, only once A has published that it
+/// settled down to the last record; the audit is exact at every step.
+#[test]
+fn an_heir_takes_an_ended_epochs_grants_only_once_every_heir_settled_to_its_last_record() {
+    let (mut w, demand, _, unseen) = closed_before_a_grant_nobody_saw();
     let limits = w.d.limits.clone();
     w.restart(B, u64::MAX, limits);
     w.rebalance(B, demand[B]);
@@ -751,35 +758,8 @@ fn an_heir_takes_an_ended_epochs_grants_only_once_every_heir_settled_to_its_last
 /// audit is exact at every step, and C moves on once A's next epoch has settled down.
 #[test]
 fn an_heir_lost_with_a_stale_close_is_waited_for_before_anyone_moves_past_it() {
-    let mut w = settled(SilentPolicy::TwoSignals);
-    let demand = [DEMAND[A], 1_000.0, 12_000.0];
-    let heard = w.written[B].len();
-    for _ in 0..3 {
-        for i in [A, C] {
-            w.rebalance(i, demand[i]);
-            w.publish(i);
-        }
-        w.rebalance(B, demand[B]);
-    }
-    let last = w.coords[B].own().clone();
+    let (mut w, demand, last, unseen) = closed_before_a_grant_nobody_saw();
     let granted = last.limits()[0].granted()[rid(C)];
-    assert!(granted > Room::ZERO, "B granted to C");
-    let unseen: Vec<Arc<RegionRecord>> = w.written[B][heard..].to_vec();
-    w.lose(B);
-    w.health[rid(B)] = Health::Unhealthy;
-    for _ in 0..6 {
-        for i in [A, C] {
-            w.rebalance(i, demand[i]);
-            w.deliver(i, A + C - i);
-        }
-    }
-    for i in [A, C] {
-        let mark = w.coords[i].own().reclaims()[rid(B)].expect("B's epoch closed");
-        assert!(
-            mark.version() < last.version(),
-            "closed against an older record"
-        );
-    }
     // A is lost with its stale close; B's records reach C (the cut heals).
     w.lose(A);
     w.health[rid(A)] = Health::Unhealthy;
