@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{limit, redis_cluster_url, rules, unique};
+use common::{limit, masters, node as seed, redis_cluster_url, rules, unique};
 use shareplane_limiter::store::{RedisBuckets, StoreError};
 use shareplane_limiter::{
     DecisionPath, KeyScheme, LimitWire, Limiter, LimiterConfig, RedisMode, RuleSet,
@@ -36,15 +36,6 @@ fn limiter(cfg: LimiterConfig, limits: Vec<LimitWire>) -> Arc<Limiter> {
     Arc::new(l)
 }
 
-/// A plain connection to the seed node, for commands about the cluster itself.
-async fn seed(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
 async fn slot(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u16 {
     redis::cmd("CLUSTER")
         .arg("KEYSLOT")
@@ -52,21 +43,6 @@ async fn slot(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u16 {
         .query_async(conn)
         .await
         .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// The masters' addresses (`127.0.0.1:port`), from `CLUSTER NODES`.
-async fn masters(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
-    let nodes: String = redis::cmd("CLUSTER")
-        .arg("NODES")
-        .query_async(conn)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    nodes
-        .lines()
-        .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("master")))
-        .filter_map(|l| l.split(' ').nth(1))
-        .map(|a| a.split('@').next().unwrap_or(a).to_owned())
-        .collect()
 }
 
 /// Two limit ids whose own keys (`rl:{<id>}:global`) hash to different slots.

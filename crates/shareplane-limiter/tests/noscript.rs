@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{redis_cluster_url, redis_url, unique};
+use common::{masters, node, redis_cluster_url, redis_url, unique};
 use shareplane_limiter::store::{BucketCall, KeyScheme, RedisBuckets};
 use shareplane_limiter::RedisMode;
 
@@ -49,15 +49,6 @@ async fn noscript_reloads_the_script() {
     assert_eq!(b.script_loads(), 2, "loaded again after NOSCRIPT");
 }
 
-/// A plain connection to one node.
-async fn node(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
 #[tokio::test]
 async fn a_cluster_whose_masters_lost_their_scripts_loads_them_again_on_every_node() {
     let test = "a_cluster_whose_masters_lost_their_scripts_loads_them_again_on_every_node";
@@ -80,17 +71,8 @@ async fn a_cluster_whose_masters_lost_their_scripts_loads_them_again_on_every_no
         1,
         "loaded once, on every node, for the connection"
     );
-    let nodes: String = redis::cmd("CLUSTER")
-        .arg("NODES")
-        .query_async(&mut node(&url).await)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let masters: Vec<&str> = nodes
-        .lines()
-        .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("master")))
-        .filter_map(|l| l.split(' ').nth(1)?.split('@').next())
-        .collect();
-    assert_eq!(masters.len(), 3, "{nodes}");
+    let masters = masters(&mut node(&url).await).await;
+    assert_eq!(masters.len(), 3, "three masters: {masters:?}");
     // Every master loses its scripts (a failover, a restart): each answers NOSCRIPT next time.
     for addr in &masters {
         let _: () = redis::cmd("SCRIPT")

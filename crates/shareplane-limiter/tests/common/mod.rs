@@ -431,3 +431,28 @@ impl Proxy {
         self.open.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// A plain connection to one Redis node (a cluster's seed, a master), for commands about the
+/// server itself.
+pub async fn node(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A cluster's masters' addresses (`127.0.0.1:port`), from `CLUSTER NODES` asked of `conn`.
+pub async fn masters(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    nodes
+        .lines()
+        .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("master")))
+        .filter_map(|l| l.split(' ').nth(1))
+        .map(|a| a.split('@').next().unwrap_or(a).to_owned())
+        .collect()
+}
