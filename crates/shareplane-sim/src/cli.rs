@@ -20,7 +20,7 @@ use std::process::ExitCode;
 )]
 #[command(
     after_help = "Also: `shareplane sim sweep SCENARIO.toml --offsets 0,1.7,3.3` and \
-                        `shareplane sim fuzz --seeds N [--start S] [--family classic|swarm|cascade]`."
+                        `shareplane sim fuzz --seeds N [--start S] [--family classic|swarm|cascade|stale-close]`."
 )]
 struct RunArgs {
     /// The scenario file (TOML; its format is in simulations/README.md and docs/SPEC.md, "The simulator").
@@ -65,8 +65,10 @@ struct SweepArgs {
                   in cascades: one-way cuts around losses, a second loss within seconds, restores \
                   under a cut, an heir lost after it took grants); cascade (issue 31's shape: a \
                   one-way cut B->A, demand moved from B to C, B and C lost with true verdicts, B \
-                  restored under the cut, the heal, C restored; timings and sizes from the seed). \
-                  A seed names one scenario within its family. The run ends with its throughput \
+                  restored under the cut, the heal, C restored; timings and sizes from the seed); \
+                  stale-close (an heir lost while it holds a stale close: O grants to G behind a \
+                  one-way cut O->H,G, O lost, H lost after the heirs closed O, the heal, O and H \
+                  restored). A seed names one scenario within its family. The run ends with its throughput \
                   (seeds a minute). Exit 0 when every seed passed, 1 when one failed, 2 for a bad \
                   command line (an empty range, or one that passes the largest seed)."
 )]
@@ -77,7 +79,7 @@ struct FuzzArgs {
     /// The first seed; the range must end at or below 18446744073709551615.
     #[arg(long, default_value_t = 1)]
     start: u64,
-    /// The generator: classic, swarm or cascade.
+    /// The generator: classic, swarm, cascade or stale-close.
     #[arg(long, default_value = "classic", value_parser = parse_family)]
     family: crate::swarm::Family,
     /// Print each generated scenario as TOML (to replay it with `shareplane sim`); runs the

@@ -15,8 +15,9 @@
 //! - [`sweep`]: a scenario over every assignment of phases,
 //! - [`fuzz`]: random fault schedules from a seed, checked at every tick; [`judging`]: the
 //!   allowances each seed is judged with by the one judge (`shareplane_judge`), and its figures,
-//! - [`swarm`], [`cascade`]: the swarm family (a random subset of fault kinds per seed, drawn
-//!   towards cascades) and the cascade family (issue 31's shape), judged by the same checks,
+//! - [`swarm`], [`cascade`], [`stale_close`]: the swarm family (a random subset of fault kinds
+//!   per seed, drawn towards cascades), the cascade family (issue 31's shape) and the stale-close
+//!   family (an heir lost while it holds a stale close), judged by the same checks,
 //! - [`cli`]: `shareplane sim …`.
 
 pub mod cascade;
@@ -27,6 +28,7 @@ pub mod judging;
 pub mod plot;
 pub mod rng;
 pub mod scenario;
+pub mod stale_close;
 pub use scenario::runnable;
 pub mod summary;
 pub mod swarm;

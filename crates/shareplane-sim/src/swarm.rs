@@ -10,8 +10,9 @@
 //! the fault phase every fault ends, as in the classic family, and the same checks judge the
 //! run ([`crate::fuzz::check`]).
 //!
-//! Families: [`Family::Classic`] ([`crate::fuzz::generate`]), [`Family::Swarm`] (here) and
-//! [`Family::Cascade`] ([`crate::cascade`]). A seed names one scenario within its family.
+//! Families: [`Family::Classic`] ([`crate::fuzz::generate`]), [`Family::Swarm`] (here),
+//! [`Family::Cascade`] ([`crate::cascade`]) and [`Family::StaleClose`] ([`crate::stale_close`]).
+//! A seed names one scenario within its family.
 
 use crate::cascade::{demand, part, secs, Schedule, TICK_MS};
 use crate::judging::{liveness_bound, Totals};
@@ -25,16 +26,18 @@ pub enum Family {
     Classic,
     Swarm,
     Cascade,
+    StaleClose,
 }
 
 impl Family {
-    pub const NAMES: [&'static str; 3] = ["classic", "swarm", "cascade"];
+    pub const NAMES: [&'static str; 4] = ["classic", "swarm", "cascade", "stale-close"];
 
     pub fn from_name(s: &str) -> Option<Family> {
         match s {
             "classic" => Some(Family::Classic),
             "swarm" => Some(Family::Swarm),
             "cascade" => Some(Family::Cascade),
+            "stale-close" => Some(Family::StaleClose),
             _ => None,
         }
     }
@@ -44,6 +47,7 @@ impl Family {
             Family::Classic => "classic",
             Family::Swarm => "swarm",
             Family::Cascade => "cascade",
+            Family::StaleClose => "stale-close",
         }
     }
 
@@ -53,6 +57,7 @@ impl Family {
             Family::Classic => crate::fuzz::generate(seed),
             Family::Swarm => generate(seed),
             Family::Cascade => crate::cascade::generate(seed),
+            Family::StaleClose => crate::stale_close::generate(seed),
         }
     }
 

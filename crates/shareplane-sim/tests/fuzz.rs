@@ -112,10 +112,11 @@ fn ci_sized_fuzz_run() {
     );
 }
 
-/// The CI-sized run of the swarm and cascade families (tests/run-all.sh's filter
+/// The CI-sized run of the swarm, cascade and stale-close families (tests/run-all.sh's filter
 /// `ci_sized_fuzz_run` selects this test too): `SHAREPLANE_FUZZ_SWARM_SEEDS` swarm seeds
-/// (default a quarter of `SHAREPLANE_FUZZ_SEEDS`) and `SHAREPLANE_FUZZ_CASCADE_SEEDS` cascade
-/// seeds (default a tenth), from `SHAREPLANE_FUZZ_START`. Judged by the same checks as the
+/// (default a quarter of `SHAREPLANE_FUZZ_SEEDS`), `SHAREPLANE_FUZZ_CASCADE_SEEDS` cascade seeds
+/// and `SHAREPLANE_FUZZ_STALE_CLOSE_SEEDS` stale-close seeds (default a tenth each), from
+/// `SHAREPLANE_FUZZ_START`. Judged by the same checks as the
 /// classic seeds; every seed must pass. Prints each family's figures, its throughput, and for
 /// each failure how far the running Regions' shares went above L.
 #[test]
@@ -134,6 +135,10 @@ fn ci_sized_fuzz_run_swarm_and_cascade() {
         (
             Family::Cascade,
             var("SHAREPLANE_FUZZ_CASCADE_SEEDS", seeds / 10),
+        ),
+        (
+            Family::StaleClose,
+            var("SHAREPLANE_FUZZ_STALE_CLOSE_SEEDS", seeds / 10),
         ),
     ] {
         if count == 0 {
@@ -207,7 +212,7 @@ fn seeds_are_deterministic_and_replay_through_a_scenario_file() {
 
 #[test]
 fn swarm_and_cascade_seeds_are_deterministic_and_replay_through_a_scenario_file() {
-    for family in [Family::Swarm, Family::Cascade] {
+    for family in [Family::Swarm, Family::Cascade, Family::StaleClose] {
         for seed in 1..=60u64 {
             let sc = family.generate(seed);
             assert_eq!(sc, family.generate(seed));
@@ -331,6 +336,51 @@ fn cascade_seeds_have_the_issue_shape() {
     assert!(
         restored_under_cut > 150,
         "{restored_under_cut} of 200 restored under the cut"
+    );
+}
+
+/// The stale-close family draws its shape: a one-way cut from O around a demand shift, O lost
+/// and then H, each with a true verdict, the heal, both restored; in most seeds H is lost only
+/// once the heirs may have closed O.
+#[test]
+fn stale_close_seeds_have_their_shape() {
+    let mut late = 0;
+    for seed in 1..=200u64 {
+        let sc = swarm::Family::StaleClose.generate(seed);
+        let at = |f: &dyn Fn(&Action) -> bool| -> Vec<(i64, Action)> {
+            sc.events
+                .iter()
+                .filter(|e| f(&e.action))
+                .map(|e| (e.at_tick, e.action.clone()))
+                .collect()
+        };
+        let cuts = at(&|a| matches!(a, Action::OneWayCut(..)));
+        let heals = at(&|a| matches!(a, Action::Heal));
+        let losses = at(&|a| matches!(a, Action::Lose(_)));
+        let restores = at(&|a| matches!(a, Action::Restore(_)));
+        assert_eq!((cuts.len(), heals.len()), (1, 1), "seed {seed}");
+        assert_eq!((losses.len(), restores.len()), (2, 2), "seed {seed}");
+        let (Action::OneWayCut(from, to), Action::Lose(o), Action::Lose(h)) =
+            (&cuts[0].1, &losses[0].1, &losses[1].1)
+        else {
+            panic!("seed {seed}: {:?}", sc.events);
+        };
+        assert_eq!(*from, 1 << o, "seed {seed}: the cut is from the first lost");
+        assert!(
+            to & (1 << h) != 0,
+            "seed {seed}: and hides it from the second"
+        );
+        assert!(
+            losses[0].0 < losses[1].0 && losses[1].0 < heals[0].0,
+            "seed {seed}"
+        );
+        assert!(verdicts_are_true(&sc), "seed {seed}: a false verdict");
+        let close = cuts[0].0 + sc.period_ticks as i64 * i64::from(sc.silent_after);
+        late += u32::from(losses[1].0 > close);
+    }
+    assert!(
+        late > 120,
+        "{late} of 200 lose H after the heirs may have closed O"
     );
 }
 

@@ -1,0 +1,149 @@
+//! The stale-close family of fuzz scenarios (`shareplane sim fuzz --family stale-close`): the shape
+//! of `simulations/scenarios/lost-heir-stale-close.toml` (an heir lost while it holds a stale
+//! close, issue 31), with its timings and sizes drawn from the seed.
+//!
+//! Roles, assigned to Regions at random: **O** a Region that grants its pool on and is lost,
+//! **H** an heir of O that is lost after closing it, **G** the heir O grants to, and in one seed of
+//! four a bystander heir **D**. The schedule:
+//!
+//! 1. demand moves from O to G, so that O grants to G;
+//! 2. around it, a one-way cut: O's records stop reaching H and G (and D in half of those seeds),
+//!    so the heirs close O against a record from before some of its grants;
+//! 3. a few periods later O is lost, and reads unhealthy soon after;
+//! 4. once the heirs may have closed O (O silent, its verdict read, one or two exchanges to
+//!    agree), or in one seed of five sooner, H is lost, and reads unhealthy soon after;
+//! 5. the cut heals, so that O's newer records reach the others; O comes back with new demand,
+//!    before or after the heal; H comes back last (in one seed of five before the heal). Each
+//!    check clears two periods before its Region comes back, so that no reader still reads it
+//!    unhealthy while it runs.
+//!
+//! Every verdict is true and every fault ends by the last event, so the fuzzer's checks judge
+//! these seeds exactly as they judge the classic ones.
+
+use crate::cascade::{demand, part, secs, Schedule, TICK_MS};
+use crate::judging::liveness_bound;
+use crate::rng::Rng;
+use crate::scenario::{Action, RegionSpec, Scenario};
+use shareplane_core::{Design, Fence, Room, SilentPolicy};
+
+/// The scenario of one stale-close seed.
+pub fn generate(seed: u64) -> Scenario {
+    let mut g = Rng::new(seed ^ 0x7374_616c_6563_6c6f);
+    let n = if g.chance(25) { 4 } else { 3 };
+    // role[k] is the Region index of O, H, G (and D).
+    let mut role: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        role.swap(i, g.range(0, i as u64) as usize);
+    }
+    let limit = Room::rps(g.range(1_000, 100_000));
+    let period_ticks = g.range(20, 100);
+    let vis = g.range(1, 30);
+    let mut demand = vec![Room::ZERO; n];
+    // O holds much of the limit before the shift, so that it has much to grant on.
+    demand[role[0]] = part(limit, 40, 90, &mut g);
+    demand[role[1]] = part(limit, 10, 50, &mut g);
+    demand[role[2]] = part(limit, 0, 15, &mut g);
+    if n == 4 {
+        demand[role[3]] = part(limit, 0, 25, &mut g);
+    }
+    let regions = (0..n)
+        .map(|i| RegionSpec {
+            name: ["O", "H", "G", "D"][role.iter().position(|&r| r == i).unwrap_or(0)].into(),
+            offset_tick: g.range(0, period_ticks - 1) as i64,
+            demand: demand[i],
+            visibility_ticks: if g.chance(20) { g.range(1, 50) } else { vis },
+        })
+        .collect();
+    let mut sc = Scenario {
+        name: format!("stale-close seed {seed}"),
+        tick_ms: TICK_MS,
+        start_tick: -secs(30),
+        end_tick: 0,
+        design: Design::NamedGrants,
+        policy: SilentPolicy::TwoSignals,
+        fence: if g.chance(80) {
+            Fence::OwnUnhealthy
+        } else {
+            Fence::Never
+        },
+        seed: Some(seed),
+        limit,
+        burst_ms: 1000 * g.range(1, 2),
+        floor: Room::from_milli(limit.milli() / n as u64 * g.range(0, 20) / 100),
+        step_cap: part(limit, 5, 50, &mut g),
+        period_ticks,
+        window_ticks: g.range(10, 100),
+        silent_after: g.range(2, 4) as u32,
+        regions,
+        events: Vec::new(),
+        plot_from_tick: 0,
+        plot_to_tick: 0,
+    };
+    sc.events = schedule(&mut g, &sc, &role).into_sorted();
+    let faults_end = sc.events.iter().map(|e| e.at_tick).max().unwrap_or(0);
+    sc.end_tick = faults_end + liveness_bound(&sc) + secs(20);
+    sc.plot_from_tick = sc.start_tick;
+    sc.plot_to_tick = sc.end_tick;
+    sc
+}
+
+/// Steps 1 to 5 of the module documentation.
+fn schedule(g: &mut Rng, sc: &Scenario, role: &[usize]) -> Schedule {
+    let (o, h, gr) = (role[0], role[1], role[2]);
+    let period = sc.period_ticks as i64;
+    let limit = sc.limit;
+    let mut s = Schedule::default();
+    let shift = secs(g.range(5, 40));
+    s.at(
+        shift,
+        demand([(o, part(limit, 0, 10, g)), (gr, part(limit, 50, 100, g))]),
+    );
+    // The cut from up to a period before the shift to three periods after it.
+    let cut = (shift + g.range(0, 4 * period as u64) as i64 - period).max(0);
+    let mut to = (1u8 << h) | (1 << gr);
+    if let Some(&d) = role.get(3) {
+        if g.chance(50) {
+            to |= 1 << d;
+        }
+    }
+    s.at(cut, Action::OneWayCut(1 << o, to));
+    let lose_o = shift.max(cut) + period * g.range(1, 6) as i64;
+    let verdict_o = lose_o + secs(g.range(0, 30));
+    s.at(lose_o, Action::Lose(o));
+    s.at(verdict_o, Action::Unhealthy(o));
+    // The heirs count O silent `silent_after` rebalances after its last record reached them.
+    let closed = (cut + period * i64::from(sc.silent_after)).max(verdict_o) + 2 * period;
+    let lose_h = if g.chance(20) {
+        lose_o + 1 + g.range(0, (closed - lose_o) as u64) as i64
+    } else {
+        closed + period * g.range(0, 4) as i64
+    };
+    let verdict_h = lose_h + secs(g.range(0, 30));
+    s.at(lose_h, Action::Lose(h));
+    s.at(verdict_h, Action::Unhealthy(h));
+    let heal = verdict_h.max(lose_h) + secs(g.range(5, 120));
+    s.at(heal, Action::Heal);
+    // A check clears a while before its Region comes back: every reader has read past the
+    // "unhealthy" by then (a verdict read while the Region runs would be false), so every verdict
+    // of a seed is true and its checks are the strictest.
+    let clears = 2 * period + secs(5);
+    let back_o = if g.chance(50) {
+        heal.max(verdict_o + clears) + secs(g.range(0, 60))
+    } else {
+        verdict_o + clears + secs(g.range(0, 60))
+    };
+    s.at(back_o - clears, Action::Healthy(o));
+    s.at(back_o, Action::Restore(o));
+    s.at(
+        back_o,
+        demand([(o, part(limit, 20, 80, g)), (gr, part(limit, 20, 80, g))]),
+    );
+    let back_h = if g.chance(20) {
+        verdict_h + clears + secs(g.range(0, 30))
+    } else {
+        heal.max(back_o).max(verdict_h + clears) + secs(g.range(10, 120))
+    };
+    s.at(back_h - clears, Action::Healthy(h));
+    s.at(back_h, Action::Restore(h));
+    s
+}
