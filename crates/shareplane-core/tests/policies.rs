@@ -440,18 +440,42 @@ fn a_survivor_holding_a_lost_heirs_record_of_a_take_it_cannot_see_waits_for_the_
     }
     let waiting = w.rebalance(A, demand[A]);
     assert_eq!(waiting.alarms.reclaim_waiting, vec![rid(B)]);
-    // The cut heals: B's newer records reach A, which closes B against its last record.
+    // The cut heals: B's newer records reach A. C, lost, may have closed B against an older record
+    // in records that never reached A: A does not move its freeze past what C may hold until C's
+    // next epoch says what it holds (docs/PROTOCOL.md, "Lift").
     w.coords[A]
         .observe(Arc::new(last_b.clone()))
         .expect("valid");
-    for _ in 0..4 {
-        w.rebalance(A, demand[A]);
+    let mut waited = false;
+    for _ in 0..6 {
+        let d = w.rebalance(A, demand[A]);
+        waited |= d.alarms.reclaim_waiting.contains(&rid(B));
+        assert!(
+            w.coords[A].own().reclaims()[rid(B)].is_none(),
+            "A waits for C"
+        );
+        let c = w.conservation();
+        assert!(c.holds(), "{c:?}");
     }
-    let mark =
-        w.coords[A].own().reclaims()[rid(B)].expect("A closes B once it holds B's newest record");
+    assert!(waited, "and says so");
+    // C comes back in a new epoch and reads every record; A closes B against its last record.
+    let limits = w.d.limits.clone();
+    w.health[rid(C)] = Health::Healthy;
+    w.restart(C, u64::MAX, limits);
+    w.coords[C]
+        .observe(Arc::new(last_b.clone()))
+        .expect("valid");
+    for _ in 0..10 {
+        for i in [A, C] {
+            w.rebalance(i, demand[i]);
+            w.deliver(i, A + C - i);
+            let c = w.conservation();
+            assert!(c.holds(), "{c:?}");
+        }
+    }
+    let mark = w.coords[A].own().reclaims()[rid(B)]
+        .expect("A closes B once C's next epoch has published what it holds");
     assert_eq!(mark.version(), last_b.version());
-    let c = w.conservation();
-    assert!(c.holds(), "{c:?}");
 }
 
 /// What the store hands a reader once a partition heals: the last record of every epoch `from`

@@ -8,7 +8,8 @@
 //!
 //! 1. demand moves from O to G, so that O grants to G;
 //! 2. around it, a one-way cut: O's records stop reaching H and G (and D in half of those seeds),
-//!    so the heirs close O against a record from before some of its grants;
+//!    so the heirs close O against a record from before some of its grants; in one seed of three
+//!    H's records stop reaching G too, so that H's close may reach G after O's newer records;
 //! 3. a few periods later O is lost, and reads unhealthy soon after;
 //! 4. once the heirs may have closed O (O silent, its verdict read, one or two exchanges to
 //!    agree), or in one seed of five sooner, H is lost, and reads unhealthy soon after;
@@ -107,6 +108,12 @@ fn schedule(g: &mut Rng, sc: &Scenario, role: &[usize]) -> Schedule {
         }
     }
     s.at(cut, Action::OneWayCut(1 << o, to));
+    // In one seed of three H's own records stop reaching G too, from before it can close O: its
+    // close (and its mark) may then reach G later than O's newer records, or never before the heal.
+    if g.chance(33) {
+        let hidden = cut + g.range(0, 2 * period as u64) as i64;
+        s.at(hidden, Action::OneWayCut(1 << h, 1 << gr));
+    }
     let lose_o = shift.max(cut) + period * g.range(1, 6) as i64;
     let verdict_o = lose_o + secs(g.range(0, 30));
     s.at(lose_o, Action::Lose(o));

@@ -339,12 +339,12 @@ fn cascade_seeds_have_the_issue_shape() {
     );
 }
 
-/// The stale-close family draws its shape: a one-way cut from O around a demand shift, O lost
-/// and then H, each with a true verdict, the heal, both restored; in most seeds H is lost only
-/// once the heirs may have closed O.
+/// The stale-close family draws its shape: a one-way cut from O around a demand shift (and in a
+/// third of the seeds one from H to G), O lost and then H, each with a true verdict, the heal,
+/// both restored; in most seeds H is lost only once the heirs may have closed O.
 #[test]
 fn stale_close_seeds_have_their_shape() {
-    let mut late = 0;
+    let (mut late, mut hidden_heir) = (0, 0);
     for seed in 1..=200u64 {
         let sc = swarm::Family::StaleClose.generate(seed);
         let at = |f: &dyn Fn(&Action) -> bool| -> Vec<(i64, Action)> {
@@ -358,8 +358,12 @@ fn stale_close_seeds_have_their_shape() {
         let heals = at(&|a| matches!(a, Action::Heal));
         let losses = at(&|a| matches!(a, Action::Lose(_)));
         let restores = at(&|a| matches!(a, Action::Restore(_)));
-        assert_eq!((cuts.len(), heals.len()), (1, 1), "seed {seed}");
+        assert!(
+            matches!(cuts.len(), 1 | 2) && heals.len() == 1,
+            "seed {seed}"
+        );
         assert_eq!((losses.len(), restores.len()), (2, 2), "seed {seed}");
+        hidden_heir += u32::from(cuts.len() == 2);
         let (Action::OneWayCut(from, to), Action::Lose(o), Action::Lose(h)) =
             (&cuts[0].1, &losses[0].1, &losses[1].1)
         else {
@@ -381,6 +385,10 @@ fn stale_close_seeds_have_their_shape() {
     assert!(
         late > 120,
         "{late} of 200 lose H after the heirs may have closed O"
+    );
+    assert!(
+        hidden_heir > 40,
+        "{hidden_heir} of 200 hide H's records from G too"
     );
 }
 
