@@ -1,8 +1,9 @@
 //! `shareplane-model [DEPTH] [FAULTS] [RUN]`: a bigger model-checking run than CI's (which the
 //! core's `tests/model_check.rs` runs through this crate's library), where RUN is 3 or 4
 //! (Regions), `race` (the restore race from B lost and closed by both survivors: depth 7 and 3
-//! faults reach it) or `race-c-lost` (the same from C lost, as CI's run); the race runs fail
-//! unless they reach the race (`model::restore_race_witness`).
+//! faults reach it), `race-c-lost` (the same from C lost, as CI's run) or `stale-close-all` (an
+//! heir lost with a stale close, every Region losable: the open class of docs/PROTOCOL.md risk 4);
+//! the race runs fail unless they reach the race (`model::restore_race_witness`).
 
 #![allow(clippy::disallowed_methods)] // tests, benches and examples may read clocks (clippy.toml)
 
@@ -17,6 +18,7 @@ fn main() {
         "4" => model::Settings::four(depth, faults),
         "race" => model::Settings::restore_race(depth, faults),
         "race-c-lost" => model::Settings::restore_race_c_lost(depth, faults),
+        "stale-close-all" => model::Settings::stale_close_all(depth, faults),
         _ => model::Settings::small(depth, faults),
     };
     let t = std::time::Instant::now();

@@ -192,6 +192,18 @@ impl Settings {
         }
     }
 
+    /// The same opening with every Region losable (losses, flips and heals of any): not in CI,
+    /// where it reaches states in which all three Regions are lost and the records count room an
+    /// ended heir is owed twice (docs/PROTOCOL.md, risk 4, "What remains";
+    /// `shareplane-model 7 3 stale-close-all`).
+    pub fn stale_close_all(depth: usize, max_faults: u8) -> Settings {
+        Settings {
+            witness: Some(stale_close_witness),
+            faults: |a| matches!(a, Action::Lose(_) | Action::Flip(_) | Action::Heal),
+            ..Settings::stale_close_prefix(depth, max_faults)
+        }
+    }
+
     /// The opening of [`Settings::lost_heir_stale_close`] and [`Settings::settled_then_lost`].
     fn stale_close_prefix(depth: usize, max_faults: u8) -> Settings {
         use Action::*;
