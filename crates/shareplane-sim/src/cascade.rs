@@ -55,63 +55,89 @@ pub(crate) fn part(rate: Room, lo: u64, hi: u64, g: &mut Rng) -> Room {
 
 /// The scenario of one cascade seed.
 pub fn generate(seed: u64) -> Scenario {
-    let mut g = Rng::new(seed ^ 0x6361_7363_6164_6531);
-    let n = if g.chance(25) { 4 } else { 3 };
-    // role[k] is the Region index of A, B, C (and D).
-    let mut role: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        role.swap(i, g.range(0, i as u64) as usize);
-    }
-    let limit = Room::rps(g.range(1_000, 100_000));
-    let period_ticks = g.range(20, 100);
-    let vis = g.range(1, 30);
-    let mut demand = vec![Room::ZERO; n];
     // B holds much of the limit before the cut, so that it has much to grant on.
-    demand[role[0]] = part(limit, 10, 50, &mut g);
-    demand[role[1]] = part(limit, 40, 90, &mut g);
-    demand[role[2]] = part(limit, 0, 15, &mut g);
-    if n == 4 {
-        demand[role[3]] = part(limit, 0, 25, &mut g);
-    }
-    let regions = (0..n)
-        .map(|i| RegionSpec {
-            name: ["A", "B", "C", "D"][role.iter().position(|&r| r == i).unwrap_or(0)].into(),
-            offset_tick: g.range(0, period_ticks - 1) as i64,
-            demand: demand[i],
-            visibility_ticks: if g.chance(20) { g.range(1, 50) } else { vis },
-        })
-        .collect();
-    let mut sc = Scenario {
-        name: format!("cascade seed {seed}"),
-        tick_ms: TICK_MS,
-        start_tick: -secs(30),
-        end_tick: 0,
-        design: Design::NamedGrants,
-        policy: SilentPolicy::TwoSignals,
-        fence: if g.chance(80) {
-            Fence::OwnUnhealthy
-        } else {
-            Fence::Never
-        },
-        seed: Some(seed),
-        limit,
-        burst_ms: 1000 * g.range(1, 2),
-        floor: Room::from_milli(limit.milli() / n as u64 * g.range(0, 20) / 100),
-        step_cap: part(limit, 5, 50, &mut g),
-        period_ticks,
-        window_ticks: g.range(10, 100),
-        silent_after: g.range(2, 4) as u32,
-        regions,
-        events: Vec::new(),
-        plot_from_tick: 0,
-        plot_to_tick: 0,
+    let family = RoleFamily {
+        name: "cascade",
+        salt: 0x6361_7363_6164_6531,
+        roles: ["A", "B", "C", "D"],
+        demand_percent: [(10, 50), (40, 90), (0, 15), (0, 25)],
     };
-    sc.events = schedule(&mut g, &sc, &role).into_sorted();
-    let faults_end = sc.events.iter().map(|e| e.at_tick).max().unwrap_or(0);
-    sc.end_tick = faults_end + liveness_bound(&sc) + secs(20);
-    sc.plot_from_tick = sc.start_tick;
-    sc.plot_to_tick = sc.end_tick;
-    sc
+    family.generate(seed, schedule)
+}
+
+/// A family whose seeds put three or four roles on random Regions (the fourth, a bystander, in
+/// one seed of four) and draw their settings alike: what the cascade and stale-close families
+/// share. The draws are made in one order, so that a seed names the same scenario as before.
+pub(crate) struct RoleFamily {
+    pub name: &'static str,
+    /// Mixed into the seed, so that the families draw apart.
+    pub salt: u64,
+    pub roles: [&'static str; 4],
+    /// Each role's demand before the faults, a percentage range of the limit.
+    pub demand_percent: [(u64, u64); 4],
+}
+
+impl RoleFamily {
+    /// The scenario of `seed`: the roles, the settings, and the events `schedule` draws for
+    /// them (`role[k]` is the Region index of role `k`).
+    pub fn generate(
+        &self,
+        seed: u64,
+        schedule: fn(&mut Rng, &Scenario, &[usize]) -> Schedule,
+    ) -> Scenario {
+        let mut g = Rng::new(seed ^ self.salt);
+        let n = if g.chance(25) { 4 } else { 3 };
+        let mut role: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            role.swap(i, g.range(0, i as u64) as usize);
+        }
+        let limit = Room::rps(g.range(1_000, 100_000));
+        let period_ticks = g.range(20, 100);
+        let vis = g.range(1, 30);
+        let mut demand = vec![Room::ZERO; n];
+        for (k, &(lo, hi)) in self.demand_percent.iter().enumerate().take(n) {
+            demand[role[k]] = part(limit, lo, hi, &mut g);
+        }
+        let regions = (0..n)
+            .map(|i| RegionSpec {
+                name: self.roles[role.iter().position(|&r| r == i).unwrap_or(0)].into(),
+                offset_tick: g.range(0, period_ticks - 1) as i64,
+                demand: demand[i],
+                visibility_ticks: if g.chance(20) { g.range(1, 50) } else { vis },
+            })
+            .collect();
+        let mut sc = Scenario {
+            name: format!("{} seed {seed}", self.name),
+            tick_ms: TICK_MS,
+            start_tick: -secs(30),
+            end_tick: 0,
+            design: Design::NamedGrants,
+            policy: SilentPolicy::TwoSignals,
+            fence: if g.chance(80) {
+                Fence::OwnUnhealthy
+            } else {
+                Fence::Never
+            },
+            seed: Some(seed),
+            limit,
+            burst_ms: 1000 * g.range(1, 2),
+            floor: Room::from_milli(limit.milli() / n as u64 * g.range(0, 20) / 100),
+            step_cap: part(limit, 5, 50, &mut g),
+            period_ticks,
+            window_ticks: g.range(10, 100),
+            silent_after: g.range(2, 4) as u32,
+            regions,
+            events: Vec::new(),
+            plot_from_tick: 0,
+            plot_to_tick: 0,
+        };
+        sc.events = schedule(&mut g, &sc, &role).into_sorted();
+        let faults_end = sc.events.iter().map(|e| e.at_tick).max().unwrap_or(0);
+        sc.end_tick = faults_end + liveness_bound(&sc) + secs(20);
+        sc.plot_from_tick = sc.start_tick;
+        sc.plot_to_tick = sc.end_tick;
+        sc
+    }
 }
 
 /// Steps 1 to 5 of the module documentation.

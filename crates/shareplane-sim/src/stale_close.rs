@@ -21,71 +21,20 @@
 //! Every verdict is true and every fault ends by the last event, so the fuzzer's checks judge
 //! these seeds exactly as they judge the classic ones.
 
-use crate::cascade::{demand, part, secs, Schedule, TICK_MS};
-use crate::judging::liveness_bound;
+use crate::cascade::{demand, part, secs, RoleFamily, Schedule};
 use crate::rng::Rng;
-use crate::scenario::{Action, RegionSpec, Scenario};
-use shareplane_core::{Design, Fence, Room, SilentPolicy};
+use crate::scenario::{Action, Scenario};
 
 /// The scenario of one stale-close seed.
 pub fn generate(seed: u64) -> Scenario {
-    let mut g = Rng::new(seed ^ 0x7374_616c_6563_6c6f);
-    let n = if g.chance(25) { 4 } else { 3 };
-    // role[k] is the Region index of O, H, G (and D).
-    let mut role: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        role.swap(i, g.range(0, i as u64) as usize);
-    }
-    let limit = Room::rps(g.range(1_000, 100_000));
-    let period_ticks = g.range(20, 100);
-    let vis = g.range(1, 30);
-    let mut demand = vec![Room::ZERO; n];
     // O holds much of the limit before the shift, so that it has much to grant on.
-    demand[role[0]] = part(limit, 40, 90, &mut g);
-    demand[role[1]] = part(limit, 10, 50, &mut g);
-    demand[role[2]] = part(limit, 0, 15, &mut g);
-    if n == 4 {
-        demand[role[3]] = part(limit, 0, 25, &mut g);
-    }
-    let regions = (0..n)
-        .map(|i| RegionSpec {
-            name: ["O", "H", "G", "D"][role.iter().position(|&r| r == i).unwrap_or(0)].into(),
-            offset_tick: g.range(0, period_ticks - 1) as i64,
-            demand: demand[i],
-            visibility_ticks: if g.chance(20) { g.range(1, 50) } else { vis },
-        })
-        .collect();
-    let mut sc = Scenario {
-        name: format!("stale-close seed {seed}"),
-        tick_ms: TICK_MS,
-        start_tick: -secs(30),
-        end_tick: 0,
-        design: Design::NamedGrants,
-        policy: SilentPolicy::TwoSignals,
-        fence: if g.chance(80) {
-            Fence::OwnUnhealthy
-        } else {
-            Fence::Never
-        },
-        seed: Some(seed),
-        limit,
-        burst_ms: 1000 * g.range(1, 2),
-        floor: Room::from_milli(limit.milli() / n as u64 * g.range(0, 20) / 100),
-        step_cap: part(limit, 5, 50, &mut g),
-        period_ticks,
-        window_ticks: g.range(10, 100),
-        silent_after: g.range(2, 4) as u32,
-        regions,
-        events: Vec::new(),
-        plot_from_tick: 0,
-        plot_to_tick: 0,
+    let family = RoleFamily {
+        name: "stale-close",
+        salt: 0x7374_616c_6563_6c6f,
+        roles: ["O", "H", "G", "D"],
+        demand_percent: [(40, 90), (10, 50), (0, 15), (0, 25)],
     };
-    sc.events = schedule(&mut g, &sc, &role).into_sorted();
-    let faults_end = sc.events.iter().map(|e| e.at_tick).max().unwrap_or(0);
-    sc.end_tick = faults_end + liveness_bound(&sc) + secs(20);
-    sc.plot_from_tick = sc.start_tick;
-    sc.plot_to_tick = sc.end_tick;
-    sc
+    family.generate(seed, schedule)
 }
 
 /// Steps 1 to 5 of the module documentation.
