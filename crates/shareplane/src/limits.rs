@@ -175,7 +175,7 @@ pub fn plan(
         .collect();
     crate::templates::slot_changes(&old_templates, &running.templates, &mut errors);
     let version = current.map_or(0, |d| d.version);
-    no_retired_id(&new, &running.templates, &old_retired, version, &mut errors);
+    no_retired_id(&new, &running.templates, &old_retired, &mut errors);
     let changes = config::limit_changes(&kept, &new, &running.templates, &mut errors);
     let retiring = retiring(&removed, &old_templates, &running.templates);
     let text = retired_text(text, in_file.as_deref(), &old_retired, &retiring, version)
@@ -194,31 +194,25 @@ pub fn plan(
     })
 }
 
-/// Refuses every limit (`new`) and template of a file whose id the table's document of `version`
-/// retired (`retired`).
+/// Refuses every limit and template of a file (`new`, `templates`) whose id the table's document
+/// retired ([`config::check_retired`]). The listed limits come first in `new`, then the slot
+/// limits, whose ids are never a user's.
 fn no_retired_id(
     new: &[LimitSpec],
     templates: &[crate::templates::TemplateSpec],
     retired: &[String],
-    version: u64,
     errors: &mut Vec<shareplane_core::ConfigError>,
 ) {
-    let retired: std::collections::HashSet<&str> = retired.iter().map(String::as_str).collect();
-    let reused: Vec<&str> = (new.iter().map(|l| l.id.as_str()))
-        .chain(templates.iter().map(|t| t.id.as_str()))
-        .filter(|id| retired.contains(id))
-        .collect();
-    if !reused.is_empty() {
-        errors.push(shareplane_core::ConfigError {
-            field: "limits".into(),
-            problem: format!(
-                "{} retired by the table's limits version {version} (an earlier apply removed \
-                 them): Regions that ran them may still hold room of them, to which their static \
-                 parts would arrive again; an id is never taken twice, so give each a new one",
-                reused.join(", ")
-            ),
-        });
-    }
+    let listed = new
+        .iter()
+        .map(|l| l.id.as_str())
+        .filter(|id| !id.contains('#'));
+    config::check_retired(
+        listed,
+        templates.iter().map(|t| t.id.as_str()),
+        retired,
+        errors,
+    );
 }
 
 /// The ids an apply that removes `removed` retires: the removed listed limits, and the
@@ -625,14 +619,17 @@ mod tests {
         );
 
         // Neither comes back, as a limit or a template of either kind, by any later apply.
-        let e = refused(&store, V1, "limits").await;
-        assert!(
-            e.contains("s retired by the table's limits version 2"),
-            "{e}"
-        );
+        // Each refusal names the entry.
+        let e = refused(&store, V1, "limits[1].id").await;
+        assert!(e.contains("\"s\" is retired"), "{e}");
         let static_again = slotted.replace("slots = 4\n", "");
-        let e = refused(&store, &format!("{only_k}{static_again}"), "limits").await;
-        assert!(e.contains("per_key retired"), "{e}");
+        let e = refused(
+            &store,
+            &format!("{only_k}{static_again}"),
+            "templates[0].id",
+        )
+        .await;
+        assert!(e.contains("\"per_key\" is retired"), "{e}");
         // A file that lists retired ids must list them all; one that lists them all is kept as is.
         refused(&store, &format!("retired = [\"s\"]\n{only_k}"), "retired").await;
         let listed = format!("retired = [\"s\", \"per_key\"]\n{only_k}{fixed}");

@@ -275,7 +275,12 @@ fn check(raw: RawConfig, errors: &mut Vec<ConfigError>) -> Option<Config> {
     let mut limits = check_limits(&raw.limits, &names, errors);
     let limit_ids: Vec<&str> = raw.limits.iter().map(|l| l.id.as_str()).collect();
     let templates = check_templates(&raw.templates, &limit_ids, errors);
-    check_retired(&raw.limits, &raw.templates, raw.retired.as_deref(), errors);
+    check_retired(
+        raw.limits.iter().map(|l| l.id.as_str()),
+        raw.templates.iter().map(|t| t.id.as_str()),
+        raw.retired.as_deref().unwrap_or_default(),
+        errors,
+    );
     limits.extend(slot_limits(&templates, names.len()));
     let d = check_deployment(names, limits, policy, fence, period_ms, errors);
     let timeouts = timeouts::check_timeouts(&raw, period_ok, errors);
@@ -474,28 +479,29 @@ pub struct LimitsFile {
     pub retired: Option<Vec<String>>,
 }
 
-/// Refuses a limit or template whose id is `retired`: a Region that ran it may still hold room
-/// of it (room it was granted, or inherited), while a Region adding it anew would adopt its
-/// static part again, so the room in existence would exceed the rate.
-fn check_retired(
-    limits: &[RawLimit],
-    templates: &[crate::templates::RawTemplate],
-    retired: Option<&[String]>,
+/// Refuses a limit or template whose id is `retired`, each at its entry (`limits[i].id`,
+/// `templates[i].id`): a Region that ran it may still hold room of it (room it was granted, or
+/// inherited), while a Region adding it anew would adopt its static part again, so the room in
+/// existence would exceed the rate. Used for a file's own `retired` list and, by `shareplane
+/// limits apply`, for the table's.
+pub(crate) fn check_retired<'a>(
+    limits: impl IntoIterator<Item = &'a str>,
+    templates: impl IntoIterator<Item = &'a str>,
+    retired: &[String],
     errors: &mut Vec<ConfigError>,
 ) {
-    let retired: HashSet<&str> = retired
-        .unwrap_or_default()
-        .iter()
-        .map(String::as_str)
-        .collect();
     if retired.is_empty() {
         return;
     }
-    let ids = limits.iter().map(|l| ("limits", l.id.as_str()));
-    let ids = ids.chain(templates.iter().map(|t| ("templates", t.id.as_str())));
-    let mut at = BTreeMap::<&str, usize>::new();
-    for (what, id) in ids {
-        let i = at.entry(what).or_default();
+    let retired: HashSet<&str> = retired.iter().map(String::as_str).collect();
+    let ids = limits.into_iter().map(|id| ("limits", id)).enumerate();
+    let ids = ids.chain(
+        templates
+            .into_iter()
+            .map(|id| ("templates", id))
+            .enumerate(),
+    );
+    for (i, (what, id)) in ids {
         if retired.contains(id) {
             errors.push(problem(
                 format!("{what}[{i}].id"),
@@ -506,7 +512,6 @@ fn check_retired(
                 ),
             ));
         }
-        *i += 1;
     }
 }
 
@@ -525,7 +530,12 @@ pub fn parse_limits(text: &str, regions: &[String]) -> Result<LimitsFile, Config
     let mut limits = check_limits(&raw, regions, &mut errors);
     let ids: Vec<&str> = raw.iter().map(|l| l.id.as_str()).collect();
     let templates = check_templates(&raw_templates, &ids, &mut errors);
-    check_retired(&raw, &raw_templates, retired.as_deref(), &mut errors);
+    check_retired(
+        raw.iter().map(|l| l.id.as_str()),
+        raw_templates.iter().map(|t| t.id.as_str()),
+        retired.as_deref().unwrap_or_default(),
+        &mut errors,
+    );
     limits.extend(slot_limits(&templates, regions.len()));
     errors.retain(|e| !misread.contains(&e.field));
     if raw.is_empty() && raw_templates.is_empty() {
