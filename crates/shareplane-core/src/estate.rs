@@ -164,6 +164,12 @@ pub fn settled_at(share: Room, target: Room, n: usize) -> bool {
     share <= target && target.excess_over(share).milli() < unit * unit
 }
 
+/// How deep an estate's worth follows the inheritances of the epoch that ended
+/// (`LimitCtx::folded`, and the audit alike): a chain of estates each closed by the next ends in
+/// a Region that ran; a cycle (two epochs that closed each other, after false verdicts) is cut
+/// here, its deeper terms counted as nothing.
+pub(crate) const FOLD_DEPTH: u8 = 3;
+
 /// How many epochs a Region's last record of an ended epoch outlives it, at least: an heir that
 /// closes another estate later (a daemon that restarted with nothing in memory) may need it to
 /// know what that epoch took of the estate's grants in flight ([`estate_worth`]).
@@ -199,7 +205,7 @@ pub fn closed_for_good<'a>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::{Deployment, Design, Fence, SilentPolicy};
     use crate::record::ReclaimMark;
@@ -211,7 +217,7 @@ mod tests {
     }
 
     /// Three Regions A, B and C under two-signals, with `limits`.
-    pub(super) fn deployment_with(limits: Vec<crate::config::LimitSpec>) -> Deployment {
+    pub(crate) fn deployment_with(limits: Vec<crate::config::LimitSpec>) -> Deployment {
         let d = Deployment {
             regions: vec!["A".into(), "B".into(), "C".into()],
             limits,
@@ -224,7 +230,7 @@ mod tests {
         Deployment::try_new(d).unwrap_or_else(|e| panic!("{e:?}"))
     }
 
-    pub(super) fn id(i: usize) -> RegionId {
+    pub(crate) fn id(i: usize) -> RegionId {
         RegionId::new(i).unwrap_or_else(|| panic!("Region {i}"))
     }
 

@@ -327,6 +327,15 @@ impl RegionRecord {
         self.peer_epochs[peer] == peer_epoch && self.account_epochs[peer] == self.epoch
     }
 
+    /// Whether this record's own epoch closed an epoch of `peer` (its mark says so): an epoch
+    /// of `peer` that inherited from this one's estate and was closed by it in turn is a mutual
+    /// close, which only a false verdict makes, and each side's inheritance is then settled by
+    /// its Region's next epoch rather than in its estate (docs/PROTOCOL.md, "Inheritances belong
+    /// to the epoch that closed them").
+    pub fn inherited_from(&self, peer: RegionId) -> bool {
+        self.reclaims[peer].is_some_and(|m| m.by == self.epoch)
+    }
+
     /// This Region's mark on the epoch of `peer` it accounts with, if it closed that epoch
     /// (reclaimed it, or closed it on the peer's return).
     pub fn mark_on_accounted(&self, peer: RegionId) -> Option<ReclaimMark> {
@@ -349,6 +358,15 @@ impl RegionRecord {
         }
         if self.region == me {
             return Err(RecordError::OwnRegion);
+        }
+        self.validate_fields(d)
+    }
+
+    /// The checks of [`Self::validate`] that do not depend on who reads the record.
+    pub(crate) fn validate_fields(&self, d: &Deployment) -> Result<(), RecordError> {
+        let n = d.n();
+        if self.region.index() >= n {
+            return Err(RecordError::UnknownRegion(self.region.index()));
         }
         if self.epoch == 0 {
             return Err(RecordError::ZeroEpoch);

@@ -390,6 +390,16 @@ pub(crate) fn restart(w: &mut World, i: usize, down_ms: u64) {
         // A record of a Region seen before may be older than what the view holds; that is fine.
         let _ = c.observe(r);
     }
+    // Its own ended epochs' last records come back from the store too (`read_all`).
+    for e in w
+        .ended_records()
+        .into_iter()
+        .filter(|e| e.region() == rid(i))
+    {
+        if e.epoch() < c.own().epoch() {
+            let _ = c.remember_own(e);
+        }
+    }
     w.coords[i] = c;
 }
 

@@ -434,7 +434,7 @@ impl<'a> Sim<'a> {
                 reg.restart_from_last_write(tick, self.sc.tick_ms);
                 reg.gateways_until =
                     (reg.last_write_tick).saturating_add(self.lease_ticks.unwrap_or(i64::MAX));
-                self.table.forget_observed(*r);
+                self.recall_own_ended(*r);
                 self.dirty = true;
                 format!("{} restarted", self.name(*r))
             }
@@ -496,10 +496,24 @@ impl<'a> Sim<'a> {
             u64::MAX,
         ));
         reg.tokens = 0;
-        self.table.forget_observed(r);
+        self.recall_own_ended(r);
         self.fresh_reader(r, tick);
         self.dirty = true;
         Ok(format!("{} restored", self.name(r)))
+    }
+
+    /// A daemon that starts again reads everything anew, its own ended epochs' last records
+    /// included (as a store's `read_all` returns them; `Coordinator::remember_own`).
+    fn recall_own_ended(&mut self, r: usize) {
+        self.table.forget_observed(r);
+        let (Some(own), Some(c)) = (self.table.own(r), self.regs[r].coord.as_mut()) else {
+            return;
+        };
+        for rec in own.previous {
+            if c.remember_own(rec).is_err() {
+                self.rejected += 1;
+            }
+        }
     }
 
     fn kill_daemon(&mut self, r: usize) -> Result<String, SimError> {
@@ -527,7 +541,7 @@ impl<'a> Sim<'a> {
         let reg = &mut self.regs[r];
         reg.restart_from_last_write(tick, self.sc.tick_ms);
         reg.daemon_dead = false;
-        self.table.forget_observed(r);
+        self.recall_own_ended(r);
         self.fresh_reader(r, tick);
         self.dirty = true;
         Ok(format!("{} daemon restarted", self.name(r)))

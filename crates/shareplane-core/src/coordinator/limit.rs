@@ -2,11 +2,14 @@
 //! close and settle estates, pay debt, aim at the target, move the share and grant the pool.
 
 use crate::config::{Deployment, Design, LimitKind, LimitSpec};
-use crate::estate::{ended_took, estate_worth, grant_unit, heir_part, stale_rebase, Counterpart};
+use crate::estate::{
+    ended_took, estate_worth, grant_unit, heir_part, stale_rebase, Counterpart, FOLD_DEPTH,
+};
 use crate::record::{LimitRecord, RegionRecord};
 use crate::region::{RegionId, MAX_REGIONS};
 use crate::room::{split, Delta, Room};
 use crate::targets::targets;
+use std::cell::Cell;
 use std::sync::Arc;
 
 use super::alarms::{checked, held_and_granted, held_less_taken};
@@ -25,6 +28,8 @@ pub(super) struct LimitCtx<'a> {
     /// every earlier epoch of this Region and taken its part of any debt those epochs ended in.
     /// Until then this Region does not adopt a raise (see [`adopt`]).
     pub(super) earlier_epochs_closed: bool,
+    /// The last records of this Region's ended epochs that it holds ([`LimitCtx::folded`]).
+    pub(super) own_ended: super::OwnEnded<'a>,
 }
 
 impl LimitCtx<'_> {
@@ -221,9 +226,10 @@ impl LimitCtx<'_> {
             let mut came = Room::ZERO;
             if let Some(last) = self.settle_ended(j) {
                 // An estate this Region closed and switched past: its basis is final, so only
-                // what this Region had not learnt yet can change its part, and that only raises
-                // it. Settled first, before a close of a later epoch moves the mark on.
-                came = self.inherit(li, rec, e, last, Move::Up);
+                // what this Region learns of the estates that epoch inherited from, or of the
+                // grants it had in flight, changes its part. Settled first, before a close of a
+                // later epoch moves the mark on.
+                came = self.inherit(li, rec, e, last, Move::Any);
             }
             out.reclaimed[j] = came;
             let (basis, closing) = match self.closure(j) {
@@ -242,6 +248,11 @@ impl LimitCtx<'_> {
                 e.reclaimed[j] = Room::ZERO;
                 e.debt_taken[j] = Room::ZERO;
             }
+            // What an earlier epoch of this Region inherited is that epoch's estate's, which its
+            // heirs settle ([`LimitCtx::folded`]): this epoch settles only what it closed.
+            let earlier = !closing
+                && rec.reclaims[j].is_some_and(|m| m.by < rec.epoch)
+                && !basis.inherited_from(self.me);
             // Past this Region's freeze, its part may go down at once, never up (it rises when
             // the freeze lifts: every other Region holds that record then, and settled it down).
             let way = if past_freeze(rec, basis) {
@@ -249,7 +260,9 @@ impl LimitCtx<'_> {
             } else {
                 Move::Any
             };
-            out.reclaimed[j] += self.inherit(li, rec, e, basis, way);
+            if !earlier {
+                out.reclaimed[j] += self.inherit(li, rec, e, basis, way);
+            }
             if self.is_last(basis) && rec.accounts_with(j, basis.epoch) {
                 // Against the last record only: what the peer's epoch took of this epoch's
                 // grants is final, and the rest is this Region's again.
@@ -300,15 +313,29 @@ impl LimitCtx<'_> {
     }
 
     /// Whether this Region's part of the ended estate it switched past and still marks
-    /// (`Plan::settle_ended`) would grow now, in any limit.
-    pub(super) fn ended_part_grows(&self, j: RegionId, rec: &RegionRecord) -> bool {
+    /// (`Plan::settle_ended`) would move now, in any limit: settled in this rebalance, under
+    /// the mark, before a close of a later epoch moves the mark on (the mark's record is where
+    /// every reader finds what it inherited from that estate).
+    pub(super) fn ended_part_moves(&self, j: RegionId, rec: &RegionRecord) -> bool {
         let Some(last) = self.settle_ended(j) else {
             return false;
         };
         let n = self.d.n();
+        let only_down = self.newer_elsewhere(rec, last);
         rec.limits.iter().enumerate().any(|(li, l)| {
-            let worth = estate_worth(li, last, true, n, |g| self.counterpart(li, rec, l, last, g));
-            heir_part(worth, n, j, self.me) > Delta::of(l.reclaimed[j]) - l.debt_taken[j]
+            let before = Delta::of(l.reclaimed[j]) - l.debt_taken[j];
+            let held_back = Cell::new(false);
+            let worth = self.worth(li, rec, l, last, true, Fold::top(&held_back));
+            let part = heir_part(worth, n, j, self.me);
+            if held_back.get() {
+                // A part that will rise once a freeze lifts keeps the mark on the estate.
+                return true;
+            }
+            if only_down {
+                part < before
+            } else {
+                part != before
+            }
         })
     }
 
@@ -326,9 +353,7 @@ impl LimitCtx<'_> {
         let n = self.d.n();
         let j = basis.region;
         let last = self.is_last(basis);
-        let mut worth = estate_worth(li, basis, last, n, |g| {
-            self.counterpart(li, rec, e, basis, g)
-        });
+        let mut worth = self.worth(li, rec, e, basis, last, Fold::top(&Cell::new(false)));
         let b = basis.limits.get(li).copied().unwrap_or_default();
         if !last {
             worth += stale_rebase(&b, e, n, j);
@@ -344,18 +369,116 @@ impl LimitCtx<'_> {
         let part = heir_part(worth, n, j, self.me);
         // Room may have moved into this estate from another that this Region closed against an
         // older record: until it sees that one's newer record (and settles it down), its part
-        // here only goes down. A settlement against a final basis only goes up.
-        let way = match (self.newer_elsewhere(rec, basis), way) {
-            (true, Move::Up) => return settle_to(e, j, before, before),
-            (true, _) | (false, Move::Down) => Move::Down,
-            (false, w) => w,
-        };
-        let part = match way {
-            Move::Up => part.max(before),
-            Move::Down => part.min(before),
-            Move::Any => part,
+        // here only goes down.
+        let part = if way == Move::Down || self.newer_elsewhere(rec, basis) {
+            part.min(before)
+        } else {
+            part
         };
         settle_to(e, j, before, part)
+    }
+
+    /// The worth of the estate of `basis`'s epoch as this Region knows it ([`estate_worth`]),
+    /// with what that epoch inherited settled to this Region's newest records ([`Self::folded`]).
+    /// `last`: `basis` is the epoch's last record.
+    fn worth(
+        &self,
+        li: usize,
+        rec: &RegionRecord,
+        e: &LimitRecord,
+        basis: &RegionRecord,
+        last: bool,
+        fold: Fold<'_>,
+    ) -> Delta {
+        let n = self.d.n();
+        estate_worth(li, basis, last, n, |g| {
+            self.counterpart(li, rec, e, basis, g)
+        }) + self.folded(li, rec, e, basis, fold)
+    }
+
+    /// What the epoch of `basis` inherited from other estates, settled on its behalf to the
+    /// newest record of each that this Region holds: for every estate `basis` marks as closed by
+    /// its own epoch, that epoch's part of the estate's worth as known here, less what `basis`
+    /// says it inherited (docs/PROTOCOL.md, "Inheritances belong to the epoch that closed
+    /// them"). An inheritance is the closing epoch's: its Region's later epochs never settle it
+    /// (`close`), so an ended epoch's heirs settle it, by this term of its estate's worth.
+    ///
+    /// Never raised by what this Region cannot count on: past its freeze of that estate, or
+    /// where its record shows a newer record of another estate than this Region's mark, the
+    /// term only lowers, and `held_back` is set if it would rise (the mark stays on the estate
+    /// until it can, [`Self::ended_part_moves`]). An estate whose epoch ended past every record
+    /// of it held here (its last record not held) may have moved all it held: its part counts
+    /// as nothing until that record arrives, unless the close was against its last version.
+    /// Two epochs that closed each other ([`RegionRecord::inherited_from`]) are left out: each
+    /// Region's next epoch settles its side (`close`).
+    fn folded(
+        &self,
+        li: usize,
+        rec: &RegionRecord,
+        e: &LimitRecord,
+        basis: &RegionRecord,
+        fold: Fold<'_>,
+    ) -> Delta {
+        if fold.depth >= FOLD_DEPTH {
+            return Delta::ZERO;
+        }
+        let n = self.d.n();
+        let h = basis.region;
+        let b = basis.limits.get(li).copied().unwrap_or_default();
+        let mut sum = Delta::ZERO;
+        for x in crate::region::regions(n).filter(|&x| x != h) {
+            let Some(m) = basis.reclaims[x].filter(|m| m.by == basis.epoch) else {
+                continue;
+            };
+            let before = Delta::of(b.reclaimed[x]) - b.debt_taken[x];
+            let (xrec, last) = match self.estate_record(rec, x, m.epoch) {
+                Held::Record(r, _) if r.inherited_from(h) => continue,
+                Held::Record(r, last) if r.version > m.version || last => (r, last),
+                Held::Record(..) | Held::Nothing => continue,
+                // Closed against the epoch's last record: only what its heirs learn later of the
+                // grants it had in flight would raise the part, never lower it.
+                Held::EndedPast(Some(v)) if v <= m.version => continue,
+                Held::EndedPast(_) => {
+                    sum -= before.max(Delta::ZERO);
+                    continue;
+                }
+            };
+            let mut w = self.worth(li, rec, e, xrec, last, fold.deeper());
+            if !last {
+                let xl = xrec.limits.get(li).copied().unwrap_or_default();
+                w += stale_rebase(&xl, &b, n, x);
+            }
+            let d = heir_part(w, n, x, h) - before;
+            let rises = !past_freeze(rec, xrec) && !self.newer_elsewhere(rec, xrec);
+            fold.held_back
+                .set(fold.held_back.get() || (!rises && d.is_positive()));
+            sum += if rises { d } else { d.min(Delta::ZERO) };
+        }
+        sum
+    }
+
+    /// The newest record of Region `x`'s epoch `epoch` that this Region holds, and whether it is
+    /// that epoch's last ([`Held`]).
+    fn estate_record(&self, rec: &RegionRecord, x: RegionId, epoch: u64) -> Held<'_> {
+        if x == self.me {
+            if epoch >= rec.epoch {
+                return Held::Nothing;
+            }
+            return match self.own_ended.get(epoch) {
+                Some(r) => Held::Record(r, true),
+                None => Held::EndedPast(self.own_ended.final_version(epoch)),
+            };
+        }
+        let p = &self.peers[x.index()];
+        if !p.seen {
+            return Held::Nothing;
+        }
+        match (p.newest_of(epoch), p.final_version(epoch)) {
+            (Some(r), Some(v)) if r.version == v => Held::Record(r, true),
+            (Some(r), None) if p.latest.epoch == epoch => Held::Record(r, false),
+            (None, None) if p.latest.epoch == epoch => Held::Nothing,
+            (_, v) => Held::EndedPast(v),
+        }
     }
 
     /// What this Region knows of Region `g` with respect to the estate of `basis`'s epoch: what
@@ -378,7 +501,11 @@ impl LimitCtx<'_> {
             }
             let switched = rec.reclaims[x].is_some_and(|m| m.epoch == basis.epoch)
                 && rec.peer_epochs[x] > basis.epoch;
-            return ended_took(rec, x, basis.epoch, ge, li)
+            // The epoch's own last record, if held, says what it took, whatever the counters
+            // carried since.
+            let own_last = self.own_ended.get(ge);
+            return (own_last.and_then(|r| ended_took(r, x, basis.epoch, ge, li)))
+                .or_else(|| ended_took(rec, x, basis.epoch, ge, li))
                 .or_else(|| switched.then_some(e.left[x]));
         }
         let p = &self.peers[g.index()];
@@ -512,11 +639,45 @@ fn settle_to(e: &mut LimitRecord, j: RegionId, before: Delta, part: Delta) -> Ro
     Room::ZERO
 }
 
+/// How deep [`LimitCtx::folded`] has followed inheritances of inheritances, and where it says
+/// that a term would rise but may not yet.
+#[derive(Clone, Copy)]
+struct Fold<'c> {
+    depth: u8,
+    held_back: &'c Cell<bool>,
+}
+
+impl<'c> Fold<'c> {
+    fn top(held_back: &'c Cell<bool>) -> Fold<'c> {
+        Fold {
+            depth: 0,
+            held_back,
+        }
+    }
+
+    fn deeper(self) -> Fold<'c> {
+        Fold {
+            depth: self.depth + 1,
+            ..self
+        }
+    }
+}
+
+/// What a Region holds of an epoch of another ([`LimitCtx::estate_record`]).
+enum Held<'a> {
+    /// Its newest record of the epoch, and whether that is the epoch's last.
+    Record(&'a RegionRecord, bool),
+    /// Nothing known beyond what the asking record says: its own running epoch, or a peer never
+    /// heard of.
+    Nothing,
+    /// The epoch ended past every record of it held here; its last version, if known.
+    EndedPast(Option<u64>),
+}
+
 /// Which way a settlement may move this Region's part of an estate.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Move {
     Any,
-    Up,
     Down,
 }
 

@@ -142,6 +142,16 @@ pub struct Coordinator {
     /// (`seen`, the largest over every decision since it started, written or not): a peer's
     /// freeze older than that may have been lifted on the strength of it.
     published: PerRegion<(u64, u64)>,
+    /// The last records of this Region's ended epochs that an estate may have inherited from:
+    /// an heir that values such an estate settles the inheritance to them ([`LimitCtx::folded`]).
+    /// Kept while the stores keep them ([`crate::closed_for_good`]) and while a record held here
+    /// marks them; a daemon that restarts holds only the one it read back (an older one counts
+    /// as not held: room under, never over).
+    own_ended: BTreeMap<u64, Arc<RegionRecord>>,
+    /// The last version of each of this Region's ended epochs that it knows (a few bytes each,
+    /// kept for good): an estate that closed one of them against its last record settled all it
+    /// could lower, even when that record is no longer held.
+    own_finals: BTreeMap<u64, u64>,
 }
 
 impl Coordinator {
@@ -157,14 +167,18 @@ impl Coordinator {
                 abandon: None,
             })
             .collect();
-        Coordinator {
+        let mut c = Coordinator {
             d,
             me,
             published: own.seen,
             own,
             peers,
             resumed_unconfirmed: false,
-        }
+            own_ended: BTreeMap::new(),
+            own_finals: BTreeMap::new(),
+        };
+        c.note_final(c.own.epoch.saturating_sub(1), c.own.prev_final);
+        c
     }
 
     /// A Region of a deployment where nothing was written yet.
@@ -197,7 +211,9 @@ impl Coordinator {
         let mut c = Coordinator::new(d, me, own);
         if down_ms >= safe_ms {
             let last = c.own.version;
+            c.own_ended.insert(c.own.epoch, Arc::new(c.own.clone()));
             start_new_epoch(&mut c.own, last);
+            c.note_final(c.own.epoch - 1, last);
         } else {
             c.resumed_unconfirmed = c.own.version > 0;
         }
@@ -280,6 +296,37 @@ impl Coordinator {
         Ok(true)
     }
 
+    /// Keeps `record`, the last record of one of this Region's own ended epochs that the store
+    /// still keeps (`read_all` returns them), to value the estates that inherited from that
+    /// epoch ([`LimitCtx::folded`]): a daemon that restarted holds only its latest record
+    /// otherwise, and counts such an inheritance as nothing (room under the limit, never over).
+    /// Returns whether it was kept. Refused: another Region's record, one of the current epoch or
+    /// a later one, one that is not its epoch's last as far as this Region knows, or an invalid
+    /// one.
+    pub fn remember_own(&mut self, record: Arc<RegionRecord>) -> Result<bool, RecordError> {
+        let contradiction = |what| Err(RecordError::Contradiction { limit: None, what });
+        if record.region != self.me {
+            return Err(RecordError::UnknownRegion(record.region.index()));
+        }
+        record.validate_fields(&self.d)?;
+        if record.epoch >= self.own.epoch {
+            return contradiction("not an ended epoch of this Region");
+        }
+        if record.epoch + 1 == self.own.epoch && record.version != self.own.prev_final {
+            return contradiction("not the last record of this Region's previous epoch");
+        }
+        self.note_final(record.epoch, record.version);
+        self.note_final(record.epoch.saturating_sub(1), record.prev_final);
+        Ok(remember(&mut self.own_ended, record))
+    }
+
+    /// Records that this Region's epoch `epoch` ended at `version` (epoch 0 is none).
+    fn note_final(&mut self, epoch: u64, version: u64) {
+        if epoch > 0 {
+            self.own_finals.insert(epoch, version);
+        }
+    }
+
     /// The oldest epoch of peer `j` that this Region may still close or settle.
     ///
     /// That includes every epoch of `j` that an estate this Region marks accounts with: once
@@ -295,7 +342,19 @@ impl Coordinator {
             let m = self.own.reclaims.0.get(x).copied().flatten()?;
             Some(p.newest_of(m.epoch)?.peer_epochs[j])
         });
-        estates.fold(own, u64::min)
+        // And every epoch of `j` that an estate this Region may still close or settle inherited
+        // from: its heirs settle that inheritance against `j`'s records (`LimitCtx::folded`).
+        let inherited = self.marks_by_closers(j);
+        estates.chain(inherited).fold(own, u64::min)
+    }
+
+    /// The epochs of Region `j` that a record held here of another peer marks as closed by its
+    /// own epoch.
+    fn marks_by_closers(&self, j: RegionId) -> impl Iterator<Item = u64> + '_ {
+        (self.peers.iter().enumerate())
+            .filter(move |&(x, _)| x != j.index())
+            .flat_map(|(_, p)| std::iter::once(&p.latest).chain(p.ended.values()))
+            .filter_map(move |r| r.reclaims[j].filter(|m| m.by == r.epoch).map(|m| m.epoch))
     }
 
     /// Every peer as this Region last saw it.
@@ -326,8 +385,31 @@ impl Coordinator {
 
     /// Adopts a decision whose record was durably written.
     pub fn commit(&mut self, decision: &Decision) {
-        self.own = decision.record.clone();
+        let before = std::mem::replace(&mut self.own, decision.record.clone());
+        if self.own.epoch > before.epoch {
+            self.note_final(before.epoch, before.version);
+            self.own_ended.insert(before.epoch, Arc::new(before));
+        }
         self.resumed_unconfirmed = false;
+        // As long as the stores keep them (a peer may yet close that epoch, and an estate that
+        // inherited from it be valued), and while an estate held here inherited from them.
+        let marked: Vec<u64> = self.marks_by_closers(self.me).collect();
+        let keep: Vec<u64> = (self.own_ended.keys().copied())
+            .filter(|&e| {
+                marked.contains(&e)
+                    || !crate::estate::closed_for_good(
+                        self.d.n(),
+                        self.me,
+                        self.own.epoch,
+                        e,
+                        |r| {
+                            let p = self.peers.get(r.index())?;
+                            p.seen.then_some(&*p.latest)
+                        },
+                    )
+            })
+            .collect();
+        (self.own_ended).retain(|e, _| keep.contains(e));
         for i in 0..self.peers.len() {
             let Some(r) = RegionId::new(i) else { continue };
             let keep_from = self.keep_from(r);
@@ -410,6 +492,7 @@ impl Coordinator {
             plans: &plans,
             fenced,
             earlier_epochs_closed,
+            own_ended: self.own_ended_at(rec.epoch),
         };
         let mut rules = Vec::with_capacity(d.limits.len());
         let mut outcomes = Vec::new();
@@ -436,6 +519,17 @@ impl Coordinator {
         }
     }
 
+    /// The last records of this Region's epochs before `epoch` (the epoch of the record a
+    /// rebalance builds) that it holds: with the committed record when this rebalance starts a
+    /// new epoch.
+    fn own_ended_at(&self, epoch: u64) -> OwnEnded<'_> {
+        OwnEnded {
+            kept: &self.own_ended,
+            finals: &self.own_finals,
+            current: (epoch > self.own.epoch).then_some(&self.own),
+        }
+    }
+
     /// The peers whose latest record does not account with this Region's epoch `epoch` yet.
     fn not_closed(&self, epoch: u64) -> Vec<RegionId> {
         crate::region::regions(self.d.n())
@@ -445,7 +539,7 @@ impl Coordinator {
     }
 
     /// Defers by one rebalance each close that would move this Region's mark off an ended
-    /// estate whose part still grows ([`deferred_mark_moves`]).
+    /// estate whose part still moves ([`deferred_mark_moves`]).
     fn defer_mark_moves(
         &self,
         rec: &RegionRecord,
@@ -461,6 +555,7 @@ impl Coordinator {
                 plans,
                 fenced,
                 earlier_epochs_closed: true,
+                own_ended: self.own_ended_at(rec.epoch),
             };
             deferred_mark_moves(&ctx, rec, plans)
         };
@@ -528,7 +623,7 @@ impl Coordinator {
 }
 
 /// The peers whose close this rebalance defers by one: a close that would move this Region's
-/// mark off an ended estate whose part still grows. This rebalance settles that estate with the
+/// mark off an ended estate whose part still moves. This rebalance settles that estate with the
 /// mark still on it (so that its record says what it inherited from it); the close comes next.
 fn deferred_mark_moves(
     ctx: &LimitCtx<'_>,
@@ -544,7 +639,7 @@ fn deferred_mark_moves(
                 p.as_ref()?.closure,
                 plans::Closure::Reclaim(_) | plans::Closure::Switch { close: true, .. }
             );
-            (moves && ctx.ended_part_grows(j, rec)).then_some(j)
+            (moves && ctx.ended_part_moves(j, rec)).then_some(j)
         })
         .collect()
 }
@@ -591,6 +686,33 @@ fn start_new_epoch(rec: &mut RegionRecord, last_version: u64) {
     }
 }
 
+/// The last records of a Region's ended epochs that a rebalance holds (`LimitCtx::folded`).
+#[derive(Clone, Copy)]
+pub(super) struct OwnEnded<'a> {
+    kept: &'a BTreeMap<u64, Arc<RegionRecord>>,
+    finals: &'a BTreeMap<u64, u64>,
+    /// The committed record, when the rebalance starts a new epoch.
+    current: Option<&'a RegionRecord>,
+}
+
+impl<'a> OwnEnded<'a> {
+    /// The last record of ended epoch `epoch`, if held.
+    pub(super) fn get(&self, epoch: u64) -> Option<&'a RegionRecord> {
+        match self.current {
+            Some(r) if r.epoch == epoch => Some(r),
+            _ => self.kept.get(&epoch).map(|r| &**r),
+        }
+    }
+
+    /// The last version of ended epoch `epoch`, if known.
+    pub(super) fn final_version(&self, epoch: u64) -> Option<u64> {
+        match self.current {
+            Some(r) if r.epoch == epoch => Some(r.version),
+            _ => self.finals.get(&epoch).copied(),
+        }
+    }
+}
+
 // A coordinator may move between threads and be shared (the daemon's task, the fuzzer's jobs).
 const _: () = {
     const fn is<T: Send + Sync>() {}
@@ -604,5 +726,54 @@ impl std::hash::Hash for Coordinator {
         self.own.hash(h);
         self.peers.hash(h);
         self.published.hash(h);
+        self.own_ended.hash(h);
+        self.own_finals.hash(h);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estate::tests::{deployment_with, id};
+
+    /// A daemon that restarted reads its own ended epochs' last records back from the store
+    /// (`remember_own`): it keeps its previous epoch's last record and refuses what is not one.
+    #[test]
+    fn a_restarted_region_keeps_only_its_own_ended_epochs_last_records() {
+        let d = Arc::new(deployment_with(vec![]));
+        let mut last = RegionRecord::genesis(&d, id(0));
+        last.version = 9;
+        let c = Coordinator::restart(d.clone(), id(0), Some(last.clone()), u64::MAX);
+        assert_eq!(c.own().epoch, 2, "down past the resume window: a new epoch");
+        assert!(
+            c.own_ended_at(2).get(1).is_some(),
+            "the durable record is epoch 1's last"
+        );
+
+        let mut c = Coordinator::new(d.clone(), id(0), c.own().clone());
+        assert!(
+            c.own_ended_at(2).get(1).is_none(),
+            "a plain resume holds no ended record"
+        );
+        assert_eq!(
+            c.own_ended_at(2).final_version(1),
+            Some(9),
+            "but knows where it ended"
+        );
+        let refused = |c: &mut Coordinator, r: RegionRecord| c.remember_own(Arc::new(r)).is_err();
+        let mut other = last.clone();
+        other.region = id(1);
+        assert!(refused(&mut c, other), "another Region's record");
+        let mut current = last.clone();
+        current.epoch = 2;
+        assert!(refused(&mut c, current), "a record of the current epoch");
+        let mut earlier = last.clone();
+        earlier.version = 8;
+        assert!(
+            refused(&mut c, earlier),
+            "not the last record of the previous epoch"
+        );
+        assert_eq!(c.remember_own(Arc::new(last)), Ok(true));
+        assert!(c.own_ended_at(2).get(1).is_some());
     }
 }

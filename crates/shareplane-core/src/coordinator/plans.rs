@@ -239,12 +239,15 @@ impl Coordinator {
     }
 }
 
-/// The last record of the ended epoch of `p` (Region `j`) that this Region marks and has
-/// switched past, if it holds it (see `Plan::settle_ended`).
+/// The last record of the ended epoch of `p` (Region `j`) that this Region's current epoch
+/// closed and has switched past, if it holds it (see `Plan::settle_ended`). An earlier epoch's
+/// close is that epoch's estate's to settle (`LimitCtx::folded`), unless the two closed each
+/// other (`RegionRecord::inherited_from`).
 fn closed_and_passed(p: &Peer, rec: &RegionRecord, j: RegionId) -> Option<Arc<RegionRecord>> {
     let m = rec.reclaims[j].filter(|m| m.epoch < rec.peer_epochs[j])?;
     let last = p.final_version(m.epoch)?;
-    p.newest_of(m.epoch).filter(|r| r.version == last).cloned()
+    let last = p.newest_of(m.epoch).filter(|r| r.version == last)?;
+    (m.by == rec.epoch || last.inherited_from(rec.region)).then(|| last.clone())
 }
 
 /// What to do about `p`'s accounted epoch `acct`, which ended (`mark`: this Region's mark on

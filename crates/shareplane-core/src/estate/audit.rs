@@ -16,7 +16,10 @@
 //!   from an epoch that is still live (a false verdict, silence alone under a cut) is room above
 //!   `L` in full: the live Region still holds it. Of that, what the heir took beyond what the
 //!   epoch's newest record would leave it is stale room (`over_stale`); the rest is
-//!   `over_running`;
+//!   `over_running`. What an ended epoch inherited from other ended estates is in its hand when
+//!   it ends: its estate's worth counts it settled to their last records (`Scope::folded`,
+//!   three deep, as the core's heirs count it), and its Region's piece of those estates is not
+//!   counted again;
 //! - **pairs**: the grants in flight between two running epochs, each side read from its own
 //!   newest record that keeps the pair; those between a running epoch and an ended one are the
 //!   running Region's to settle, and are netted with its parts of the estates, except that a
@@ -29,7 +32,7 @@
 //! destroying any, so `actual == expected` at every instant, and `over` (the room counted above
 //! `L`) stays zero.
 
-use super::{ended_took, estate_worth, heir_part, Counterpart};
+use super::{ended_took, estate_worth, heir_part, Counterpart, FOLD_DEPTH};
 use crate::config::{Deployment, LimitKind, LimitSpec};
 use crate::record::{LimitRecord, RegionRecord};
 use crate::region::{regions, RegionId};
@@ -197,9 +200,64 @@ impl<'a> Scope<'a> {
 
     /// The estate's worth by its last record, as every heir will know it in the end.
     fn worth(&self, x: &Epoch<'_>) -> Delta {
+        self.worth_at(x, 0)
+    }
+
+    fn worth_at(&self, x: &Epoch<'_>, depth: u8) -> Delta {
         estate_worth(self.li, x.last(), true, self.n, |g| {
             self.counterpart(x.last(), g)
-        })
+        }) + self.folded(x, depth)
+    }
+
+    /// What ended epoch `x` inherited from other ended estates, settled to their last records
+    /// (docs/PROTOCOL.md, "Inheritances belong to the epoch that closed them"): for each estate
+    /// its last record marks as closed by `x`'s epoch, its part of that estate's worth, and of
+    /// the grants that estate made after `x`'s basis and still has in flight to a running epoch
+    /// (its portion until the grantee takes them, [`unseen_grant`]), less what its last record
+    /// says it inherited. Its heirs settle it, not its Region's later epochs ([`Self::folds`]).
+    fn folded(&self, x: &Epoch<'_>, depth: u8) -> Delta {
+        if depth >= FOLD_DEPTH || x.live {
+            return Delta::ZERO;
+        }
+        let last = x.last();
+        let l = limit_of(last, self.li);
+        let mut sum = Delta::ZERO;
+        for y in regions(self.n).filter(|&y| y != x.region) {
+            let Some(m) = last.reclaims[y].filter(|m| m.by == x.epoch) else {
+                continue;
+            };
+            let Some(ye) =
+                (self.epoch(y, m.epoch)).filter(|e| !e.live && !e.last().inherited_from(x.region))
+            else {
+                continue;
+            };
+            let mut part = heir_part(self.worth_at(ye, depth + 1), self.n, y, x.region);
+            for g in self.epochs.iter().filter(|g| g.live && g.region != y) {
+                let flow = self.index.flow(ye, g, self.li);
+                part += unseen_grant(self, ye, g, m.version, x.region, flow);
+            }
+            sum += part - (Delta::of(l.reclaimed[y]) - l.debt_taken[y]);
+        }
+        sum
+    }
+
+    /// Whether heir `h`'s inheritance from ended epoch `x` belongs to an ended epoch of `h`,
+    /// the one that closed it, whose estate's worth settles it ([`Self::folded`]).
+    fn folds(&self, h: RegionId, x: &Epoch<'_>) -> bool {
+        self.basis_of(h, x).is_some_and(|(_, folded)| folded)
+    }
+
+    /// The version of `x`'s epoch that heir `h` holds its inheritance from `x`'s estate by (its
+    /// newest mark's, or, when an ended epoch of `h` closed it, that epoch's last record's), and
+    /// whether it is such an ended epoch's ([`Self::folds`]); `None` if `h` never closed it.
+    fn basis_of(&self, h: RegionId, x: &Epoch<'_>) -> Option<(u64, bool)> {
+        let m = (self.index.marker(h, x.region, x.epoch)).and_then(|r| r.reclaims[x.region])?;
+        let closer = self
+            .epoch(h, m.by)
+            .filter(|b| !b.live && !x.live && !x.last().inherited_from(h))
+            .and_then(|b| b.last().reclaims[x.region])
+            .filter(|bm| bm.epoch == x.epoch && bm.by == m.by);
+        Some(closer.map_or((m.version, false), |bm| (bm.version, true)))
     }
 }
 
@@ -225,9 +283,15 @@ fn in_flight(at: &Scope<'_>, a: &mut Audit, settles: &mut [Delta]) {
                 (false, true) => {
                     let mut grantee = flow;
                     for h in regions(at.n).filter(|&h| h != g.region) {
-                        let credit = unseen_grant(at, g, x, h, flow);
-                        settles[h.index()] += credit;
+                        let Some((basis, folded)) = at.basis_of(h, g) else {
+                            continue;
+                        };
+                        let credit = unseen_grant(at, g, x, basis, h, flow);
                         grantee -= credit;
+                        // An inheritance of an ended epoch of `h`: its estate counts the credit.
+                        if !folded {
+                            settles[h.index()] += credit;
+                        }
                     }
                     settles[x.region.index()] += grantee;
                 }
@@ -238,17 +302,20 @@ fn in_flight(at: &Scope<'_>, a: &mut Audit, settles: &mut [Delta]) {
 }
 
 /// Heir `h`'s portion of what ended epoch `g` still has in flight to running epoch `x` (`flow`)
-/// that `h`'s basis for `g`'s estate does not show granted: zero unless `h` closed the estate
-/// against a record older than its last.
-fn unseen_grant(at: &Scope<'_>, g: &Epoch<'_>, x: &Epoch<'_>, h: RegionId, flow: Delta) -> Delta {
-    let Some(mark) = (at.index.marker(h, g.region, g.epoch)).and_then(|r| r.reclaims[g.region])
-    else {
+/// that `h`'s basis for `g`'s estate (the record of version `basis` it closed or last settled
+/// against) does not show granted: zero unless that basis is older than the epoch's last record.
+fn unseen_grant(
+    at: &Scope<'_>,
+    g: &Epoch<'_>,
+    x: &Epoch<'_>,
+    basis: u64,
+    h: RegionId,
+    flow: Delta,
+) -> Delta {
+    let (Some(basis), Some(last)) = (g.at(basis), at.index.pair(g, x)) else {
         return Delta::ZERO;
     };
-    let (Some(basis), Some(last)) = (g.at(mark.version), at.index.pair(g, x)) else {
-        return Delta::ZERO;
-    };
-    if mark.version >= g.last().version || !flow.is_positive() {
+    if basis.version >= g.last().version || !flow.is_positive() {
         return Delta::ZERO;
     }
     let same_pair =
@@ -283,6 +350,10 @@ fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: 
     });
     if mark.is_some_and(|m| x.at(m.version).is_none()) {
         a.missing_basis += 1;
+    }
+    if at.folds(h, x) {
+        // Settled in the estate of the epoch of `h` that closed it (`Scope::folded`).
+        return;
     }
     let stale_basis = mark.is_some_and(|m| m.version < x.last().version);
     let worth = at.worth(x);
@@ -625,6 +696,81 @@ mod tests {
         c.limits[0].pool += ms(200);
         let after = audit_of(&d, &a, &heir(&d, 1, 2, ms(400)), &c);
         assert!(after.holds(), "{after:?}");
+    }
+
+    /// Issue 31, an heir's next epoch: B's epoch 1 closed A's epoch 1 against the record from
+    /// before A granted 0.2 rps to C (0.5 rps for B), then ended; B's epoch 2 carries the mark and
+    /// holds nothing. C closed A against its last record (0.4 rps) and took the grant. B's ended
+    /// epoch holds 0.1 rps more of A than A's last record leaves it: that inheritance is B's
+    /// ended epoch's, and its estate is worth 1.4 rps, not 1.5, to its heirs A (back in epoch 2)
+    /// and C. The audit holds exactly when they split 1.4; split 1.5 (as the estate's record
+    /// alone says) the room is counted twice.
+    #[test]
+    fn an_ended_epochs_stale_inheritance_is_settled_in_its_estate() {
+        let d = deployment();
+        let mark = |epoch, version, by| Some(ReclaimMark { epoch, version, by });
+        let a = [
+            a_at(&d, 1, |_| {}),
+            a_at(&d, 2, |l| {
+                l.share = ms(800);
+                l.granted.0[2] = ms(200);
+            }),
+        ];
+        let mut a2 = (*a[1]).clone();
+        a2.epoch = 2;
+        a2.prev_final = 2;
+        a2.version = 3;
+        a2.reclaims.0[1] = mark(1, 5, 2);
+        a2.limits[0].share = ms(0);
+        a2.limits[0].reclaimed.0[1] = ms(700);
+        a2.limits[0].pool = ms(700);
+        let mut b1 = heir(&d, 1, 1, ms(500));
+        b1.limits[0].share = ms(1_000);
+        let mut b2 = b1.clone();
+        b2.epoch = 2;
+        b2.prev_final = 5;
+        b2.version = 6;
+        b2.reclaims.0[0] = mark(1, 2, 1);
+        b2.limits[0].share = ms(0);
+        b2.limits[0].pool = ms(0);
+        let c = |from_b: u64| {
+            let mut c = heir(&d, 2, 2, ms(400));
+            c.version = 7;
+            c.reclaims.0[1] = mark(1, 5, 1);
+            let l = &mut c.limits[0];
+            l.share = ms(1_000);
+            l.taken.0[0] = ms(200);
+            l.reclaimed.0[1] = ms(from_b);
+            l.pool = ms(400 + 200 + from_b);
+            c
+        };
+        let judge = |c: &RegionRecord| {
+            let (a_all, b_all) = (
+                [a[0].clone(), a[1].clone(), Arc::new(a2.clone())],
+                [Arc::new(b1.clone()), Arc::new(b2.clone())],
+            );
+            let wc = [Arc::new(c.clone())];
+            let world = [
+                Truth {
+                    written: &a_all,
+                    running: Some(&a2),
+                },
+                Truth {
+                    written: &b_all,
+                    running: Some(&b2),
+                },
+                Truth {
+                    written: &wc,
+                    running: Some(c),
+                },
+            ];
+            audit(&d, 0, &world)
+        };
+        let settled = judge(&c(700));
+        assert!(settled.holds(), "{settled:?}");
+        let unsettled = judge(&c(750));
+        assert!(!unsettled.holds(), "{unsettled:?}");
+        assert_eq!(unsettled.over, Delta::of(ms(50)), "{unsettled:?}");
     }
 
     /// A lowers the limit from 3 to 1.5 rps in its last record (its part from 1 to 0.5 rps) and

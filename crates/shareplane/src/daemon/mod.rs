@@ -450,7 +450,19 @@ impl<S: RecordStore, H: HealthSource> Daemon<S, H> {
         let me = self.shared.me;
         for f in fetched {
             match f {
-                Fetched::Record(r) if r.region() == me => self.own_seen = Some(r),
+                Fetched::Record(r) if r.region() == me => {
+                    // The last records of the own ended epochs come first: the leader keeps them
+                    // to value the estates that inherited from them (`Coordinator::remember_own`).
+                    if let Role::Leader(l) = &mut self.role {
+                        if r.epoch() < l.coord.own().epoch() {
+                            if let Err(e) = l.coord.remember_own(r.clone()) {
+                                self.shared.metrics.records_rejected.inc(e.cause());
+                                warn!(region = %self.shared.region, error = %e, "own ended record rejected");
+                            }
+                        }
+                    }
+                    self.own_seen = Some(r)
+                }
                 Fetched::Record(r) => {
                     let j = r.region().index();
                     if let Role::Leader(l) = &mut self.role {
