@@ -158,6 +158,22 @@ fn an_heir_that_settled_past_its_freeze_then_lost() {
     );
 }
 
+/// The stale-close opening with every Region losable, the heirs' new epochs and the owner's
+/// among them (up to three more faults): an heir's next epoch, and the owner's, come back while
+/// the ended heir's stale close is still in its estate. The class must be reached and every state
+/// of it conserve room exactly: the ended epoch's inheritance is settled by its heirs, in its
+/// estate's worth, and not again by its Region's next epoch (before, a state with all three
+/// Regions lost counted 0.563 of 12 twice; docs/PROTOCOL.md, "Inheritances belong to the epoch
+/// that closed them").
+#[test]
+fn an_heir_lost_with_a_stale_close_and_every_region_losable() {
+    let s = model::Settings::stale_close_all(depth("SHAREPLANE_MODEL_DEPTH_STALE_CLOSE_ALL", 6), 3);
+    reaches_exactly(
+        &s,
+        "the class (B lost with a stale close of A, C holding A's newer record)",
+    );
+}
+
 /// Issue 31's survivor class (`simulations/scenarios/survivor-takeback.toml`): behind a one-way
 /// cut B took A's grant out of A's sight, then B is lost and A closes B against the record it
 /// holds. The class must be reached, and every state of it conserve room exactly: A takes its

@@ -192,10 +192,11 @@ impl Settings {
         }
     }
 
-    /// The same opening with every Region losable (losses, flips and heals of any): not in CI,
-    /// where it reaches states in which all three Regions are lost and the records count room an
-    /// ended heir is owed twice (docs/PROTOCOL.md, risk 4, "What remains";
-    /// `shareplane-model 7 3 stale-close-all`).
+    /// The same opening with every Region losable (losses, flips, heals and restores of any):
+    /// the heirs' and the owner's next epochs come back while an ended heir's stale close is in
+    /// its estate (CI at depth 7; `shareplane-model 7 3 stale-close-all`). Before inheritances
+    /// were settled in the ended epoch's estate, it reached states in which all three Regions
+    /// were lost and the records counted room an ended heir was owed twice.
     pub fn stale_close_all(depth: usize, max_faults: u8) -> Settings {
         Settings {
             witness: Some(stale_close_witness),
