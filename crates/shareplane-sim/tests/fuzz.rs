@@ -69,6 +69,27 @@ fn swarm_regression_seeds_pass() {
     }
 }
 
+/// Fresh seeds that failed on 2026-12-07's third-round rules and pass since an inheritance
+/// belongs to the epoch that closed it (docs/PROTOCOL.md, "Inheritances belong to the epoch that
+/// closed them"; risk 4, the fourth round): 14 stale-close seeds (up to 16.6% of L twice in the
+/// records; 74852979 2,695/s above L in the shares: the lost heir's next epoch settled its earlier
+/// epoch's stale close of the owner's estate down as a debt while that epoch's heirs held the
+/// room) and swarm seed 74852830 (3.9% of L twice in the records).
+#[test]
+fn an_ended_heirs_stale_inheritance_regression_seeds_pass() {
+    let stale_close = [
+        74_800_303, 74_809_641, 74_814_017, 74_816_823, 74_818_801, 74_819_428, 74_852_979,
+        74_864_336, 74_870_178, 74_872_875, 74_882_580, 74_884_021, 74_888_208, 74_889_571,
+    ];
+    let seeds = (stale_close.iter().map(|&s| (Family::StaleClose, s)))
+        .chain(std::iter::once((Family::Swarm, 74_852_830)));
+    for (family, seed) in seeds {
+        if let Err(f) = fuzz::check(&family.generate(seed)) {
+            panic!("{family:?} seed {seed} failed again: {f}");
+        }
+    }
+}
+
 /// How many seeds the CI-sized run checks: `SHAREPLANE_FUZZ_SEEDS`, or 400 for a plain
 /// `cargo test` (tests/run-all.sh runs it with 20,000 on a release build), from
 /// `SHAREPLANE_FUZZ_START` (default 1).

@@ -56,19 +56,14 @@ impl Coordinator {
                 Some(_) if !p.seen => None,
                 Some(f) if held.0 != f.0 => (!self.ended_settled(j, f, health)).then_some(f),
                 Some(f) if held == f => Some(f),
-                Some(f) if self.marked(rec, j, f.0) => Some(
-                    if self.all_published(j, health, Some(held), |s| s >= held) {
+                Some(f) if self.marked(rec, j, f.0) => {
+                    Some(if self.all_published(j, health, |s| s >= held) {
                         held
                     } else {
                         f
-                    },
-                ),
-                Some(f) => {
-                    // A lost Region may have closed the epoch, out of sight, only if `j` truly
-                    // reads unhealthy (a close on a false verdict is residual risk 1).
-                    let closable = (health[j] == Health::Unhealthy).then_some(held);
-                    (!self.all_published(j, health, closable, |s| s > f)).then_some(f)
+                    })
                 }
+                Some(f) => (!self.all_published(j, health, |s| s > f)).then_some(f),
                 None => None,
             };
             if p.seen && rec.frozen[j].is_none() && p.silence.unchanged() >= self.d.silent_after {
@@ -89,7 +84,7 @@ impl Coordinator {
             return false;
         };
         f.1 >= last
-            || self.all_acting(j, health, Some((f.0, last)), |q| {
+            || self.all_acting(j, health, |q| {
                 q.seen[j].0 > f.0
                     && !q.reclaims[j].is_some_and(|m| m.epoch == f.0 && m.version < last)
             })
@@ -105,34 +100,30 @@ impl Coordinator {
     }
 
     /// Whether every Region other than this one and `j` that may still act on `j`'s estate has
-    /// published (`seen`) a record of `j` that `ok` accepts. A Region never heard of holds
-    /// nothing (and a freeze it reads later names none of its epochs). One that is silent here and
-    /// reads unhealthy is lost: it comes back in a new epoch, which no freeze older than it
-    /// convinces, so it is not waited for, **unless `j`'s epoch may have been closed
-    /// (`closable`: the record of `j` this Region would act on, given when the epoch is marked
-    /// closed, has ended or `j` reads unhealthy) and the lost Region's record does not show that
-    /// it marks the epoch at that record or later**: it may hold its portion by an older record
-    /// (a stale close, in a record that did or did not reach this Region before it was lost)
-    /// until its next epoch settles it down, and room the newer record moved on would be held
-    /// twice if this Region took or raised by it meanwhile (docs/PROTOCOL.md, "Reclaim against
-    /// an agreed basis"; `an_heir_lost_with_a_stale_close_is_waited_for_before_anyone_moves_past_it`).
+    /// published (`seen`) a record of `j` that `ok` accepts: a Region never heard of holds
+    /// nothing (and a freeze it reads later names none of its epochs), and one that is silent
+    /// here and reads unhealthy is lost: it comes back in a new epoch, which no freeze older than
+    /// it convinces, and what its lost epoch inherited, by however old a record, is in that
+    /// epoch's estate, which its heirs value against the newest records they hold
+    /// (`LimitCtx::folded`; docs/PROTOCOL.md, "Inheritances belong to the epoch that closed
+    /// them"), so nothing it holds is older than what the heirs know. Waiting for it would only
+    /// strand room (a rule of 2026-12-07's third round did, until inheritances were settled in
+    /// the ended epoch's estate).
     fn all_published(
         &self,
         j: RegionId,
         health: &PerRegion<Health>,
-        closable: Option<(u64, u64)>,
         ok: impl Fn((u64, u64)) -> bool,
     ) -> bool {
-        self.all_acting(j, health, closable, |q| ok(q.seen[j]))
+        self.all_acting(j, health, |q| ok(q.seen[j]))
     }
 
     /// Whether `ok` accepts the newest record held of every Region other than this one and `j`
-    /// that may still act on `j`'s estate (see [`Coordinator::all_published`], for `closable`).
+    /// that may still act on `j`'s estate (see [`Coordinator::all_published`]).
     fn all_acting(
         &self,
         j: RegionId,
         health: &PerRegion<Health>,
-        closable: Option<(u64, u64)>,
         ok: impl Fn(&RegionRecord) -> bool,
     ) -> bool {
         crate::region::regions(self.d.n())
@@ -141,15 +132,7 @@ impl Coordinator {
                 let q = &self.peers[k.index()];
                 let lost =
                     health[k] == Health::Unhealthy && q.silence.unchanged() >= self.d.silent_after;
-                if !q.seen {
-                    return true;
-                }
-                if !lost {
-                    return ok(&q.latest);
-                }
-                closable.is_none_or(|upto| {
-                    q.latest.reclaims[j].is_some_and(|m| (m.epoch, m.version) >= upto)
-                })
+                !q.seen || lost || ok(&q.latest)
             })
     }
 }
