@@ -306,7 +306,7 @@ impl Coordinator {
     pub fn remember_own(&mut self, record: Arc<RegionRecord>) -> Result<bool, RecordError> {
         let contradiction = |what| Err(RecordError::Contradiction { limit: None, what });
         if record.region != self.me {
-            return Err(RecordError::UnknownRegion(record.region.index()));
+            return contradiction("another Region's record, handed over as this Region's own");
         }
         record.validate_fields(&self.d)?;
         if record.epoch >= self.own.epoch {
