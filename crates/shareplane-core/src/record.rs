@@ -336,6 +336,16 @@ impl RegionRecord {
         self.reclaims[peer].is_some_and(|m| m.by == self.epoch)
     }
 
+    /// Whether this record's epoch settles its mark on the estate of `estate`'s epoch: its own
+    /// epoch closed it, or the two epochs closed each other ([`Self::inherited_from`]). An
+    /// earlier epoch's close is otherwise that epoch's estate's, which its heirs settle
+    /// (docs/PROTOCOL.md, "Inheritances belong to the epoch that closed them"). The one rule
+    /// for a settlement under the mark and for the settlement of an ended estate switched past.
+    pub fn settles_mark_on(&self, estate: &RegionRecord) -> bool {
+        self.reclaims[estate.region].is_none_or(|m| m.by == self.epoch)
+            || estate.inherited_from(self.region)
+    }
+
     /// This Region's mark on the epoch of `peer` it accounts with, if it closed that epoch
     /// (reclaimed it, or closed it on the peer's return).
     pub fn mark_on_accounted(&self, peer: RegionId) -> Option<ReclaimMark> {

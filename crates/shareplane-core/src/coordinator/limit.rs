@@ -250,9 +250,7 @@ impl LimitCtx<'_> {
             }
             // What an earlier epoch of this Region inherited is that epoch's estate's, which its
             // heirs settle ([`LimitCtx::folded`]): this epoch settles only what it closed.
-            let earlier = !closing
-                && rec.reclaims[j].is_some_and(|m| m.by < rec.epoch)
-                && !basis.inherited_from(self.me);
+            let earlier = !closing && !rec.settles_mark_on(basis);
             // Past this Region's freeze, its part may go down at once, never up (it rises when
             // the freeze lifts: every other Region holds that record then, and settled it down).
             let way = if past_freeze(rec, basis) {
@@ -466,12 +464,13 @@ impl LimitCtx<'_> {
         if !p.seen {
             return Held::Nothing;
         }
-        match (p.newest_of(epoch), p.final_version(epoch)) {
-            (Some(r), Some(v)) if r.version == v => Held::Record(r, true),
-            (Some(r), None) if p.latest.epoch == epoch => Held::Record(r, false),
-            (None, None) if p.latest.epoch == epoch => Held::Nothing,
-            (_, v) => Held::EndedPast(v),
+        if let Some(r) = p.last_of(epoch) {
+            return Held::Record(r, true);
         }
+        if p.latest.epoch == epoch {
+            return Held::Record(&p.latest, false);
+        }
+        Held::EndedPast(p.final_version(epoch))
     }
 
     /// What this Region knows of Region `g` with respect to the estate of `basis`'s epoch: what
@@ -507,9 +506,7 @@ impl LimitCtx<'_> {
         }
         // The epoch's last record, or a later epoch's that still carries its counters (frozen
         // copies): never an earlier record of the epoch, whose counters may have grown since.
-        let last = p
-            .final_version(ge)
-            .and_then(|v| p.newest_of(ge).filter(|r| r.version == v));
+        let last = p.last_of(ge);
         let later = std::iter::once(&p.latest).chain(p.ended.values());
         last.into_iter()
             .chain(later.filter(|r| r.epoch > ge))

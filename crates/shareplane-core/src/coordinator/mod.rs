@@ -315,6 +315,10 @@ impl Coordinator {
         if record.epoch + 1 == self.own.epoch && record.version != self.own.prev_final {
             return contradiction("not the last record of this Region's previous epoch");
         }
+        if self.own_ended.get(&record.epoch).map(|r| r.version) == Some(record.version) {
+            // Handed over again at every read: held already, checked when it was taken.
+            return Ok(false);
+        }
         self.note_final(record.epoch, record.version);
         self.note_final(record.epoch.saturating_sub(1), record.prev_final);
         Ok(remember(&mut self.own_ended, record))
@@ -394,22 +398,14 @@ impl Coordinator {
         // As long as the stores keep them (a peer may yet close that epoch, and an estate that
         // inherited from it be valued), and while an estate held here inherited from them.
         let marked: Vec<u64> = self.marks_by_closers(self.me).collect();
-        let keep: Vec<u64> = (self.own_ended.keys().copied())
-            .filter(|&e| {
-                marked.contains(&e)
-                    || !crate::estate::closed_for_good(
-                        self.d.n(),
-                        self.me,
-                        self.own.epoch,
-                        e,
-                        |r| {
-                            let p = self.peers.get(r.index())?;
-                            p.seen.then_some(&*p.latest)
-                        },
-                    )
-            })
-            .collect();
-        (self.own_ended).retain(|e, _| keep.contains(e));
+        let (n, me, now, peers) = (self.d.n(), self.me, self.own.epoch, &self.peers);
+        let latest = |r: RegionId| {
+            let p = peers.get(r.index())?;
+            p.seen.then_some(&*p.latest)
+        };
+        (self.own_ended).retain(|&e, _| {
+            marked.contains(&e) || !crate::estate::closed_for_good(n, me, now, e, latest)
+        });
         for i in 0..self.peers.len() {
             let Some(r) = RegionId::new(i) else { continue };
             let keep_from = self.keep_from(r);

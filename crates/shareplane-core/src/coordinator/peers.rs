@@ -106,6 +106,13 @@ impl Peer {
         }
     }
 
+    /// The last record of the peer's ended epoch `epoch`, if held: the newest record of it, once
+    /// a later epoch's record names it as that epoch's last.
+    pub(super) fn last_of(&self, epoch: u64) -> Option<&Arc<RegionRecord>> {
+        let v = self.final_version(epoch)?;
+        self.newest_of(epoch).filter(|r| r.version == v)
+    }
+
     /// The version of the last record of epoch `epoch`, once a later epoch's record tells it.
     pub(super) fn final_version(&self, epoch: u64) -> Option<u64> {
         if self.latest.epoch == epoch + 1 {

@@ -232,10 +232,7 @@ impl Coordinator {
     pub(super) fn waits_for_record(&self, j: RegionId, rec: &RegionRecord) -> bool {
         let p = &self.peers[j.index()];
         let acct = rec.peer_epochs[j];
-        p.seen
-            && p.latest.epoch > acct
-            && p.final_version(acct)
-                .is_none_or(|v| p.newest_of(acct).is_none_or(|r| r.version != v))
+        p.seen && p.latest.epoch > acct && p.last_of(acct).is_none()
     }
 }
 
@@ -245,9 +242,9 @@ impl Coordinator {
 /// other (`RegionRecord::inherited_from`).
 fn closed_and_passed(p: &Peer, rec: &RegionRecord, j: RegionId) -> Option<Arc<RegionRecord>> {
     let m = rec.reclaims[j].filter(|m| m.epoch < rec.peer_epochs[j])?;
-    let last = p.final_version(m.epoch)?;
-    let last = p.newest_of(m.epoch).filter(|r| r.version == last)?;
-    (m.by == rec.epoch || last.inherited_from(rec.region)).then(|| last.clone())
+    p.last_of(m.epoch)
+        .filter(|last| rec.settles_mark_on(last))
+        .cloned()
 }
 
 /// What to do about `p`'s accounted epoch `acct`, which ended (`mark`: this Region's mark on
@@ -255,10 +252,7 @@ fn closed_and_passed(p: &Peer, rec: &RegionRecord, j: RegionId) -> Option<Arc<Re
 /// record and nothing older, settle a close made against an older one, or switch to the next
 /// epoch; until the last record arrives, wait (or give up on it, as an operator asked).
 fn ended_epoch_closure(p: &Peer, acct: u64, mark: Option<ReclaimMark>) -> (PeerState, Closure) {
-    let Some(last) = p
-        .final_version(acct)
-        .and_then(|v| p.newest_of(acct).filter(|r| r.version == v))
-    else {
+    let Some(last) = p.last_of(acct) else {
         if p.abandon == Some(acct) && mark.is_none() {
             return (PeerState::Live, Closure::Abandon);
         }
