@@ -12,7 +12,9 @@
 //! to one of its epochs: whichever epoch of that Region first closes the estate takes it, and the
 //! mark in its record (kept across its own epochs) says so. A portion whose heir is down waits
 //! for the heir's next epoch. No Region's view of who is alive enters the rule, so no combination
-//! of views can make the portions add up to more than the estate held.
+//! of views can make the portions add up to more than the estate held. An estate worth less than
+//! nothing charges the deficit to the Regions it granted first ([`heir_part_in`]): that room is
+//! where its grants went, and an heir that received none of it could pay it from nothing.
 //!
 //! # Grants in flight (view-independent)
 //!
@@ -141,6 +143,51 @@ pub fn heir_part(worth: Delta, n: usize, owner: RegionId, heir: RegionId) -> Del
     }
     let position = heir.index() - usize::from(heir > owner);
     worth.even_part(n - 1, position)
+}
+
+/// Region `heir`'s signed part of `worth`, the worth of the estate of `basis`'s epoch in limit
+/// `li` (`last`: `basis` is that epoch's last record; `took` as for [`estate_worth`]).
+///
+/// Room is split by [`heir_part`]. A **deficit** (negative worth) is room the epoch gave away
+/// that its estate no longer covers (what it inherited was worth less than it counted, or a
+/// lowering found its room granted on): it is where the grants went, so it is charged to the
+/// Regions the epoch granted, each up to what its record granted it (lowest index first; a grant
+/// in flight to an epoch that ended without taking it is the estate's, not the grantee's), and
+/// only what those grants do not cover is split over every heir. An heir that never received
+/// anything of the estate owes nothing of a deficit its grantees hold: a debt addressed to it
+/// would be room held above the limit by others until it paid it, from room it does not hold
+/// (docs/PROTOCOL.md, "A deficit is carried where the room went").
+pub fn heir_part_in(
+    worth: Delta,
+    li: usize,
+    basis: &RegionRecord,
+    last: bool,
+    n: usize,
+    heir: RegionId,
+    took: impl Fn(RegionId) -> Counterpart,
+) -> Delta {
+    let owner = basis.region;
+    if !worth.is_negative() || n < 2 || heir == owner {
+        return heir_part(worth, n, owner, heir);
+    }
+    let l = basis.limits.get(li).copied().unwrap_or_default();
+    let mut deficit = worth.magnitude();
+    let mut charged = Room::ZERO;
+    for g in regions(n).filter(|&g| g != owner) {
+        if basis.account_epochs[g] != basis.epoch {
+            continue;
+        }
+        let gave = match took(g) {
+            Some(t) if last => l.granted[g].min(t),
+            _ => l.granted[g],
+        };
+        let c = deficit.min(gave);
+        deficit -= c;
+        if g == heir {
+            charged = c;
+        }
+    }
+    heir_part(-Delta::of(deficit), n, owner, heir) - Delta::of(charged)
 }
 
 /// The unit every grant of a deployment of `n` Regions is a multiple of, in milli-requests per
@@ -301,6 +348,62 @@ pub(crate) mod tests {
         assert!(
             off_unit_breaks,
             "a grant off the unit moves some part by a unit more or less"
+        );
+    }
+
+    /// docs/PROTOCOL.md, "A deficit is carried where the room went": an estate that gave away
+    /// more than it is worth charges the deficit to the Regions it granted, each up to what it
+    /// granted it, and splits only the rest; room splits as before; the parts add up to the
+    /// worth whatever the sign. An heir that received nothing owes nothing while the grants
+    /// cover the deficit (the even split left it half, a debt it could pay from nothing).
+    #[test]
+    fn a_deficit_is_charged_to_the_regions_the_estate_granted() {
+        let d = deployment();
+        let (a, b, c) = (id(0), id(1), id(2));
+        let mut rec = RegionRecord::genesis(&d, a);
+        let mut l = LimitRecord::default();
+        l.granted[b] = Room::from_milli(3_000);
+        rec.limits = vec![l].into();
+        let part_in = |rec: &RegionRecord, w: i128, h: RegionId, took: Counterpart, last: bool| {
+            heir_part_in(Delta::from_milli(w), 0, rec, last, 3, h, |_| took)
+        };
+        let part = |w, h, took, last| part_in(&rec, w, h, took, last);
+        for w in [-7_001, -5_000, -3_000, -2_000, -1, 0, 1, 4_001] {
+            let sum = part(w, b, None, true) + part(w, c, None, true);
+            assert_eq!(sum, Delta::from_milli(w), "the parts of {w} add up to it");
+        }
+        assert_eq!(part(-2_000, b, None, true), Delta::from_milli(-2_000));
+        assert_eq!(
+            part(-2_000, c, None, true),
+            Delta::ZERO,
+            "C received nothing"
+        );
+        assert_eq!(part(-5_000, b, None, true), Delta::from_milli(-4_000));
+        assert_eq!(part(-5_000, c, None, true), Delta::from_milli(-1_000));
+        assert_eq!(
+            part(4_001, b, None, true),
+            heir_part(Delta::from_milli(4_001), 3, a, b)
+        );
+        // A grant B's ended epoch never took is the estate's again, not B's to answer for.
+        assert_eq!(
+            part(-2_000, b, Some(Room::ZERO), true),
+            Delta::from_milli(-1_000)
+        );
+        assert_eq!(
+            part(-2_000, b, Some(Room::from_milli(500)), true),
+            Delta::from_milli(-1_250)
+        );
+        // Not the last record: nothing is known to be back in the estate.
+        assert_eq!(
+            part(-2_000, b, Some(Room::ZERO), false),
+            Delta::from_milli(-2_000)
+        );
+        // Counters carried from an earlier epoch of A are not this estate's grants.
+        let mut carried = rec.clone();
+        carried.account_epochs[b] = 0;
+        assert_eq!(
+            part_in(&carried, -2_000, c, None, true),
+            Delta::from_milli(-1_000)
         );
     }
 

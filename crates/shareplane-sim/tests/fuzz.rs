@@ -90,6 +90,26 @@ fn an_ended_heirs_stale_inheritance_regression_seeds_pass() {
     }
 }
 
+/// Fresh stale-close seeds of 2026-12-07 that put the running Regions' shares above L with every
+/// verdict true, on the fourth round's rules (docs/PROTOCOL.md, "A deficit is carried where the
+/// room went" and "A debt is paid before anything is raised"; risk 4, the fifth round). The
+/// records added up; the excess was debts. 77013647, 77024643, 77158575 and 77162188: an heir
+/// that held nothing (the owner's next epoch, back last) was left its portion of an ended heir's
+/// estate in deficit, while the room that deficit stood for was in the hands of the Region that
+/// heir had granted it to. 77059042, 77116423 and 77171744: an heir settled down as a debt (it had
+/// granted the room on), its record lifted a co-heir's freeze, and that co-heir took the
+/// owner's grants into its pool and raised its share from them.
+#[test]
+fn a_debt_nobody_can_pay_regression_seeds_pass() {
+    for seed in [
+        77_013_647, 77_024_643, 77_059_042, 77_116_423, 77_158_575, 77_162_188, 77_171_744,
+    ] {
+        if let Err(f) = fuzz::check(&Family::StaleClose.generate(seed)) {
+            panic!("stale-close seed {seed} failed again: {f}");
+        }
+    }
+}
+
 /// How many seeds the CI-sized run checks: `SHAREPLANE_FUZZ_SEEDS`, or 400 for a plain
 /// `cargo test` (tests/run-all.sh runs it with 20,000 on a release build), from
 /// `SHAREPLANE_FUZZ_START` (default 1).

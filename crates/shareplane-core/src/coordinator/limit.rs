@@ -1,22 +1,25 @@
 //! One limit's rebalance, step by step (SPEC §4): adopt the version rolled out, take grants,
 //! close and settle estates, pay debt, aim at the target, move the share and grant the pool.
 
-use crate::config::{Deployment, Design, LimitKind, LimitSpec};
+use crate::config::{Deployment, LimitKind, LimitSpec};
 use crate::estate::{
-    ended_took, estate_worth, grant_unit, heir_part, stale_rebase, Counterpart, FOLD_DEPTH,
+    ended_took, estate_worth, heir_part_in, stale_rebase, Counterpart, FOLD_DEPTH,
 };
 use crate::record::{LimitRecord, RegionRecord};
-use crate::region::{RegionId, MAX_REGIONS};
-use crate::room::{split, Delta, Room};
-use crate::targets::targets;
+use crate::region::RegionId;
+use crate::room::{Delta, Room};
 use std::cell::Cell;
 use std::sync::Arc;
 
-use super::alarms::{checked, held_and_granted, held_less_taken};
+use super::alarms::{checked, held_less_taken};
 use super::freeze::past_freeze;
 use super::peers::Peer;
 use super::plans::{Closure, Plan};
 use super::{step, Alarms, LimitOutcome, PeerState};
+
+mod share;
+
+use share::pay_debt;
 
 pub(super) struct LimitCtx<'a> {
     pub(super) d: &'a Deployment,
@@ -138,42 +141,6 @@ impl LimitCtx<'_> {
         e.pool = Room::ZERO;
         e.target = e.share;
         e.unmet = Room::ZERO;
-    }
-
-    /// Steps 3 and 4: the share moves toward the target as the design says. Named grants lower
-    /// it at once, raise it from the pool by at most the step cap, and grant the rest of the pool
-    /// to the peers that need it; a fenced Region holds nothing (SPEC §6, "Fence").
-    fn move_share(
-        &self,
-        li: usize,
-        spec: &LimitSpec,
-        rec: &RegionRecord,
-        e: &mut LimitRecord,
-        out: &mut LimitOutcome,
-        alarms: &mut Alarms,
-    ) {
-        match self.d.design {
-            Design::JumpToTarget => jump_to_target(e),
-            Design::NamedGrants if self.fenced => {
-                checked(alarms, li, step::FENCE, e, LimitRecord::held, fence)
-            }
-            Design::NamedGrants => {
-                checked(
-                    alarms,
-                    li,
-                    step::LOWER_OR_RAISE,
-                    e,
-                    LimitRecord::held,
-                    |e| lower_or_raise(e, spec.step_cap),
-                );
-                // A Region in debt after a downgrade asks for its debt too; otherwise a Region
-                // whose target is zero could never repay it.
-                e.unmet = e.target - e.share + e.debt;
-                checked(alarms, li, step::GRANT, e, held_and_granted, |e| {
-                    self.grant(li, rec, e, out)
-                });
-            }
-        }
     }
 
     /// Whether grants between this Region's current epoch and `peer`'s record count now: each
@@ -326,7 +293,10 @@ impl LimitCtx<'_> {
             // A part that would rise but may not yet (past a freeze, or `newer_elsewhere`) keeps
             // the mark on the estate until it can (fresh classic seed 77030874: 3.8% of `L` left
             // with nobody once the mark moved on).
-            held_back.get() || heir_part(worth, n, j, self.me) != before
+            let part = heir_part_in(worth, li, last, true, n, self.me, |g| {
+                self.counterpart(li, rec, l, last, g)
+            });
+            held_back.get() || part != before
         })
     }
 
@@ -357,7 +327,9 @@ impl LimitCtx<'_> {
             worth += Delta::of(b.granted[self.me].excess_over(e.taken[j]));
         }
         let before = Delta::of(e.reclaimed[j]) - e.debt_taken[j];
-        let part = heir_part(worth, n, j, self.me);
+        let part = heir_part_in(worth, li, basis, last, n, self.me, |g| {
+            self.counterpart(li, rec, e, basis, g)
+        });
         // Room may have moved into this estate from another that this Region closed against an
         // older record: until it sees that one's newer record (and settles it down), its part
         // here only goes down.
@@ -439,7 +411,9 @@ impl LimitCtx<'_> {
                 let xl = xrec.limits.get(li).copied().unwrap_or_default();
                 w += stale_rebase(&xl, &b, n, x);
             }
-            let d = heir_part(w, n, x, h) - before;
+            let d = heir_part_in(w, li, xrec, last, n, h, |g| {
+                self.counterpart(li, rec, e, xrec, g)
+            }) - before;
             let rises = !past_freeze(rec, xrec) && !self.newer_elsewhere(rec, xrec);
             fold.held_back
                 .set(fold.held_back.get() || (!rises && d.is_positive()));
@@ -511,103 +485,6 @@ impl LimitCtx<'_> {
         last.into_iter()
             .chain(later.filter(|r| r.epoch > ge))
             .find_map(|end| ended_took(end, x, basis.epoch, ge, li))
-    }
-
-    /// Step 2's target: `floor + (L − floor × n_live) × demand_i / Σ demand` over the Regions in
-    /// targets (this one, live peers and silent peers that were not reclaimed).
-    fn target(&self, li: usize, e: &LimitRecord, demand: Room) -> Room {
-        let mut weights = [0u64; MAX_REGIONS];
-        let mut members = 0;
-        let mut mine = 0;
-        for r in crate::region::regions(self.d.n()) {
-            let w = if r == self.me {
-                mine = members;
-                demand.milli()
-            } else {
-                match self.state(r) {
-                    Some(PeerState::Live | PeerState::Silent) => {
-                        let latest = &self.peers[r.index()].latest;
-                        latest.limits.get(li).map_or(0, |l| l.demand.milli())
-                    }
-                    _ => continue,
-                }
-            };
-            weights[members] = w;
-            members += 1;
-        }
-        let mut parts = [Room::ZERO; MAX_REGIONS];
-        targets(
-            e.rate,
-            self.d.limits[li].floor,
-            &weights[..members],
-            &mut parts[..members],
-        );
-        parts[mine]
-    }
-
-    /// Step 4: grant the pool to live peers by name, in proportion to the unmet needs they last
-    /// published, less what this Region already granted them and they have not taken yet.
-    fn grant(&self, li: usize, rec: &RegionRecord, e: &mut LimitRecord, out: &mut LimitOutcome) {
-        if e.pool.is_zero() {
-            return;
-        }
-        // In whole grant units, so that a grant taken between two estates moves every heir's part
-        // of both exactly (`estate::grant_unit`); a need smaller than a unit is not granted, and
-        // the rest of the pool stays in it. `needs` and `units` count grant units.
-        let n = self.d.n();
-        let unit = grant_unit(n);
-        let mut needs = [0u64; MAX_REGIONS];
-        let mut total: u128 = 0;
-        for j in crate::region::regions(n).filter(|&r| r != self.me) {
-            if self.state(j) != Some(PeerState::Live) || !matches!(self.closure(j), Closure::None) {
-                continue;
-            }
-            let p = &self.peers[j.index()].latest;
-            if !self.in_account(rec, j, p) {
-                continue;
-            }
-            let Some(pl) = p.limits.get(li) else { continue };
-            if pl.limit_version == 0 {
-                continue;
-            }
-            let in_flight = e.granted[j].excess_over(pl.taken[self.me]);
-            let need = pl.unmet.excess_over(in_flight);
-            needs[j.index()] = need.milli() / unit;
-            total += u128::from(needs[j.index()]);
-        }
-        if total == 0 {
-            return;
-        }
-        let mut units = [Room::ZERO; MAX_REGIONS];
-        let pool_units = e.pool.milli() / unit;
-        if total <= u128::from(pool_units) {
-            for i in 0..n {
-                units[i] = Room::from_milli(needs[i]);
-            }
-        } else {
-            // Each part is at most its need (the pool's units are fewer than the needs'), and
-            // some unit goes out whenever the pool holds one.
-            split(Room::from_milli(pool_units), &needs[..n], &mut units[..n]);
-        }
-        for (i, u) in units.iter().enumerate().take(n) {
-            let a = Room::from_milli(u.milli() * unit);
-            if a.is_zero() {
-                continue;
-            }
-            let Some(j) = RegionId::new(i) else { continue };
-            e.granted[j] += a;
-            e.pool -= a;
-            out.granted[j] = a;
-        }
-    }
-
-    /// This Region's share plus the last published shares of the peers it keeps in targets.
-    fn seen_sum(&self, li: usize, own_share: Room) -> u128 {
-        let peers = crate::region::regions(self.d.n()).filter_map(|r| {
-            let state = self.state(r)?;
-            Some((state, &*self.peers[r.index()].latest))
-        });
-        super::alarms::seen_sum(li, own_share, peers)
     }
 }
 
@@ -721,44 +598,4 @@ enum Adoption {
     Adopted,
     /// A raise that waits for every peer to account with this Region's current epoch.
     RaiseWaits,
-}
-
-/// The comparison design (SPEC §3): the share is the target, with nothing pooled or asked for.
-fn jump_to_target(e: &mut LimitRecord) {
-    e.share = e.target;
-    e.pool = Room::ZERO;
-    e.unmet = Room::ZERO;
-}
-
-/// A fenced Region pools its whole share and asks for nothing.
-fn fence(e: &mut LimitRecord) {
-    e.pool += e.share;
-    e.share = Room::ZERO;
-    e.unmet = Room::ZERO;
-}
-
-/// Step 3: a share above its target is lowered to it at once, into the pool; one below it is
-/// raised from the pool by at most `step_cap`.
-fn lower_or_raise(e: &mut LimitRecord, step_cap: Room) {
-    if e.target < e.share {
-        e.pool += e.share - e.target;
-        e.share = e.target;
-    } else {
-        let raise = step_cap.min(e.pool).min(e.target - e.share);
-        e.share += raise;
-        e.pool -= raise;
-    }
-}
-
-/// Pays a downgrade's debt from the pool first, then by lowering the share.
-fn pay_debt(e: &mut LimitRecord) {
-    if e.debt.is_zero() {
-        return;
-    }
-    let from_pool = e.debt.min(e.pool);
-    e.pool -= from_pool;
-    e.debt -= from_pool;
-    let from_share = e.debt.min(e.share);
-    e.share -= from_share;
-    e.debt -= from_share;
 }

@@ -32,7 +32,7 @@
 //! destroying any, so `actual == expected` at every instant, and `over` (the room counted above
 //! `L`) stays zero.
 
-use super::{ended_took, estate_worth, heir_part, Counterpart, FOLD_DEPTH};
+use super::{ended_took, estate_worth, heir_part, heir_part_in, Counterpart, FOLD_DEPTH};
 use crate::config::{Deployment, LimitKind, LimitSpec};
 use crate::record::{LimitRecord, RegionRecord};
 use crate::region::{regions, RegionId};
@@ -198,6 +198,14 @@ impl<'a> Scope<'a> {
             .map(|e| e.last())
     }
 
+    /// Heir `h`'s part of `worth`, a worth of ended epoch `x`'s estate by its last record
+    /// ([`heir_part_in`]: a deficit is charged where the epoch's grants went).
+    fn part_of(&self, x: &Epoch<'_>, worth: Delta, h: RegionId) -> Delta {
+        heir_part_in(worth, self.li, x.last(), true, self.n, h, |g| {
+            self.counterpart(x.last(), g)
+        })
+    }
+
     /// The estate's worth by its last record, as every heir will know it in the end.
     fn worth(&self, x: &Epoch<'_>) -> Delta {
         self.worth_at(x, 0)
@@ -231,7 +239,7 @@ impl<'a> Scope<'a> {
             else {
                 continue;
             };
-            let mut part = heir_part(self.worth_at(ye, depth + 1), self.n, y, x.region);
+            let mut part = self.part_of(ye, self.worth_at(ye, depth + 1), x.region);
             for g in self.epochs.iter().filter(|g| g.live && g.region != y) {
                 let flow = self.index.flow(ye, g, self.li);
                 part += unseen_grant(self, ye, g, m.version, x.region, flow);
@@ -357,7 +365,7 @@ fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: 
     }
     let stale_basis = mark.is_some_and(|m| m.version < x.last().version);
     let worth = at.worth(x);
-    let part = heir_part(worth, n, x.region, h);
+    let part = at.part_of(x, worth, h);
     if x.live {
         a.over += took;
         if mark.is_some() {
@@ -386,7 +394,7 @@ fn estate_piece(at: &Scope<'_>, x: &Epoch<'_>, h: RegionId, owed: &mut Owed, a: 
             let owner = [x.last(), newest].map(|r| limit_of(r, li));
             let (basis, heir) = (limit_of(basis, li), limit_of(heir, li));
             let low = unadopted_lowering(&basis, &heir, &owner, n, x.region);
-            heir_part(worth + low, n, x.region, h) - part
+            at.part_of(x, worth + low, h) - part
         }
         _ => Delta::ZERO,
     };
