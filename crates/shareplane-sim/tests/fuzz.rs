@@ -110,6 +110,31 @@ fn a_debt_nobody_can_pay_regression_seeds_pass() {
     }
 }
 
+/// Fresh swarm seeds of 2026-12-07 that ended with room held by nobody after a false verdict,
+/// on the fourth round's rules, and pass since a Region keeps every record that a record it acts
+/// on refers to (`Coordinator::referenced`): in 77053068 an heir valued an ended estate, two
+/// inheritances deep, without the last record of one of its own earlier epochs, which said how
+/// much of that inherited estate's grants the epoch took (dropped once every heir had closed the
+/// epoch); it settled down by what it no longer knew and moved its mark on. 26.724/s to
+/// 582.375/s left with nobody for good.
+///
+/// 77015495, 77033701, 77038286 and 77079816 (and 77006211 again) pass since an estate that
+/// inherited counts as one that may still grow while an estate it inherited may
+/// (`Coordinator::estate_may_grow`): in 77079816 an heir switched past an ended estate whose
+/// inheritance still had grants in flight to a running epoch; that epoch ended without taking
+/// them, the estate grew, and 70.721/s was left with nobody.
+#[test]
+fn an_estate_valued_with_what_it_refers_to_strands_nothing_regression_seeds_pass() {
+    for seed in [
+        77_006_211, 77_015_495, 77_018_512, 77_031_647, 77_033_701, 77_038_286, 77_053_068,
+        77_079_816,
+    ] {
+        if let Err(f) = fuzz::check(&Family::Swarm.generate(seed)) {
+            panic!("swarm seed {seed} failed again: {f}");
+        }
+    }
+}
+
 /// How many seeds the CI-sized run checks: `SHAREPLANE_FUZZ_SEEDS`, or 400 for a plain
 /// `cargo test` (tests/run-all.sh runs it with 20,000 on a release build), from
 /// `SHAREPLANE_FUZZ_START` (default 1).

@@ -25,7 +25,7 @@ use crate::room::Room;
 use limit::LimitCtx;
 use peers::{remember, Peer};
 use plans::apply_marks;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// An outside health verdict about a Region (SPEC §6). Missing, stale or unreadable health data is
@@ -144,8 +144,8 @@ pub struct Coordinator {
     published: PerRegion<(u64, u64)>,
     /// The last records of this Region's ended epochs that an estate may have inherited from:
     /// an heir that values such an estate settles the inheritance to them ([`LimitCtx::folded`]).
-    /// Kept while the stores keep them ([`crate::closed_for_good`]) and while a record held here
-    /// marks them; a daemon that restarts holds only the one it read back (an older one counts
+    /// Kept while the stores keep them ([`crate::closed_for_good`]) and while a record kept here
+    /// refers to them ([`Self::referenced`]); a daemon that restarts holds only the one it read back (an older one counts
     /// as not held: room under, never over).
     own_ended: BTreeMap<u64, Arc<RegionRecord>>,
     /// The last version of each of this Region's ended epochs that it knows (a few bytes each,
@@ -269,8 +269,9 @@ impl Coordinator {
         record.validate_towards(&self.own, self.me)?;
         let j = record.region;
         // Every record of an ended epoch is kept here; the next commit prunes those this Region
-        // no longer needs ([`Self::keep_from`]), once every record handed over with this one
-        // has been seen (the estate that needs one may come later in the same batch).
+        // no longer needs ([`Self::keep_from`], [`Self::referenced`]), once every record handed
+        // over with this one has been seen (the estate that needs one may come later in the
+        // same batch).
         let Some(peer) = self.peers.get_mut(j.index()) else {
             return Err(RecordError::UnknownRegion(j.index()));
         };
@@ -331,34 +332,64 @@ impl Coordinator {
         }
     }
 
-    /// The oldest epoch of peer `j` that this Region may still close or settle.
-    ///
-    /// That includes every epoch of `j` that an estate this Region marks accounts with: once
-    /// that epoch has ended, its last record says what it took of the estate's grants, and so
-    /// what the estate's heirs share of them (`estate_worth`).
+    /// The oldest epoch of peer `j` that this Region may still close or settle (from the epoch it
+    /// marks, or accounts with if older, on); the records of earlier epochs that a record kept
+    /// here refers to are kept too ([`Self::referenced`]).
     fn keep_from(&self, j: RegionId) -> u64 {
         let acct = self.own.peer_epochs[j];
-        let own = match self.own.reclaims[j] {
+        match self.own.reclaims[j] {
             Some(m) => m.epoch.min(acct),
             None => acct,
-        };
-        let estates = self.peers.iter().enumerate().filter_map(|(x, p)| {
-            let m = self.own.reclaims.0.get(x).copied().flatten()?;
-            Some(p.newest_of(m.epoch)?.peer_epochs[j])
-        });
-        // And every epoch of `j` that an estate this Region may still close or settle inherited
-        // from: its heirs settle that inheritance against `j`'s records (`LimitCtx::folded`).
-        let inherited = self.marks_by_closers(j);
-        estates.chain(inherited).fold(own, u64::min)
+        }
     }
 
-    /// The epochs of Region `j` that a record held here of another peer marks as closed by its
-    /// own epoch.
-    fn marks_by_closers(&self, j: RegionId) -> impl Iterator<Item = u64> + '_ {
-        (self.peers.iter().enumerate())
-            .filter(move |&(x, _)| x != j.index())
-            .flat_map(|(_, p)| std::iter::once(&p.latest).chain(p.ended.values()))
-            .filter_map(move |r| r.reclaims[j].filter(|m| m.by == r.epoch).map(|m| m.epoch))
+    /// The epochs of every Region that the records this Region acts on refer to: from its own
+    /// record, its peers' newest and the ended ones it may still close or settle, through the
+    /// epochs each record marks as closed and the epochs it accounts with, as deep as an
+    /// estate's worth follows them (its inheritances, `FOLD_DEPTH` deep, and what the epochs
+    /// they account with took of their grants). Valuing an estate needs those records; one
+    /// valued without them counts less than it is worth, and a part settled down by what was
+    /// forgotten, once its mark moves on, leaves the rest with nobody (fresh swarm seed
+    /// 77053068: an ended epoch's own last record, dropped once every heir had closed that
+    /// epoch, was what said how much of an inherited estate's grants it took). The walk starts
+    /// from what is kept anyway, so records that only refer to each other are dropped.
+    fn referenced(&self) -> Vec<BTreeSet<u64>> {
+        let n = self.d.n();
+        let mut refs = vec![BTreeSet::new(); n];
+        let kept = self.peers.iter().enumerate().filter(|(_, p)| p.seen);
+        let kept = kept.flat_map(|(j, p)| {
+            let from = RegionId::new(j).map_or(u64::MAX, |j| self.keep_from(j));
+            let ended = p.ended.range(from..).map(|(_, r)| &**r);
+            std::iter::once(&*p.latest).chain(ended)
+        });
+        let mut frontier: Vec<&RegionRecord> = std::iter::once(&self.own).chain(kept).collect();
+        for _ in 0..=crate::estate::FOLD_DEPTH {
+            let mut next = Vec::new();
+            for r in frontier {
+                for j in crate::region::regions(n).filter(|&j| j != r.region) {
+                    let mark = r.reclaims[j].map(|m| m.epoch);
+                    for e in [Some(r.peer_epochs[j]), mark].into_iter().flatten() {
+                        if e > 0 && refs[j.index()].insert(e) {
+                            next.extend(self.held_record(j, e));
+                        }
+                    }
+                }
+            }
+            frontier = next;
+        }
+        refs
+    }
+
+    /// The newest record of `j`'s epoch `epoch` held here, if any.
+    fn held_record(&self, j: RegionId, epoch: u64) -> Option<&RegionRecord> {
+        if j == self.me {
+            return self.own_ended.get(&epoch).map(|r| &**r);
+        }
+        let p = self.peers.get(j.index()).filter(|p| p.seen)?;
+        if p.latest.epoch == epoch {
+            return Some(&p.latest);
+        }
+        p.ended.get(&epoch).map(|r| &**r)
     }
 
     /// Every peer as this Region last saw it.
@@ -396,22 +427,24 @@ impl Coordinator {
         }
         self.resumed_unconfirmed = false;
         // As long as the stores keep them (a peer may yet close that epoch, and an estate that
-        // inherited from it be valued), and while an estate held here inherited from them.
-        let marked: Vec<u64> = self.marks_by_closers(self.me).collect();
+        // inherited from it be valued), and while a record kept here refers to them (an estate
+        // that inherited from them, or took grants of an estate one did: [`Self::referenced`]).
+        let refs = self.referenced();
         let (n, me, now, peers) = (self.d.n(), self.me, self.own.epoch, &self.peers);
         let latest = |r: RegionId| {
             let p = peers.get(r.index())?;
             p.seen.then_some(&*p.latest)
         };
         (self.own_ended).retain(|&e, _| {
-            marked.contains(&e) || !crate::estate::closed_for_good(n, me, now, e, latest)
+            refs[me.index()].contains(&e) || !crate::estate::closed_for_good(n, me, now, e, latest)
         });
-        for i in 0..self.peers.len() {
+        for (i, referred) in refs.iter().enumerate().take(self.peers.len()) {
             let Some(r) = RegionId::new(i) else { continue };
             let keep_from = self.keep_from(r);
             let acct = self.own.peer_epochs[r];
             let p = &mut self.peers[i];
-            p.ended.retain(|&e, _| e >= keep_from);
+            p.ended
+                .retain(|&e, _| e >= keep_from || referred.contains(&e));
             p.abandon = p.abandon.filter(|&e| e >= acct);
         }
     }

@@ -213,10 +213,19 @@ impl Coordinator {
     /// keeps its mark on it, to take its part of what it grows by. An ended epoch whose last
     /// record this Region does not hold counts as known: waiting would not bring it (the stores
     /// keep it `KEEP_ENDED_EPOCHS` epochs), and what it would add is left with nobody, under the
-    /// limit.
+    /// limit. The same holds of the estates the epoch inherited, whose worth is part of its own
+    /// (`LimitCtx::folded`), as deep as that follows them (fresh swarm seed 77079816: an heir
+    /// switched past an estate whose inheritance still had grants in flight to a running epoch;
+    /// that epoch ended without taking them, the estate grew, and 70.721/s was left with
+    /// nobody).
     fn estate_may_grow(&self, last: &RegionRecord) -> bool {
+        self.may_grow(last, 0)
+    }
+
+    fn may_grow(&self, last: &RegionRecord, depth: u8) -> bool {
         let x = last.region;
-        crate::region::regions(self.d.n())
+        let n = self.d.n();
+        let direct = crate::region::regions(n)
             .filter(|&g| g != self.me && g != x && last.account_epochs[g] == last.epoch)
             .any(|g| {
                 let ge = last.peer_epochs[g];
@@ -224,7 +233,28 @@ impl Coordinator {
                 let moved_on = q.latest.epoch == ge && q.latest.peer_epochs[x] > last.epoch;
                 let ended = q.latest.epoch > ge;
                 q.seen && !(moved_on || ended)
-            })
+            });
+        direct
+            || (depth + 1 < crate::estate::FOLD_DEPTH
+                && crate::region::regions(n).filter(|&y| y != x).any(|y| {
+                    let Some(m) = last.reclaims[y].filter(|m| m.by == last.epoch) else {
+                        return false;
+                    };
+                    self.ended_last(y, m.epoch)
+                        .is_some_and(|r| !r.inherited_from(x) && self.may_grow(r, depth + 1))
+                }))
+    }
+
+    /// The last record of Region `y`'s ended epoch `epoch` held here (this Region's own, or a
+    /// peer's).
+    fn ended_last(&self, y: RegionId, epoch: u64) -> Option<&RegionRecord> {
+        if y == self.me {
+            return (epoch < self.own.epoch)
+                .then(|| self.own_ended.get(&epoch))
+                .flatten()
+                .map(|r| &**r);
+        }
+        self.peers[y.index()].last_of(epoch).map(|r| &**r)
     }
 
     /// A peer began a newer epoch but the last record of the epoch this Region accounts with has
