@@ -202,7 +202,39 @@ impl Coordinator {
                     && ((health[k] != Health::Unhealthy && !self.froze(&q.latest, j, basis, rec))
                         || std::iter::once(&q.latest)
                             .chain(q.ended.values())
-                            .any(|other| knows_newer(other, j, basis)))
+                            .any(|other| {
+                                knows_newer(other, j, basis)
+                                    || self.refers_past_lost(other, j, health)
+                            }))
+            })
+    }
+
+    /// Whether `other`, a record this Region holds, refers to a record of a lost Region `x`
+    /// (unhealthy here; not `j`, whose own records `knows_newer` judges) newer than any of `x`
+    /// this Region holds: that record never reached it, and whatever it says of `j` (it may have
+    /// seen `j`'s later records, or taken `j`'s later grants) is out of its sight, however many
+    /// hands it passed through. The basis is causally closed only once no record held refers to
+    /// one not held (fresh swarm seed 78041417: two survivors, cut off one way from `j` and from
+    /// `x`, closed `j` against its record from before the cut; `x`, which had taken `j`'s later
+    /// grants, and the Region whose records said so were lost; 1,180/s counted twice in the
+    /// records with every verdict true). A live `x` is judged by its freeze instead.
+    fn refers_past_lost(
+        &self,
+        other: &RegionRecord,
+        j: RegionId,
+        health: &PerRegion<Health>,
+    ) -> bool {
+        crate::region::regions(self.d.n())
+            .filter(|&x| x != self.me && x != j && x != other.region)
+            .filter(|&x| health[x] == Health::Unhealthy)
+            .any(|x| {
+                let p = &self.peers[x.index()];
+                let held = if p.seen {
+                    (p.latest.epoch, p.latest.version)
+                } else {
+                    (0, 0)
+                };
+                other.seen[x] > held
             })
     }
 
