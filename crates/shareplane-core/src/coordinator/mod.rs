@@ -145,8 +145,8 @@ pub struct Coordinator {
     /// The last records of this Region's ended epochs that an estate may have inherited from:
     /// an heir that values such an estate settles the inheritance to them ([`LimitCtx::folded`]).
     /// Kept while the stores keep them ([`crate::closed_for_good`]) and while a record kept here
-    /// refers to them ([`Self::referenced`]); a daemon that restarts holds only the one it read back (an older one counts
-    /// as not held: room under, never over).
+    /// refers to them ([`Self::referenced`]); a daemon that restarts holds only the one it read
+    /// back (an older one counts as not held: room under, never over).
     own_ended: BTreeMap<u64, Arc<RegionRecord>>,
     /// The last version of each of this Region's ended epochs that it knows (a few bytes each,
     /// kept for good): an estate that closed one of them against its last record settled all it
@@ -352,7 +352,8 @@ impl Coordinator {
     /// forgotten, once its mark moves on, leaves the rest with nobody (fresh swarm seed
     /// 77053068: an ended epoch's own last record, dropped once every heir had closed that
     /// epoch, was what said how much of an inherited estate's grants it took). The walk starts
-    /// from what is kept anyway, so records that only refer to each other are dropped.
+    /// from what is kept anyway, so records that only refer to each other are dropped. Of a
+    /// peer, every record from the oldest epoch referred to on is kept (`commit`).
     fn referenced(&self) -> Vec<BTreeSet<u64>> {
         let n = self.d.n();
         let mut refs = vec![BTreeSet::new(); n];
@@ -440,11 +441,13 @@ impl Coordinator {
         });
         for (i, referred) in refs.iter().enumerate().take(self.peers.len()) {
             let Some(r) = RegionId::new(i) else { continue };
-            let keep_from = self.keep_from(r);
+            // From the oldest epoch referred to on: a later epoch's record may carry the
+            // referred epoch's account, frozen (`LimitCtx::counterpart`).
+            let keep_from =
+                (referred.first().copied()).map_or(self.keep_from(r), |e| e.min(self.keep_from(r)));
             let acct = self.own.peer_epochs[r];
             let p = &mut self.peers[i];
-            p.ended
-                .retain(|&e, _| e >= keep_from || referred.contains(&e));
+            p.ended.retain(|&e, _| e >= keep_from);
             p.abandon = p.abandon.filter(|&e| e >= acct);
         }
     }

@@ -1,6 +1,6 @@
-//! The end of one limit's rebalance (SPEC §4): the debt paid, the target, the share's move toward it,
-//! and the grants of the pool, with the pool room that covers running peers' debts kept for them
-//! (docs/PROTOCOL.md, "A debt is paid before anything is raised").
+//! The end of one limit's rebalance (SPEC §4): the debt paid, the target, the share's move
+//! toward it and the grants of the pool, with the pool room that covers running peers' debts
+//! kept for them (docs/PROTOCOL.md, "A debt is paid before anything is raised").
 
 use crate::config::{Design, LimitSpec};
 use crate::estate::grant_unit;
@@ -85,8 +85,10 @@ impl LimitCtx<'_> {
         parts[mine]
     }
 
-    /// Step 4: grant the pool to live peers by name, in proportion to the unmet needs they last
-    /// published, less what this Region already granted them and they have not taken yet.
+    /// Step 4: grant the pool to live peers by name: first to those in debt, up to their debts,
+    /// then in proportion to the unmet needs they last published from what the pool holds beyond
+    /// the debts of running peers it could not pay here (`owed`); each less what this Region
+    /// already granted them and they have not taken yet.
     fn grant(
         &self,
         li: usize,
