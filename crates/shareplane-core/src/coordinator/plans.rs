@@ -277,14 +277,11 @@ impl Coordinator {
                 }))
     }
 
-    /// The last record of Region `y`'s ended epoch `epoch` held here (this Region's own, or a
-    /// peer's).
+    /// The last record of Region `y`'s ended epoch `epoch` held here (this Region's own, which
+    /// it keeps only of ended epochs, or a peer's).
     fn ended_last(&self, y: RegionId, epoch: u64) -> Option<&RegionRecord> {
         if y == self.me {
-            return (epoch < self.own.epoch)
-                .then(|| self.own_ended.get(&epoch))
-                .flatten()
-                .map(|r| &**r);
+            return self.held_record(y, epoch);
         }
         self.peers[y.index()].last_of(epoch).map(|r| &**r)
     }
